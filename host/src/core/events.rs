@@ -1,0 +1,233 @@
+//! Events: what the core emits, what a subscription filter selects.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// Who an event is about, as the wire shows it in `event.source`.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Source {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub participant_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scope_id: Option<String>,
+}
+
+/// Facts about an event that filters match on, captured when it is emitted
+/// (an agent's role or scopes may change later; the event keeps what was true).
+#[derive(Debug, Clone, Default)]
+pub struct Facets {
+    /// The agent the event comes from.
+    pub source_agent: Option<String>,
+    pub source_role: Option<String>,
+    /// Roles of every agent the event concerns.
+    pub roles: Vec<String>,
+    /// Scopes the event concerns.
+    pub scopes: Vec<String>,
+    pub priority: Option<String>,
+    pub correlation_id: Option<String>,
+    pub metadata: Option<Value>,
+}
+
+/// An event before the fabric numbers it.
+#[derive(Debug, Clone)]
+pub struct NewEvent {
+    pub kind: String,
+    pub source: Source,
+    pub data: Value,
+    pub caused_by: Option<String>,
+    pub facets: Facets,
+}
+
+impl NewEvent {
+    pub fn new(kind: &str, source: Source, data: Value) -> NewEvent {
+        let facets = Facets { source_agent: source.agent_id.clone(), ..Facets::default() };
+        let facets = Facets { scopes: source.scope_id.iter().cloned().collect(), ..facets };
+        NewEvent { kind: kind.to_string(), source, data, caused_by: None, facets }
+    }
+}
+
+/// `mail` part of a subscription filter.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct MailFilter {
+    pub conversation_id: Option<String>,
+    pub thread_id: Option<String>,
+    pub participant_id: Option<String>,
+    pub content_type: Option<String>,
+}
+
+/// `trajectory` part of a subscription filter.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct TrajectoryFilter {
+    pub agent_id: Option<String>,
+    pub session_id: Option<String>,
+}
+
+/// A subscription filter: AND across fields, OR within a field. Absent or
+/// empty fields select everything.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Filter {
+    pub event_types: Vec<String>,
+    /// The SDK's name for `agents`; both are accepted, `*` globs too.
+    pub from_agents: Vec<String>,
+    pub agents: Vec<String>,
+    pub from_roles: Vec<String>,
+    pub roles: Vec<String>,
+    pub scopes: Vec<String>,
+    pub priorities: Vec<String>,
+    pub correlation_ids: Vec<String>,
+    pub metadata_match: Map<String, Value>,
+    pub mail: Option<MailFilter>,
+    pub trajectory: Option<TrajectoryFilter>,
+}
+
+/// Normalised event type: `agent_registered` and `agent.registered` are one type.
+pub fn normalise_type(t: &str) -> String {
+    t.replace('_', ".")
+}
+
+fn glob(pattern: &str, value: &str) -> bool {
+    match pattern.split_once('*') {
+        None => pattern == value,
+        Some((head, rest)) => {
+            if !value.starts_with(head) {
+                return false;
+            }
+            let tail = &value[head.len()..];
+            if rest.is_empty() {
+                return true;
+            }
+            (0..=tail.len()).filter(|i| tail.is_char_boundary(*i)).any(|i| glob(rest, &tail[i..]))
+        }
+    }
+}
+
+fn any_in(list: &[String], value: Option<&str>) -> bool {
+    list.is_empty() || value.is_some_and(|v| list.iter().any(|x| x == v))
+}
+
+fn str_at<'a>(data: &'a Value, paths: &[&[&str]]) -> Option<&'a str> {
+    paths.iter().find_map(|path| {
+        let mut v = data;
+        for key in *path {
+            v = v.get(key)?;
+        }
+        v.as_str()
+    })
+}
+
+impl Filter {
+    pub fn matches(&self, kind_norm: &str, event: &NewEvent) -> bool {
+        let f = &event.facets;
+        if !self.event_types.is_empty() && !self.event_types.iter().any(|t| type_matches(&normalise_type(t), kind_norm)) {
+            return false;
+        }
+        let agent_patterns = self.from_agents.iter().chain(&self.agents);
+        if (!self.from_agents.is_empty() || !self.agents.is_empty())
+            && !f.source_agent.as_deref().is_some_and(|a| agent_patterns.clone().any(|p| glob(p, a)))
+        {
+            return false;
+        }
+        if !any_in(&self.from_roles, f.source_role.as_deref()) {
+            return false;
+        }
+        if !self.roles.is_empty() && !f.roles.iter().any(|r| self.roles.contains(r)) {
+            return false;
+        }
+        if !self.scopes.is_empty() && !f.scopes.iter().any(|s| self.scopes.contains(s)) {
+            return false;
+        }
+        if !any_in(&self.priorities, f.priority.as_deref()) || !any_in(&self.correlation_ids, f.correlation_id.as_deref()) {
+            return false;
+        }
+        if !self.metadata_match.is_empty() {
+            let Some(meta) = f.metadata.as_ref().and_then(Value::as_object) else { return false };
+            if !self.metadata_match.iter().all(|(k, v)| meta.get(k) == Some(v)) {
+                return false;
+            }
+        }
+        if let Some(m) = &self.mail {
+            if !kind_norm.starts_with("mail.") || !mail_matches(m, &event.data) {
+                return false;
+            }
+        }
+        if let Some(t) = &self.trajectory {
+            if !kind_norm.starts_with("trajectory.") {
+                return false;
+            }
+            let agent = str_at(&event.data, &[&["checkpoint", "agentId"], &["agentId"]]);
+            let session = str_at(&event.data, &[&["checkpoint", "sessionId"], &["sessionId"]]);
+            if t.agent_id.as_deref().is_some_and(|a| agent != Some(a)) || t.session_id.as_deref().is_some_and(|s| session != Some(s)) {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+fn type_matches(pattern: &str, kind: &str) -> bool {
+    match pattern.strip_suffix(".*") {
+        Some(prefix) => kind.len() > prefix.len() && kind.starts_with(prefix) && kind.as_bytes()[prefix.len()] == b'.',
+        None => pattern == "*" || pattern == kind,
+    }
+}
+
+fn mail_matches(m: &MailFilter, data: &Value) -> bool {
+    let conversation = str_at(data, &[&["conversationId"], &["conversation", "id"], &["turn", "conversationId"]]);
+    let thread = str_at(data, &[&["turn", "threadId"], &["thread", "id"], &["threadId"]]);
+    let participant = str_at(data, &[&["participant", "id"], &["participantId"], &["turn", "participant"], &["createdBy"]]);
+    let content_type = str_at(data, &[&["turn", "contentType"], &["contentType"]]);
+    let ok = |want: &Option<String>, got: Option<&str>| want.as_deref().is_none_or(|w| got == Some(w));
+    ok(&m.conversation_id, conversation) && ok(&m.thread_id, thread) && ok(&m.participant_id, participant) && ok(&m.content_type, content_type)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ev(kind: &str, agent: Option<&str>) -> NewEvent {
+        NewEvent::new(kind, Source { agent_id: agent.map(String::from), ..Default::default() }, json!({}))
+    }
+
+    fn filter(v: Value) -> Filter {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn event_types_exact_prefix_and_separator() {
+        let f = filter(json!({"eventTypes": ["agent.*"]}));
+        assert!(f.matches("agent.registered", &ev("agent_registered", None)));
+        assert!(!f.matches("agentx.registered", &ev("agentx_registered", None)));
+        let f = filter(json!({"eventTypes": ["message_sent"]}));
+        assert!(f.matches("message.sent", &ev("message_sent", None)));
+        assert!(!f.matches("message.delivered", &ev("message_delivered", None)));
+    }
+
+    #[test]
+    fn agents_globs_and_aliases() {
+        let f = filter(json!({"agents": ["worker-*"]}));
+        assert!(f.matches("x", &ev("x", Some("worker-1"))));
+        assert!(!f.matches("x", &ev("x", Some("boss"))));
+        assert!(!f.matches("x", &ev("x", None)));
+        let f = filter(json!({"fromAgents": ["a"], "agents": ["b"]}));
+        assert!(f.matches("x", &ev("x", Some("b"))));
+    }
+
+    #[test]
+    fn metadata_and_mail() {
+        let mut e = ev("mail.turn.added", None);
+        e.facets.metadata = Some(json!({"team": "red", "n": 1}));
+        e.data = json!({"conversationId": "c1", "turn": {"threadId": "t1", "participant": "p", "contentType": "text"}});
+        assert!(filter(json!({"metadataMatch": {"team": "red"}})).matches("mail.turn.added", &e));
+        assert!(!filter(json!({"metadataMatch": {"team": "blue"}})).matches("mail.turn.added", &e));
+        assert!(filter(json!({"mail": {"conversationId": "c1", "threadId": "t1", "contentType": "text"}})).matches("mail.turn.added", &e));
+        assert!(!filter(json!({"mail": {"conversationId": "c2"}})).matches("mail.turn.added", &e));
+        assert!(!filter(json!({"mail": {}})).matches("agent.registered", &e));
+    }
+}

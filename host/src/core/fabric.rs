@@ -1,0 +1,331 @@
+//! Delivery and event fan-out. Method handlers speak only to the `Fabric`
+//! trait, so a multi-node fabric (e.g. over a message bus) can replace the
+//! in-process one without touching them.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::json;
+
+use super::events::{normalise_type, Filter, NewEvent};
+use super::ids;
+use super::outbox::{Frame, Full, Outbox};
+
+/// `map/replay` params.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ReplayQuery {
+    pub after_event_id: Option<String>,
+    pub from_timestamp: Option<u64>,
+    pub to_timestamp: Option<u64>,
+    pub filter: Option<Filter>,
+    pub limit: Option<usize>,
+}
+
+/// Where a new subscription starts in the past.
+#[derive(Debug, Clone)]
+pub enum ReplayFrom {
+    Timestamp(u64),
+    /// Events after this one.
+    EventId(String),
+}
+
+/// One page of `map/replay`: raw event entries `{eventId, timestamp, causedBy?, event}`.
+pub struct ReplayPage {
+    pub events: Vec<Box<RawValue>>,
+    pub has_more: bool,
+    pub total_count: usize,
+}
+
+pub trait Fabric: Send + Sync {
+    /// Make a session reachable through its outbox.
+    fn join(&self, session: &str, outbox: Arc<Outbox>);
+    /// Forget a session and its subscriptions.
+    fn leave(&self, session: &str);
+    /// Queue one frame for a session.
+    fn deliver(&self, session: &str, frame: Frame) -> Result<(), Full>;
+    /// Number, record and fan out an event; returns its event id.
+    fn publish(&self, event: NewEvent) -> String;
+    /// Whether anything (a subscription) would see events right now.
+    fn has_subscribers(&self) -> bool;
+    /// Start a subscription; with `from`, recorded events since then come first, without a gap.
+    fn subscribe(&self, session: &str, filter: Filter, from: Option<ReplayFrom>) -> String;
+    fn unsubscribe(&self, session: &str, subscription: &str) -> bool;
+    fn replay(&self, query: &ReplayQuery) -> ReplayPage;
+}
+
+struct Subscription {
+    id: String,
+    session: String,
+    filter: Filter,
+    outbox: Arc<Outbox>,
+    sequence: u64,
+    dropped: u64,
+    oldest_dropped: Option<String>,
+    newest_dropped: Option<String>,
+}
+
+struct Recorded {
+    event_id: String,
+    timestamp: u64,
+    kind_norm: String,
+    event: NewEvent,
+    /// The `event` object as sent: `{id, type, timestamp, source, data}`.
+    body: Arc<str>,
+}
+
+struct Inner {
+    outboxes: HashMap<String, Arc<Outbox>>,
+    subscriptions: Vec<Subscription>,
+    log: VecDeque<Recorded>,
+}
+
+/// The single-process fabric: one per tenant, so tenants never share a queue.
+pub struct LocalFabric {
+    inner: Mutex<Inner>,
+    log_capacity: usize,
+}
+
+impl LocalFabric {
+    pub fn new(log_capacity: usize) -> LocalFabric {
+        LocalFabric {
+            inner: Mutex::new(Inner { outboxes: HashMap::new(), subscriptions: Vec::new(), log: VecDeque::new() }),
+            log_capacity: log_capacity.max(1),
+        }
+    }
+}
+
+fn event_frame(sub: &Subscription, rec_id: &str, timestamp: u64, caused_by: Option<&str>, body: &str) -> Frame {
+    let mut s = String::with_capacity(body.len() + 200);
+    s.push_str(r#"{"jsonrpc":"2.0","method":"map/event","params":{"subscriptionId":"#);
+    push_json_str(&mut s, &sub.id);
+    let _ = write!(s, r#","sequenceNumber":{},"eventId":"#, sub.sequence + 1);
+    push_json_str(&mut s, rec_id);
+    let _ = write!(s, r#","timestamp":{timestamp}"#);
+    if let Some(c) = caused_by {
+        s.push_str(r#","causedBy":"#);
+        push_json_str(&mut s, c);
+    }
+    s.push_str(r#","event":"#);
+    s.push_str(body);
+    s.push_str("}}");
+    Frame::from(s)
+}
+
+fn push_json_str(out: &mut String, v: &str) {
+    out.push_str(&serde_json::to_string(v).expect("strings serialise"));
+}
+
+impl Subscription {
+    /// Queue one event; when the reader is behind, count it as dropped and
+    /// report the gap with `subscription.overflow` once there is room again.
+    fn offer(&mut self, event_id: &str, timestamp: u64, caused_by: Option<&str>, body: &str) {
+        if self.dropped > 0 {
+            let overflow = json!({
+                "id": ids::prefixed("evt"),
+                "type": "subscription.overflow",
+                "timestamp": timestamp,
+                "source": {},
+                "data": {"subscriptionId": self.id, "eventsDropped": self.dropped,
+                         "oldestDropped": self.oldest_dropped, "newestDropped": self.newest_dropped},
+            })
+            .to_string();
+            let overflow_id = ids::ulid();
+            if self.outbox.push(event_frame(self, &overflow_id, timestamp, None, &overflow)).is_err() {
+                self.note_drop(event_id);
+                return;
+            }
+            self.sequence += 1;
+            self.dropped = 0;
+            self.oldest_dropped = None;
+            self.newest_dropped = None;
+        }
+        match self.outbox.push(event_frame(self, event_id, timestamp, caused_by, body)) {
+            Ok(()) => self.sequence += 1,
+            Err(_) => self.note_drop(event_id),
+        }
+    }
+
+    fn note_drop(&mut self, event_id: &str) {
+        self.dropped += 1;
+        self.oldest_dropped.get_or_insert_with(|| event_id.to_string());
+        self.newest_dropped = Some(event_id.to_string());
+    }
+}
+
+impl Fabric for LocalFabric {
+    fn join(&self, session: &str, outbox: Arc<Outbox>) {
+        let mut inner = self.inner.lock();
+        for sub in inner.subscriptions.iter_mut().filter(|s| s.session == session) {
+            sub.outbox = outbox.clone();
+        }
+        inner.outboxes.insert(session.to_string(), outbox);
+    }
+
+    fn leave(&self, session: &str) {
+        let mut inner = self.inner.lock();
+        inner.outboxes.remove(session);
+        inner.subscriptions.retain(|s| s.session != session);
+    }
+
+    fn deliver(&self, session: &str, frame: Frame) -> Result<(), Full> {
+        let outbox = self.inner.lock().outboxes.get(session).cloned();
+        outbox.ok_or(Full::Closed)?.push(frame)
+    }
+
+    fn publish(&self, event: NewEvent) -> String {
+        // Serialise outside the lock; only the id and timestamp are taken inside,
+        // so the log stays in event-id order.
+        let kind_norm = normalise_type(&event.kind);
+        let mut tail = String::with_capacity(128);
+        tail.push_str(r#","type":"#);
+        push_json_str(&mut tail, &event.kind);
+        tail.push_str(r#","source":"#);
+        tail.push_str(&serde_json::to_string(&event.source).expect("source serialises"));
+        tail.push_str(r#","data":"#);
+        tail.push_str(&serde_json::to_string(&event.data).expect("data serialises"));
+        tail.push('}');
+        let mut inner = self.inner.lock();
+        let timestamp = ids::now_ms();
+        let event_id = ids::ulid();
+        let body: Arc<str> = format!(r#"{{"id":"{event_id}","timestamp":{timestamp}{tail}"#).into();
+        for sub in inner.subscriptions.iter_mut() {
+            if sub.filter.matches(&kind_norm, &event) {
+                sub.offer(&event_id, timestamp, event.caused_by.as_deref(), &body);
+            }
+        }
+        if inner.log.len() == self.log_capacity {
+            inner.log.pop_front();
+        }
+        inner.log.push_back(Recorded { event_id: event_id.clone(), timestamp, kind_norm, event, body });
+        event_id
+    }
+
+    fn has_subscribers(&self) -> bool {
+        !self.inner.lock().subscriptions.is_empty()
+    }
+
+    fn subscribe(&self, session: &str, filter: Filter, from: Option<ReplayFrom>) -> String {
+        let id = ids::prefixed("sub");
+        let mut inner = self.inner.lock();
+        let outbox = inner.outboxes.get(session).cloned().unwrap_or_else(|| Arc::new(Outbox::new(1)));
+        let mut sub = Subscription {
+            id: id.clone(),
+            session: session.to_string(),
+            filter,
+            outbox,
+            sequence: 0,
+            dropped: 0,
+            oldest_dropped: None,
+            newest_dropped: None,
+        };
+        if let Some(from) = from {
+            let start = match &from {
+                ReplayFrom::EventId(after) => inner.log.partition_point(|r| r.event_id.as_str() <= after.as_str()),
+                ReplayFrom::Timestamp(t) => inner.log.partition_point(|r| r.timestamp < *t),
+            };
+            for r in inner.log.range(start..) {
+                if sub.filter.matches(&r.kind_norm, &r.event) {
+                    sub.offer(&r.event_id, r.timestamp, r.event.caused_by.as_deref(), &r.body);
+                }
+            }
+        }
+        inner.subscriptions.push(sub);
+        id
+    }
+
+    fn unsubscribe(&self, session: &str, subscription: &str) -> bool {
+        let mut inner = self.inner.lock();
+        let before = inner.subscriptions.len();
+        inner.subscriptions.retain(|s| !(s.id == subscription && s.session == session));
+        inner.subscriptions.len() != before
+    }
+
+    fn replay(&self, q: &ReplayQuery) -> ReplayPage {
+        let limit = q.limit.unwrap_or(100).clamp(1, 1000);
+        let inner = self.inner.lock();
+        let start = match &q.after_event_id {
+            Some(after) => inner.log.partition_point(|r| r.event_id.as_str() <= after.as_str()),
+            None => 0,
+        };
+        let selected = inner.log.range(start..).filter(|r| {
+            q.from_timestamp.is_none_or(|t| r.timestamp >= t)
+                && q.to_timestamp.is_none_or(|t| r.timestamp <= t)
+                && q.filter.as_ref().is_none_or(|f| f.matches(&r.kind_norm, &r.event))
+        });
+        let mut events = Vec::new();
+        let mut total = 0;
+        for r in selected {
+            total += 1;
+            if events.len() < limit {
+                let mut s = String::with_capacity(r.body.len() + 80);
+                s.push_str(r#"{"eventId":"#);
+                push_json_str(&mut s, &r.event_id);
+                let _ = write!(s, r#","timestamp":{}"#, r.timestamp);
+                if let Some(c) = &r.event.caused_by {
+                    s.push_str(r#","causedBy":"#);
+                    push_json_str(&mut s, c);
+                }
+                s.push_str(r#","event":"#);
+                s.push_str(&r.body);
+                s.push('}');
+                events.push(RawValue::from_string(s).expect("entries are JSON"));
+            }
+        }
+        ReplayPage { has_more: total > events.len(), events, total_count: total }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::events::Source;
+    use serde_json::Value;
+    use tokio::sync::mpsc;
+
+    fn frames(rx: &mut mpsc::Receiver<Frame>) -> Vec<Value> {
+        std::iter::from_fn(|| rx.try_recv().ok()).map(|f| serde_json::from_str(f.as_str()).unwrap()).collect()
+    }
+
+    #[test]
+    fn sequence_is_gap_free_and_overflow_is_reported() {
+        let fabric = LocalFabric::new(100);
+        let outbox = Arc::new(Outbox::new(2));
+        let (tx, mut rx) = mpsc::channel(2);
+        outbox.attach(tx);
+        fabric.join("s1", outbox);
+        let sub = fabric.subscribe("s1", Filter::default(), None);
+        for i in 0..5 {
+            fabric.publish(NewEvent::new("x_happened", Source::default(), json!({"i": i})));
+        }
+        let got = frames(&mut rx);
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0]["params"]["subscriptionId"], sub);
+        assert_eq!(got[1]["params"]["sequenceNumber"], 2);
+        fabric.publish(NewEvent::new("x_happened", Source::default(), json!({"i": 5})));
+        let got = frames(&mut rx);
+        assert_eq!(got[0]["params"]["event"]["type"], "subscription.overflow");
+        assert_eq!(got[0]["params"]["event"]["data"]["eventsDropped"], 3);
+        assert_eq!(got[0]["params"]["sequenceNumber"], 3);
+        assert_eq!(got[1]["params"]["sequenceNumber"], 4);
+        assert_eq!(got[1]["params"]["event"]["data"]["i"], 5);
+    }
+
+    #[test]
+    fn replay_pages_after_an_event_id() {
+        let fabric = LocalFabric::new(3);
+        let ids: Vec<String> = (0..5).map(|i| fabric.publish(NewEvent::new("x", Source::default(), json!({"i": i})))).collect();
+        let page = fabric.replay(&ReplayQuery { limit: Some(2), ..Default::default() });
+        assert_eq!(page.total_count, 3, "the log keeps the newest three");
+        assert!(page.has_more);
+        let first: Value = serde_json::from_str(page.events[0].get()).unwrap();
+        assert_eq!(first["eventId"], ids[2]);
+        let page = fabric.replay(&ReplayQuery { after_event_id: Some(ids[3].clone()), ..Default::default() });
+        assert_eq!(page.events.len(), 1);
+        assert!(!page.has_more);
+    }
+}

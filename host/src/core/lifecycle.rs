@@ -1,0 +1,229 @@
+//! Session lifecycle: open, attach to a connection, detach, resume, expire.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::events::{NewEvent, Source};
+use super::model::Agent;
+use super::outbox::Outbox;
+use super::registry::{Registry, SessionInfo};
+use super::{ids, Active, Conn, ConnState, Gateway, Live};
+use crate::tenants::Tenant;
+
+/// An event about an agent, with the facets filters need.
+pub(crate) fn agent_event(kind: &str, agent: &Agent, data: Value) -> NewEvent {
+    let source = Source { agent_id: Some(agent.id.clone()), participant_id: Some(agent.owner_id.clone()), scope_id: None };
+    let mut ev = NewEvent::new(kind, source, data);
+    ev.facets.source_role = agent.role.clone();
+    ev.facets.roles = agent.role.iter().cloned().collect();
+    ev.facets.scopes = agent.scopes.clone();
+    ev.facets.metadata = agent.metadata.clone();
+    ev
+}
+
+fn participant_event(kind: &str, s: &SessionInfo, extra: Value) -> NewEvent {
+    let source = Source { participant_id: Some(s.participant_id.clone()), ..Source::default() };
+    let mut data = json!({"participantId": s.participant_id, "participantType": s.participant_type});
+    if let (Value::Object(d), Value::Object(e)) = (&mut data, extra) {
+        d.extend(e);
+    }
+    NewEvent::new(kind, source, data)
+}
+
+/// Unregister every agent of a session (or orphan them), returning the events to emit.
+pub(crate) fn release_agents(reg: &mut Registry, session_id: &str, orphan: bool, reason: &str) -> Vec<NewEvent> {
+    let owned = reg.sessions.get(session_id).map(|s| s.agents.clone()).unwrap_or_default();
+    let mut events = Vec::new();
+    for id in owned {
+        if orphan {
+            if let Some(a) = reg.agents.get_mut(&id) {
+                a.state = "orphaned".into();
+                a.lifecycle.last_state_change = ids::now_ms();
+                a.session = String::new();
+                events.push(agent_event("agent_orphaned", a, json!({"agentId": id, "agent": a, "reason": reason})));
+            }
+        } else if let Some(a) = reg.remove_agent(&id) {
+            events.push(agent_event("agent_unregistered", &a, json!({"agentId": id, "agent": a, "reason": reason})));
+        }
+    }
+    if let Some(s) = reg.sessions.get_mut(session_id) {
+        s.agents.clear();
+    }
+    events
+}
+
+impl Gateway {
+    /// Create a session in `tenant` for this connection and bind the connection to it.
+    pub(crate) fn open_session(self: &Arc<Self>, conn: &mut Conn, tenant: Arc<Tenant>, info: SessionInfo) -> Active {
+        let outbox = Arc::new(Outbox::new(self.config.limits.outbox_frames));
+        outbox.attach(conn.tx.clone());
+        tenant.fabric.join(&info.id, outbox.clone());
+        let token = ids::secret();
+        let live = Live {
+            tenant: tenant.clone(),
+            outbox: outbox.clone(),
+            generation: Arc::new(AtomicU64::new(1)),
+            resume_token: token.clone(),
+            participant_id: info.participant_id.clone(),
+            participant_type: info.participant_type.clone(),
+        };
+        self.sessions.lock().insert(info.id.clone(), live);
+        self.resume_tokens.lock().insert(token, info.id.clone());
+        let event = participant_event("participant_connected", &info, json!({}));
+        let active = Active {
+            tenant: tenant.clone(),
+            session_id: info.id.clone(),
+            participant_id: info.participant_id.clone(),
+            participant_type: info.participant_type.clone(),
+            outbox,
+        };
+        {
+            let mut reg = tenant.registry.lock();
+            reg.participants.insert(info.participant_id.clone(), info.id.clone());
+            reg.sessions.insert(info.id.clone(), info);
+        }
+        tenant.fabric.publish(event);
+        conn.state = ConnState::Active(active.clone());
+        active
+    }
+
+    /// The live session a resume token names.
+    pub(crate) fn resumable(&self, token: &str) -> Option<Live> {
+        let session_id = self.resume_tokens.lock().get(token).cloned()?;
+        self.live(&session_id)
+    }
+
+    /// Rebind a connection to the session of a resume token, if it is still
+    /// live; the token is replaced by a fresh one.
+    pub(crate) fn resume_session(self: &Arc<Self>, conn: &mut Conn, token: &str) -> Option<(Active, String, Vec<String>)> {
+        let session_id = self.resume_tokens.lock().remove(token)?;
+        let new_token = ids::secret();
+        let live = {
+            let mut sessions = self.sessions.lock();
+            let live = sessions.get_mut(&session_id)?;
+            live.resume_token = new_token.clone();
+            live.generation.fetch_add(1, Ordering::SeqCst);
+            live.clone()
+        };
+        self.resume_tokens.lock().insert(new_token.clone(), session_id.clone());
+        live.outbox.attach(conn.tx.clone());
+        let (owned, event) = {
+            let mut reg = live.tenant.registry.lock();
+            let info = reg.sessions.get_mut(&session_id)?;
+            info.connected = true;
+            info.disconnected_at = None;
+            let owned = info.agents.clone();
+            (owned, participant_event("participant_connected", info, json!({"reconnected": true})))
+        };
+        live.tenant.fabric.publish(event);
+        let active = Active {
+            tenant: live.tenant.clone(),
+            session_id,
+            participant_id: live.participant_id.clone(),
+            participant_type: live.participant_type.clone(),
+            outbox: live.outbox.clone(),
+        };
+        conn.state = ConnState::Active(active.clone());
+        Some((active, new_token, owned))
+    }
+
+    /// The connection is gone (or said `map/disconnect`): park the session's
+    /// frames and let it be resumed until the window closes. Returns the resume token.
+    pub fn connection_closed(self: &Arc<Self>, conn: &mut Conn) -> Option<String> {
+        let ConnState::Active(active) = std::mem::replace(&mut conn.state, ConnState::Fresh) else { return None };
+        active.outbox.detach(&conn.tx);
+        let live = self.live(&active.session_id)?;
+        let event = {
+            let mut reg = active.tenant.registry.lock();
+            let info = reg.sessions.get_mut(&active.session_id)?;
+            info.connected = false;
+            info.disconnected_at = Some(ids::now_ms());
+            participant_event("participant_disconnected", info, json!({}))
+        };
+        active.tenant.fabric.publish(event);
+        self.schedule_expiry(&active.session_id, &live);
+        Some(live.resume_token)
+    }
+
+    /// Expire the session when the resume window closes, unless a connection
+    /// has taken it up by then.
+    pub(crate) fn schedule_expiry(self: &Arc<Self>, session_id: &str, live: &Live) {
+        let generation = live.generation.fetch_add(1, Ordering::SeqCst) + 1;
+        let gateway = Arc::clone(self);
+        let window = Duration::from_secs(self.config.server.resume_window_secs);
+        let session_id = session_id.to_string();
+        tokio::spawn(async move {
+            tokio::time::sleep(window).await;
+            let idle = gateway.live(&session_id).is_some_and(|l| l.generation.load(Ordering::SeqCst) == generation && !l.outbox.is_attached());
+            if idle {
+                gateway.expire(&session_id, "resume window closed");
+            }
+        });
+    }
+
+    /// Bind an HTTP request to the session it names.
+    pub fn bind_session(&self, conn: &mut Conn, session_id: &str) -> bool {
+        let Some(live) = self.live(session_id) else { return false };
+        conn.state = ConnState::Active(Active {
+            tenant: live.tenant,
+            session_id: session_id.to_string(),
+            participant_id: live.participant_id,
+            participant_type: live.participant_type,
+            outbox: live.outbox,
+        });
+        true
+    }
+
+    /// An HTTP request is done: its session stays, its frames park until an
+    /// event stream takes them, and it expires after a quiet resume window.
+    pub fn request_done(self: &Arc<Self>, conn: &mut Conn) -> Option<String> {
+        let ConnState::Active(active) = std::mem::replace(&mut conn.state, ConnState::Fresh) else { return None };
+        active.outbox.detach(&conn.tx);
+        let live = self.live(&active.session_id)?;
+        self.schedule_expiry(&active.session_id, &live);
+        Some(active.session_id)
+    }
+
+    /// An event stream (SSE) takes over a session's frames.
+    pub fn attach_stream(&self, session_id: &str, tx: tokio::sync::mpsc::Sender<super::outbox::Frame>) -> bool {
+        let Some(live) = self.live(session_id) else { return false };
+        live.generation.fetch_add(1, Ordering::SeqCst);
+        live.outbox.attach(tx);
+        true
+    }
+
+    /// The event stream ended.
+    pub fn stream_closed(self: &Arc<Self>, session_id: &str, tx: &tokio::sync::mpsc::Sender<super::outbox::Frame>) {
+        if let Some(live) = self.live(session_id) {
+            live.outbox.detach(tx);
+            self.schedule_expiry(session_id, &live);
+        }
+    }
+
+    /// End a session for good: its agents go (or are orphaned), its
+    /// subscriptions end, its token stops working.
+    pub(crate) fn expire(&self, session_id: &str, reason: &str) {
+        let Some(live) = self.sessions.lock().remove(session_id) else { return };
+        self.resume_tokens.lock().remove(&live.resume_token);
+        live.outbox.close();
+        let tenant = &live.tenant;
+        tenant.fabric.leave(session_id);
+        let events = {
+            let mut reg = tenant.registry.lock();
+            let orphan = reg.sessions.get(session_id).is_some_and(|s| s.agent_behavior == "orphan");
+            let events = release_agents(&mut reg, session_id, orphan, reason);
+            if let Some(info) = reg.sessions.remove(session_id) {
+                if reg.participants.get(&info.participant_id).is_some_and(|s| s == session_id) {
+                    reg.participants.remove(&info.participant_id);
+                }
+            }
+            events
+        };
+        for e in events {
+            tenant.fabric.publish(e);
+        }
+    }
+}

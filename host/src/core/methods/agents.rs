@@ -1,0 +1,427 @@
+//! Agent methods: register/spawn, unregister, update, stop/suspend/resume,
+//! list, get, structure graph, inject.
+
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use crate::core::events::NewEvent;
+use crate::core::lifecycle::agent_event;
+use crate::core::model::{check_transition, Agent, Lifecycle, RegisterParams};
+use crate::core::registry::Registry;
+use crate::core::outbox::Frame;
+use crate::core::{ids, Active, Out};
+use crate::rpc::{codes, encode_notification, Request, RpcError};
+
+fn publish(active: &Active, events: Vec<NewEvent>) {
+    for e in events {
+        active.tenant.fabric.publish(e);
+    }
+}
+
+fn scope_event(kind: &str, scope: &str, agent: &Agent) -> NewEvent {
+    let mut ev = agent_event(kind, agent, json!({"scopeId": scope, "agentId": agent.id}));
+    ev.source.scope_id = Some(scope.to_string());
+    if !ev.facets.scopes.iter().any(|s| s == scope) {
+        ev.facets.scopes.push(scope.to_string());
+    }
+    ev
+}
+
+pub fn register(active: &Active, req: &Request, spawn: bool) -> Result<Out, RpcError> {
+    let p: RegisterParams = req.params()?;
+    if let Some(id) = &p.agent_id {
+        if id.is_empty() || id.len() > 256 {
+            return Err(RpcError::invalid_params("agentId must be 1 to 256 characters"));
+        }
+    }
+    if let Some(state) = &p.state {
+        if !crate::core::model::valid_state(state) {
+            return Err(RpcError::invalid_params(format!("Unknown agent state {state:?}")));
+        }
+    }
+    let now = ids::now_ms();
+    let mut events = Vec::new();
+    let agent = {
+        let mut reg = active.tenant.registry.lock();
+        let id = p.agent_id.clone().unwrap_or_else(|| ids::prefixed("agent"));
+        if reg.agents.contains_key(&id) {
+            return Err(RpcError::new(codes::AGENT_EXISTS, format!("Agent already exists: {id}")));
+        }
+        if let Some(parent) = &p.parent {
+            reg.agent(parent)?;
+        }
+        if spawn && p.parent.is_some() {
+            let parent = reg.agent(p.parent.as_deref().unwrap_or_default())?;
+            if parent.session != active.session_id {
+                return Err(RpcError::new(codes::PERMISSION_DENIED, "Only the parent's own session may spawn children under it"));
+            }
+        }
+        for s in &p.scopes {
+            reg.scope(s)?;
+        }
+        let agent = Agent {
+            id: id.clone(),
+            owner_id: active.participant_id.clone(),
+            name: p.name,
+            description: p.description,
+            role: p.role,
+            parent: p.parent.clone(),
+            children: Vec::new(),
+            state: p.state.unwrap_or_else(|| "registered".into()),
+            scopes: dedup(p.scopes),
+            visibility: p.visibility,
+            capabilities: p.capabilities,
+            metadata: p.metadata,
+            lifecycle: Lifecycle { created_at: now, last_state_change: now, exit_reason: None },
+            session: active.session_id.clone(),
+        };
+        if let Some(parent) = p.parent.as_ref().and_then(|pid| reg.agents.get_mut(pid)) {
+            parent.children.push(id.clone());
+        }
+        for s in &agent.scopes {
+            if let Some(scope) = reg.scopes.get_mut(s) {
+                scope.members.push(id.clone());
+            }
+        }
+        if let Some(session) = reg.sessions.get_mut(&active.session_id) {
+            session.agents.push(id.clone());
+        }
+        events.push(agent_event("agent_registered", &agent, json!({"agent": agent})));
+        for s in &agent.scopes {
+            events.push(scope_event("scope_member_joined", s, &agent));
+        }
+        reg.agents.insert(id, agent.clone());
+        agent
+    };
+    publish(active, events);
+    Ok(json!({"agent": agent}).into())
+}
+
+fn dedup(mut v: Vec<String>) -> Vec<String> {
+    let mut seen = std::collections::HashSet::new();
+    v.retain(|x| seen.insert(x.clone()));
+    v
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct AgentRef {
+    agent_id: Option<String>,
+    reason: Option<String>,
+}
+
+fn agent_id(p: &AgentRef) -> Result<&str, RpcError> {
+    p.agent_id.as_deref().ok_or_else(|| RpcError::invalid_params("agentId is required"))
+}
+
+fn owned<'a>(reg: &'a mut Registry, active: &Active, id: &str) -> Result<&'a mut Agent, RpcError> {
+    let agent = reg.agent_mut(id)?;
+    if agent.session != active.session_id {
+        return Err(RpcError::new(codes::PERMISSION_DENIED, format!("Agent {id} belongs to another session")));
+    }
+    Ok(agent)
+}
+
+pub fn unregister(active: &Active, req: &Request) -> Result<Out, RpcError> {
+    let p: AgentRef = req.params()?;
+    let id = agent_id(&p)?;
+    let agent = {
+        let mut reg = active.tenant.registry.lock();
+        owned(&mut reg, active, id)?;
+        reg.remove_agent(id).expect("checked above")
+    };
+    let reason = p.reason.clone().unwrap_or_else(|| "unregistered".into());
+    publish(active, vec![agent_event("agent_unregistered", &agent, json!({"agentId": id, "agent": agent, "reason": reason}))]);
+    Ok(json!({"agent": agent, "unregistered": true}).into())
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct UpdateParams {
+    agent_id: Option<String>,
+    state: Option<String>,
+    metadata: Option<Map<String, Value>>,
+    name: Option<String>,
+    description: Option<String>,
+    role: Option<String>,
+    capabilities: Option<Value>,
+}
+
+fn state_event(agent: &Agent, previous: &str, reason: Option<&str>) -> NewEvent {
+    agent_event(
+        "agent_state_changed",
+        agent,
+        json!({"agentId": agent.id, "agent": agent, "previousState": previous, "newState": agent.state, "reason": reason}),
+    )
+}
+
+pub fn update(active: &Active, req: &Request) -> Result<Out, RpcError> {
+    let p: UpdateParams = req.params()?;
+    let id = p.agent_id.as_deref().ok_or_else(|| RpcError::invalid_params("agentId is required"))?;
+    let mut events = Vec::new();
+    let agent = {
+        let mut reg = active.tenant.registry.lock();
+        let agent = owned(&mut reg, active, id)?;
+        if let Some(state) = &p.state {
+            check_transition(agent, state)?;
+        }
+        let previous = agent.state.clone();
+        if let Some(meta) = p.metadata {
+            let mut merged = agent.metadata.take().and_then(|m| m.as_object().cloned()).unwrap_or_default();
+            for (k, v) in meta {
+                if v.is_null() {
+                    merged.remove(&k);
+                } else {
+                    merged.insert(k, v);
+                }
+            }
+            agent.metadata = Some(Value::Object(merged));
+        }
+        if p.name.is_some() {
+            agent.name = p.name;
+        }
+        if p.description.is_some() {
+            agent.description = p.description;
+        }
+        if p.role.is_some() {
+            agent.role = p.role;
+        }
+        if p.capabilities.is_some() {
+            agent.capabilities = p.capabilities;
+        }
+        if let Some(state) = p.state.filter(|s| *s != previous) {
+            agent.state = state;
+            agent.lifecycle.last_state_change = ids::now_ms();
+            events.push(state_event(agent, &previous, None));
+        }
+        agent.clone()
+    };
+    publish(active, events);
+    Ok(json!({"agent": agent}).into())
+}
+
+/// stop / suspend / resume: by the owner, or by a client, gateway or system participant.
+pub fn control(active: &Active, req: &Request, target: &str) -> Result<Out, RpcError> {
+    let p: AgentRef = req.params()?;
+    let id = agent_id(&p)?;
+    let mut events = Vec::new();
+    let agent = {
+        let mut reg = active.tenant.registry.lock();
+        let agent = reg.agent_mut(id)?;
+        if agent.session != active.session_id && active.participant_type == "agent" {
+            return Err(RpcError::new(codes::PERMISSION_DENIED, format!("Agent {id} belongs to another session")));
+        }
+        let previous = agent.state.clone();
+        match (target, previous.as_str()) {
+            (_, "stopped") if target != "stopped" => return Err(RpcError::new(codes::AGENT_TERMINATED, format!("Agent {id} is stopped"))),
+            ("active", s) if s != "suspended" => return Err(RpcError::new(codes::STATE_INVALID, format!("Agent {id} is {s}, not suspended"))),
+            _ => {}
+        }
+        if previous != target {
+            agent.state = target.to_string();
+            agent.lifecycle.last_state_change = ids::now_ms();
+            if target == "stopped" {
+                agent.lifecycle.exit_reason = p.reason.clone();
+            }
+            events.push(state_event(agent, &previous, p.reason.as_deref()));
+        }
+        agent.clone()
+    };
+    publish(active, events);
+    Ok(json!({"agent": agent}).into())
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct ListFilter {
+    states: Vec<String>,
+    roles: Vec<String>,
+    scopes: Vec<String>,
+    parent: Option<String>,
+    owner_id: Option<String>,
+    has_children: Option<bool>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct ListParams {
+    filter: ListFilter,
+    // Flat forms of the schema.
+    state: Option<String>,
+    role: Option<String>,
+    scope_id: Option<String>,
+    parent: Option<String>,
+    owner_id: Option<String>,
+    limit: Option<usize>,
+    cursor: Option<String>,
+}
+
+/// Cursor pagination over a stable order: the cursor is the offset to continue at.
+pub(crate) fn page<T>(items: Vec<T>, limit: Option<usize>, cursor: Option<&str>) -> Result<(Vec<T>, Option<String>), RpcError> {
+    let start = match cursor {
+        Some(c) => c.parse::<usize>().map_err(|_| RpcError::invalid_params("Invalid cursor"))?,
+        None => 0,
+    };
+    let limit = limit.unwrap_or(100).clamp(1, 1000);
+    let total = items.len();
+    let out: Vec<T> = items.into_iter().skip(start).take(limit).collect();
+    let next = (start + out.len() < total).then(|| (start + out.len()).to_string());
+    Ok((out, next))
+}
+
+pub fn list(active: &Active, req: &Request) -> Result<Out, RpcError> {
+    let p: ListParams = req.params()?;
+    let f = &p.filter;
+    let mut states = f.states.clone();
+    states.extend(p.state.clone());
+    let mut roles = f.roles.clone();
+    roles.extend(p.role.clone());
+    let mut scopes = f.scopes.clone();
+    scopes.extend(p.scope_id.clone());
+    let parent = f.parent.clone().or(p.parent.clone());
+    let owner = f.owner_id.clone().or(p.owner_id.clone());
+    let reg = active.tenant.registry.lock();
+    let matching: Vec<&Agent> = reg
+        .agents_sorted()
+        .into_iter()
+        .filter(|a| states.is_empty() || states.contains(&a.state))
+        .filter(|a| roles.is_empty() || a.role.as_ref().is_some_and(|r| roles.contains(r)))
+        .filter(|a| scopes.is_empty() || a.scopes.iter().any(|s| scopes.contains(s)))
+        .filter(|a| parent.is_none() || a.parent == parent)
+        .filter(|a| owner.is_none() || owner.as_ref() == Some(&a.owner_id))
+        .filter(|a| f.has_children.is_none_or(|h| h == !a.children.is_empty()))
+        .collect();
+    let (agents, next) = page(matching, p.limit, p.cursor.as_deref())?;
+    let mut result = json!({"agents": agents});
+    if let Some(n) = next {
+        result["nextCursor"] = json!(n);
+    }
+    Ok(result.into())
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct Include {
+    parent: bool,
+    children: bool,
+    siblings: bool,
+    ancestors: bool,
+    descendants: bool,
+    max_depth: Option<usize>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct GetParams {
+    agent_id: Option<String>,
+    include: Include,
+}
+
+pub fn get(active: &Active, req: &Request) -> Result<Out, RpcError> {
+    let p: GetParams = req.params()?;
+    let id = p.agent_id.as_deref().ok_or_else(|| RpcError::invalid_params("agentId is required"))?;
+    let reg = active.tenant.registry.lock();
+    let agent = reg.agent(id)?;
+    let many = |ids: Vec<String>| ids.iter().filter_map(|i| reg.agents.get(i)).cloned().collect::<Vec<Agent>>();
+    let depth = p.include.max_depth.unwrap_or(usize::MAX).max(1);
+    let mut result = json!({"agent": agent});
+    if p.include.parent {
+        if let Some(parent) = agent.parent.as_ref().and_then(|x| reg.agents.get(x)) {
+            result["parent"] = json!(parent);
+        }
+    }
+    if p.include.children {
+        result["children"] = json!(many(agent.children.clone()));
+    }
+    if p.include.siblings {
+        let siblings = agent.parent.as_ref().and_then(|x| reg.agents.get(x)).map(|par| par.children.clone()).unwrap_or_default();
+        result["siblings"] = json!(many(siblings.into_iter().filter(|s| s != id).collect()));
+    }
+    if p.include.ancestors {
+        result["ancestors"] = json!(many(reg.ancestors(id, depth)));
+    }
+    if p.include.descendants {
+        result["descendants"] = json!(many(reg.descendants(id, depth)));
+    }
+    Ok(result.into())
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct GraphParams {
+    root_agent_id: Option<String>,
+    depth: Option<usize>,
+    include_relationships: bool,
+}
+
+pub fn graph(active: &Active, req: &Request) -> Result<Out, RpcError> {
+    let p: GraphParams = req.params()?;
+    let reg = active.tenant.registry.lock();
+    let ids: Vec<String> = match &p.root_agent_id {
+        Some(root) => {
+            reg.agent(root)?;
+            std::iter::once(root.clone()).chain(reg.descendants(root, p.depth.unwrap_or(usize::MAX).max(1))).collect()
+        }
+        None => reg.agents_sorted().into_iter().map(|a| a.id.clone()).collect(),
+    };
+    let nodes: Vec<&Agent> = ids.iter().filter_map(|i| reg.agents.get(i)).collect();
+    let mut edges = Vec::new();
+    for a in &nodes {
+        if let Some(parent) = a.parent.as_ref().filter(|p| ids.contains(p)) {
+            edges.push(json!({"from": parent, "to": a.id, "type": "parent-child"}));
+        }
+    }
+    if p.include_relationships {
+        for (i, a) in nodes.iter().enumerate() {
+            for b in &nodes[i + 1..] {
+                if a.scopes.iter().any(|s| b.scopes.contains(s)) {
+                    edges.push(json!({"from": a.id, "to": b.id, "type": "peer"}));
+                }
+            }
+        }
+    }
+    Ok(json!({"nodes": nodes, "edges": edges}).into())
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct InjectParams {
+    agent_id: Option<String>,
+    content: Value,
+    delivery: Option<String>,
+}
+
+/// Steering: hand content to an agent as a `map/message` marked as injected.
+pub fn inject(active: &Active, req: &Request) -> Result<Out, RpcError> {
+    let p: InjectParams = req.params()?;
+    let id = p.agent_id.as_deref().ok_or_else(|| RpcError::invalid_params("agentId is required"))?;
+    if let Some(d) = p.delivery.as_deref() {
+        if !matches!(d, "interrupt" | "queue" | "best-effort") {
+            return Err(RpcError::invalid_params("delivery must be interrupt, queue or best-effort"));
+        }
+    }
+    let (session, from) = {
+        let reg = active.tenant.registry.lock();
+        let agent = reg.agent(id)?;
+        if agent.state == "stopped" {
+            return Err(RpcError::new(codes::AGENT_TERMINATED, format!("Agent {id} is stopped")));
+        }
+        let from = reg.sessions.get(&active.session_id).and_then(|s| s.agents.first().cloned()).unwrap_or_else(|| active.participant_id.clone());
+        (agent.session.clone(), from)
+    };
+    let message = json!({
+        "id": ids::prefixed("msg"),
+        "from": from,
+        "to": {"agent": id},
+        "timestamp": ids::now_ms(),
+        "payload": p.content,
+        "meta": {"injected": true, "delivery": p.delivery.as_deref().unwrap_or("queue")},
+    });
+    let frame = Frame::from(encode_notification("map/message", &json!({"message": message})));
+    active
+        .tenant
+        .fabric
+        .deliver(&session, frame)
+        .map_err(|_| RpcError::new(codes::DELIVERY_FAILED, format!("Agent {id} cannot take more messages right now")))?;
+    Ok(json!({"injected": true, "delivery": "message"}).into())
+}

@@ -1,0 +1,134 @@
+//! map/send: resolve the address, push `map/message` to each recipient, record events.
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{json, Map, Value};
+
+use crate::core::address::{self, Address, Sender};
+use crate::core::events::{NewEvent, Source};
+use crate::core::outbox::Frame;
+use crate::core::{ids, Active, Out};
+use crate::rpc::{codes, Request, RpcError};
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SendParams {
+    to: Option<Value>,
+    #[serde(default)]
+    payload: Option<Box<RawValue>>,
+    #[serde(default)]
+    meta: Option<Map<String, Value>>,
+    /// Which of the session's agents sends (default: its first).
+    #[serde(default)]
+    from: Option<String>,
+}
+
+fn push_json(out: &mut String, v: &impl serde::Serialize) {
+    out.push_str(&serde_json::to_string(v).expect("values serialise"));
+}
+
+pub fn send(active: &Active, req: &Request) -> Result<Out, RpcError> {
+    let p: SendParams = req.params()?;
+    let to = p.to.ok_or_else(|| RpcError::invalid_params("`to` is required"))?;
+    let addr = Address::parse(&to)?;
+    let meta = p.meta.unwrap_or_default();
+
+    let mut facets_roles = Vec::new();
+    let mut facets_scopes = Vec::new();
+    let (from, sender_agent, sender_role, sender_meta, recipients) = {
+        let reg = active.tenant.registry.lock();
+        let session = reg.sessions.get(&active.session_id);
+        let agent = match &p.from {
+            Some(a) if session.is_some_and(|s| s.agents.contains(a)) => Some(a.clone()),
+            Some(a) => return Err(RpcError::new(codes::PERMISSION_DENIED, format!("Agent {a} is not owned by this session"))),
+            None => session.and_then(|s| s.agents.first().cloned()),
+        };
+        let sender = Sender { session: &active.session_id, participant: &active.participant_id, agent: agent.as_deref() };
+        let recipients = address::resolve(&reg, &addr, &sender)?;
+        for r in &recipients {
+            if let Some(role) = reg.agents.get(&r.id).and_then(|a| a.role.clone()) {
+                facets_roles.push(role);
+            }
+        }
+        if let Address::Scope(s) = &addr {
+            facets_scopes.push(s.clone());
+        }
+        let me = agent.as_ref().and_then(|a| reg.agents.get(a));
+        if let Some(me) = me {
+            facets_scopes.extend(me.scopes.iter().cloned());
+        }
+        let role = me.and_then(|a| a.role.clone());
+        let metadata = me.and_then(|a| a.metadata.clone());
+        let from = agent.clone().unwrap_or_else(|| active.participant_id.clone());
+        (from, agent, role, metadata, recipients)
+    };
+
+    let message_id = ids::prefixed("msg");
+    let timestamp = ids::now_ms();
+    // The message text is built once and shared by every recipient's frame.
+    let mut message = String::with_capacity(256);
+    message.push_str(r#"{"id":"#);
+    push_json(&mut message, &message_id);
+    message.push_str(r#","from":"#);
+    push_json(&mut message, &from);
+    message.push_str(r#","to":"#);
+    push_json(&mut message, &to);
+    message.push_str(&format!(r#","timestamp":{timestamp}"#));
+    if let Some(payload) = &p.payload {
+        message.push_str(r#","payload":"#);
+        message.push_str(payload.get());
+    }
+    if !meta.is_empty() {
+        message.push_str(r#","meta":"#);
+        push_json(&mut message, &meta);
+    }
+    message.push('}');
+    let frame = Frame::from(format!(r#"{{"jsonrpc":"2.0","method":"map/message","params":{{"message":{message}}}}}"#));
+
+    let mut delivered = Vec::with_capacity(recipients.len());
+    let mut failed = Vec::new();
+    let mut sessions_done: Vec<(&str, bool)> = Vec::with_capacity(recipients.len());
+    for r in &recipients {
+        // A session owning several recipients gets the message once.
+        let ok = match sessions_done.iter().find(|(s, _)| *s == r.session) {
+            Some((_, ok)) => *ok,
+            None => {
+                let ok = active.tenant.fabric.deliver(&r.session, frame.clone()).is_ok();
+                sessions_done.push((&r.session, ok));
+                ok
+            }
+        };
+        if ok {
+            delivered.push(r.id.as_str());
+        } else {
+            failed.push(r.id.as_str());
+        }
+    }
+
+    let source = Source { agent_id: sender_agent, participant_id: Some(active.participant_id.clone()), scope_id: None };
+    let priority = meta.get("priority").and_then(Value::as_str).unwrap_or("normal").to_string();
+    let correlation = meta.get("correlationId").and_then(Value::as_str).map(String::from);
+    let message_value: Value = serde_json::from_str(&message).expect("built as JSON");
+    let with_facets = |mut ev: NewEvent| {
+        ev.facets.source_role = sender_role.clone();
+        ev.facets.roles = sender_role.iter().cloned().chain(facets_roles.iter().cloned()).collect();
+        ev.facets.scopes = facets_scopes.clone();
+        ev.facets.priority = Some(priority.clone());
+        ev.facets.correlation_id = correlation.clone();
+        ev.facets.metadata = sender_meta.clone();
+        ev
+    };
+    let fabric = &active.tenant.fabric;
+    fabric.publish(with_facets(NewEvent::new("message_sent", source.clone(), json!({"message": message_value, "recipients": delivered}))));
+    if delivered.is_empty() {
+        fabric.publish(with_facets(NewEvent::new("message_failed", source, json!({"messageId": message_id, "failed": failed}))));
+        return Err(RpcError::new(codes::DELIVERY_FAILED, "No recipient could take the message (their queues are full or closed)")
+            .with_details(json!({"messageId": message_id, "failed": failed})));
+    }
+    fabric.publish(with_facets(NewEvent::new("message_delivered", source, json!({"messageId": message_id, "from": from, "delivered": delivered}))));
+    let mut result = json!({"messageId": message_id, "delivered": delivered});
+    if !failed.is_empty() {
+        result["failed"] = json!(failed);
+    }
+    Ok(result.into())
+}

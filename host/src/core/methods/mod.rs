@@ -1,0 +1,53 @@
+//! The method table: every MAP core method, by name.
+
+pub(crate) mod agents;
+pub(crate) mod messaging;
+pub(crate) mod scopes;
+pub(crate) mod session;
+pub(crate) mod subscriptions;
+
+use std::sync::Arc;
+
+use super::{Conn, Gateway, Out};
+use crate::rpc::{Request, RpcError};
+
+pub(super) fn dispatch(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out, RpcError> {
+    match req.method.as_str() {
+        "map/connect" | "map/initialize" => session::connect(gw, conn, req),
+        "map/authenticate" => session::authenticate(gw, conn, req),
+        "map/auth/refresh" => session::refresh(gw, conn, req),
+        "map/disconnect" | "map/shutdown" => session::disconnect(gw, conn, req),
+        "map/session/list" => session::list(conn),
+        "map/session/load" => session::load(gw, conn, req),
+        "map/session/close" => session::close(gw, conn, req),
+
+        "map/agents/register" => agents::register(conn.active()?, req, false),
+        "map/agents/spawn" => agents::register(conn.active()?, req, true),
+        "map/agents/unregister" => agents::unregister(conn.active()?, req),
+        "map/agents/update" => agents::update(conn.active()?, req),
+        "map/agents/stop" => agents::control(conn.active()?, req, "stopped"),
+        "map/agents/suspend" => agents::control(conn.active()?, req, "suspended"),
+        "map/agents/resume" => agents::control(conn.active()?, req, "active"),
+        "map/agents/list" => agents::list(conn.active()?, req),
+        "map/agents/get" => agents::get(conn.active()?, req),
+        "map/structure/graph" => agents::graph(conn.active()?, req),
+        "map/inject" => agents::inject(conn.active()?, req),
+
+        "map/scopes/create" => scopes::create(conn.active()?, req),
+        "map/scopes/list" => scopes::list(conn.active()?, req),
+        "map/scopes/get" => scopes::get(conn.active()?, req),
+        "map/scopes/delete" => scopes::delete(conn.active()?, req),
+        "map/scopes/join" => scopes::join(conn.active()?, req, true),
+        "map/scopes/leave" => scopes::join(conn.active()?, req, false),
+        "map/scopes/members" => scopes::members(conn.active()?, req),
+
+        "map/send" => messaging::send(conn.active()?, req),
+
+        "map/subscribe" => subscriptions::subscribe(conn.active()?, req),
+        "map/unsubscribe" => subscriptions::unsubscribe(conn.active()?, req),
+        "map/subscribe.ack" => subscriptions::ack(conn.active()?, req),
+        "map/replay" => subscriptions::replay(conn.active()?, req),
+
+        other => Err(RpcError::method_not_found(other)),
+    }
+}

@@ -1,0 +1,185 @@
+//! Scope methods: create, list, get, delete, join, leave, members.
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::agents::page;
+use crate::core::events::{NewEvent, Source};
+use crate::core::lifecycle::agent_event;
+use crate::core::model::Scope;
+use crate::core::{ids, Active, Out};
+use crate::rpc::{codes, Request, RpcError};
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct CreateParams {
+    scope_id: Option<String>,
+    name: Option<String>,
+    parent: Option<String>,
+    join_policy: Option<String>,
+    visibility: Option<String>,
+    send_policy: Option<String>,
+    metadata: Option<Value>,
+}
+
+fn one_of(value: Option<String>, allowed: &[&str], field: &str) -> Result<String, RpcError> {
+    let v = value.unwrap_or_else(|| allowed[0].to_string());
+    if allowed.contains(&v.as_str()) {
+        Ok(v)
+    } else {
+        Err(RpcError::invalid_params(format!("{field} must be one of {}", allowed.join(", "))))
+    }
+}
+
+fn scope_only_event(kind: &str, scope: &Scope, active: &Active, data: Value) -> NewEvent {
+    let source = Source { participant_id: Some(active.participant_id.clone()), scope_id: Some(scope.id.clone()), agent_id: None };
+    NewEvent::new(kind, source, data)
+}
+
+pub fn create(active: &Active, req: &Request) -> Result<Out, RpcError> {
+    let p: CreateParams = req.params()?;
+    let scope = Scope {
+        id: p.scope_id.clone().unwrap_or_else(|| ids::prefixed("scope")),
+        name: p.name,
+        parent: p.parent.clone(),
+        join_policy: one_of(p.join_policy, &["open", "invite", "approval"], "joinPolicy")?,
+        visibility: one_of(p.visibility, &["public", "private", "unlisted"], "visibility")?,
+        send_policy: one_of(p.send_policy, &["anyone", "members"], "sendPolicy")?,
+        metadata: p.metadata,
+        created_at: ids::now_ms(),
+        created_by: Some(active.participant_id.clone()),
+        members: Vec::new(),
+    };
+    if scope.id.is_empty() {
+        return Err(RpcError::invalid_params("scopeId must not be empty"));
+    }
+    {
+        let mut reg = active.tenant.registry.lock();
+        if reg.scopes.contains_key(&scope.id) {
+            return Err(RpcError::invalid_params(format!("Scope already exists: {}", scope.id)));
+        }
+        if let Some(parent) = &p.parent {
+            reg.scope(parent)?;
+        }
+        reg.scopes.insert(scope.id.clone(), scope.clone());
+    }
+    active.tenant.fabric.publish(scope_only_event("scope_created", &scope, active, json!({"scope": scope})));
+    Ok(json!({"scope": scope}).into())
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct ScopeRef {
+    scope_id: Option<String>,
+    agent_id: Option<String>,
+    parent: Option<String>,
+    limit: Option<usize>,
+    cursor: Option<String>,
+}
+
+fn scope_id(p: &ScopeRef) -> Result<&str, RpcError> {
+    p.scope_id.as_deref().ok_or_else(|| RpcError::invalid_params("scopeId is required"))
+}
+
+/// Private scopes are listed only to their creator.
+fn visible(scope: &Scope, active: &Active) -> bool {
+    scope.visibility == "public" || scope.created_by.as_deref() == Some(active.participant_id.as_str())
+}
+
+pub fn list(active: &Active, req: &Request) -> Result<Out, RpcError> {
+    let p: ScopeRef = req.params()?;
+    let reg = active.tenant.registry.lock();
+    let mut scopes: Vec<&Scope> = reg.scopes.values().filter(|s| visible(s, active)).filter(|s| p.parent.is_none() || s.parent == p.parent).collect();
+    scopes.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+    Ok(json!({"scopes": scopes}).into())
+}
+
+pub fn get(active: &Active, req: &Request) -> Result<Out, RpcError> {
+    let p: ScopeRef = req.params()?;
+    let reg = active.tenant.registry.lock();
+    let scope = reg.scope(scope_id(&p)?)?;
+    Ok(json!({"scope": scope, "memberCount": scope.members.len()}).into())
+}
+
+pub fn delete(active: &Active, req: &Request) -> Result<Out, RpcError> {
+    let p: ScopeRef = req.params()?;
+    let id = scope_id(&p)?;
+    let scope = {
+        let mut reg = active.tenant.registry.lock();
+        let scope = reg.scope(id)?;
+        if scope.created_by.as_deref() != Some(active.participant_id.as_str()) && active.participant_type == "agent" {
+            return Err(RpcError::new(codes::PERMISSION_DENIED, format!("Only the creator of scope {id} or a client may delete it")));
+        }
+        let scope = reg.scopes.remove(id).expect("checked above");
+        for m in &scope.members {
+            if let Some(a) = reg.agents.get_mut(m) {
+                a.scopes.retain(|s| s != id);
+            }
+        }
+        for s in reg.scopes.values_mut().filter(|s| s.parent.as_deref() == Some(id)) {
+            s.parent = None;
+        }
+        scope
+    };
+    active.tenant.fabric.publish(scope_only_event("scope_deleted", &scope, active, json!({"scopeId": id, "scope": scope})));
+    Ok(json!({"scope": scope, "deleted": true}).into())
+}
+
+pub fn join(active: &Active, req: &Request, joining: bool) -> Result<Out, RpcError> {
+    let p: ScopeRef = req.params()?;
+    let id = scope_id(&p)?;
+    let agent_id = p.agent_id.as_deref().ok_or_else(|| RpcError::invalid_params("agentId is required"))?;
+    let (scope, agent, changed) = {
+        let mut reg = active.tenant.registry.lock();
+        let scope = reg.scope(id)?;
+        let agent = reg.agent(agent_id)?;
+        let own_agent = agent.session == active.session_id;
+        if !own_agent && active.participant_type == "agent" {
+            return Err(RpcError::new(codes::PERMISSION_DENIED, format!("Agent {agent_id} belongs to another session")));
+        }
+        let creator = scope.created_by.as_deref() == Some(active.participant_id.as_str());
+        if joining && scope.join_policy != "open" && !creator {
+            return Err(RpcError::new(codes::PERMISSION_DENIED, format!("Scope {id} is {}: only its creator adds members", scope.join_policy)));
+        }
+        let member = scope.members.iter().any(|m| m == agent_id);
+        let changed = member != joining;
+        if changed {
+            let scope = reg.scope_mut(id)?;
+            if joining {
+                scope.members.push(agent_id.to_string());
+            } else {
+                scope.members.retain(|m| m != agent_id);
+            }
+            let agent = reg.agent_mut(agent_id)?;
+            if joining {
+                agent.scopes.push(id.to_string());
+            } else {
+                agent.scopes.retain(|s| s != id);
+            }
+        }
+        (reg.scope(id)?.clone(), reg.agent(agent_id)?.clone(), changed)
+    };
+    if changed {
+        let kind = if joining { "scope_member_joined" } else { "scope_member_left" };
+        let mut ev = agent_event(kind, &agent, json!({"scopeId": id, "agentId": agent_id}));
+        ev.source.scope_id = Some(id.to_string());
+        if !ev.facets.scopes.iter().any(|s| s == id) {
+            ev.facets.scopes.push(id.to_string());
+        }
+        active.tenant.fabric.publish(ev);
+    }
+    let flag = if joining { "joined" } else { "left" };
+    Ok(json!({"scope": scope, "agent": agent, flag: true}).into())
+}
+
+pub fn members(active: &Active, req: &Request) -> Result<Out, RpcError> {
+    let p: ScopeRef = req.params()?;
+    let reg = active.tenant.registry.lock();
+    let scope = reg.scope(scope_id(&p)?)?;
+    let (members, next) = page(scope.members.clone(), p.limit, p.cursor.as_deref())?;
+    let mut result = json!({"members": members});
+    if let Some(n) = next {
+        result["nextCursor"] = json!(n);
+    }
+    Ok(result.into())
+}

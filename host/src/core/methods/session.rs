@@ -1,0 +1,328 @@
+//! map/connect, map/authenticate, map/disconnect and the sessions extension.
+
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::core::lifecycle::release_agents;
+use crate::core::registry::SessionInfo;
+use crate::core::{ids, Active, Conn, ConnState, Gateway, Out, PROTOCOL_VERSION};
+use crate::rpc::{codes, Request, RpcError};
+use crate::tenants::Tenant;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ConnectParams {
+    pub protocol_version: Option<Value>,
+    pub participant_type: Option<String>,
+    pub participant_id: Option<String>,
+    pub name: Option<String>,
+    pub capabilities: Option<Value>,
+    pub session_id: Option<String>,
+    pub resume_token: Option<String>,
+    pub reclaim_agents: Option<Vec<String>>,
+    pub disconnect_policy: Option<DisconnectPolicy>,
+    pub auth: Option<AuthParams>,
+    /// Draft `map/initialize`: `full` or `acp-compat`.
+    pub mode: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct DisconnectPolicy {
+    pub agent_behavior: Option<String>,
+    pub grace_period_ms: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct AuthParams {
+    pub method: Option<String>,
+    /// The SDK sends `credential`; the schema says `token`.
+    pub credential: Option<String>,
+    pub token: Option<String>,
+}
+
+impl AuthParams {
+    fn secret(&self) -> Option<&str> {
+        self.credential.as_deref().or(self.token.as_deref())
+    }
+}
+
+/// Capabilities this gateway grants every participant.
+fn granted_capabilities() -> Value {
+    json!({
+        "observation": {"canObserve": true, "canQuery": true},
+        "messaging": {"canSend": true, "canReceive": true, "canBroadcast": true},
+        "lifecycle": {"canSpawn": true, "canRegister": true, "canUnregister": true, "canSteer": true, "canStop": true},
+        "scopes": {"canCreateScopes": true, "canManageScopes": true},
+        "streaming": {"supportsAck": true, "supportsFlowControl": true, "supportsPause": false},
+        "extensions": [
+            {"uri": "urn:map:ext:steering:1"},
+            {"uri": "urn:map:ext:sessions:1"}
+        ],
+    })
+}
+
+fn principal(tenant: &Tenant, participant: &str) -> Value {
+    json!({"id": participant, "issuer": "map-gateway", "claims": {"tenant": tenant.id}})
+}
+
+/// Find the tenant the connection's credentials lead to: `Ok(None)` means
+/// none were given and anonymous access is not allowed.
+fn tenant_for(gw: &Gateway, conn: &Conn, auth: Option<&AuthParams>) -> Result<Option<Arc<Tenant>>, RpcError> {
+    let given = auth.filter(|a| a.method.as_deref().is_some_and(|m| m != "none"));
+    if let Some(a) = given {
+        return gw.tenants.authenticate(a.method.as_deref().unwrap_or_default(), a.secret()).map(Some);
+    }
+    if let Some((method, secret)) = &conn.preset_auth {
+        return gw.tenants.authenticate(method, Some(secret)).map(Some);
+    }
+    Ok(gw.tenants.anonymous(conn.loopback))
+}
+
+pub fn connect(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out, RpcError> {
+    let p: ConnectParams = req.params()?;
+    let draft = req.method == "map/initialize";
+    if matches!(conn.state, ConnState::Active(_)) {
+        return Err(RpcError::invalid_request("This connection already has a session; call map/disconnect first"));
+    }
+    if !draft && p.protocol_version.as_ref().is_some_and(|v| v.as_u64() != Some(PROTOCOL_VERSION)) {
+        return Err(RpcError::invalid_params(format!("Unsupported protocolVersion; this gateway speaks {PROTOCOL_VERSION}")));
+    }
+    let participant_type = p.participant_type.clone().unwrap_or_else(|| "client".into());
+    if !matches!(participant_type.as_str(), "client" | "agent" | "gateway" | "system") {
+        return Err(RpcError::invalid_params("participantType must be client, agent, gateway or system"));
+    }
+    if let Some(b) = p.disconnect_policy.as_ref().and_then(|d| d.agent_behavior.as_deref()) {
+        if !matches!(b, "unregister" | "orphan" | "grace-period") {
+            return Err(RpcError::invalid_params("disconnectPolicy.agentBehavior must be unregister, orphan or grace-period"));
+        }
+    }
+    let tenant = tenant_for(gw, conn, p.auth.as_ref())?;
+
+    if let Some(token) = p.resume_token.as_deref() {
+        let resumable = gw.resumable(token).filter(|live| tenant.as_ref().is_none_or(|t| Arc::ptr_eq(t, &live.tenant)));
+        if resumable.is_some() {
+            if let Some((active, token, owned)) = gw.resume_session(conn, token) {
+                let mut result = connect_result(gw, &active, draft, &p);
+                result["reconnected"] = json!(true);
+                result["resumeToken"] = json!(token);
+                result["ownedAgents"] = json!(owned);
+                return Ok(result.into());
+            }
+        }
+    }
+
+    let session_id = ids::prefixed("sess");
+    let Some(tenant) = tenant else {
+        let mut result = json!({
+            "protocolVersion": PROTOCOL_VERSION,
+            "sessionId": session_id,
+            "participantId": p.participant_id.clone().unwrap_or_default(),
+            "capabilities": {},
+            "systemInfo": {"name": gw.config.server.name, "version": env!("CARGO_PKG_VERSION")},
+            "authRequired": {"methods": gw.tenants.offered_methods(), "required": true},
+        });
+        if p.participant_id.is_none() {
+            result.as_object_mut().expect("object").remove("participantId");
+        }
+        conn.state = ConnState::Pending(Box::new(p), session_id);
+        return Ok(result.into());
+    };
+    let active = start_session(gw, conn, tenant, &p, session_id)?;
+    let mut result = connect_result(gw, &active, draft, &p);
+    result["resumeToken"] = json!(gw.live(&active.session_id).map(|l| l.resume_token));
+    Ok(result.into())
+}
+
+fn start_session(gw: &Arc<Gateway>, conn: &mut Conn, tenant: Arc<Tenant>, p: &ConnectParams, session_id: String) -> Result<Active, RpcError> {
+    let participant_type = p.participant_type.clone().unwrap_or_else(|| "client".into());
+    let participant_id = match &p.participant_id {
+        Some(id) if !id.is_empty() => {
+            let holder = tenant.registry.lock().participants.get(id).cloned();
+            if let Some(old) = holder {
+                if gw.live(&old).is_some_and(|_| tenant.registry.lock().sessions.get(&old).is_some_and(|s| s.connected)) {
+                    return Err(RpcError::new(codes::AGENT_EXISTS, format!("Participant {id} is already connected")));
+                }
+                // A detached session of the same participant gives way to the new one.
+                gw.expire(&old, "replaced by a new session");
+            }
+            id.clone()
+        }
+        _ => ids::prefixed(&participant_type),
+    };
+    let behavior = p.disconnect_policy.as_ref().and_then(|d| d.agent_behavior.clone()).unwrap_or_else(|| "grace-period".into());
+    let info = SessionInfo {
+        id: session_id,
+        participant_id,
+        participant_type,
+        name: p.name.clone(),
+        agents: Vec::new(),
+        connected: true,
+        created_at: ids::now_ms(),
+        disconnected_at: None,
+        agent_behavior: behavior,
+        capabilities: p.capabilities.clone().unwrap_or(Value::Null),
+    };
+    Ok(gw.open_session(conn, tenant, info))
+}
+
+fn connect_result(gw: &Gateway, active: &Active, draft: bool, p: &ConnectParams) -> Value {
+    let mut result = json!({
+        "protocolVersion": PROTOCOL_VERSION,
+        "sessionId": active.session_id,
+        "participantId": active.participant_id,
+        "capabilities": granted_capabilities(),
+        "systemInfo": {"name": gw.config.server.name, "version": env!("CARGO_PKG_VERSION")},
+        "principal": principal(&active.tenant, &active.participant_id),
+    });
+    if draft {
+        result["mode"] = json!(p.mode.clone().unwrap_or_else(|| "full".into()));
+        result["serverInfo"] = result["systemInfo"].clone();
+    }
+    result
+}
+
+pub fn authenticate(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out, RpcError> {
+    let a: AuthParams = req.params()?;
+    let method = a.method.clone().ok_or_else(|| RpcError::invalid_params("method is required"))?;
+    let tenant = gw.tenants.authenticate(&method, a.secret())?;
+    match std::mem::replace(&mut conn.state, ConnState::Fresh) {
+        ConnState::Pending(params, session_id) => {
+            let active = match start_session(gw, conn, tenant, &params, session_id.clone()) {
+                Ok(a) => a,
+                Err(e) => {
+                    conn.state = ConnState::Pending(params, session_id);
+                    return Err(e);
+                }
+            };
+            let token = gw.live(&active.session_id).map(|l| l.resume_token);
+            Ok(json!({
+                "success": true,
+                "sessionId": active.session_id,
+                "participantId": active.participant_id,
+                "principal": principal(&active.tenant, &active.participant_id),
+                "resumeToken": token,
+            })
+            .into())
+        }
+        ConnState::Active(active) => {
+            let same = Arc::ptr_eq(&active.tenant, &tenant);
+            let result = json!({
+                "success": true,
+                "sessionId": active.session_id,
+                "participantId": active.participant_id,
+                "principal": principal(&active.tenant, &active.participant_id),
+            });
+            conn.state = ConnState::Active(active);
+            if !same {
+                return Err(RpcError::new(codes::AUTH_FAILED, "The credential belongs to another tenant than this session"));
+            }
+            Ok(result.into())
+        }
+        ConnState::Fresh => Err(RpcError::new(codes::AUTH_REQUIRED, "Not connected: call map/connect first")),
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct RefreshParams {
+    refresh_token: Option<String>,
+    method: Option<String>,
+    credential: Option<String>,
+}
+
+/// Credentials here are static (configured keys and tokens): a refresh
+/// re-validates one and answers with it.
+pub fn refresh(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out, RpcError> {
+    let active = conn.active()?;
+    let p: RefreshParams = req.params()?;
+    let method = p.method.as_deref().unwrap_or("bearer");
+    let token = p.refresh_token.or(p.credential).ok_or_else(|| RpcError::invalid_params("refreshToken is required"))?;
+    let tenant = gw.tenants.authenticate(method, Some(&token))?;
+    if !Arc::ptr_eq(&tenant, &active.tenant) {
+        return Err(RpcError::new(codes::AUTH_FAILED, "The credential belongs to another tenant than this session"));
+    }
+    Ok(json!({"accessToken": token, "expiresAt": ids::now_ms() + 24 * 3600 * 1000}).into())
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct DisconnectParams {
+    reason: Option<String>,
+    /// Draft `map/shutdown`: also unregister the caller's agents.
+    cascade: bool,
+}
+
+pub fn disconnect(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out, RpcError> {
+    let active = conn.active()?.clone();
+    let p: DisconnectParams = req.params()?;
+    let reason = p.reason.unwrap_or_else(|| "disconnected".into());
+    let (info, events) = {
+        let mut reg = active.tenant.registry.lock();
+        let unregister = p.cascade || reg.sessions.get(&active.session_id).is_some_and(|s| s.agent_behavior == "unregister");
+        let events = if unregister { release_agents(&mut reg, &active.session_id, false, &reason) } else { Vec::new() };
+        (reg.sessions.get(&active.session_id).cloned(), events)
+    };
+    for e in events {
+        active.tenant.fabric.publish(e);
+    }
+    let token = gw.connection_closed(conn);
+    let mut session = json!(info);
+    session["connected"] = json!(false);
+    session["disconnectedAt"] = json!(ids::now_ms());
+    Ok(json!({"success": true, "session": session, "resumeToken": token}).into())
+}
+
+pub fn list(conn: &mut Conn) -> Result<Out, RpcError> {
+    let active = conn.active()?;
+    let reg = active.tenant.registry.lock();
+    let mut sessions: Vec<&SessionInfo> = reg.sessions.values().filter(|s| s.participant_id == active.participant_id).collect();
+    sessions.sort_by_key(|s| s.created_at);
+    Ok(json!({"sessions": sessions}).into())
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct SessionRef {
+    session_id: Option<String>,
+}
+
+fn not_found(id: &str) -> RpcError {
+    RpcError::new(codes::SESSION_NOT_FOUND, format!("Session not found: {id}"))
+}
+
+/// Take over a detached session of the same participant.
+pub fn load(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out, RpcError> {
+    let active = conn.active()?.clone();
+    let id = req.params::<SessionRef>()?.session_id.ok_or_else(|| RpcError::invalid_params("sessionId is required"))?;
+    if id == active.session_id {
+        return Ok(json!({"sessionId": id, "restored": false}).into());
+    }
+    let live = gw.live(&id).filter(|l| Arc::ptr_eq(&l.tenant, &active.tenant) && l.participant_id == active.participant_id).ok_or_else(|| not_found(&id))?;
+    if active.tenant.registry.lock().sessions.get(&id).is_none_or(|s| s.connected) {
+        return Err(RpcError::new(codes::SESSION_NOT_FOUND + 1, format!("Session {id} is in use by another connection")));
+    }
+    // Leave the current (empty-handed) session, then resume the old one.
+    let current = active.session_id.clone();
+    gw.connection_closed(conn);
+    gw.expire(&current, "replaced by map/session/load");
+    gw.resume_session(conn, &live.resume_token).ok_or_else(|| not_found(&id))?;
+    Ok(json!({"sessionId": id, "restored": true}).into())
+}
+
+pub fn close(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out, RpcError> {
+    let active = conn.active()?.clone();
+    let id = req.params::<SessionRef>()?.session_id.unwrap_or_else(|| active.session_id.clone());
+    let info = active.tenant.registry.lock().sessions.get(&id).cloned().filter(|s| s.participant_id == active.participant_id).ok_or_else(|| not_found(&id))?;
+    if id == active.session_id {
+        gw.connection_closed(conn);
+    }
+    gw.expire(&id, "session closed");
+    let mut session = json!(info);
+    session["connected"] = json!(false);
+    session["closedAt"] = json!(ids::now_ms());
+    Ok(json!({"session": session}).into())
+}

@@ -1,0 +1,61 @@
+//! map/subscribe, map/unsubscribe, map/subscribe.ack and map/replay.
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+
+use crate::core::events::Filter;
+use crate::core::fabric::{ReplayFrom, ReplayQuery};
+use crate::core::{ids, Active, Out};
+use crate::rpc::{Request, RpcError};
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct SubscribeParams {
+    filter: Option<Filter>,
+    /// A timestamp (ms) or an event id: past events from there come first.
+    replay_from: Option<Value>,
+}
+
+pub fn subscribe(active: &Active, req: &Request) -> Result<Out, RpcError> {
+    let p: SubscribeParams = req.params()?;
+    let from = match p.replay_from {
+        None | Some(Value::Null) => None,
+        Some(Value::Number(n)) => Some(ReplayFrom::Timestamp(n.as_u64().ok_or_else(|| RpcError::invalid_params("replayFrom must be a timestamp or an event id"))?)),
+        Some(Value::String(s)) => Some(ReplayFrom::EventId(s)),
+        Some(_) => return Err(RpcError::invalid_params("replayFrom must be a timestamp or an event id")),
+    };
+    let id = active.tenant.fabric.subscribe(&active.session_id, p.filter.unwrap_or_default(), from);
+    Ok(json!({"subscriptionId": id}).into())
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct SubscriptionRef {
+    subscription_id: Option<String>,
+}
+
+pub fn unsubscribe(active: &Active, req: &Request) -> Result<Out, RpcError> {
+    let id = req.params::<SubscriptionRef>()?.subscription_id.ok_or_else(|| RpcError::invalid_params("subscriptionId is required"))?;
+    if !active.tenant.fabric.unsubscribe(&active.session_id, &id) {
+        return Err(RpcError::invalid_params(format!("No subscription {id} on this session")));
+    }
+    Ok(json!({"subscription": {"id": id, "closedAt": ids::now_ms()}, "unsubscribed": true}).into())
+}
+
+/// Acknowledgements are accepted; the per-session queue bound is the flow control.
+pub fn ack(active: &Active, req: &Request) -> Result<Out, RpcError> {
+    let _ = (active, req.params::<Value>()?);
+    Ok(json!({"acknowledged": true}).into())
+}
+
+pub fn replay(active: &Active, req: &Request) -> Result<Out, RpcError> {
+    let q: ReplayQuery = req.params()?;
+    if q.limit.is_some_and(|l| l == 0 || l > 1000) {
+        return Err(RpcError::invalid_params("limit must be between 1 and 1000"));
+    }
+    let page = active.tenant.fabric.replay(&q);
+    let events: Vec<&str> = page.events.iter().map(|e| e.get()).collect();
+    let text = format!(r#"{{"events":[{}],"hasMore":{},"totalCount":{}}}"#, events.join(","), page.has_more, page.total_count);
+    Ok(Out::Raw(RawValue::from_string(text).map_err(|e| RpcError::internal(e.to_string()))?))
+}

@@ -1,0 +1,114 @@
+//! Agents and scopes as the wire shows them.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::rpc::{codes, RpcError};
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Agent {
+    pub id: String,
+    /// Participant id of the session that owns the agent.
+    pub owner_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<String>,
+    pub state: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub scopes: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub visibility: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capabilities: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Value>,
+    pub lifecycle: Lifecycle,
+    /// The owning session (not on the wire).
+    #[serde(skip)]
+    pub session: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Lifecycle {
+    pub created_at: u64,
+    pub last_state_change: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_reason: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Scope {
+    pub id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    pub join_policy: String,
+    pub visibility: String,
+    pub send_policy: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Value>,
+    pub created_at: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub created_by: Option<String>,
+    /// Member agent ids, in join order (on the wire through `members`).
+    #[serde(skip)]
+    pub members: Vec<String>,
+}
+
+const STATES: &[&str] = &["registered", "active", "busy", "idle", "suspended", "stopping", "stopped", "failed", "orphaned"];
+
+/// A state name the specification knows, or a custom `x-<name>`.
+pub fn valid_state(state: &str) -> bool {
+    STATES.contains(&state) || (state.len() > 2 && state.starts_with("x-"))
+}
+
+/// Check a state change: `stopped` is terminal, names must be known.
+pub fn check_transition(agent: &Agent, to: &str) -> Result<(), RpcError> {
+    if !valid_state(to) {
+        return Err(RpcError::invalid_params(format!("Unknown agent state {to:?}")));
+    }
+    if agent.state == "stopped" && to != "stopped" {
+        return Err(RpcError::new(codes::AGENT_TERMINATED, format!("Agent {} is stopped", agent.id)));
+    }
+    Ok(())
+}
+
+/// `map/agents/register` and `map/agents/spawn` params.
+#[derive(Debug, Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+pub struct RegisterParams {
+    pub agent_id: Option<String>,
+    pub name: Option<String>,
+    pub description: Option<String>,
+    pub role: Option<String>,
+    pub parent: Option<String>,
+    pub scopes: Vec<String>,
+    pub visibility: Option<String>,
+    pub capabilities: Option<Value>,
+    pub metadata: Option<Value>,
+    pub state: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states() {
+        assert!(valid_state("busy"));
+        assert!(valid_state("x-thinking"));
+        assert!(!valid_state("x-"));
+        assert!(!valid_state("sleeping"));
+    }
+}

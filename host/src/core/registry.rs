@@ -1,0 +1,121 @@
+//! One tenant's directory: sessions, agents and scopes.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::model::{Agent, Scope};
+use crate::rpc::{codes, RpcError};
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionInfo {
+    pub id: String,
+    pub participant_id: String,
+    pub participant_type: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Agents the session owns, in registration order.
+    pub agents: Vec<String>,
+    pub connected: bool,
+    pub created_at: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disconnected_at: Option<u64>,
+    /// What happens to the agents when the session ends: unregister, orphan or
+    /// grace-period (kept until the resume window closes).
+    #[serde(skip)]
+    pub agent_behavior: String,
+    #[serde(skip)]
+    pub capabilities: Value,
+}
+
+#[derive(Default)]
+pub struct Registry {
+    pub sessions: HashMap<String, SessionInfo>,
+    /// participant id → session id
+    pub participants: HashMap<String, String>,
+    pub agents: HashMap<String, Agent>,
+    pub scopes: HashMap<String, Scope>,
+}
+
+impl Registry {
+    pub fn agent(&self, id: &str) -> Result<&Agent, RpcError> {
+        self.agents.get(id).ok_or_else(|| RpcError::new(codes::AGENT_NOT_FOUND, format!("Agent not found: {id}")))
+    }
+
+    pub fn agent_mut(&mut self, id: &str) -> Result<&mut Agent, RpcError> {
+        self.agents.get_mut(id).ok_or_else(|| RpcError::new(codes::AGENT_NOT_FOUND, format!("Agent not found: {id}")))
+    }
+
+    pub fn scope(&self, id: &str) -> Result<&Scope, RpcError> {
+        self.scopes.get(id).ok_or_else(|| RpcError::new(codes::SCOPE_NOT_FOUND, format!("Scope not found: {id}")))
+    }
+
+    pub fn scope_mut(&mut self, id: &str) -> Result<&mut Scope, RpcError> {
+        self.scopes.get_mut(id).ok_or_else(|| RpcError::new(codes::SCOPE_NOT_FOUND, format!("Scope not found: {id}")))
+    }
+
+    /// Agents in a stable order: by creation time, then id.
+    pub fn agents_sorted(&self) -> Vec<&Agent> {
+        let mut all: Vec<&Agent> = self.agents.values().collect();
+        all.sort_by(|a, b| (a.lifecycle.created_at, &a.id).cmp(&(b.lifecycle.created_at, &b.id)));
+        all
+    }
+
+    /// Ancestors of an agent, nearest first, at most `depth` levels.
+    pub fn ancestors(&self, id: &str, depth: usize) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut cur = self.agents.get(id).and_then(|a| a.parent.clone());
+        while let Some(p) = cur {
+            if out.len() >= depth || out.contains(&p) {
+                break;
+            }
+            cur = self.agents.get(&p).and_then(|a| a.parent.clone());
+            out.push(p);
+        }
+        out
+    }
+
+    /// Descendants of an agent, breadth first, at most `depth` levels.
+    pub fn descendants(&self, id: &str, depth: usize) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let mut level = vec![id.to_string()];
+        for _ in 0..depth {
+            let next: Vec<String> = level
+                .iter()
+                .filter_map(|a| self.agents.get(a))
+                .flat_map(|a| a.children.iter().cloned())
+                .filter(|c| c != id && !out.contains(c))
+                .collect();
+            if next.is_empty() {
+                break;
+            }
+            out.extend(next.iter().cloned());
+            level = next;
+        }
+        out
+    }
+
+    /// Remove an agent and every trace of it (scopes, parent's children, owner's list).
+    pub fn remove_agent(&mut self, id: &str) -> Option<Agent> {
+        let agent = self.agents.remove(id)?;
+        for s in &agent.scopes {
+            if let Some(scope) = self.scopes.get_mut(s) {
+                scope.members.retain(|m| m != id);
+            }
+        }
+        if let Some(p) = agent.parent.as_ref().and_then(|p| self.agents.get_mut(p)) {
+            p.children.retain(|c| c != id);
+        }
+        for c in &agent.children {
+            if let Some(child) = self.agents.get_mut(c) {
+                child.parent = None;
+            }
+        }
+        if let Some(session) = self.sessions.get_mut(&agent.session) {
+            session.agents.retain(|a| a != id);
+        }
+        Some(agent)
+    }
+}

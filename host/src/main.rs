@@ -1,0 +1,110 @@
+//! The `map-gateway` command.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use map_gateway::config::Config;
+use map_gateway::core::Gateway;
+use map_gateway::transport;
+
+#[derive(Parser)]
+#[command(name = "map-gateway", version, about = "A WebAssembly-extensible gateway for multi-agent protocols (MAP over WebSocket, HTTP/SSE and stdio)")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway. Without --config it runs on the embedded defaults:
+    /// 127.0.0.1:4700, data under ./data, one tenant "default" open to local peers.
+    Serve {
+        /// TOML configuration file (see `map-gateway config` for every field).
+        #[arg(short, long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// Listen on this address instead of the configured one (port 0 picks a free port).
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<SocketAddr>,
+        /// Keep data here instead of the configured directory.
+        #[arg(long, value_name = "DIR")]
+        data_dir: Option<PathBuf>,
+        /// Speak NDJSON JSON-RPC on stdin/stdout instead of listening.
+        #[arg(long)]
+        stdio: bool,
+    },
+    /// Print the effective configuration (defaults merged with FILE) as TOML-like text.
+    Config {
+        #[arg(short, long, value_name = "FILE")]
+        config: Option<PathBuf>,
+    },
+}
+
+fn load(path: Option<&PathBuf>) -> anyhow::Result<Config> {
+    match path {
+        Some(p) => Config::load(p),
+        None => Ok(Config::default()),
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("MAP_GATEWAY_LOG").unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    match cli.command {
+        Command::Config { config } => {
+            println!("{:#?}", load(config.as_ref())?);
+            Ok(())
+        }
+        Command::Serve { config, listen, data_dir, stdio } => {
+            let mut config = load(config.as_ref())?;
+            if let Some(l) = listen {
+                config.server.listen = l;
+            }
+            if let Some(d) = data_dir {
+                config.server.data_dir = d;
+            }
+            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            runtime.block_on(serve(config, stdio))
+        }
+    }
+}
+
+async fn serve(config: Config, stdio: bool) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&config.server.data_dir).with_context(|| format!("creating {}", config.server.data_dir.display()))?;
+    let listen = config.server.listen;
+    let gateway = Gateway::new(config);
+    if stdio {
+        transport::stdio::serve(gateway).await?;
+        return Ok(());
+    }
+    let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("binding {listen}"))?;
+    let addr = listener.local_addr()?;
+    tracing::info!(%addr, tenants = gateway.config.tenants.len(), "gateway ready");
+    // Tests and scripts wait for this line.
+    println!("map-gateway listening on http://{addr}");
+    std::io::stdout().flush()?;
+    tokio::select! {
+        r = transport::serve(gateway, listener) => r?,
+        _ = shutdown_signal() => tracing::info!("shutting down"),
+    }
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("signal handler");
+        tokio::select! {
+            _ = ctrl_c => {},
+            _ = term.recv() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}

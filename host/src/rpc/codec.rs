@@ -1,0 +1,224 @@
+use serde::de::{DeserializeOwned, IgnoredAny};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+use super::RpcError;
+
+/// One JSON-RPC call or notification from a peer.
+#[derive(Debug)]
+pub struct Request {
+    /// `None` for a notification; otherwise the id exactly as sent (string, number or null).
+    pub id: Option<Value>,
+    pub method: String,
+    pub params: Option<Box<RawValue>>,
+}
+
+impl Request {
+    pub fn is_notification(&self) -> bool {
+        self.id.is_none()
+    }
+
+    /// Decode `params` into `T`; absent or null params decode as `{}`.
+    pub fn params<T: DeserializeOwned>(&self) -> Result<T, RpcError> {
+        let text = match &self.params {
+            Some(raw) if raw.get() != "null" => raw.get(),
+            _ => "{}",
+        };
+        serde_json::from_str(text).map_err(|e| RpcError::invalid_params(format!("Invalid params for {}: {e}", self.method)))
+    }
+}
+
+/// What one frame (a WebSocket text frame, an NDJSON line, an HTTP body) held.
+#[derive(Debug)]
+pub enum Decoded {
+    /// A single message. `Err` carries the id to answer with (null when unknown).
+    Single(Result<Request, (Value, RpcError)>),
+    /// A batch, in order. Responses (peers answering us) are dropped silently.
+    Batch(Vec<Result<Request, (Value, RpcError)>>),
+    /// Not JSON, or an empty batch: answer once with id null.
+    Invalid(RpcError),
+    /// A response from the peer (we send no requests, so there is nothing to do).
+    Ignored,
+}
+
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(default, borrow)]
+    jsonrpc: Option<&'a str>,
+    #[serde(default, deserialize_with = "present")]
+    id: Option<Value>,
+    #[serde(default)]
+    method: Option<String>,
+    #[serde(default)]
+    params: Option<Box<RawValue>>,
+    #[serde(default)]
+    result: Option<IgnoredAny>,
+    #[serde(default)]
+    error: Option<IgnoredAny>,
+}
+
+/// Distinguish `"id": null` (present) from an absent id (a notification).
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+/// Decode one frame into requests, keeping each message's own error.
+pub fn decode_frame(bytes: &[u8]) -> Decoded {
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace()).copied();
+    if first == Some(b'[') {
+        let items: Vec<&RawValue> = match serde_json::from_slice(bytes) {
+            Ok(items) => items,
+            Err(e) => return Decoded::Invalid(RpcError::parse_error(e)),
+        };
+        if items.is_empty() {
+            return Decoded::Invalid(RpcError::invalid_request("Invalid Request: empty batch"));
+        }
+        let out = items
+            .into_iter()
+            .filter_map(|raw| match decode_one(raw.get().as_bytes()) {
+                Decoded::Single(r) => Some(r),
+                Decoded::Invalid(e) => Some(Err((Value::Null, e))),
+                _ => None,
+            })
+            .collect();
+        return Decoded::Batch(out);
+    }
+    decode_one(bytes)
+}
+
+fn decode_one(bytes: &[u8]) -> Decoded {
+    match serde_json::from_slice::<Envelope>(bytes) {
+        Ok(env) => from_envelope(env),
+        // Valid JSON of the wrong shape is an invalid request; anything else a parse error.
+        Err(e) => match serde_json::from_slice::<Value>(bytes) {
+            Ok(v) => {
+                let id = v.get("id").filter(|id| valid_id(id)).cloned().unwrap_or(Value::Null);
+                Decoded::Single(Err((id, RpcError::invalid_request(format!("Invalid Request: {e}")))))
+            }
+            Err(e) => Decoded::Invalid(RpcError::parse_error(e)),
+        },
+    }
+}
+
+fn valid_id(id: &Value) -> bool {
+    matches!(id, Value::String(_) | Value::Number(_) | Value::Null)
+}
+
+fn from_envelope(env: Envelope) -> Decoded {
+    let id_for_error = env.id.clone().filter(valid_id).unwrap_or(Value::Null);
+    let fail = |msg: &str| Decoded::Single(Err((id_for_error.clone(), RpcError::invalid_request(format!("Invalid Request: {msg}")))));
+    if env.jsonrpc != Some("2.0") {
+        return fail("\"jsonrpc\" must be \"2.0\"");
+    }
+    if env.id.as_ref().is_some_and(|id| !valid_id(id)) {
+        return fail("\"id\" must be a string, a number or null");
+    }
+    let Some(method) = env.method else {
+        if env.result.is_some() || env.error.is_some() {
+            return Decoded::Ignored;
+        }
+        return fail("\"method\" is missing");
+    };
+    if let Some(p) = &env.params {
+        let t = p.get().as_bytes().first().copied();
+        if !matches!(t, Some(b'{') | Some(b'[') | Some(b'n')) {
+            return fail("\"params\" must be an object or an array");
+        }
+    }
+    Decoded::Single(Ok(Request { id: env.id, method, params: env.params }))
+}
+
+fn envelope(id: &Value, key: &str, body: impl FnOnce(&mut Vec<u8>)) -> String {
+    let mut out = Vec::with_capacity(128);
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    serde_json::to_writer(&mut out, id).expect("ids serialise");
+    out.extend_from_slice(b",\"");
+    out.extend_from_slice(key.as_bytes());
+    out.extend_from_slice(b"\":");
+    body(&mut out);
+    out.push(b'}');
+    String::from_utf8(out).expect("serde_json writes UTF-8")
+}
+
+/// `{"jsonrpc":"2.0","id":…,"result":…}`.
+pub fn encode_result(id: &Value, result: &impl Serialize) -> String {
+    envelope(id, "result", |out| {
+        if serde_json::to_writer(&mut *out, result).is_err() {
+            out.extend_from_slice(b"null");
+        }
+    })
+}
+
+/// `{"jsonrpc":"2.0","id":…,"error":{code,message,data}}`.
+pub fn encode_error(id: &Value, error: &RpcError) -> String {
+    envelope(id, "error", |out| serde_json::to_writer(out, &error.to_json()).expect("error serialises"))
+}
+
+/// `{"jsonrpc":"2.0","method":…,"params":…}`.
+pub fn encode_notification(method: &str, params: &impl Serialize) -> String {
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":");
+    serde_json::to_writer(&mut out, method).expect("method serialises");
+    out.extend_from_slice(b",\"params\":");
+    if serde_json::to_writer(&mut out, params).is_err() {
+        out.extend_from_slice(b"{}");
+    }
+    out.push(b'}');
+    String::from_utf8(out).expect("serde_json writes UTF-8")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rpc::codes;
+    use serde_json::json;
+
+    fn single(text: &str) -> Result<Request, (Value, RpcError)> {
+        match decode_frame(text.as_bytes()) {
+            Decoded::Single(r) => r,
+            other => panic!("expected single, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn keeps_id_type() {
+        assert_eq!(single(r#"{"jsonrpc":"2.0","id":7,"method":"m"}"#).unwrap().id, Some(json!(7)));
+        assert_eq!(single(r#"{"jsonrpc":"2.0","id":"a","method":"m"}"#).unwrap().id, Some(json!("a")));
+        assert_eq!(single(r#"{"jsonrpc":"2.0","id":null,"method":"m"}"#).unwrap().id, Some(Value::Null));
+        assert!(single(r#"{"jsonrpc":"2.0","method":"m"}"#).unwrap().is_notification());
+    }
+
+    #[test]
+    fn classifies_bad_frames() {
+        assert!(matches!(decode_frame(b"{oops"), Decoded::Invalid(e) if e.code == codes::PARSE_ERROR));
+        assert!(matches!(decode_frame(b"[]"), Decoded::Invalid(e) if e.code == codes::INVALID_REQUEST));
+        let (id, e) = single(r#"{"id":3,"method":"m"}"#).unwrap_err();
+        assert_eq!((id, e.code), (json!(3), codes::INVALID_REQUEST));
+        let (id, e) = single(r#"{"jsonrpc":"2.0","id":4,"method":5}"#).unwrap_err();
+        assert_eq!((id, e.code), (json!(4), codes::INVALID_REQUEST));
+        let (id, _) = single(r#"{"jsonrpc":"2.0","id":{},"method":"m"}"#).unwrap_err();
+        assert_eq!(id, Value::Null);
+        assert!(single(r#"{"jsonrpc":"2.0","id":1,"method":"m","params":3}"#).is_err());
+        assert!(matches!(decode_frame(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#), Decoded::Ignored));
+    }
+
+    #[test]
+    fn batch_keeps_order_and_errors() {
+        let Decoded::Batch(items) = decode_frame(br#"[{"jsonrpc":"2.0","id":1,"method":"a"}, 1, {"jsonrpc":"2.0","method":"n"}]"#) else {
+            panic!()
+        };
+        assert_eq!(items.len(), 3);
+        assert_eq!(items[0].as_ref().unwrap().method, "a");
+        assert!(items[1].is_err());
+        assert!(items[2].as_ref().unwrap().is_notification());
+    }
+
+    #[test]
+    fn encodes_envelopes() {
+        let r = encode_result(&json!(1), &json!({"ok": true}));
+        assert_eq!(serde_json::from_str::<Value>(&r).unwrap(), json!({"jsonrpc":"2.0","id":1,"result":{"ok":true}}));
+        let n = encode_notification("map/message", &json!({"message": {}}));
+        assert_eq!(serde_json::from_str::<Value>(&n).unwrap()["method"], "map/message");
+    }
+}

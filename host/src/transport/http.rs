@@ -1,0 +1,134 @@
+//! HTTP: `POST /map/rpc` (and the draft's `/map/batch`), `GET /map/events`
+//! as Server-Sent Events, `GET /healthz`, and the WebSocket upgrade.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::stream;
+use http_body_util::{combinators::BoxBody, BodyExt, Full, Limited, StreamBody};
+use hyper::body::{Frame as BodyFrame, Incoming};
+use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::{Method, Request, Response, StatusCode};
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use crate::core::{Conn, Gateway};
+use crate::rpc::{encode_error, RpcError};
+
+pub type Body = BoxBody<Bytes, Infallible>;
+
+/// Header naming the session of an HTTP request (returned by `map/connect`).
+pub const SESSION_HEADER: &str = "map-session-id";
+
+fn full(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Response<Body> {
+    let mut r = Response::new(Full::new(body.into()).boxed());
+    *r.status_mut() = status;
+    r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
+}
+
+fn rpc_error(status: StatusCode, err: RpcError) -> Response<Body> {
+    full(status, "application/json", encode_error(&Value::Null, &err))
+}
+
+pub async fn route(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+    let path = req.uri().path().to_string();
+    if super::ws::is_upgrade(&req) {
+        return Ok(super::ws::upgrade(gw, peer, req));
+    }
+    Ok(match (req.method(), path.as_str()) {
+        (&Method::GET, "/healthz") => full(StatusCode::OK, "application/json", json!({"status": "ok", "version": env!("CARGO_PKG_VERSION")}).to_string()),
+        (&Method::POST, "/map/rpc" | "/map/batch") => rpc(gw, peer, req).await,
+        (&Method::GET, "/map/events") => events(gw, req),
+        (_, "/map/rpc" | "/map/batch" | "/map/events" | "/healthz") => full(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "method not allowed\n"),
+        _ => full(StatusCode::NOT_FOUND, "text/plain", "not found\n"),
+    })
+}
+
+fn session_of(req: &Request<Incoming>) -> Option<String> {
+    if let Some(v) = req.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()) {
+        return Some(v.to_string());
+    }
+    req.uri().query()?.split('&').find_map(|kv| kv.strip_prefix("sessionId=")).map(String::from)
+}
+
+async fn rpc(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Response<Body> {
+    let limit = gw.config.server.max_message_bytes;
+    let session = session_of(&req);
+    let preset = super::header_credentials(req.headers());
+    let body = match Limited::new(req.into_body(), limit).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            let err = RpcError::invalid_request(format!("Invalid Request: body exceeds the limit of {limit} bytes"));
+            return rpc_error(StatusCode::PAYLOAD_TOO_LARGE, err);
+        }
+        Err(_) => return full(StatusCode::BAD_REQUEST, "text/plain", "could not read the body\n"),
+    };
+    // Notifications raised while handling go nowhere: this request has no stream.
+    let (tx, _rx) = mpsc::channel(1);
+    let mut conn = Conn::new(tx, super::is_loopback(&peer), "http");
+    conn.preset_auth = preset;
+    if let Some(id) = &session {
+        if !gw.bind_session(&mut conn, id) {
+            let err = RpcError::new(crate::rpc::codes::SESSION_NOT_FOUND, format!("Session not found or expired: {id}"));
+            return rpc_error(StatusCode::NOT_FOUND, err);
+        }
+    }
+    let answer = gw.handle_frame(&mut conn, &body);
+    let bound = gw.request_done(&mut conn);
+    let mut resp = match answer {
+        Some(text) => full(StatusCode::OK, "application/json", text),
+        None => full(StatusCode::ACCEPTED, "application/json", Bytes::new()),
+    };
+    if let Some(id) = bound.and_then(|id| HeaderValue::from_str(&id).ok()) {
+        resp.headers_mut().insert(SESSION_HEADER, id);
+    }
+    resp
+}
+
+/// Ends the session's stream attachment when the client goes away.
+struct StreamGuard {
+    gw: Arc<Gateway>,
+    session: String,
+    tx: mpsc::Sender<crate::core::outbox::Frame>,
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        self.gw.stream_closed(&self.session, &self.tx);
+    }
+}
+
+fn events(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
+    let Some(session) = session_of(&req) else {
+        return rpc_error(StatusCode::UNAUTHORIZED, RpcError::new(crate::rpc::codes::AUTH_REQUIRED, format!("Name the session in the {SESSION_HEADER} header")));
+    };
+    let (tx, rx) = mpsc::channel(gw.config.limits.outbox_frames);
+    if !gw.attach_stream(&session, tx.clone()) {
+        let err = RpcError::new(crate::rpc::codes::SESSION_NOT_FOUND, format!("Session not found or expired: {session}"));
+        return rpc_error(StatusCode::NOT_FOUND, err);
+    }
+    let guard = StreamGuard { gw, session, tx };
+    let frames = stream::unfold((rx, guard), |(mut rx, guard)| async move {
+        let chunk = tokio::select! {
+            frame = rx.recv() => {
+                let frame = frame?;
+                let mut out = Vec::with_capacity(frame.as_str().len() + 24);
+                out.extend_from_slice(b"event: message\ndata: ");
+                out.extend_from_slice(frame.as_str().as_bytes());
+                out.extend_from_slice(b"\n\n");
+                Bytes::from(out)
+            }
+            _ = tokio::time::sleep(Duration::from_secs(15)) => Bytes::from_static(b": keepalive\n\n"),
+        };
+        Some((Ok::<_, Infallible>(BodyFrame::data(chunk)), (rx, guard)))
+    });
+    let mut resp = Response::new(StreamBody::new(frames).boxed());
+    let h = resp.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert("cache-control", HeaderValue::from_static("no-cache"));
+    resp
+}

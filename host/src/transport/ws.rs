@@ -1,0 +1,106 @@
+//! WebSocket: one JSON-RPC message (or batch) per text frame, one reader and
+//! one writer per socket.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use futures_util::{SinkExt, StreamExt};
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, CONNECTION, SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_KEY, UPGRADE};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
+use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
+use tokio_tungstenite::WebSocketStream;
+
+use super::http::Body;
+use crate::core::outbox::Frame;
+use crate::core::{Conn, Gateway};
+
+pub fn is_upgrade(req: &Request<Incoming>) -> bool {
+    req.headers().get(UPGRADE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
+}
+
+pub fn upgrade(gw: Arc<Gateway>, peer: SocketAddr, mut req: Request<Incoming>) -> Response<Body> {
+    use http_body_util::{BodyExt, Empty};
+    let Some(key) = req.headers().get(SEC_WEBSOCKET_KEY).map(|k| derive_accept_key(k.as_bytes())) else {
+        let mut r = Response::new(Empty::new().boxed());
+        *r.status_mut() = StatusCode::BAD_REQUEST;
+        return r;
+    };
+    let preset = super::header_credentials(req.headers());
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    tokio::spawn(async move {
+        match on_upgrade.await {
+            Ok(upgraded) => {
+                // Frames past our own limit are answered with an error; only far
+                // larger ones make the WebSocket layer close with 1009.
+                let hard_cap = gw.config.server.max_message_bytes.saturating_mul(4).max(16 << 20);
+                let config = WebSocketConfig::default().max_message_size(Some(hard_cap)).max_frame_size(Some(hard_cap));
+                let socket = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config)).await;
+                run(gw, socket, peer, preset).await;
+            }
+            Err(e) => tracing::debug!(%peer, error = %e, "websocket upgrade failed"),
+        }
+    });
+    let mut r = Response::new(Empty::new().boxed());
+    *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let h = r.headers_mut();
+    h.insert(UPGRADE, HeaderValue::from_static("websocket"));
+    h.insert(CONNECTION, HeaderValue::from_static("Upgrade"));
+    h.insert(SEC_WEBSOCKET_ACCEPT, HeaderValue::from_str(&key).expect("base64 is a valid header"));
+    r
+}
+
+async fn run<S>(gw: Arc<Gateway>, socket: WebSocketStream<S>, peer: SocketAddr, preset: Option<(String, String)>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sink, mut source) = socket.split();
+    let (tx, mut rx) = mpsc::channel::<Frame>(gw.config.limits.outbox_frames);
+    let writer = tokio::spawn(async move {
+        while let Some(frame) = rx.recv().await {
+            // Write everything already queued, then flush once.
+            let mut next = Some(frame);
+            while let Some(f) = next {
+                // SAFETY: a Frame is always UTF-8 (see `Frame`).
+                let text = unsafe { Utf8Bytes::from_bytes_unchecked(f.into_bytes()) };
+                if sink.feed(Message::Text(text)).await.is_err() {
+                    return;
+                }
+                next = rx.try_recv().ok();
+            }
+            if sink.flush().await.is_err() {
+                return;
+            }
+        }
+        let _ = sink.close().await;
+    });
+
+    let mut conn = Conn::new(tx.clone(), super::is_loopback(&peer), "websocket");
+    conn.preset_auth = preset;
+    while let Some(msg) = source.next().await {
+        let bytes = match msg {
+            Ok(Message::Text(t)) => t.as_bytes().to_vec(),
+            Ok(Message::Binary(b)) => b.to_vec(),
+            Ok(Message::Close(_)) => break,
+            Ok(_) => continue,
+            Err(e) => {
+                tracing::debug!(%peer, error = %e, "websocket read failed");
+                break;
+            }
+        };
+        if let Some(answer) = gw.handle_frame(&mut conn, &bytes) {
+            // Waiting here is the backpressure: a peer that does not read stops being read.
+            if tx.send(Frame::from(answer)).await.is_err() {
+                break;
+            }
+        }
+    }
+    gw.connection_closed(&mut conn);
+    drop(conn);
+    drop(tx);
+    let _ = writer.await;
+}

@@ -1,0 +1,145 @@
+// Session resume via resumeToken, and map/replay after a reconnect.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import {
+  startGateway, connectAgent, connectClient, rawParticipant, rawSocket,
+  agentIds, normType, mentions, eventIdLess, uid, sleep, QUIET_MS,
+} from './harness.mjs';
+
+let gw;
+before(async () => { gw = await startGateway({ resumeWindowSecs: 300 }); });
+after(async () => { await gw?.stop(); });
+
+test('resume with resumeToken: same sessionId, reconnected, agents and subscriptions back, messages flow', async () => {
+  const observer = await connectClient(gw, { name: 'resume-observer' });
+  const first = await rawParticipant(gw, { participantType: 'agent', name: 'resumer', register: { name: 'resumable', role: 'resumable' } });
+  const agentId = first.agent.id;
+  const sessionId = first.connectResult.sessionId;
+  const sub = await first.call('map/subscribe', { filter: { eventTypes: ['agent_state_changed'] } });
+  assert.equal(typeof sub.subscriptionId, 'string');
+
+  const bye = await first.call('map/disconnect', { reason: 'network change' });
+  assert.equal(bye.success, true);
+  assert.equal(typeof bye.resumeToken, 'string');
+  first.close();
+  await sleep(100);
+
+  // while away, the agent still exists (within the resume window)
+  assert.ok(agentIds(await observer.conn.listAgents()).includes(agentId), 'agent kept during the resume window');
+
+  const second = await rawSocket(gw);
+  const res = await second.call('map/connect', { protocolVersion: 1, participantType: 'agent', resumeToken: bye.resumeToken });
+  assert.equal(res.sessionId, sessionId, 'same sessionId after resume');
+  assert.equal(res.reconnected, true, 'reconnected: true');
+
+  const list = await second.call('map/agents/list', {});
+  const mine = list.agents.find((a) => a.id === agentId);
+  assert.ok(mine, 'agent still registered after resume');
+  assert.notEqual(mine.state, 'stopped');
+
+  // messages to the agent reach the resumed connection
+  const sender = await connectAgent(gw, { name: 'resume-sender' });
+  const marker = uid('resumed-msg');
+  const sent = await sender.conn.send({ agent: agentId }, { marker });
+  assert.deepEqual(sent.delivered, [agentId]);
+  const msg = await second.tap.waitUntil(() => second.tap.messages((m) => m?.payload?.marker === marker)[0], 1500, 'map/message on resumed socket');
+  assert.equal(msg.from, sender.id);
+
+  // the old subscription is back, under the same id
+  await sender.conn.busy();
+  const evs = await second.tap.waitForEvents(sub.subscriptionId, (e) => mentions(e, sender.id));
+  assert.equal(normType(evs[0].event.type), 'agent_state_changed');
+
+  // and the agent can still act as itself
+  const m2 = uid('from-resumed');
+  const back = await second.call('map/send', { to: { agent: sender.id }, payload: { marker: m2 } });
+  assert.deepEqual(back.delivered, [sender.id]);
+  const got = await sender.tap.waitUntil(() => sender.tap.messages((m) => m?.payload?.marker === m2)[0], 1500, 'reply from resumed agent');
+  assert.equal(got.from, agentId, 'from is still the resumed agent id');
+});
+
+test('ClientConnection: disconnect() token → new ClientConnection.connect({resumeToken}) resumes the session', async () => {
+  const c1 = await connectClient(gw, { name: 'client-resume' });
+  const token = await c1.conn.disconnect();
+  assert.equal(typeof token, 'string');
+  const c2 = await connectClient(gw, { name: 'client-resume', resumeToken: token });
+  assert.equal(c2.connectResult.reconnected, true);
+  assert.equal(c2.sessionId, c1.sessionId);
+  assert.equal(c2.conn.sessionId, c1.sessionId);
+});
+
+test('map/replay after a reconnect returns the missed events in order, with filter and paging', async () => {
+  const tag = uid('replay');
+  const c1 = await connectClient(gw, { name: 'replayer' });
+  const sub = await c1.conn.subscribe({ eventTypes: ['agent_registered', 'agent_state_changed'] });
+  const early = await connectAgent(gw, { name: `${tag}-early` });
+  await c1.tap.waitForEvents(sub.id, (e) => mentions(e, early.id));
+  const lastSeen = sub.lastEventId;
+  assert.equal(typeof lastSeen, 'string', 'SDK tracked lastEventId from map/event');
+  await c1.conn.disconnect();
+
+  // events while the client is away
+  const missed1 = await connectAgent(gw, { name: `${tag}-missed-1` });
+  const missed2 = await connectAgent(gw, { name: `${tag}-missed-2` });
+  await missed1.conn.busy();
+  await missed2.conn.busy();
+  await missed1.conn.idle();
+  await sleep(100);
+
+  const c2 = await connectClient(gw, { name: 'replayer-again' });
+  const r = await c2.conn.replay({ afterEventId: lastSeen });
+  assert.ok(Array.isArray(r.events), `replay result {events, hasMore}, got ${JSON.stringify(r).slice(0, 300)}`);
+  assert.equal(typeof r.hasMore, 'boolean');
+  const ids = r.events.map((x) => x.eventId);
+  assert.ok(!ids.includes(lastSeen), 'afterEventId is exclusive');
+  assert.equal(new Set(ids).size, ids.length, 'unique eventIds');
+  for (let i = 1; i < ids.length; i++) assert.ok(eventIdLess(ids[i - 1], ids[i]), 'replay is in eventId order');
+  for (const item of r.events) {
+    assert.equal(typeof item.eventId, 'string');
+    assert.equal(typeof item.timestamp, 'number', 'replayed item timestamp');
+    assert.ok(item.event && typeof item.event.type === 'string', 'replayed item carries event');
+    assert.ok(eventIdLess(lastSeen, item.eventId), `every replayed event comes after ${lastSeen}`);
+  }
+  const find = (type, id) => r.events.findIndex((x) => normType(x.event.type) === type && mentions(x.event, id));
+  const i1 = find('agent_registered', missed1.id);
+  const i2 = find('agent_registered', missed2.id);
+  const i3 = find('agent_state_changed', missed1.id);
+  assert.ok(i1 >= 0 && i2 >= 0 && i3 >= 0, 'missed registrations and state change are replayed');
+  assert.ok(i1 < i2 && i2 < i3, 'replayed in the order they happened');
+  assert.ok(find('agent_registered', early.id) < 0, 'events up to afterEventId are not replayed');
+
+  // with a filter
+  const f = await c2.conn.replay({ afterEventId: lastSeen, filter: { eventTypes: ['agent_state_changed'] } });
+  assert.ok(f.events.length >= 3);
+  assert.ok(f.events.every((x) => normType(x.event.type) === 'agent_state_changed'), 'replay honours filter.eventTypes');
+  assert.ok(f.events.some((x) => mentions(x.event, missed2.id)));
+
+  // with paging
+  const p1 = await c2.conn.replay({ afterEventId: lastSeen, limit: 2, filter: { eventTypes: ['agent_registered', 'agent_state_changed'] } });
+  assert.equal(p1.events.length, 2, 'limit honoured');
+  assert.equal(p1.hasMore, true, 'more events remain');
+  const all = [];
+  for await (const item of c2.conn.replayAll({ afterEventId: lastSeen, filter: { eventTypes: ['agent_registered', 'agent_state_changed'] }, limit: 2 })) {
+    all.push(item.eventId);
+    if (all.length > 500) break;
+  }
+  assert.equal(new Set(all).size, all.length, 'paging yields no duplicates');
+  assert.deepEqual(all.slice(0, 2), p1.events.map((x) => x.eventId));
+  assert.ok(all.length >= 5, `at least the 5 missed events, got ${all.length}`);
+});
+
+test('map/replay by fromTimestamp/toTimestamp window', async () => {
+  const c = await connectClient(gw, { name: 'ts-replayer' });
+  const t0 = Date.now();
+  await sleep(20);
+  const a = await connectAgent(gw, { name: 'ts-a' });
+  await sleep(50);
+  const t1 = Date.now();
+  await sleep(50);
+  const b = await connectAgent(gw, { name: 'ts-b' });
+  await sleep(20);
+  const r = await c.conn.replay({ fromTimestamp: t0, toTimestamp: t1, filter: { eventTypes: ['agent_registered'] } });
+  assert.ok(r.events.some((x) => mentions(x.event, a.id)), 'event inside the window');
+  assert.ok(!r.events.some((x) => mentions(x.event, b.id)), 'event after toTimestamp excluded');
+  assert.ok(r.events.every((x) => x.timestamp >= t0 && x.timestamp <= t1), 'all timestamps inside the window');
+});
