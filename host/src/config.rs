@@ -1,5 +1,6 @@
 //! TOML configuration with embedded defaults: every field may be left out.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -12,7 +13,43 @@ pub struct Config {
     pub server: ServerConfig,
     pub auth: AuthConfig,
     pub limits: LimitsConfig,
+    pub storage: StorageConfig,
+    pub admin: AdminConfig,
+    /// Plugins by name. Absent: every `*.wasm` in `server.plugin_dir`, with default limits.
+    pub plugins: Option<BTreeMap<String, PluginConfig>>,
     pub tenants: Vec<TenantConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StorageConfig {
+    /// `sqlite://PATH` or `postgres://…`; empty: `sqlite://<data_dir>/gateway.db`.
+    pub url: String,
+    /// SQLite only: `normal` survives a crash of the gateway process, `full`
+    /// (fsync on every commit) also a crash of the machine.
+    pub sync: String,
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdminConfig {
+    /// Bearer token for `/admin/*`. Empty: the admin API answers loopback peers only.
+    pub token: String,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct PluginConfig {
+    /// The component file (relative paths start at the config file's folder).
+    pub path: PathBuf,
+    /// Handed to the plugin through the `config` import (tenants may override keys).
+    pub config: serde_json::Value,
+    /// Wall-clock limit of one call.
+    pub deadline_ms: u64,
+    /// Linear memory cap of one instance.
+    pub memory_mb: u64,
+    /// Ready instances kept per tenant.
+    pub instances: usize,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -24,6 +61,8 @@ pub struct ServerConfig {
     pub data_dir: PathBuf,
     /// Name reported in `systemInfo`.
     pub name: String,
+    /// Where plugins are found when no `[plugins]` table is given.
+    pub plugin_dir: PathBuf,
     /// Largest accepted frame, line or HTTP body, in bytes.
     pub max_message_bytes: usize,
     /// How long a disconnected session can be resumed with its `resumeToken`.
@@ -57,6 +96,22 @@ pub struct TenantConfig {
     pub api_keys: Vec<String>,
     /// Credentials of `auth {method: "bearer"}` that land in this tenant.
     pub bearer_tokens: Vec<String>,
+    /// Plugins enabled for this tenant. Absent: all configured plugins.
+    pub plugins: Option<Vec<String>>,
+    /// Per-plugin configuration overriding the plugin's own `config` keys.
+    pub plugin_config: BTreeMap<String, serde_json::Value>,
+}
+
+impl Default for PluginConfig {
+    fn default() -> Self {
+        PluginConfig { path: PathBuf::new(), config: serde_json::json!({}), deadline_ms: 1000, memory_mb: 64, instances: 4 }
+    }
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        StorageConfig { url: String::new(), sync: "normal".into() }
+    }
 }
 
 impl Default for ServerConfig {
@@ -65,6 +120,7 @@ impl Default for ServerConfig {
             listen: "127.0.0.1:4700".parse().expect("valid literal"),
             data_dir: PathBuf::from("data"),
             name: "map-gateway".into(),
+            plugin_dir: PathBuf::from("plugins/dist"),
             max_message_bytes: 1 << 20,
             resume_window_secs: 300,
         }
@@ -89,6 +145,9 @@ impl Default for Config {
             server: ServerConfig::default(),
             auth: AuthConfig::default(),
             limits: LimitsConfig::default(),
+            storage: StorageConfig::default(),
+            admin: AdminConfig::default(),
+            plugins: None,
             tenants: vec![TenantConfig { id: "default".into(), ..Default::default() }],
         }
     }
@@ -100,8 +159,15 @@ impl Config {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         let mut config: Config = toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
         if let Some(dir) = path.parent() {
-            if config.server.data_dir.is_relative() {
-                config.server.data_dir = dir.join(&config.server.data_dir);
+            let rebase = |p: &mut PathBuf| {
+                if p.is_relative() {
+                    *p = dir.join(&*p);
+                }
+            };
+            rebase(&mut config.server.data_dir);
+            rebase(&mut config.server.plugin_dir);
+            for plugin in config.plugins.iter_mut().flat_map(|m| m.values_mut()) {
+                rebase(&mut plugin.path);
             }
         }
         config.validate()?;
@@ -128,10 +194,49 @@ impl Config {
         if !anon.is_empty() && !seen.contains(anon.as_str()) {
             bail!("auth.anonymous_tenant {anon:?} is not a configured tenant");
         }
+        if !matches!(self.storage.sync.as_str(), "normal" | "full") {
+            bail!("storage.sync must be normal or full");
+        }
+        for (name, p) in self.plugins.iter().flatten() {
+            if p.deadline_ms == 0 || p.memory_mb == 0 || p.memory_mb > 1024 {
+                bail!("plugin {name}: deadline_ms must be positive and memory_mb between 1 and 1024");
+            }
+            if !p.config.is_object() {
+                bail!("plugin {name}: config must be a table");
+            }
+        }
         if self.server.max_message_bytes < 1024 {
             bail!("server.max_message_bytes must be at least 1024");
         }
         Ok(())
+    }
+}
+
+impl Config {
+    /// The storage URL in effect.
+    pub fn storage_url(&self) -> String {
+        if self.storage.url.is_empty() {
+            format!("sqlite://{}", self.server.data_dir.join("gateway.db").display())
+        } else {
+            self.storage.url.clone()
+        }
+    }
+
+    /// The plugins in effect: the `[plugins]` table, or every component in `plugin_dir`.
+    pub fn plugin_settings(&self) -> anyhow::Result<BTreeMap<String, PluginConfig>> {
+        if let Some(p) = &self.plugins {
+            return Ok(p.clone());
+        }
+        let mut found = BTreeMap::new();
+        let Ok(entries) = std::fs::read_dir(&self.server.plugin_dir) else { return Ok(found) };
+        for e in entries.flatten() {
+            let path = e.path();
+            if path.extension().is_some_and(|x| x == "wasm") {
+                let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_string();
+                found.insert(name, PluginConfig { path, ..PluginConfig::default() });
+            }
+        }
+        Ok(found)
     }
 }
 

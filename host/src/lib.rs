@@ -6,6 +6,8 @@
 
 pub mod config;
 pub mod core;
+pub mod plugins;
 pub mod rpc;
+pub mod store;
 pub mod tenants;
 pub mod transport;

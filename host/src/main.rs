@@ -60,8 +60,8 @@ fn main() -> anyhow::Result<()> {
             println!("{:#?}", load(config.as_ref())?);
             Ok(())
         }
-        Command::Serve { config, listen, data_dir, stdio } => {
-            let mut config = load(config.as_ref())?;
+        Command::Serve { config: config_path, listen, data_dir, stdio } => {
+            let mut config = load(config_path.as_ref())?;
             if let Some(l) = listen {
                 config.server.listen = l;
             }
@@ -69,15 +69,17 @@ fn main() -> anyhow::Result<()> {
                 config.server.data_dir = d;
             }
             let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-            runtime.block_on(serve(config, stdio))
+            runtime.block_on(serve(config, config_path, stdio))
         }
     }
 }
 
-async fn serve(config: Config, stdio: bool) -> anyhow::Result<()> {
+
+async fn serve(config: Config, config_path: Option<PathBuf>, stdio: bool) -> anyhow::Result<()> {
     std::fs::create_dir_all(&config.server.data_dir).with_context(|| format!("creating {}", config.server.data_dir.display()))?;
     let listen = config.server.listen;
-    let gateway = Gateway::new(config);
+    let gateway = Gateway::start(config, config_path).await?;
+    spawn_reload_on_hangup(gateway.clone());
     if stdio {
         transport::stdio::serve(gateway).await?;
         return Ok(());
@@ -93,6 +95,20 @@ async fn serve(config: Config, stdio: bool) -> anyhow::Result<()> {
         _ = shutdown_signal() => tracing::info!("shutting down"),
     }
     Ok(())
+}
+
+/// SIGHUP re-reads the configuration and swaps plugins, like `POST /admin/reload`.
+fn spawn_reload_on_hangup(gateway: std::sync::Arc<Gateway>) {
+    #[cfg(unix)]
+    tokio::spawn(async move {
+        let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else { return };
+        while hup.recv().await.is_some() {
+            match gateway.reload().await {
+                Ok(status) => tracing::info!(%status, "configuration reloaded"),
+                Err(e) => tracing::error!(error = %format!("{e:#}"), "reload failed; the previous plugins stay"),
+            }
+        }
+    });
 }
 
 async fn shutdown_signal() {

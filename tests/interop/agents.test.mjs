@@ -161,6 +161,26 @@ test('map/agents/suspend, resume, stop via ClientConnection', async () => {
   await rejectsWithCode(observer.conn.stopAgent(uid('ghost')), 2001, 'stop unknown');
 });
 
+test('map/agents/spawn via AgentConnection.spawn → {agent} with parent = the spawning agent', async () => {
+  const p = await connectAgent(gw, { name: 'spawner' });
+  const role = uid('spawned-role');
+  const r = await p.conn.spawn({ name: 'spawned', role });
+  assert.equal(typeof r.agent?.id, 'string', `spawn result {agent}, got ${JSON.stringify(r)}`);
+  assert.equal(r.agent.parent, p.id);
+  assert.equal(r.agent.role, role);
+  const kids = agentIds(await observer.conn.listAgents({ filter: { parent: p.id } }));
+  assert.deepEqual(kids, [r.agent.id]);
+  const g = await observer.conn.getAgent(r.agent.id);
+  assert.equal(g.agent.name, 'spawned');
+});
+
+test('map/inject (steering, advertised) via ClientConnection.inject → {injected: true}; unknown agent → 2001', async () => {
+  const a = await connectAgent(gw, { name: 'steered' });
+  const r = await observer.conn.inject(a.id, { text: 'focus on tests' });
+  assert.equal(r.injected, true, `inject result {injected}, got ${JSON.stringify(r)}`);
+  await rejectsWithCode(observer.conn.inject(uid('ghost'), { text: 'x' }), 2001, 'inject into unknown agent');
+});
+
 test('map/structure/graph: nodes are agents, edges {from,to,type:"parent-child"}', async () => {
   const p = await connectAgent(gw, { name: 'graph-parent' });
   const c1 = await connectAgent(gw, { name: 'graph-c1', parent: p.id });

@@ -108,6 +108,14 @@ test('tenant isolation: map/send cannot reach another tenant', async () => {
   await A1.conn.send({ participants: 'clients' }, { marker });
   await expectExactRecipients(everyone, [acmeWatch], marker);
 
+  marker = uid('p-agents');
+  await A1.conn.send({ participants: 'agents' }, { marker });
+  await expectExactRecipients(everyone, [A2], marker, { ignore: [A1] });
+
+  marker = uid('p-all');
+  await Gx.conn.send({ participants: 'all' }, { marker });
+  await expectExactRecipients(everyone, [globexWatch], marker, { ignore: [Gx] });
+
   marker = uid('participant');
   await rejectsWithCode(A1.conn.send({ participant: globexWatch.participantId }, { marker }), [2000, 2001], 'participant of another tenant');
   await expectNobodyGot(everyone, marker);

@@ -464,6 +464,13 @@ export async function rejectsWithCode(promise, codes, ctx = '') {
 /** Normalise an event type so `agent.registered` and `agent_registered` compare equal. */
 export const normType = (t) => String(t ?? '').replace(/\./g, '_');
 
+/**
+ * The agent an event comes from. The SDK client types declare `event.source` as a participant/agent
+ * id string; the SDK's MAPServer emits `{agentId, ...}`. The SDK client itself never reads it, so
+ * both forms are accepted.
+ */
+export const sourceAgent = (ev) => (ev && typeof ev.source === 'object' && ev.source !== null ? ev.source.agentId : ev?.source);
+
 /** Does the JSON of x mention the string id? (used with unique ids only) */
 export const mentions = (x, id) => JSON.stringify(x ?? null).includes(JSON.stringify(String(id)).slice(1, -1));
 

@@ -11,7 +11,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import {
   startGateway, connectAgent, connectClient, rejectsWithCode,
-  expectExactRecipients, expectNobodyGot, inboxFor, uid, sleep, WAIT_MS,
+  expectExactRecipients, expectNobodyGot, inboxFor, uid, sleep, WAIT_MS, QUIET_MS,
 } from './harness.mjs';
 
 let gw;
@@ -190,7 +190,9 @@ test('{role, within: unknown scope} → 2002/2000', async () => { await noOne(R,
 test('{parent: true} from a root agent → 2000/2001', async () => { await noOne(R, { parent: true }, [2000, 2001], 'root has no parent'); });
 test('{children: true} from a leaf → 2000/2001', async () => { await noOne(U, { children: true }, [2000, 2001], 'leaf has no children'); });
 test('{siblings: true} without parent → 2000/2001', async () => { await noOne(U, { siblings: true }, [2000, 2001], 'no siblings'); });
-test('{parent: true} from a client (no agent) → 2000/2001', async () => { await noOne(K, { parent: true }, [2000, 2001], 'client has no agent'); });
+// The spec does not say whether a relative address from a session without an agent is
+// "resolves to no one" (2000/2001) or invalid params (-32602); both are accepted.
+test('{parent: true} from a client (no agent) → 2000/2001/-32602', async () => { await noOne(K, { parent: true }, [2000, 2001, -32602], 'client has no agent'); });
 test('{participant: unknown} → 2000/2001', async () => { await noOne(R, { participant: uid('nobody') }, [2000, 2001], 'unknown participant'); });
 
 // ---- keep last: registers an extra agent ------------------------------------
@@ -226,4 +228,23 @@ test('messages keep their order per sender → recipient', async () => {
   await sleep(100);
   const seq = U.tap.messages((m) => String(m?.payload?.marker).startsWith(base)).map((m) => m.payload.i);
   assert.deepEqual(seq, Array.from({ length: N }, (_, i) => i), 'delivered in send order, exactly once');
+});
+
+test('burst: concurrent senders, every message delivered exactly once, per-sender order kept', async () => {
+  const base = uid('burst');
+  const senders = [C1, C2, R];
+  const N = 30;
+  await Promise.all(senders.map((s) => Promise.all(Array.from({ length: N }, (_, i) =>
+    s.conn.send({ agent: U.id }, { marker: `${base}-${s.label}-${i}`, s: s.label, i })))));
+  const mine = () => U.tap.messages((m) => String(m?.payload?.marker).startsWith(base));
+  await U.tap.waitUntil(() => mine().length >= senders.length * N, 5000, `${senders.length * N} burst messages`);
+  await sleep(QUIET_MS);
+  const got = mine();
+  assert.equal(got.length, senders.length * N, 'no duplicates');
+  assert.equal(new Set(got.map((m) => m.id)).size, got.length, 'unique message ids');
+  for (const s of senders) {
+    const seq = got.filter((m) => m.payload.s === s.label).map((m) => m.payload.i);
+    assert.deepEqual(seq, Array.from({ length: N }, (_, i) => i), `order from ${s.label}`);
+    assert.ok(got.filter((m) => m.payload.s === s.label).every((m) => m.from === s.id), `from is ${s.label}`);
+  }
 });

@@ -73,9 +73,11 @@ test('map/replay after a reconnect returns the missed events in order, with filt
   const c1 = await connectClient(gw, { name: 'replayer' });
   const sub = await c1.conn.subscribe({ eventTypes: ['agent_registered', 'agent_state_changed'] });
   const early = await connectAgent(gw, { name: `${tag}-early` });
-  await c1.tap.waitForEvents(sub.id, (e) => mentions(e, early.id));
-  const lastSeen = sub.lastEventId;
-  assert.equal(typeof lastSeen, 'string', 'SDK tracked lastEventId from map/event');
+  const seenEvs = await c1.tap.waitForEvents(sub.id, (e) => mentions(e, early.id));
+  const lastSeen = seenEvs.at(-1).eventId;
+  assert.equal(typeof lastSeen, 'string', 'map/event carries eventId');
+  await sleep(50); // let the SDK's reader catch up with the frame the tap already saw
+  assert.equal(sub.lastEventId, c1.tap.events(sub.id).at(-1).eventId, 'SDK Subscription tracked lastEventId from map/event');
   await c1.conn.disconnect();
 
   // events while the client is away
@@ -118,13 +120,26 @@ test('map/replay after a reconnect returns the missed events in order, with filt
   const p1 = await c2.conn.replay({ afterEventId: lastSeen, limit: 2, filter: { eventTypes: ['agent_registered', 'agent_state_changed'] } });
   assert.equal(p1.events.length, 2, 'limit honoured');
   assert.equal(p1.hasMore, true, 'more events remain');
+  // keyset paging from lastSeen (SDK replayAll() always starts from the beginning, so page by hand)
   const all = [];
-  for await (const item of c2.conn.replayAll({ afterEventId: lastSeen, filter: { eventTypes: ['agent_registered', 'agent_state_changed'] }, limit: 2 })) {
-    all.push(item.eventId);
-    if (all.length > 500) break;
+  let cursor = lastSeen;
+  for (let page = 0; page < 100; page++) {
+    const pr = await c2.conn.replay({ afterEventId: cursor, limit: 2, filter: { eventTypes: ['agent_registered', 'agent_state_changed'] } });
+    assert.ok(pr.events.length <= 2);
+    all.push(...pr.events.map((x) => x.eventId));
+    if (!pr.hasMore || pr.events.length === 0) break;
+    cursor = pr.events.at(-1).eventId;
   }
   assert.equal(new Set(all).size, all.length, 'paging yields no duplicates');
   assert.deepEqual(all.slice(0, 2), p1.events.map((x) => x.eventId));
+  // SDK replayAll() walks the whole log (from the start) without duplicates and includes the missed events
+  const everything = [];
+  for await (const item of c2.conn.replayAll({ filter: { eventTypes: ['agent_registered'] }, limit: 3 })) {
+    everything.push(item);
+    if (everything.length > 2000) break;
+  }
+  assert.equal(new Set(everything.map((x) => x.eventId)).size, everything.length, 'replayAll: no duplicates');
+  assert.ok(everything.some((x) => mentions(x.event, early.id)) && everything.some((x) => mentions(x.event, missed2.id)), 'replayAll covers before and after the disconnect');
   assert.ok(all.length >= 5, `at least the 5 missed events, got ${all.length}`);
 });
 
@@ -142,4 +157,13 @@ test('map/replay by fromTimestamp/toTimestamp window', async () => {
   assert.ok(r.events.some((x) => mentions(x.event, a.id)), 'event inside the window');
   assert.ok(!r.events.some((x) => mentions(x.event, b.id)), 'event after toTimestamp excluded');
   assert.ok(r.events.every((x) => x.timestamp >= t0 && x.timestamp <= t1), 'all timestamps inside the window');
+});
+
+test('map/session/list (sessions extension, advertised) via ClientConnection.listSessions', async () => {
+  const c = await connectClient(gw, { name: 'lister' });
+  const r = await c.conn.listSessions();
+  assert.ok(Array.isArray(r.sessions), `{sessions: SessionInfo[]}, got ${JSON.stringify(r).slice(0, 300)}`);
+  const mine = r.sessions.find((x) => x.id === c.sessionId);
+  assert.ok(mine, 'own session listed');
+  assert.equal(typeof mine.createdAt, 'number');
 });

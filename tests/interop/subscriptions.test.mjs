@@ -3,7 +3,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import {
   startGateway, connectAgent, connectClient, rawParticipant,
-  normType, mentions, eventIdLess, uid, sleep, QUIET_MS, WAIT_MS,
+  normType, mentions, eventIdLess, sourceAgent, uid, sleep, QUIET_MS, WAIT_MS,
 } from './harness.mjs';
 
 let gw;
@@ -59,7 +59,7 @@ test('subscribe without filter: map/event shape, gap-free sequence, SDK Subscrip
   const reg = evs.find((p) => typeIs('agent_registered')(p.event) && mentions(p.event, a.id));
   assert.ok(reg, 'agent_registered for ev-a');
   const st = evs.find((p) => typeIs('agent_state_changed')(p.event) && mentions(p.event, a.id));
-  assert.equal(st.event.source, a.id, 'event.source of an agent\'s own state change is that agent id');
+  assert.equal(sourceAgent(st.event), a.id, 'event.source of an agent\'s own state change is that agent id');
 
   // the SDK Subscription saw exactly the same events, in order, and tracked the cursor
   assert.deepEqual(seen.map((e) => e.id), evs.map((p) => p.event.id));
@@ -134,12 +134,12 @@ test('filter fromAgents (and its schema alias agents)', async () => {
   await b.conn.idle();
   await a.conn.idle();
   for (const s of [s1, s2]) {
-    await w.tap.waitForEvents(s.id, (e) => typeIs('agent_state_changed')(e) && e.source === a.id, 2);
+    await w.tap.waitForEvents(s.id, (e) => typeIs('agent_state_changed')(e) && sourceAgent(e) === a.id, 2);
   }
   await sleep(QUIET_MS);
   for (const s of [s1, s2]) {
     const evs = checkStream(w.tap, s.id);
-    assert.ok(evs.every((p) => p.event.source === a.id), `only events from ${a.id}: ${JSON.stringify(evs.map((p) => p.event.source))}`);
+    assert.ok(evs.every((p) => sourceAgent(p.event) === a.id), `only events from ${a.id}: ${JSON.stringify(evs.map((p) => p.event.source))}`);
     assert.ok(!evs.some((p) => mentions(p.event, b.id)), 'nothing about src-b');
   }
 });
@@ -181,7 +181,8 @@ test('filter scopes', async () => {
   await w.tap.waitForEvents(sub.id, (e) => typeIs('scope_member_left')(e));
   await sleep(QUIET_MS);
   const evs = checkStream(w.tap, sub.id);
-  assert.ok(evs.every((p) => p.event.data?.scopeId === s1), `every event has data.scopeId === ${s1}: ${JSON.stringify(evs.map((p) => p.event.data))}`);
+  assert.ok(evs.filter((p) => typeIs('scope_member_joined')(p.event) || typeIs('scope_member_left')(p.event)).length === 2, `exactly the join and the leave of ${s1}: ${JSON.stringify(evs.map((p) => [p.event.type, p.event.data]))}`);
+  assert.ok(evs.every((p) => p.event.data?.scopeId === undefined || p.event.data.scopeId === s1), `every event that names a scope (data.scopeId) names ${s1}: ${JSON.stringify(evs.map((p) => p.event.data))}`);
   assert.ok(!evs.some((p) => mentions(p.event, s2)), 'nothing about the other scope');
 });
 
@@ -216,7 +217,8 @@ test('filter correlationIds', async () => {
   await w.tap.waitForEvents(sub.id, (e) => mentions(e, hit.messageId));
   await sleep(QUIET_MS);
   const evs = checkStream(w.tap, sub.id);
-  assert.ok(evs.every((p) => mentions(p.event, want)), 'every event carries the wanted correlationId');
+  assert.ok(evs.some((p) => mentions(p.event, want)), 'an event carries the wanted correlationId');
+  assert.ok(evs.every((p) => mentions(p.event, want) || mentions(p.event, hit.messageId)), 'every event relates to the correlated message');
   assert.ok(!evs.some((p) => mentions(p.event, other.messageId) || mentions(p.event, none.messageId)), 'other messages filtered out');
 });
 
@@ -242,12 +244,12 @@ test('filter fields combine with AND (eventTypes + fromAgents)', async () => {
   await a.conn.joinScope(scope.id);
   await b.conn.busy();
   await a.conn.busy();
-  await w.tap.waitForEvents(sub.id, (e) => e.source === a.id);
+  await w.tap.waitForEvents(sub.id, (e) => sourceAgent(e) === a.id);
   await sleep(QUIET_MS);
   const evs = checkStream(w.tap, sub.id);
   assert.equal(evs.length, 1, `exactly one state change from and-a: ${JSON.stringify(evs.map((p) => [p.event.type, p.event.source]))}`);
   assert.equal(normType(evs[0].event.type), 'agent_state_changed');
-  assert.equal(evs[0].event.source, a.id);
+  assert.equal(sourceAgent(evs[0].event), a.id);
 });
 
 test('events from the async iterator of the SDK Subscription', async () => {
@@ -289,4 +291,47 @@ test('agent_unregistered is emitted when an agent disconnects via AgentConnectio
   await a.conn.disconnect();
   const evs = await w.tap.waitForEvents(sub.id, (e) => mentions(e, a.id));
   assert.equal(normType(evs[0].event.type), 'agent_unregistered');
+});
+
+test('burst: concurrent state changes keep every subscription gap-free and complete', async () => {
+  const w = await connectClient(gw, { name: 'burst-watch' });
+  const N = 4, M = 25;
+  const burst = [];
+  for (let i = 0; i < N; i++) burst.push(await connectAgent(gw, { name: `burst-${i}` }));
+  const all = await w.conn.subscribe();
+  const one = await w.conn.subscribe({ eventTypes: ['agent_state_changed'], fromAgents: [burst[0].id] });
+  await Promise.all(burst.map(async (a) => {
+    for (let j = 0; j < M; j++) await a.conn.updateState(j % 2 === 0 ? 'busy' : 'idle');
+  }));
+  const isBurstChange = (e) => typeIs('agent_state_changed')(e) && burst.some((a) => sourceAgent(e) === a.id);
+  await w.tap.waitForEvents(all.id, isBurstChange, N * M, 5000);
+  await w.tap.waitForEvents(one.id, () => true, M, 5000);
+  await sleep(QUIET_MS);
+  const ea = checkStream(w.tap, all.id);
+  assert.equal(ea.filter((p) => isBurstChange(p.event)).length, N * M, 'every state change delivered exactly once');
+  const eo = checkStream(w.tap, one.id);
+  assert.equal(eo.length, M, `filtered subscription gets exactly the ${M} changes of burst-0`);
+  // per-agent order is preserved: busy, idle, busy, …
+  const states = ea.filter((p) => sourceAgent(p.event) === burst[1].id && typeIs('agent_state_changed')(p.event)).map((p) => JSON.stringify(p.event.data));
+  assert.equal(states.length, M);
+  for (let j = 0; j < M; j++) {
+    const want = j % 2 === 0 ? 'busy' : 'idle';
+    assert.ok(states[j].includes(`"${want}"`), `event ${j} of burst-1 should be a change to ${want}: ${states[j]}`);
+  }
+});
+
+test('map/subscribe.ack: the SDK acks when supportsAck is advertised; events keep flowing, no error frames', async () => {
+  const w = await connectClient(gw, { name: 'acker' });
+  const sub = await w.conn.subscribe({ eventTypes: ['agent_registered'] });
+  const advertised = w.connectResult.capabilities?.streaming?.supportsAck === true;
+  assert.equal(sub.supportsAck, advertised, 'SDK enables ack exactly when capabilities.streaming.supportsAck is true');
+  const a = await connectAgent(gw, { name: 'ack-a' });
+  await w.tap.waitForEvents(sub.id, (e) => mentions(e, a.id));
+  await sleep(50);
+  sub.ack(); // map/subscribe.ack {subscriptionId, upToSequence} notification (no-op if not advertised)
+  const b = await connectAgent(gw, { name: 'ack-b' });
+  await w.tap.waitForEvents(sub.id, (e) => mentions(e, b.id));
+  await sleep(QUIET_MS);
+  checkStream(w.tap, sub.id);
+  assert.ok(!w.tap.frames.some((f) => f && f.error), `no error frames: ${JSON.stringify(w.tap.frames.filter((f) => f && f.error))}`);
 });

@@ -11,9 +11,10 @@ pub mod outbox;
 pub mod registry;
 
 mod lifecycle;
-mod methods;
+pub(crate) mod methods;
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
@@ -23,6 +24,8 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::config::Config;
+use crate::plugins::PluginHost;
+use crate::store::Store;
 use crate::rpc::{self, codes, Decoded, Request, RpcError};
 use crate::tenants::{Tenant, Tenants};
 use outbox::{Frame, Outbox};
@@ -57,6 +60,9 @@ pub struct Live {
 pub struct Gateway {
     pub config: Config,
     pub tenants: Tenants,
+    pub plugins: Option<PluginHost>,
+    /// The file `config` came from, re-read on reload.
+    config_path: Option<PathBuf>,
     sessions: Mutex<HashMap<String, Live>>,
     /// resume token → session id
     resume_tokens: Mutex<HashMap<String, String>>,
@@ -110,7 +116,35 @@ impl Conn {
 impl Gateway {
     pub fn new(config: Config) -> Arc<Gateway> {
         let tenants = Tenants::from_config(&config);
-        Arc::new(Gateway { config, tenants, sessions: Mutex::new(HashMap::new()), resume_tokens: Mutex::new(HashMap::new()) })
+        Arc::new(Gateway::assemble(config, tenants, None, None))
+    }
+
+    fn assemble(config: Config, tenants: Tenants, plugins: Option<PluginHost>, config_path: Option<PathBuf>) -> Gateway {
+        Gateway { config, tenants, plugins, config_path, sessions: Mutex::new(HashMap::new()), resume_tokens: Mutex::new(HashMap::new()) }
+    }
+
+    /// Open storage, load the plugins and bind them to their tenants.
+    pub async fn start(config: Config, config_path: Option<PathBuf>) -> anyhow::Result<Arc<Gateway>> {
+        let db = Store::open(&config.storage_url(), config.storage.sync == "full").await?;
+        let host = PluginHost::new(&config, db)?;
+        let tenants = Tenants::from_config(&config);
+        host.apply(&config, &tenants).await?;
+        Ok(Arc::new(Gateway::assemble(config, tenants, Some(host), config_path)))
+    }
+
+    /// Re-read the configuration file and swap in its plugins. Connections
+    /// stay open; calls in flight finish on the plugins they started with.
+    pub async fn reload(&self) -> anyhow::Result<serde_json::Value> {
+        let Some(host) = &self.plugins else { anyhow::bail!("this gateway runs without plugins") };
+        let config = match &self.config_path {
+            Some(p) => Config::load(p)?,
+            None => self.config.clone(),
+        };
+        if let Err(e) = host.apply(&config, &self.tenants).await {
+            host.note_error(&e);
+            return Err(e);
+        }
+        Ok(host.status().await)
     }
 
     pub fn live(&self, session_id: &str) -> Option<Live> {
@@ -118,7 +152,7 @@ impl Gateway {
     }
 
     /// Handle one frame; the returned text (if any) is the frame to answer with.
-    pub fn handle_frame(self: &Arc<Self>, conn: &mut Conn, bytes: &[u8]) -> Option<String> {
+    pub async fn handle_frame(self: &Arc<Self>, conn: &mut Conn, bytes: &[u8]) -> Option<String> {
         if bytes.len() > self.config.server.max_message_bytes {
             let err = RpcError::invalid_request(format!(
                 "Invalid Request: message of {} bytes exceeds the limit of {} bytes",
@@ -128,31 +162,49 @@ impl Gateway {
             return Some(rpc::encode_error(&Value::Null, &err));
         }
         match rpc::decode_frame(bytes) {
-            Decoded::Single(Ok(req)) => self.handle(conn, req),
+            Decoded::Single(Ok(req)) => self.handle(conn, req).await,
             Decoded::Single(Err((id, err))) => Some(rpc::encode_error(&id, &err)),
             Decoded::Invalid(err) => Some(rpc::encode_error(&Value::Null, &err)),
             Decoded::Ignored => None,
             Decoded::Batch(items) => {
-                let answers: Vec<String> = items
-                    .into_iter()
-                    .filter_map(|item| match item {
-                        Ok(req) => self.handle(conn, req),
+                let mut answers = Vec::with_capacity(items.len());
+                for item in items {
+                    let answer = match item {
+                        Ok(req) => self.handle(conn, req).await,
                         Err((id, err)) => Some(rpc::encode_error(&id, &err)),
-                    })
-                    .collect();
+                    };
+                    answers.extend(answer);
+                }
                 (!answers.is_empty()).then(|| format!("[{}]", answers.join(",")))
             }
         }
     }
 
     /// Handle one request; notifications get no answer.
-    pub fn handle(self: &Arc<Self>, conn: &mut Conn, req: Request) -> Option<String> {
-        let result = methods::dispatch(self, conn, &req);
+    pub async fn handle(self: &Arc<Self>, conn: &mut Conn, req: Request) -> Option<String> {
+        let result = match methods::dispatch(self, conn, &req) {
+            Some(r) => r,
+            None => self.call_plugin(conn, &req).await,
+        };
         let id = req.id?;
         Some(match result {
             Ok(Out::Json(v)) => rpc::encode_result(&id, &v),
             Ok(Out::Raw(raw)) => rpc::encode_result(&id, &raw),
             Err(e) => rpc::encode_error(&id, &e),
         })
+    }
+
+    /// A method outside the core: the tenant's plugin that declared it, if any.
+    async fn call_plugin(&self, conn: &mut Conn, req: &Request) -> Result<Out, RpcError> {
+        let not_found = || RpcError::method_not_found(&req.method);
+        let active = conn.active().map_err(|_| not_found())?;
+        let plugin = active.tenant.plugins().method(&req.method).ok_or_else(not_found)?;
+        let params = match &req.params {
+            Some(raw) if raw.get().starts_with('[') => return Err(RpcError::invalid_params("Extension methods take named params (an object)")),
+            Some(raw) if raw.get() != "null" => raw.get(),
+            _ => "{}",
+        };
+        let caller = crate::plugins::caller_of(active);
+        plugin.call_rpc(active, caller, &req.method, params).await.map(Out::Raw)
     }
 }

@@ -4,17 +4,39 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 
 use crate::config::Config;
 use crate::core::fabric::{Fabric, LocalFabric};
 use crate::core::registry::Registry;
+use crate::plugins::TenantPlugins;
 use crate::rpc::{codes, RpcError};
 
 pub struct Tenant {
     pub id: String,
     pub registry: Mutex<Registry>,
     pub fabric: Arc<dyn Fabric>,
+    plugins: RwLock<Arc<TenantPlugins>>,
+}
+
+impl Tenant {
+    pub fn new(id: &str, replay_events: usize) -> Tenant {
+        Tenant {
+            id: id.to_string(),
+            registry: Mutex::new(Registry::default()),
+            fabric: Arc::new(LocalFabric::new(replay_events)),
+            plugins: RwLock::new(Arc::new(TenantPlugins::default())),
+        }
+    }
+
+    /// The tenant's current plugin set (a snapshot: a swap does not affect it).
+    pub fn plugins(&self) -> Arc<TenantPlugins> {
+        self.plugins.read().clone()
+    }
+
+    pub fn set_plugins(&self, set: TenantPlugins) {
+        *self.plugins.write() = Arc::new(set);
+    }
 }
 
 pub struct Tenants {
@@ -33,8 +55,7 @@ impl Tenants {
         let mut by_id = HashMap::new();
         let mut credentials = HashMap::new();
         for t in &config.tenants {
-            let fabric: Arc<dyn Fabric> = Arc::new(LocalFabric::new(config.limits.replay_events));
-            by_id.insert(t.id.clone(), Arc::new(Tenant { id: t.id.clone(), registry: Mutex::new(Registry::default()), fabric }));
+            by_id.insert(t.id.clone(), Arc::new(Tenant::new(&t.id, config.limits.replay_events)));
             for k in &t.api_keys {
                 credentials.insert(("api-key", k.clone()), t.id.clone());
             }

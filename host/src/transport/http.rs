@@ -43,9 +43,35 @@ pub async fn route(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -
         (&Method::GET, "/healthz") => full(StatusCode::OK, "application/json", json!({"status": "ok", "version": env!("CARGO_PKG_VERSION")}).to_string()),
         (&Method::POST, "/map/rpc" | "/map/batch") => rpc(gw, peer, req).await,
         (&Method::GET, "/map/events") => events(gw, req),
+        (_, "/admin/reload" | "/admin/plugins") => admin(gw, peer, req).await,
         (_, "/map/rpc" | "/map/batch" | "/map/events" | "/healthz") => full(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "method not allowed\n"),
         _ => full(StatusCode::NOT_FOUND, "text/plain", "not found\n"),
     })
+}
+
+/// `POST /admin/reload` re-reads the configuration and swaps plugins;
+/// `GET /admin/plugins` lists what is loaded. Bearer `admin.token`, or loopback when none is set.
+async fn admin(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Response<Body> {
+    let token = &gw.config.admin.token;
+    let allowed = if token.is_empty() {
+        super::is_loopback(&peer)
+    } else {
+        super::header_credentials(req.headers()).is_some_and(|(kind, t)| kind == "bearer" && t == *token)
+    };
+    if !allowed {
+        return full(StatusCode::UNAUTHORIZED, "application/json", json!({"error": "admin token required"}).to_string());
+    }
+    let Some(host) = &gw.plugins else {
+        return full(StatusCode::CONFLICT, "application/json", json!({"error": "this gateway runs without plugins"}).to_string());
+    };
+    match (req.method(), req.uri().path()) {
+        (&Method::POST, "/admin/reload") => match gw.reload().await {
+            Ok(status) => full(StatusCode::OK, "application/json", status.to_string()),
+            Err(e) => full(StatusCode::UNPROCESSABLE_ENTITY, "application/json", json!({"error": format!("{e:#}")}).to_string()),
+        },
+        (&Method::GET, "/admin/plugins") => full(StatusCode::OK, "application/json", host.status().await.to_string()),
+        _ => full(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "method not allowed\n"),
+    }
 }
 
 fn session_of(req: &Request<Incoming>) -> Option<String> {
@@ -77,7 +103,7 @@ async fn rpc(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Resp
             return rpc_error(StatusCode::NOT_FOUND, err);
         }
     }
-    let answer = gw.handle_frame(&mut conn, &body);
+    let answer = gw.handle_frame(&mut conn, &body).await;
     let bound = gw.request_done(&mut conn);
     let mut resp = match answer {
         Some(text) => full(StatusCode::OK, "application/json", text),

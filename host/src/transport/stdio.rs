@@ -49,7 +49,7 @@ where
         } else if line.iter().all(u8::is_ascii_whitespace) {
             None
         } else {
-            gw.handle_frame(&mut conn, &line)
+            gw.handle_frame(&mut conn, &line).await
         };
         if let Some(a) = answer {
             if tx.send(Frame::from(a)).await.is_err() {

@@ -92,7 +92,7 @@ where
                 break;
             }
         };
-        if let Some(answer) = gw.handle_frame(&mut conn, &bytes) {
+        if let Some(answer) = gw.handle_frame(&mut conn, &bytes).await {
             // Waiting here is the backpressure: a peer that does not read stops being read.
             if tx.send(Frame::from(answer)).await.is_err() {
                 break;

@@ -10,6 +10,11 @@ use crate::core::outbox::Frame;
 use crate::core::{ids, Active, Out};
 use crate::rpc::{codes, Request, RpcError};
 
+struct Params {
+    payload: Option<Box<RawValue>>,
+    from: Option<String>,
+}
+
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct SendParams {
@@ -29,9 +34,15 @@ fn push_json(out: &mut String, v: &impl serde::Serialize) {
 
 pub fn send(active: &Active, req: &Request) -> Result<Out, RpcError> {
     let p: SendParams = req.params()?;
-    let to = p.to.ok_or_else(|| RpcError::invalid_params("`to` is required"))?;
+    send_message(active, p.to, p.payload, p.meta.unwrap_or_default(), p.from).map(Out::Json)
+}
+
+/// `map/send` for a session (or a plugin acting as one): resolve, deliver,
+/// record events, hand the message to interested interceptors.
+pub fn send_message(active: &Active, to: Option<Value>, payload: Option<Box<RawValue>>, meta: Map<String, Value>, from: Option<String>) -> Result<Value, RpcError> {
+    let to = to.ok_or_else(|| RpcError::invalid_params("`to` is required"))?;
     let addr = Address::parse(&to)?;
-    let meta = p.meta.unwrap_or_default();
+    let p = Params { payload, from };
 
     let mut facets_roles = Vec::new();
     let mut facets_scopes = Vec::new();
@@ -126,9 +137,35 @@ pub fn send(active: &Active, req: &Request) -> Result<Out, RpcError> {
             .with_details(json!({"messageId": message_id, "failed": failed})));
     }
     fabric.publish(with_facets(NewEvent::new("message_delivered", source, json!({"messageId": message_id, "from": from, "delivered": delivered}))));
+    let plugins = active.tenant.plugins();
+    if plugins.observes(&meta) {
+        let sent = SentMessage {
+            id: message_id.clone(),
+            from: from.clone(),
+            to: to.clone(),
+            timestamp,
+            payload: p.payload.as_ref().map(|r| r.get().to_string()).unwrap_or_else(|| "null".into()),
+            meta: Value::Object(meta.clone()),
+            delivered: delivered.iter().map(|d| d.to_string()).collect(),
+        };
+        plugins.observe(active, sent);
+    }
     let mut result = json!({"messageId": message_id, "delivered": delivered});
     if !failed.is_empty() {
         result["failed"] = json!(failed);
     }
-    Ok(result.into())
+    Ok(result)
+}
+
+/// A delivered message, as interceptors see it.
+#[derive(Debug, Clone)]
+pub struct SentMessage {
+    pub id: String,
+    pub from: String,
+    pub to: Value,
+    pub timestamp: u64,
+    /// JSON text of the payload (`null` when none).
+    pub payload: String,
+    pub meta: Value,
+    pub delivered: Vec<String>,
 }

@@ -11,7 +11,13 @@ use std::sync::Arc;
 use super::{Conn, Gateway, Out};
 use crate::rpc::{Request, RpcError};
 
-pub(super) fn dispatch(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out, RpcError> {
+/// A core method's answer, or `None` for a method outside `map/` (an
+/// extension's; plugins may not serve `map/` methods).
+pub(super) fn dispatch(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Option<Result<Out, RpcError>> {
+    req.method.starts_with("map/").then(|| route(gw, conn, req))
+}
+
+fn route(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out, RpcError> {
     match req.method.as_str() {
         "map/connect" | "map/initialize" => session::connect(gw, conn, req),
         "map/authenticate" => session::authenticate(gw, conn, req),

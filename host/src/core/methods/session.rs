@@ -65,6 +65,13 @@ fn granted_capabilities() -> Value {
     })
 }
 
+/// What this tenant's participants get: the core's grants plus each plugin's.
+fn capabilities(tenant: &Tenant) -> Value {
+    let mut caps = granted_capabilities();
+    tenant.plugins().advertise(&mut caps);
+    caps
+}
+
 fn principal(tenant: &Tenant, participant: &str) -> Value {
     json!({"id": participant, "issuer": "map-gateway", "claims": {"tenant": tenant.id}})
 }
@@ -174,7 +181,7 @@ fn connect_result(gw: &Gateway, active: &Active, draft: bool, p: &ConnectParams)
         "protocolVersion": PROTOCOL_VERSION,
         "sessionId": active.session_id,
         "participantId": active.participant_id,
-        "capabilities": granted_capabilities(),
+        "capabilities": capabilities(&active.tenant),
         "systemInfo": {"name": gw.config.server.name, "version": env!("CARGO_PKG_VERSION")},
         "principal": principal(&active.tenant, &active.participant_id),
     });

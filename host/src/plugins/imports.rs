@@ -1,0 +1,149 @@
+//! The host side of the imports every plugin gets: store, events, router,
+//! log, config. Each acts only inside the instance's (tenant, plugin).
+
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use super::bindings::map_gateway::plugin::{config, events, log, router, store, types};
+use super::state::PluginState;
+use crate::core::events::{NewEvent, Source};
+use crate::core::methods::messaging;
+use crate::core::Active;
+use crate::rpc::RpcError;
+use crate::store::{ScanOptions, StoreError, Write};
+
+type Wt<T> = wasmtime::Result<T>;
+
+impl types::Host for PluginState {}
+
+fn store_err(e: StoreError) -> store::StoreError {
+    match e {
+        StoreError::Invalid(m) => store::StoreError::Invalid(m),
+        StoreError::Unavailable(m) => store::StoreError::Unavailable(m),
+    }
+}
+
+impl store::Host for PluginState {
+    async fn get(&mut self, collection: String, key: String) -> Wt<Result<Option<String>, store::StoreError>> {
+        Ok(self.ctx.db.get(&self.ctx.scope, &collection, &key).await.map_err(store_err))
+    }
+
+    async fn put(&mut self, collection: String, key: String, value: String) -> Wt<Result<(), store::StoreError>> {
+        Ok(self.ctx.db.put(&self.ctx.scope, &collection, &key, &value).await.map_err(store_err))
+    }
+
+    async fn delete(&mut self, collection: String, key: String) -> Wt<Result<bool, store::StoreError>> {
+        Ok(self.ctx.db.delete(&self.ctx.scope, &collection, &key).await.map_err(store_err))
+    }
+
+    async fn scan(&mut self, collection: String, o: store::ScanOptions) -> Wt<Result<Vec<store::Entry>, store::StoreError>> {
+        let opts = ScanOptions { prefix: o.prefix, after: o.after, before: o.before, limit: o.limit, reverse: o.reverse };
+        let rows = self.ctx.db.scan(&self.ctx.scope, &collection, &opts).await.map_err(store_err);
+        Ok(rows.map(|rows| rows.into_iter().map(|(key, value)| store::Entry { key, value }).collect()))
+    }
+
+    async fn count(&mut self, collection: String, prefix: String) -> Wt<Result<u64, store::StoreError>> {
+        Ok(self.ctx.db.count(&self.ctx.scope, &collection, &prefix).await.map_err(store_err))
+    }
+
+    async fn batch(&mut self, writes: Vec<store::Write>) -> Wt<Result<(), store::StoreError>> {
+        let writes = writes.into_iter().map(|w| Write { collection: w.collection, key: w.key, value: w.value }).collect();
+        Ok(self.ctx.db.batch(&self.ctx.scope, writes).await.map_err(store_err))
+    }
+}
+
+impl PluginState {
+    /// Who the plugin acts as: the caller's session, else `plugin:<name>`.
+    fn acting(&self) -> Active {
+        self.caller.clone().unwrap_or_else(|| Active {
+            tenant: self.ctx.tenant.clone(),
+            session_id: format!("plugin:{}", self.ctx.plugin),
+            participant_id: format!("plugin:{}", self.ctx.plugin),
+            participant_type: "system".into(),
+            outbox: std::sync::Arc::new(crate::core::outbox::Outbox::new(1)),
+        })
+    }
+
+    fn caller_agent(&self) -> Option<String> {
+        let caller = self.caller.as_ref()?;
+        let reg = self.ctx.tenant.registry.lock();
+        reg.sessions.get(&caller.session_id).and_then(|s| s.agents.first().cloned())
+    }
+}
+
+fn to_wit(e: RpcError) -> types::RpcError {
+    types::RpcError { code: e.code, message: e.message, data: e.data.map(|d| d.to_string()) }
+}
+
+impl events::Host for PluginState {
+    async fn emit(&mut self, event_type: String, data: String) -> Wt<Result<(), String>> {
+        if event_type.is_empty() {
+            return Ok(Err("event-type must not be empty".into()));
+        }
+        let data: Value = match serde_json::from_str(&data) {
+            Ok(v @ Value::Object(_)) => v,
+            _ => return Ok(Err("data must be a JSON object".into())),
+        };
+        let source = Source {
+            agent_id: self.caller_agent(),
+            participant_id: Some(self.acting().participant_id),
+            scope_id: None,
+        };
+        self.ctx.tenant.fabric.publish(NewEvent::new(&event_type, source, data));
+        Ok(Ok(()))
+    }
+}
+
+impl router::Host for PluginState {
+    async fn send(&mut self, to: String, payload: String, meta: Option<String>) -> Wt<Result<String, types::RpcError>> {
+        let parsed = (|| -> Result<_, RpcError> {
+            let to: Value = serde_json::from_str(&to).map_err(|e| RpcError::invalid_params(format!("`to` is not JSON: {e}")))?;
+            let payload = RawValue::from_string(payload).map_err(|e| RpcError::invalid_params(format!("`payload` is not JSON: {e}")))?;
+            let meta: Map<String, Value> = match meta {
+                Some(m) => serde_json::from_str(&m).map_err(|e| RpcError::invalid_params(format!("`meta` is not a JSON object: {e}")))?,
+                None => Map::new(),
+            };
+            Ok((to, payload, meta))
+        })();
+        let result = parsed.and_then(|(to, payload, meta)| messaging::send_message(&self.acting(), Some(to), Some(payload), meta, None));
+        Ok(result.map(|v| v.to_string()).map_err(to_wit))
+    }
+
+    async fn notify(&mut self, participant_id: String, method: String, params: String) -> Wt<Result<(), types::RpcError>> {
+        let params: Box<RawValue> = match RawValue::from_string(params) {
+            Ok(p) if p.get().starts_with('{') => p,
+            _ => return Ok(Err(to_wit(RpcError::invalid_params("params must be a JSON object")))),
+        };
+        let session = self.ctx.tenant.registry.lock().participants.get(&participant_id).cloned();
+        let Some(session) = session else {
+            return Ok(Err(to_wit(RpcError::new(crate::rpc::codes::ADDRESS_NOT_FOUND, format!("Participant {participant_id} has no session")))));
+        };
+        let frame = crate::rpc::encode_notification(&method, &params);
+        let delivered = self.ctx.tenant.fabric.deliver(&session, frame.into());
+        Ok(delivered.map_err(|_| to_wit(RpcError::new(crate::rpc::codes::DELIVERY_FAILED, format!("Participant {participant_id} cannot take more notifications now")))))
+    }
+}
+
+impl log::Host for PluginState {
+    async fn log(&mut self, level: log::Level, message: String) -> Wt<()> {
+        let (tenant, plugin) = (&self.ctx.scope.tenant, &self.ctx.plugin);
+        match level {
+            log::Level::Trace => tracing::trace!(tenant, plugin, "{message}"),
+            log::Level::Debug => tracing::debug!(tenant, plugin, "{message}"),
+            log::Level::Info => tracing::info!(tenant, plugin, "{message}"),
+            log::Level::Warn => tracing::warn!(tenant, plugin, "{message}"),
+            log::Level::Error => tracing::error!(tenant, plugin, "{message}"),
+        }
+        Ok(())
+    }
+}
+
+impl config::Host for PluginState {
+    async fn all(&mut self) -> Wt<String> {
+        Ok(self.ctx.config.to_string())
+    }
+
+    async fn get(&mut self, key: String) -> Wt<Option<String>> {
+        Ok(self.ctx.config.get(&key).map(Value::to_string))
+    }
+}

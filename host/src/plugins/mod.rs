@@ -1,0 +1,175 @@
+//! Protocol handlers as WebAssembly components: loading, per-tenant plugin
+//! sets, limits, hot swap. The contract is `wit/` (package
+//! `map-gateway:plugin@0.1.0`).
+
+mod bindings;
+mod engine;
+mod imports;
+mod plugin;
+mod set;
+mod state;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use parking_lot::Mutex;
+use serde_json::Value;
+use wasmtime::component::{HasSelf, Linker};
+use wasmtime::Engine;
+
+pub use bindings::Caller;
+pub use plugin::{Limits, Plugin, TenantPlugin};
+pub use set::TenantPlugins;
+
+use crate::config::{Config, PluginConfig};
+use crate::core::Active;
+use crate::store::{Scope, Store};
+use crate::tenants::{Tenant, Tenants};
+use state::{Context, PluginState};
+
+/// The caller record a plugin receives for a session.
+pub fn caller_of(active: &Active) -> Caller {
+    let reg = active.tenant.registry.lock();
+    let session = reg.sessions.get(&active.session_id);
+    Caller {
+        tenant: active.tenant.id.clone(),
+        participant_id: active.participant_id.clone(),
+        participant_type: active.participant_type.clone(),
+        session_id: active.session_id.clone(),
+        agent_ids: session.map(|s| s.agents.clone()).unwrap_or_default(),
+        capabilities: session.map(|s| s.capabilities.to_string()).unwrap_or_else(|| "null".into()),
+    }
+}
+
+struct Loaded {
+    digest: String,
+    settings: PluginConfig,
+    plugin: Arc<Plugin>,
+}
+
+/// Compiles, caches and binds plugins; swaps tenant plugin sets on reload.
+pub struct PluginHost {
+    engine: Engine,
+    linker: Linker<PluginState>,
+    db: Store,
+    cache_dir: PathBuf,
+    gateway_name: String,
+    max_result_bytes: usize,
+    loaded: tokio::sync::Mutex<HashMap<String, Loaded>>,
+    /// A tenant no one connects to, for calls made while loading (`describe`).
+    scratch: Arc<Tenant>,
+    last_error: Mutex<Option<String>>,
+}
+
+impl PluginHost {
+    pub fn new(config: &Config, db: Store) -> anyhow::Result<PluginHost> {
+        let engine = engine::build()?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+        bindings::InterceptingExtension::add_to_linker::<PluginState, HasSelf<PluginState>>(&mut linker, |s| s)?;
+        Ok(PluginHost {
+            engine,
+            linker,
+            db,
+            cache_dir: config.server.data_dir.join("cache"),
+            gateway_name: config.server.name.clone(),
+            max_result_bytes: config.server.max_message_bytes,
+            loaded: tokio::sync::Mutex::new(HashMap::new()),
+            scratch: Arc::new(Tenant::new("~loader", 1)),
+            last_error: Mutex::new(None),
+        })
+    }
+
+    fn context(&self, tenant: Arc<Tenant>, plugin: &str, config: Value) -> Arc<Context> {
+        Arc::new(Context {
+            scope: Scope { tenant: tenant.id.clone(), plugin: plugin.to_string() },
+            tenant,
+            plugin: plugin.to_string(),
+            db: self.db.clone(),
+            config: Arc::new(config),
+            gateway_name: self.gateway_name.clone(),
+        })
+    }
+
+    async fn load(&self, name: &str, settings: &PluginConfig) -> anyhow::Result<(String, Arc<Plugin>)> {
+        let bytes = std::fs::read(&settings.path).with_context(|| format!("reading plugin {name} at {}", settings.path.display()))?;
+        let digest = crate::store::digest_hex(&bytes);
+        let component = {
+            let (engine, path, cache, name) = (self.engine.clone(), settings.path.clone(), self.cache_dir.clone(), name.to_string());
+            // Compiling takes a while; keep it off the async workers.
+            tokio::task::spawn_blocking(move || engine::load_component(&engine, &path, &cache, &name)).await??
+        };
+        let limits = Limits {
+            deadline: Duration::from_millis(settings.deadline_ms),
+            memory_bytes: (settings.memory_mb as usize) << 20,
+            idle_instances: settings.instances,
+            max_result_bytes: self.max_result_bytes,
+        };
+        let ctx = self.context(self.scratch.clone(), name, settings.config.clone());
+        let plugin = Plugin::load(name, &component, &self.linker, ctx, limits).await.with_context(|| format!("loading plugin {name}"))?;
+        tracing::info!(plugin = name, version = plugin.version(), "plugin loaded");
+        Ok((digest, Arc::new(plugin)))
+    }
+
+    /// Load the configured plugins (reusing unchanged ones) and give every
+    /// tenant its new set. Calls in flight finish on the set they started with.
+    pub async fn apply(&self, config: &Config, tenants: &Tenants) -> anyhow::Result<()> {
+        let wanted = config.plugin_settings()?;
+        let mut loaded = self.loaded.lock().await;
+        let mut next: HashMap<String, Loaded> = HashMap::new();
+        for (name, settings) in &wanted {
+            let bytes_digest = std::fs::read(&settings.path).map(|b| crate::store::digest_hex(&b)).ok();
+            let reuse = loaded.get(name).filter(|l| Some(&l.digest) == bytes_digest.as_ref() && &l.settings == settings);
+            let entry = match reuse {
+                Some(l) => Loaded { digest: l.digest.clone(), settings: settings.clone(), plugin: l.plugin.clone() },
+                None => {
+                    let (digest, plugin) = self.load(name, settings).await?;
+                    Loaded { digest, settings: settings.clone(), plugin }
+                }
+            };
+            next.insert(name.clone(), entry);
+        }
+        let mut sets = Vec::new();
+        for t in &config.tenants {
+            let tenant = tenants.get(&t.id).with_context(|| format!("tenant {} is not running; adding tenants needs a restart", t.id))?;
+            let names: Vec<String> = match &t.plugins {
+                Some(list) => list.clone(),
+                None => wanted.keys().cloned().collect(),
+            };
+            let mut list = Vec::new();
+            for name in names {
+                let l = next.get(&name).with_context(|| format!("tenant {} names plugin {name}, which is not configured", t.id))?;
+                let mut cfg = l.settings.config.clone();
+                if let (Some(Value::Object(over)), Value::Object(base)) = (t.plugin_config.get(&name), &mut cfg) {
+                    base.extend(over.clone());
+                }
+                list.push(TenantPlugin::new(l.plugin.clone(), self.engine.clone(), self.context(tenant.clone(), &name, cfg)));
+            }
+            sets.push((tenant, TenantPlugins::new(list).with_context(|| format!("tenant {}", t.id))?));
+        }
+        for (tenant, set) in sets {
+            tenant.set_plugins(set);
+        }
+        *loaded = next;
+        *self.last_error.lock() = None;
+        Ok(())
+    }
+
+    pub fn note_error(&self, e: &anyhow::Error) {
+        *self.last_error.lock() = Some(format!("{e:#}"));
+    }
+
+    /// Versions of the loaded plugins, for the admin API.
+    pub async fn status(&self) -> Value {
+        let loaded = self.loaded.lock().await;
+        let mut plugins: Vec<Value> = loaded
+            .iter()
+            .map(|(name, l)| serde_json::json!({"name": name, "version": l.plugin.version(), "digest": l.digest, "path": l.settings.path}))
+            .collect();
+        plugins.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+        serde_json::json!({"plugins": plugins, "lastError": *self.last_error.lock()})
+    }
+}

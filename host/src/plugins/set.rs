@@ -1,0 +1,79 @@
+//! A tenant's plugin set: which plugin serves which method, who observes
+//! `map/send`, and what the tenant's `map/connect` advertises.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::{json, Map, Value};
+
+use super::plugin::TenantPlugin;
+use crate::core::methods::messaging::SentMessage;
+use crate::core::Active;
+
+#[derive(Default)]
+pub struct TenantPlugins {
+    plugins: Vec<Arc<TenantPlugin>>,
+    methods: HashMap<String, Arc<TenantPlugin>>,
+    observers: Vec<Arc<TenantPlugin>>,
+    /// Some observer wants every message.
+    observe_all: bool,
+    observe_keys: Vec<String>,
+}
+
+impl TenantPlugins {
+    pub fn new(plugins: Vec<Arc<TenantPlugin>>) -> anyhow::Result<TenantPlugins> {
+        let mut set = TenantPlugins::default();
+        for tp in &plugins {
+            if let Some(d) = &tp.plugin.descriptor {
+                for m in &d.methods {
+                    if let Some(other) = set.methods.insert(m.clone(), tp.clone()) {
+                        anyhow::bail!("method {m} is served by both {} and {}", other.name(), tp.name());
+                    }
+                }
+            }
+            if let Some(interest) = &tp.plugin.interest {
+                set.observers.push(tp.clone());
+                set.observe_all |= interest.is_empty();
+                set.observe_keys.extend(interest.iter().cloned());
+            }
+        }
+        set.plugins = plugins;
+        Ok(set)
+    }
+
+    pub fn method(&self, name: &str) -> Option<Arc<TenantPlugin>> {
+        self.methods.get(name).cloned()
+    }
+
+    pub fn plugins(&self) -> &[Arc<TenantPlugin>] {
+        &self.plugins
+    }
+
+    /// Whether any interceptor wants a message with this `meta`.
+    pub fn observes(&self, meta: &Map<String, Value>) -> bool {
+        !self.observers.is_empty() && (self.observe_all || self.observe_keys.iter().any(|k| meta.contains_key(k)))
+    }
+
+    pub fn observe(&self, active: &Active, msg: SentMessage) {
+        let meta = msg.meta.as_object();
+        for tp in &self.observers {
+            let interest = tp.plugin.interest.as_deref().unwrap_or_default();
+            if interest.is_empty() || meta.is_some_and(|m| interest.iter().any(|k| m.contains_key(k))) {
+                tp.observe(active, msg.clone());
+            }
+        }
+    }
+
+    /// Add each extension's capability group and URI to `map/connect` capabilities.
+    pub fn advertise(&self, capabilities: &mut Value) {
+        for tp in &self.plugins {
+            let Some(d) = &tp.plugin.descriptor else { continue };
+            if !d.capability_group.is_empty() {
+                capabilities[&d.capability_group] = d.capabilities.clone();
+            }
+            if let Some(list) = capabilities.get_mut("extensions").and_then(Value::as_array_mut) {
+                list.push(json!({"uri": d.uri, "name": d.name, "version": d.version, "methods": d.methods}));
+            }
+        }
+    }
+}

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Builds the Wasm components: the standard plugins into plugins/dist/, and
+# (with --fixtures) the test fixtures into target/fixtures/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+guests=target/guests
+
+build() { # workspace-dir [cargo args...]
+    local dir=$1; shift
+    (cd "$dir" && cargo build --quiet --release --target wasm32-wasip2 --target-dir "$OLDPWD/$guests" "$@")
+}
+
+if [ -f plugins/Cargo.toml ]; then
+    echo "==> building the standard plugins"
+    build plugins
+    mkdir -p plugins/dist
+    for crate in $(sed -n 's/^members = \[\(.*\)\]/\1/p' plugins/Cargo.toml | tr -d '" ' | tr ',' ' '); do
+        cp "$guests/wasm32-wasip2/release/${crate//-/_}.wasm" "plugins/dist/$crate.wasm"
+    done
+fi
+
+if [ "${1:-}" = "--fixtures" ]; then
+    echo "==> building the test fixtures"
+    mkdir -p target/fixtures
+    build tests/fixtures
+    cp "$guests/wasm32-wasip2/release/misbehave.wasm" target/fixtures/misbehave.wasm
+    cp "$guests/wasm32-wasip2/release/echo.wasm" target/fixtures/echo-v1.wasm
+    build tests/fixtures -p echo --features v2
+    cp "$guests/wasm32-wasip2/release/echo.wasm" target/fixtures/echo-v2.wasm
+    # Leave echo.wasm as v1 so incremental builds stay consistent.
+    build tests/fixtures -p echo
+fi

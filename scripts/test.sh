@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Builds everything (host, plugins, fixtures) and runs every test: Rust unit
+# and black-box tests, then the interop suite with the real MAP SDK client.
+# Needs PostgreSQL on 127.0.0.1:5432 (database `test`) for the storage tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/setup.sh --tests
+scripts/build-plugins.sh --fixtures
+
+echo "==> building the gateway"
+cargo build --locked -p map-gateway
+
+echo "==> Rust tests"
+cargo test --locked -p map-gateway
+
+echo "==> interop suite (@multi-agent-protocol/sdk)"
+(cd tests/interop && GATEWAY_BIN="$PWD/../../target/debug/map-gateway" npm test)
