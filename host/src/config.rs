@@ -121,7 +121,7 @@ impl Default for ServerConfig {
             data_dir: PathBuf::from("data"),
             name: "map-gateway".into(),
             plugin_dir: PathBuf::from("plugins/dist"),
-            max_message_bytes: 1 << 20,
+            max_message_bytes: 8 << 20,
             resume_window_secs: 300,
         }
     }

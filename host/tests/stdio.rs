@@ -165,3 +165,20 @@ async fn blank_lines_are_ignored_and_eof_ends_the_process_cleanly() {
     let status = gw.finish().await;
     assert!(status.success(), "exit status {status:?}");
 }
+
+#[tokio::test]
+async fn very_long_line_spanning_many_reads_is_skipped_whole() {
+    let (mut gw, _) = connected(2048).await;
+    // Far larger than any pipe or read buffer, with a newline-free JSON body.
+    let line = request(1, "map/agents/register", json!({"agentId": "huge", "metadata": {"blob": "q".repeat(300_000)}})).to_string();
+    let resp = gw.raw(&line).await;
+    assert!(resp.get("result").is_none(), "an over-long line must not be executed");
+    assert_eq!(resp["id"], Value::Null);
+    assert!(err_code(&resp) == -32600 || err_code(&resp) == 4000, "{resp}");
+    // Exactly one answer for the long line, then the next request is read cleanly.
+    let resp = gw.call("map/agents/get", json!({"agentId": "huge"})).await;
+    assert_eq!(err_code(&resp), 2001, "the over-long register must not have run: {resp}");
+    let r = gw.call_ok("map/agents/register", json!({"agentId": "after-huge"})).await;
+    assert_eq!(r["agent"]["id"], "after-huge");
+    assert!(gw.next_line(QUIET).await.is_none(), "nothing else is written for the long line");
+}

@@ -70,6 +70,7 @@ export function renderConfig({
   resumeWindowSecs = 300,
   anonymousTenant = 'default',
   tenants = DEFAULT_TENANTS,
+  extraToml = '',
 } = {}) {
   const lines = [
     '[server]',
@@ -86,8 +87,11 @@ export function renderConfig({
     lines.push('[[tenants]]', `id = ${tomlString(t.id)}`);
     if (t.api_keys) lines.push(`api_keys = [${t.api_keys.map(tomlString).join(', ')}]`);
     if (t.bearer_tokens) lines.push(`bearer_tokens = [${t.bearer_tokens.map(tomlString).join(', ')}]`);
+    if (t.toml) lines.push(t.toml);
     lines.push('');
   }
+  // Extra sections (e.g. [plugins.mail]); tenant-scoped keys go through `tenants[].toml`.
+  if (extraToml) lines.push(extraToml);
   return lines.join('\n');
 }
 
@@ -102,8 +106,9 @@ export async function startGateway(opts = {}) {
   if (!existsSync(GATEWAY_BIN)) {
     throw new Error(`gateway binary not found at ${GATEWAY_BIN} (build it: cargo build -p map-gateway, or set GATEWAY_BIN)`);
   }
+  // opts.dataDir reuses a data dir (restart tests); it is then not removed on stop.
   const dir = mkdtempSync(join(tmpdir(), 'map-interop-'));
-  const dataDir = join(dir, 'data');
+  const dataDir = opts.dataDir ?? join(dir, 'data');
   const configPath = join(dir, 'gateway.toml');
   writeFileSync(configPath, renderConfig({ ...opts, dataDir }));
 
@@ -162,6 +167,19 @@ export async function startGateway(opts = {}) {
     proc,
     connections,
     stderr: () => stderrBuf,
+    dataDir,
+    /** kill -9: no shutdown, no flush; the data dir stays. */
+    async kill() {
+      for (const ws of connections) {
+        try { ws.terminate?.(); } catch { /* ignore */ }
+      }
+      connections.clear();
+      if (proc.exitCode === null && proc.signalCode === null) {
+        const exited = new Promise((r) => proc.once('exit', r));
+        proc.kill('SIGKILL');
+        await exited;
+      }
+    },
     async stop() {
       for (const ws of connections) {
         try { ws.terminate?.(); } catch { /* ignore */ }

@@ -37,6 +37,8 @@ pub struct NewEvent {
     pub kind: String,
     pub source: Source,
     pub data: Value,
+    /// `data` already serialised (hot paths build it as text); `data` is then null.
+    pub data_text: Option<String>,
     pub caused_by: Option<String>,
     pub facets: Facets,
 }
@@ -45,7 +47,12 @@ impl NewEvent {
     pub fn new(kind: &str, source: Source, data: Value) -> NewEvent {
         let facets = Facets { source_agent: source.agent_id.clone(), ..Facets::default() };
         let facets = Facets { scopes: source.scope_id.iter().cloned().collect(), ..facets };
-        NewEvent { kind: kind.to_string(), source, data, caused_by: None, facets }
+        NewEvent { kind: kind.to_string(), source, data, data_text: None, caused_by: None, facets }
+    }
+
+    /// An event whose `data` is given as JSON text.
+    pub fn with_text(kind: &str, source: Source, data: String) -> NewEvent {
+        NewEvent { data_text: Some(data), ..NewEvent::new(kind, source, Value::Null) }
     }
 }
 

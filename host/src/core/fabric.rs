@@ -187,7 +187,10 @@ impl Fabric for LocalFabric {
         tail.push_str(r#","source":"#);
         tail.push_str(&serde_json::to_string(&event.source).expect("source serialises"));
         tail.push_str(r#","data":"#);
-        tail.push_str(&serde_json::to_string(&event.data).expect("data serialises"));
+        match &event.data_text {
+            Some(text) => tail.push_str(text),
+            None => tail.push_str(&serde_json::to_string(&event.data).expect("data serialises")),
+        }
         tail.push('}');
         let mut inner = self.inner.lock();
         let timestamp = ids::now_ms();

@@ -212,6 +212,16 @@ impl TenantPlugin {
         }
     }
 
+    /// Time one fresh instantiation (benchmarks; the instance is dropped).
+    #[doc(hidden)]
+    pub async fn time_instantiation(&self) -> anyhow::Result<Duration> {
+        let started = Instant::now();
+        let inst = self.plugin.instantiate(&self.engine, self.ctx.clone()).await?;
+        let took = started.elapsed();
+        drop(inst);
+        Ok(took)
+    }
+
     async fn take(&self) -> Result<Instance, RpcError> {
         if let Some(i) = self.idle.lock().pop() {
             return Ok(i);

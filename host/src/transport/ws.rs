@@ -83,8 +83,8 @@ where
     conn.preset_auth = preset;
     while let Some(msg) = source.next().await {
         let bytes = match msg {
-            Ok(Message::Text(t)) => t.as_bytes().to_vec(),
-            Ok(Message::Binary(b)) => b.to_vec(),
+            Ok(Message::Text(t)) => t.into(),
+            Ok(Message::Binary(b)) => b,
             Ok(Message::Close(_)) => break,
             Ok(_) => continue,
             Err(e) => {

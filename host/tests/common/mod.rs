@@ -66,11 +66,13 @@ impl Drop for TempDir {
 /// Write `config.toml` into `dir`: a `[server]` section with a data dir in
 /// `dir` and the given limits, followed by `extra` (auth, tenants, ...).
 pub fn write_config(dir: &Path, max_message_bytes: usize, extra: &str) -> PathBuf {
+    write_config_server(dir, &format!("max_message_bytes = {max_message_bytes}\nresume_window_secs = 300"), extra)
+}
+
+/// Write `config.toml` with these `[server]` lines (besides `data_dir`) and `extra`.
+pub fn write_config_server(dir: &Path, server: &str, extra: &str) -> PathBuf {
     let data = dir.join("data");
-    let text = format!(
-        "[server]\ndata_dir = {data:?}\nmax_message_bytes = {max_message_bytes}\nresume_window_secs = 300\n{extra}\n",
-        data = data.to_string_lossy()
-    );
+    let text = format!("[server]\ndata_dir = {data:?}\n{server}\n{extra}\n", data = data.to_string_lossy());
     let path = dir.join("config.toml");
     std::fs::write(&path, text).expect("write config");
     path
@@ -93,8 +95,13 @@ impl Gateway {
     }
 
     pub fn start_with(max_message_bytes: usize, extra: &str) -> Gateway {
+        Gateway::start_config(&format!("max_message_bytes = {max_message_bytes}\nresume_window_secs = 300"), extra)
+    }
+
+    /// Start with these `[server]` lines (besides `data_dir`) and `extra` sections.
+    pub fn start_config(server: &str, extra: &str) -> Gateway {
         let dir = TempDir::new("srv");
-        let config = write_config(dir.path(), max_message_bytes, extra);
+        let config = write_config_server(dir.path(), server, extra);
         let log = std::fs::File::create(dir.path().join("gateway.log")).expect("log file");
         let mut child = Command::new(BIN)
             .args(["serve", "--config"])

@@ -119,7 +119,6 @@ pub fn send_message(active: &Active, to: Option<Value>, payload: Option<Box<RawV
     let source = Source { agent_id: sender_agent, participant_id: Some(active.participant_id.clone()), scope_id: None };
     let priority = meta.get("priority").and_then(Value::as_str).unwrap_or("normal").to_string();
     let correlation = meta.get("correlationId").and_then(Value::as_str).map(String::from);
-    let message_value: Value = serde_json::from_str(&message).expect("built as JSON");
     let with_facets = |mut ev: NewEvent| {
         ev.facets.source_role = sender_role.clone();
         ev.facets.roles = sender_role.iter().cloned().chain(facets_roles.iter().cloned()).collect();
@@ -130,13 +129,23 @@ pub fn send_message(active: &Active, to: Option<Value>, payload: Option<Box<RawV
         ev
     };
     let fabric = &active.tenant.fabric;
-    fabric.publish(with_facets(NewEvent::new("message_sent", source.clone(), json!({"message": message_value, "recipients": delivered}))));
+    let delivered_json = serde_json::to_string(&delivered).expect("ids serialise");
+    let sent = format!(r#"{{"message":{message},"recipients":{delivered_json}}}"#);
+    fabric.publish(with_facets(NewEvent::with_text("message_sent", source.clone(), sent)));
     if delivered.is_empty() {
         fabric.publish(with_facets(NewEvent::new("message_failed", source, json!({"messageId": message_id, "failed": failed}))));
         return Err(RpcError::new(codes::DELIVERY_FAILED, "No recipient could take the message (their queues are full or closed)")
             .with_details(json!({"messageId": message_id, "failed": failed})));
     }
-    fabric.publish(with_facets(NewEvent::new("message_delivered", source, json!({"messageId": message_id, "from": from, "delivered": delivered}))));
+    let mut done = String::with_capacity(96 + delivered_json.len());
+    done.push_str(r#"{"messageId":"#);
+    push_json(&mut done, &message_id);
+    done.push_str(r#","from":"#);
+    push_json(&mut done, &from);
+    done.push_str(r#","delivered":"#);
+    done.push_str(&delivered_json);
+    done.push('}');
+    fabric.publish(with_facets(NewEvent::with_text("message_delivered", source, done)));
     let plugins = active.tenant.plugins();
     if plugins.observes(&meta) {
         let sent = SentMessage {
