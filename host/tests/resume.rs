@@ -165,7 +165,9 @@ async fn orphaned_agents_can_be_reclaimed() {
 
     let mut heir = gw.ws().await;
     let hello = heir.call_ok("map/connect", json!({"protocolVersion": 1, "participantType": "agent", "reclaimAgents": ["orphan-me"]})).await;
-    assert_eq!(hello["reclaimedAgents"], json!(["orphan-me"]), "map/connect with reclaimAgents must report reclaimedAgents: {hello}");
+    // The SDK types reclaimedAgents as Agent[].
+    assert_eq!(hello["reclaimedAgents"][0]["id"], "orphan-me", "map/connect with reclaimAgents must report reclaimedAgents: {hello}");
+    assert_eq!(hello["reclaimedAgents"].as_array().map(Vec::len), Some(1), "{hello}");
     let got = other.call_ok("map/agents/get", json!({"agentId": "orphan-me"})).await;
     assert_eq!(got["agent"]["ownerId"], hello["participantId"], "{got}");
     let sent = other.call_ok("map/send", json!({"to": {"agent": "orphan-me"}, "payload": "yours now"})).await;

@@ -81,6 +81,17 @@ async fn acme_cannot_see_or_message_globex_agents() {
     assert_eq!(err_code(&resp), 2001, "{resp}");
     let resp = acme.call("map/inject", json!({"agentId": "globex-1", "content": "x"})).await;
     assert_eq!(err_code(&resp), 2001, "{resp}");
+    // Scopes are per tenant too.
+    globex.call_ok("map/scopes/create", json!({"scopeId": "gx-scope"})).await;
+    globex.call_ok("map/scopes/join", json!({"scopeId": "gx-scope", "agentId": "globex-1"})).await;
+    let scopes = acme.call_ok("map/scopes/list", json!({})).await;
+    assert_eq!(scopes["scopes"], json!([]), "{scopes}");
+    let resp = acme.call("map/scopes/get", json!({"scopeId": "gx-scope"})).await;
+    assert_eq!(err_code(&resp), 2002, "{resp}");
+    let resp = acme.call("map/send", json!({"to": {"scope": "gx-scope"}, "payload": "leak?"})).await;
+    assert_eq!(err_code(&resp), 2002, "{resp}");
+    let resp = acme.call("map/scopes/join", json!({"scopeId": "gx-scope", "agentId": "acme-1"})).await;
+    assert_eq!(err_code(&resp), 2002, "{resp}");
     // The structure graph shows acme only.
     let graph = acme.call_ok("map/structure/graph", json!({})).await;
     let nodes: Vec<&str> = graph["nodes"].as_array().unwrap().iter().map(|n| n["id"].as_str().unwrap()).collect();
@@ -175,6 +186,21 @@ async fn replay_in_acme_shows_no_globex_events() {
         .filter(|e| e["event"]["type"] == "participant_connected")
         .all(|e| e["event"]["data"]["participantId"] == acme_hello["participantId"]);
     assert!(acme_connected, "{events:?}");
+
+    // A subscription replaying from the beginning of time sees acme's past only.
+    let sub = acme.call_ok("map/subscribe", json!({"replayFrom": 0})).await;
+    let sub_id = sub["subscriptionId"].as_str().unwrap().to_string();
+    acme.call_ok("map/agents/register", json!({"agentId": "acme-fence"})).await;
+    let (fence, before) = acme
+        .notification_where(WAIT, |n| n["method"] == "map/event" && n["params"]["event"]["data"]["agent"]["id"] == "acme-fence")
+        .await;
+    assert!(fence.is_some(), "fence event");
+    let replayed: Vec<&Value> = before.iter().filter(|n| n["params"]["subscriptionId"] == sub_id.as_str()).collect();
+    assert!(replayed.iter().any(|n| n["params"]["event"]["data"]["agent"]["id"] == "acme-r"), "acme's past is replayed: {before:?}");
+    for n in &before {
+        let text = n.to_string();
+        assert!(!text.contains("gx-r") && !text.contains(&globex_participant) && !text.contains("secret"), "globex event replayed into acme: {text}");
+    }
 
     // Globex's replay has its own events and none of acme's.
     let page = globex.call_ok("map/replay", json!({"filter": {"eventTypes": ["agent_registered"]}})).await;

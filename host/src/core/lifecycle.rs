@@ -59,7 +59,9 @@ impl Gateway {
     /// Create a session in `tenant` for this connection and bind the connection to it.
     pub(crate) fn open_session(self: &Arc<Self>, conn: &mut Conn, tenant: Arc<Tenant>, info: SessionInfo) -> Active {
         let outbox = Arc::new(Outbox::new(self.config.limits.outbox_frames));
-        outbox.attach(conn.tx.clone());
+        if conn.streams {
+            outbox.attach(conn.tx.clone());
+        }
         tenant.fabric.join(&info.id, outbox.clone());
         let token = ids::secret();
         let live = Live {
@@ -109,7 +111,9 @@ impl Gateway {
             live.clone()
         };
         self.resume_tokens.lock().insert(new_token.clone(), session_id.clone());
-        live.outbox.attach(conn.tx.clone());
+        if conn.streams {
+            live.outbox.attach(conn.tx.clone());
+        }
         let (owned, event) = {
             let mut reg = live.tenant.registry.lock();
             let info = reg.sessions.get_mut(&session_id)?;

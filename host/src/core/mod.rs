@@ -96,12 +96,15 @@ pub struct Conn {
     pub transport: &'static str,
     /// Credentials given by the transport (HTTP `Authorization` or `X-Api-Key`).
     pub preset_auth: Option<(String, String)>,
+    /// Notifications can be written to this connection (not so for one HTTP
+    /// request: its session's frames wait for an event stream).
+    pub streams: bool,
     pub state: ConnState,
 }
 
 impl Conn {
     pub fn new(tx: mpsc::Sender<Frame>, loopback: bool, transport: &'static str) -> Conn {
-        Conn { tx, loopback, transport, preset_auth: None, state: ConnState::Fresh }
+        Conn { tx, loopback, transport, preset_auth: None, streams: true, state: ConnState::Fresh }
     }
 
     pub fn active(&self) -> Result<&Active, RpcError> {

@@ -97,6 +97,7 @@ async fn rpc(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Resp
     let (tx, _rx) = mpsc::channel(1);
     let mut conn = Conn::new(tx, super::is_loopback(&peer), "http");
     conn.preset_auth = preset;
+    conn.streams = false;
     if let Some(id) = &session {
         if !gw.bind_session(&mut conn, id) {
             let err = RpcError::new(crate::rpc::codes::SESSION_NOT_FOUND, format!("Session not found or expired: {id}"));

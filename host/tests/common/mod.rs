@@ -86,6 +86,7 @@ pub struct Gateway {
     child: Child,
     pub port: u16,
     pub dir: TempDir,
+    pub config: PathBuf,
 }
 
 impl Gateway {
@@ -102,7 +103,20 @@ impl Gateway {
     pub fn start_config(server: &str, extra: &str) -> Gateway {
         let dir = TempDir::new("srv");
         let config = write_config_server(dir.path(), server, extra);
-        let log = std::fs::File::create(dir.path().join("gateway.log")).expect("log file");
+        Gateway::launch(dir, config)
+    }
+
+    /// kill -9 (no shutdown at all), then start again on the same config and data.
+    pub fn kill_and_restart(mut self) -> Gateway {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let dir = std::mem::replace(&mut self.dir, TempDir(PathBuf::new()));
+        Gateway::launch(dir, self.config.clone())
+    }
+
+    /// Start on a config file in `dir`; the log goes to `dir/gateway.log` (appended).
+    pub fn launch(dir: TempDir, config: PathBuf) -> Gateway {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.path().join("gateway.log")).expect("log file");
         let mut child = Command::new(BIN)
             .args(["serve", "--config"])
             .arg(&config)
@@ -125,7 +139,7 @@ impl Gateway {
                 sink.clear();
             }
         });
-        let mut guard = Gateway { child, port: 0, dir };
+        let mut guard = Gateway { child, port: 0, dir, config };
         let line = match rx.recv_timeout(Duration::from_secs(30)) {
             Ok(l) => l,
             Err(_) => panic!("gateway did not print its listening line; log:\n{}", guard.log()),

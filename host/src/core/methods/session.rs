@@ -141,7 +141,37 @@ pub fn connect(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out,
     let active = start_session(gw, conn, tenant, &p, session_id)?;
     let mut result = connect_result(gw, &active, draft, &p);
     result["resumeToken"] = json!(gw.live(&active.session_id).map(|l| l.resume_token));
+    if let Some(ids) = p.reclaim_agents.as_deref().filter(|ids| !ids.is_empty()) {
+        result["reclaimedAgents"] = json!(reclaim(&active, ids));
+    }
     Ok(result.into())
+}
+
+/// Take over orphaned agents (their session ended with the `orphan` policy);
+/// agents that are not orphaned are left alone and not listed.
+fn reclaim(active: &Active, ids: &[String]) -> Vec<crate::core::model::Agent> {
+    let mut reclaimed = Vec::new();
+    let mut events = Vec::new();
+    {
+        let mut reg = active.tenant.registry.lock();
+        for id in ids {
+            let Some(agent) = reg.agents.get_mut(id).filter(|a| a.state == "orphaned" && a.session.is_empty()) else { continue };
+            agent.session = active.session_id.clone();
+            agent.owner_id = active.participant_id.clone();
+            agent.state = "active".into();
+            agent.lifecycle.last_state_change = ids::now_ms();
+            let data = json!({"agentId": id, "agent": agent, "previousState": "orphaned", "newState": "active", "reason": "reclaimed"});
+            events.push(crate::core::lifecycle::agent_event("agent_state_changed", agent, data));
+            reclaimed.push(agent.clone());
+            if let Some(s) = reg.sessions.get_mut(&active.session_id) {
+                s.agents.push(id.clone());
+            }
+        }
+    }
+    for e in events {
+        active.tenant.fabric.publish(e);
+    }
+    reclaimed
 }
 
 fn start_session(gw: &Arc<Gateway>, conn: &mut Conn, tenant: Arc<Tenant>, p: &ConnectParams, session_id: String) -> Result<Active, RpcError> {

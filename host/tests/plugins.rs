@@ -1,0 +1,225 @@
+//! The plugin runtime, black-box: fixture components that misbehave, tenant
+//! walls around plugins and their storage, hot swap, durable storage on
+//! SQLite and PostgreSQL. Fixtures come from `scripts/build-plugins.sh --fixtures`.
+
+mod common;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{json, Value};
+
+fn fixture(name: &str) -> PathBuf {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/fixtures").join(name);
+    assert!(p.exists(), "fixture {} is missing: run scripts/build-plugins.sh --fixtures", p.display());
+    p
+}
+
+/// Tenants: `default` (anonymous) gets every plugin; acme and globex get the lists given.
+fn config(plugins: &str, acme: &str, globex: &str, storage: &str) -> String {
+    format!(
+        r#"
+{storage}
+{plugins}
+[auth]
+anonymous_tenant = "default"
+[[tenants]]
+id = "default"
+[[tenants]]
+id = "acme"
+api_keys = ["acme-key"]
+plugins = {acme}
+[[tenants]]
+id = "globex"
+api_keys = ["globex-key"]
+plugins = {globex}
+"#
+    )
+}
+
+fn misbehave_and_echo() -> String {
+    format!(
+        "[plugins.bad]\npath = {:?}\ndeadline_ms = 300\nmemory_mb = 32\n[plugins.echo]\npath = {:?}\n",
+        fixture("misbehave.wasm"),
+        fixture("echo-v1.wasm")
+    )
+}
+
+fn start(text: &str) -> Gateway {
+    Gateway::start_with(8 << 20, text)
+}
+
+async fn tenant_ws(gw: &Gateway, key: &str) -> (Ws, Value) {
+    gw.ws_connected("client", Some(api_key(key))).await
+}
+
+fn plugin_failure(resp: &Value, reason: &str) {
+    let e = err(resp);
+    assert_eq!(e["code"], -32603, "{resp}");
+    assert_eq!(e["data"]["category"], "internal", "{resp}");
+    assert_eq!(e["data"]["details"]["plugin"], "bad", "{resp}");
+    let got = e["data"]["details"]["reason"].as_str().unwrap_or_default();
+    assert!(got.contains(reason), "reason {got:?} should mention {reason:?}: {resp}");
+    assert!(e["message"].as_str().unwrap_or_default().contains("Plugin bad"), "{resp}");
+}
+
+#[tokio::test]
+async fn each_misbehaviour_costs_only_its_own_call() {
+    // A 1 MiB message limit also caps results: bad/oversized returns 3 MiB.
+    let gw = Gateway::start_with(1 << 20, &config(&misbehave_and_echo(), r#"["bad"]"#, r#"["echo"]"#, ""));
+    let (mut ws, _) = gw.ws_connected("client", None).await;
+    let cases = [
+        ("bad/loop", "timed out after 300 ms"),
+        ("bad/trap", "trapped"),
+        ("bad/oom", "memory limit of 32 MiB"),
+        ("bad/oversized", "oversized result"),
+        ("bad/malformed", "malformed JSON"),
+        ("bad/wrong-code", "outside its range"),
+    ];
+    for (method, reason) in cases {
+        let started = Instant::now();
+        let resp = ws.call(method, json!({})).await;
+        plugin_failure(&resp, reason);
+        assert!(started.elapsed() < Duration::from_millis(300 + 1500), "{method} took {:?}", started.elapsed());
+        // The same connection, the same plugin: the next call works.
+        let next = ws.call_ok("bad/ok", json!({})).await;
+        assert_eq!(next["ok"], true, "after {method}");
+    }
+    // Core methods were never affected.
+    ws.call_ok("map/agents/list", json!({})).await;
+}
+
+#[tokio::test]
+async fn a_looping_plugin_does_not_stall_other_tenants() {
+    let gw = start(&config(&misbehave_and_echo(), r#"["bad"]"#, r#"["echo"]"#, ""));
+    let (mut looping, _) = tenant_ws(&gw, "acme-key").await;
+    let (mut other, _) = tenant_ws(&gw, "globex-key").await;
+    looping.send_text(&request(1, "bad/loop", json!({})).to_string()).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let started = Instant::now();
+    let echoed = other.call_ok("echo/call", json!({"n": 7})).await;
+    assert_eq!(echoed, json!({"n": 7}));
+    assert!(started.elapsed() < Duration::from_millis(250), "globex waited {:?} behind acme's loop", started.elapsed());
+    let resp = looping.answer().await;
+    plugin_failure(&resp, "timed out");
+}
+
+#[tokio::test]
+async fn plugin_storage_is_walled_per_tenant() {
+    let gw = start(&config(&misbehave_and_echo(), r#"["bad"]"#, r#"["bad"]"#, ""));
+    let (mut acme, _) = tenant_ws(&gw, "acme-key").await;
+    let (mut globex, _) = tenant_ws(&gw, "globex-key").await;
+    acme.call_ok("bad/put", json!({"key": "k1", "value": "acme-secret"})).await;
+    // Same plugin, same collection and key, other tenant: nothing there.
+    assert_eq!(globex.call_ok("bad/get", json!({"key": "k1"})).await, json!({"value": null}));
+    globex.call_ok("bad/put", json!({"key": "k1", "value": "globex-own"})).await;
+    assert_eq!(acme.call_ok("bad/get", json!({"key": "k1"})).await, json!({"value": "acme-secret"}));
+    assert_eq!(globex.call_ok("bad/get", json!({"key": "k1"})).await, json!({"value": "globex-own"}));
+    // Each caller record names its own tenant.
+    assert_eq!(acme.call_ok("bad/ok", json!({})).await["tenant"], "acme");
+}
+
+fn extension_uris(connect: &Value) -> Vec<String> {
+    connect["capabilities"]["extensions"].as_array().into_iter().flatten().filter_map(|e| e["uri"].as_str().map(String::from)).collect()
+}
+
+#[tokio::test]
+async fn tenants_see_only_their_own_plugins() {
+    let gw = start(&config(&misbehave_and_echo(), r#"["echo"]"#, r#"["bad"]"#, ""));
+    let (mut acme, acme_hello) = tenant_ws(&gw, "acme-key").await;
+    let (mut globex, globex_hello) = tenant_ws(&gw, "globex-key").await;
+    let (a, g) = (extension_uris(&acme_hello), extension_uris(&globex_hello));
+    assert!(a.contains(&"urn:map:ext:echo:1".to_string()) && !a.contains(&"urn:map:ext:misbehave:1".to_string()), "{a:?}");
+    assert!(g.contains(&"urn:map:ext:misbehave:1".to_string()) && !g.contains(&"urn:map:ext:echo:1".to_string()), "{g:?}");
+    assert_eq!(acme_hello["capabilities"]["echo"], json!({"enabled": true}));
+    assert!(acme_hello["capabilities"].get("misbehave").is_none());
+    assert_eq!(err_code(&acme.call("bad/ok", json!({})).await), -32601);
+    assert_eq!(err_code(&globex.call("echo/call", json!({})).await), -32601);
+    assert_eq!(acme.call_ok("echo/call", json!({"x": 1})).await, json!({"x": 1}));
+    assert_eq!(globex.call_ok("bad/ok", json!({})).await["tenant"], "globex");
+    // The default tenant has every plugin.
+    let (_, default_hello) = gw.ws_connected("client", None).await;
+    assert_eq!(extension_uris(&default_hello).iter().filter(|u| u.starts_with("urn:map:ext:e") || u.contains("misbehave")).count(), 2);
+}
+
+#[tokio::test]
+async fn extension_params_must_be_an_object() {
+    let gw = start(&config(&misbehave_and_echo(), "[]", "[]", ""));
+    let (mut ws, _) = gw.ws_connected("client", None).await;
+    let resp = ws.send_value(&json!({"jsonrpc": "2.0", "id": 5, "method": "echo/call", "params": [1, 2]})).await;
+    assert_error(&resp, &json!(5), -32602, "protocol");
+}
+
+async fn admin(gw: &Gateway, method: &str, path: &str) -> HttpResponse {
+    http(&gw.addr(), method, path, &[], b"").await
+}
+
+#[tokio::test]
+async fn hot_swap_keeps_connections_open() {
+    let dir = TempDir::new("swap");
+    let live = dir.path().join("echo.wasm");
+    std::fs::copy(fixture("echo-v1.wasm"), &live).unwrap();
+    let plugins = format!("[plugins.echo]\npath = {live:?}\n");
+    let gw = start(&config(&plugins, r#"["echo"]"#, "[]", ""));
+    let (mut ws, _) = gw.ws_connected("agent", None).await;
+    let agent = ws.call_ok("map/agents/register", json!({"agentId": "stays"})).await;
+    assert_eq!(agent["agent"]["id"], "stays");
+    assert_eq!(ws.call_ok("echo/version", json!({})).await, json!({"version": "1.0.0"}));
+
+    std::fs::copy(fixture("echo-v2.wasm"), &live).unwrap();
+    let reload = admin(&gw, "POST", "/admin/reload").await;
+    assert_eq!(reload.status, 200, "{}", reload.text());
+    assert!(reload.text().contains("2.0.0"), "{}", reload.text());
+
+    // Same socket, same session: version 2 answers, the agent is still there.
+    assert_eq!(ws.call_ok("echo/version", json!({})).await, json!({"version": "2.0.0"}));
+    let got = ws.call_ok("map/agents/get", json!({"agentId": "stays"})).await;
+    assert_eq!(got["agent"]["id"], "stays");
+    let listed = admin(&gw, "GET", "/admin/plugins").await;
+    assert!(listed.text().contains(r#""version":"2.0.0""#), "{}", listed.text());
+
+    // A broken file does not replace a working plugin.
+    std::fs::write(&live, b"not a component").unwrap();
+    let failed = admin(&gw, "POST", "/admin/reload").await;
+    assert_eq!(failed.status, 422, "{}", failed.text());
+    assert!(failed.text().contains("echo"), "{}", failed.text());
+    assert_eq!(ws.call_ok("echo/version", json!({})).await, json!({"version": "2.0.0"}));
+}
+
+#[tokio::test]
+async fn compiled_plugins_are_cached_until_the_file_changes() {
+    let gw = start(&config(&misbehave_and_echo(), "[]", "[]", ""));
+    let cache = gw.dir.path().join("data/cache");
+    let artifacts = || std::fs::read_dir(&cache).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(artifacts(), 2, "one artifact per plugin in {}", cache.display());
+    let compiled_before = gw.log().matches("compiled plugin").count();
+    let gw = gw.kill_and_restart();
+    assert_eq!(gw.log().matches("compiled plugin").count(), compiled_before, "a restart loads from the cache:\n{}", gw.log());
+    let (mut ws, _) = gw.ws_connected("client", None).await;
+    assert_eq!(ws.call_ok("echo/call", json!({"a": 1})).await, json!({"a": 1}));
+}
+
+async fn survives_kill9(storage: &str) {
+    let gw = start(&config(&misbehave_and_echo(), r#"["bad"]"#, "[]", storage));
+    let marker = format!("v-{}", std::process::id());
+    {
+        let (mut acme, _) = tenant_ws(&gw, "acme-key").await;
+        acme.call_ok("bad/put", json!({"key": "durable", "value": marker})).await;
+    }
+    let gw = gw.kill_and_restart();
+    let (mut acme, _) = tenant_ws(&gw, "acme-key").await;
+    assert_eq!(acme.call_ok("bad/get", json!({"key": "durable"})).await, json!({"value": marker}));
+}
+
+#[tokio::test]
+async fn acknowledged_plugin_writes_survive_kill9_on_sqlite() {
+    survives_kill9("").await;
+}
+
+/// PostgreSQL must be running (127.0.0.1:5432, database `test`); this test fails without it.
+#[tokio::test]
+async fn acknowledged_plugin_writes_survive_kill9_on_postgres() {
+    let url = std::env::var("MAP_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://root@127.0.0.1:5432/test".into());
+    survives_kill9(&format!("[storage]\nurl = {url:?}\n")).await;
+}
