@@ -50,6 +50,8 @@ pub struct PluginConfig {
     pub memory_mb: u64,
     /// Ready instances kept per tenant.
     pub instances: usize,
+    /// For plugins of the `http-extension` world: the path prefix they serve (e.g. `/mamp`).
+    pub http_prefix: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -104,7 +106,7 @@ pub struct TenantConfig {
 
 impl Default for PluginConfig {
     fn default() -> Self {
-        PluginConfig { path: PathBuf::new(), config: serde_json::json!({}), deadline_ms: 1000, memory_mb: 64, instances: 4 }
+        PluginConfig { path: PathBuf::new(), config: serde_json::json!({}), deadline_ms: 1000, memory_mb: 64, instances: 4, http_prefix: String::new() }
     }
 }
 
@@ -203,6 +205,10 @@ impl Config {
             }
             if !p.config.is_object() {
                 bail!("plugin {name}: config must be a table");
+            }
+            let reserved = ["/map", "/admin", "/healthz"].iter().any(|r| p.http_prefix == *r || p.http_prefix.starts_with(&format!("{r}/")));
+            if !p.http_prefix.is_empty() && (!p.http_prefix.starts_with('/') || p.http_prefix.ends_with('/') || reserved) {
+                bail!("plugin {name}: http_prefix must start with / , not end with /, and stay out of /map, /admin and /healthz");
             }
         }
         if self.server.max_message_bytes < 1024 {

@@ -223,3 +223,41 @@ async fn acknowledged_plugin_writes_survive_kill9_on_postgres() {
     let url = std::env::var("MAP_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://root@127.0.0.1:5432/test".into());
     survives_kill9(&format!("[storage]\nurl = {url:?}\n")).await;
 }
+
+fn webhook(prefix: &str) -> String {
+    format!("[plugins.hook]\npath = {:?}\nhttp_prefix = {prefix:?}\n", fixture("webhook.wasm"))
+}
+
+#[tokio::test]
+async fn http_plugins_serve_their_prefix_for_their_tenant() {
+    let gw = start(&config(&webhook("/hooks"), r#"["hook"]"#, "[]", ""));
+    let addr = gw.addr();
+    let echo = http(&addr, "POST", "/hooks/echo?x=1", &[("x-test", "yes"), ("x-api-key", "acme-key")], b"12345").await;
+    assert_eq!(echo.status, 200, "{}", echo.text());
+    let body: Value = serde_json::from_slice(&echo.body).unwrap();
+    assert_eq!(body, json!({"method": "POST", "path": "/echo", "query": "x=1", "x-test": "yes", "bytes": 5}));
+    // globex has no HTTP plugin; a wrong key is refused; other paths are not the plugin's.
+    assert_eq!(http(&addr, "GET", "/hooks/echo", &[("x-api-key", "globex-key")], b"").await.status, 404);
+    assert_eq!(http(&addr, "GET", "/hooks/echo", &[("x-api-key", "wrong")], b"").await.status, 401);
+    assert_eq!(http(&addr, "GET", "/hooksx/echo", &[("x-api-key", "acme-key")], b"").await.status, 404);
+}
+
+#[tokio::test]
+async fn http_plugins_bridge_into_map() {
+    let gw = start(&config(&webhook("/hooks"), r#"["hook"]"#, "[]", ""));
+    let (mut agent, _) = gw.ws_connected("agent", Some(api_key("acme-key"))).await;
+    agent.call_ok("map/agents/register", json!({"agentId": "inbox"})).await;
+    let posted = http(&gw.addr(), "POST", "/hooks/deliver/inbox", &[("x-api-key", "acme-key")], br#"{"order":42}"#).await;
+    assert_eq!(posted.status, 202, "{}", posted.text());
+    let sent: Value = serde_json::from_slice(&posted.body).unwrap();
+    assert_eq!(sent["delivered"], json!(["inbox"]));
+    let note = agent.notification("map/message", WAIT).await.expect("the agent gets the webhook's message");
+    let message = &note["params"]["message"];
+    assert_eq!(message["payload"], json!({"order": 42}));
+    assert_eq!(message["from"], "plugin:hook");
+    assert_eq!(message["meta"]["protocol"], "webhook");
+    // The same agent name in another tenant is out of reach: routing stays in acme.
+    let missing = http(&gw.addr(), "POST", "/hooks/deliver/nobody", &[("x-api-key", "acme-key")], b"{}").await;
+    assert_eq!(missing.status, 409, "{}", missing.text());
+    assert!(missing.text().contains("2001"), "{}", missing.text());
+}

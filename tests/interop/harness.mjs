@@ -123,11 +123,13 @@ export async function startGateway(opts = {}) {
     if (stderrBuf.length > 200_000) stderrBuf = stderrBuf.slice(-100_000);
   });
 
+  const removeDir = () => { try { rmSync(dir, { recursive: true, force: true }); } catch { /* ignore */ } };
   const port = await new Promise((resolve, reject) => {
     let out = '';
     const timer = setTimeout(() => {
       cleanup();
       proc.kill('SIGKILL');
+      removeDir();
       reject(new Error(`gateway did not print its ready line within 20 s.\nstdout: ${out}\nstderr: ${stderrBuf.slice(-4000)}`));
     }, 20_000);
     const onData = (d) => {
@@ -143,6 +145,7 @@ export async function startGateway(opts = {}) {
     };
     const onExit = (code, sig) => {
       cleanup();
+      removeDir();
       reject(new Error(`gateway exited before ready (code ${code}, signal ${sig}).\nstdout: ${out}\nstderr: ${stderrBuf.slice(-4000)}`));
     };
     function cleanup() {
@@ -192,7 +195,7 @@ export async function startGateway(opts = {}) {
         await exited;
         clearTimeout(t);
       }
-      try { rmSync(dir, { recursive: true, force: true }); } catch { /* ignore */ }
+      removeDir();
     },
   };
   return gw;

@@ -223,7 +223,11 @@ impl Resolver<'_> {
                 let ids: Vec<String> = reg.agents_sorted().into_iter().map(|a| a.id.clone()).collect();
                 self.group(ids.iter(), "no other agent is registered")
             }
-            Address::System => self.participants(|t| t == "system", "no system participant is connected"),
+            // The router itself is always reachable: connected `system` participants get a copy.
+            Address::System => {
+                let _ = self.participants(|t| t == "system", "");
+                Ok(())
+            }
             Address::Participant(p) => {
                 let session = reg.participants.get(p).ok_or_else(|| none_reached(&format!("participant {p} is not connected")))?;
                 self.push(p, &session.clone());

@@ -21,7 +21,7 @@ use wasmtime::component::{HasSelf, Linker};
 use wasmtime::Engine;
 
 pub use bindings::Caller;
-pub use plugin::{Limits, Plugin, TenantPlugin};
+pub use plugin::{HttpRequest, HttpResponse, Limits, Plugin, TenantPlugin};
 pub use set::TenantPlugins;
 
 use crate::config::{Config, PluginConfig};
@@ -146,7 +146,11 @@ impl PluginHost {
                 if let (Some(Value::Object(over)), Value::Object(base)) = (t.plugin_config.get(&name), &mut cfg) {
                     base.extend(over.clone());
                 }
-                list.push(TenantPlugin::new(l.plugin.clone(), self.engine.clone(), self.context(tenant.clone(), &name, cfg)));
+                if l.plugin.serves_http() && l.settings.http_prefix.is_empty() {
+                    anyhow::bail!("plugin {name} serves HTTP: give it an http_prefix");
+                }
+                let prefix = Some(l.settings.http_prefix.clone()).filter(|p| !p.is_empty() && l.plugin.serves_http());
+                list.push((TenantPlugin::new(l.plugin.clone(), self.engine.clone(), self.context(tenant.clone(), &name, cfg)), prefix));
             }
             sets.push((tenant, TenantPlugins::new(list).with_context(|| format!("tenant {}", t.id))?));
         }

@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 use wasmtime::component::{Component, InstancePre, Linker};
 use wasmtime::{Engine, Store, UpdateDeadline};
 
-use super::bindings::{extension, observer, Caller, InterceptingExtension, InterceptingExtensionPre};
+use super::bindings::{extension, http, observer, Caller, InterceptingExtension, InterceptingExtensionPre};
 use super::state::{Context, PluginState};
 use crate::core::methods::messaging::SentMessage;
 use crate::core::Active;
@@ -45,12 +45,30 @@ enum Pre {
     Extension(extension::ExtensionPre<PluginState>),
     Intercepting(InterceptingExtensionPre<PluginState>),
     Observer(observer::SendObserverPre<PluginState>),
+    Http(http::HttpExtensionPre<PluginState>),
 }
 
 enum Bound {
     Extension(extension::Extension),
     Intercepting(InterceptingExtension),
     Observer(observer::SendObserver),
+    Http(http::HttpExtension),
+}
+
+/// One HTTP request for an `http-handler` export (path below the plugin's prefix).
+pub struct HttpRequest {
+    pub method: String,
+    pub path: String,
+    pub query: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+/// The plugin's answer.
+pub struct HttpResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
 }
 
 /// A compiled component and what it serves.
@@ -109,10 +127,12 @@ impl Plugin {
             Pre::Intercepting(p)
         } else if let Ok(p) = extension::ExtensionPre::new(instance_pre.clone()) {
             Pre::Extension(p)
-        } else if let Ok(p) = observer::SendObserverPre::new(instance_pre) {
+        } else if let Ok(p) = observer::SendObserverPre::new(instance_pre.clone()) {
             Pre::Observer(p)
+        } else if let Ok(p) = http::HttpExtensionPre::new(instance_pre) {
+            Pre::Http(p)
         } else {
-            anyhow::bail!("plugin {name} exports neither map-gateway:plugin/rpc nor map-gateway:plugin/interceptor (version 0.1)");
+            anyhow::bail!("plugin {name} exports none of map-gateway:plugin/rpc, interceptor or http-handler (version 0.1)");
         };
         let mut plugin = Plugin { name: name.to_string(), descriptor: None, interest: None, limits, pre };
         let mut inst = plugin.instantiate(&engine, ctx).await?;
@@ -128,12 +148,12 @@ impl Plugin {
         let described = match &inst.bound {
             Bound::Extension(b) => Some(descriptor!(b.map_gateway_plugin_rpc().call_describe(&mut *store).await?)),
             Bound::Intercepting(b) => Some(descriptor!(b.map_gateway_plugin_rpc().call_describe(&mut *store).await?)),
-            Bound::Observer(_) => None,
+            Bound::Observer(_) | Bound::Http(_) => None,
         };
         plugin.interest = match &inst.bound {
             Bound::Intercepting(b) => Some(b.map_gateway_plugin_interceptor().call_interest(&mut *store).await?),
             Bound::Observer(b) => Some(b.map_gateway_plugin_interceptor().call_interest(&mut *store).await?),
-            Bound::Extension(_) => None,
+            Bound::Extension(_) | Bound::Http(_) => None,
         };
         if let Some((d_name, version, uri, capability_group, caps, methods, error_range)) = described {
             let capabilities: Value = serde_json::from_str(&caps).map_err(|e| anyhow::anyhow!("plugin {name}: capabilities are not JSON: {e}"))?;
@@ -152,8 +172,14 @@ impl Plugin {
             Pre::Extension(p) => Bound::Extension(p.instantiate_async(&mut store).await?),
             Pre::Intercepting(p) => Bound::Intercepting(p.instantiate_async(&mut store).await?),
             Pre::Observer(p) => Bound::Observer(p.instantiate_async(&mut store).await?),
+            Pre::Http(p) => Bound::Http(p.instantiate_async(&mut store).await?),
         };
         Ok(Instance { store, bound })
+    }
+
+    /// Whether the component serves HTTP (`http-handler`).
+    pub fn serves_http(&self) -> bool {
+        matches!(self.pre, Pre::Http(_))
     }
 
     pub fn version(&self) -> &str {
@@ -253,7 +279,7 @@ impl TenantPlugin {
                 match bound {
                     Bound::Extension(b) => b.map_gateway_plugin_rpc().call_handle(&mut *store, &caller, &method_s, &params_s).await,
                     Bound::Intercepting(b) => b.map_gateway_plugin_rpc().call_handle(&mut *store, &caller, &method_s, &params_s).await,
-                    Bound::Observer(_) => Ok(Err(super::bindings::RpcError { code: codes::METHOD_NOT_FOUND, message: format!("Method not found: {method}"), data: None })),
+                    Bound::Observer(_) | Bound::Http(_) => Ok(Err(super::bindings::RpcError { code: codes::METHOD_NOT_FOUND, message: format!("Method not found: {method}"), data: None })),
                 }
             };
             // The epoch check interrupts wasm code; the outer timeout also bounds host calls.
@@ -297,6 +323,37 @@ impl TenantPlugin {
         err
     }
 
+    /// Call `http-handler.handle`. Failures are the caller's to turn into a 5xx.
+    pub async fn call_http(&self, req: HttpRequest) -> Result<HttpResponse, RpcError> {
+        let mut inst = self.take().await?;
+        let limits = &self.plugin.limits;
+        arm(&mut inst.store, limits, None);
+        let request = http::exports::map_gateway::plugin::http_handler::Request {
+            method: req.method,
+            path: req.path,
+            query: req.query,
+            headers: req.headers,
+            body: req.body,
+        };
+        let outcome = {
+            let Instance { store, bound } = &mut inst;
+            let Bound::Http(b) = bound else {
+                return Err(self.failure("does not serve HTTP".into()));
+            };
+            let call = b.map_gateway_plugin_http_handler().call_handle(&mut *store, &request);
+            tokio::time::timeout(limits.deadline + Duration::from_millis(500), call).await
+        };
+        match outcome {
+            Ok(Ok(r)) if r.body.len() <= limits.max_result_bytes => {
+                self.give_back(inst);
+                Ok(HttpResponse { status: r.status, headers: r.headers, body: r.body })
+            }
+            Ok(Ok(r)) => Err(self.failure(format!("returned an oversized body ({} bytes)", r.body.len()))),
+            Ok(Err(trap)) => Err(self.failure(self.classify(&trap))),
+            Err(_) => Err(self.failure(format!("timed out after {} ms", limits.deadline.as_millis()))),
+        }
+    }
+
     /// Queue a delivered message for the interceptor; never blocks the sender.
     pub fn observe(&self, active: &Active, msg: SentMessage) {
         if let Some(tx) = &self.observer {
@@ -335,7 +392,7 @@ impl TenantPlugin {
                         };
                         b.map_gateway_plugin_interceptor().call_on_send(&mut *store, &caller, &sent).await
                     }
-                    Bound::Extension(_) => Ok(()),
+                    Bound::Extension(_) | Bound::Http(_) => Ok(()),
                 }
             };
             tokio::time::timeout(self.plugin.limits.deadline + Duration::from_millis(500), call).await

@@ -15,14 +15,28 @@ pub struct TenantPlugins {
     plugins: Vec<Arc<TenantPlugin>>,
     methods: HashMap<String, Arc<TenantPlugin>>,
     observers: Vec<Arc<TenantPlugin>>,
+    /// HTTP plugins by path prefix, longest first.
+    http: Vec<(String, Arc<TenantPlugin>)>,
     /// Some observer wants every message.
     observe_all: bool,
     observe_keys: Vec<String>,
 }
 
 impl TenantPlugins {
-    pub fn new(plugins: Vec<Arc<TenantPlugin>>) -> anyhow::Result<TenantPlugins> {
+    /// The tenant's plugins, each with its HTTP prefix if it serves HTTP.
+    pub fn new(entries: Vec<(Arc<TenantPlugin>, Option<String>)>) -> anyhow::Result<TenantPlugins> {
         let mut set = TenantPlugins::default();
+        let mut plugins = Vec::new();
+        for (tp, prefix) in entries {
+            if let Some(prefix) = prefix {
+                if set.http.iter().any(|(p, _)| *p == prefix) {
+                    anyhow::bail!("two plugins share the HTTP prefix {prefix}");
+                }
+                set.http.push((prefix, tp.clone()));
+            }
+            plugins.push(tp);
+        }
+        set.http.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
         for tp in &plugins {
             if let Some(d) = &tp.plugin.descriptor {
                 for m in &d.methods {
@@ -43,6 +57,14 @@ impl TenantPlugins {
 
     pub fn method(&self, name: &str) -> Option<Arc<TenantPlugin>> {
         self.methods.get(name).cloned()
+    }
+
+    /// The HTTP plugin whose prefix covers `path`, with the path below the prefix.
+    pub fn http_route<'p>(&self, path: &'p str) -> Option<(Arc<TenantPlugin>, &'p str)> {
+        self.http.iter().find_map(|(prefix, tp)| {
+            let rest = path.strip_prefix(prefix.as_str())?;
+            (rest.is_empty() || rest.starts_with('/')).then(|| (tp.clone(), if rest.is_empty() { "/" } else { rest }))
+        })
     }
 
     pub fn plugins(&self) -> &[Arc<TenantPlugin>] {

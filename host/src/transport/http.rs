@@ -45,7 +45,7 @@ pub async fn route(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -
         (&Method::GET, "/map/events") => events(gw, req),
         (_, "/admin/reload" | "/admin/plugins") => admin(gw, peer, req).await,
         (_, "/map/rpc" | "/map/batch" | "/map/events" | "/healthz") => full(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "method not allowed\n"),
-        _ => full(StatusCode::NOT_FOUND, "text/plain", "not found\n"),
+        _ => plugin_http(gw, peer, req).await,
     })
 }
 
@@ -71,6 +71,53 @@ async fn admin(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Re
         },
         (&Method::GET, "/admin/plugins") => full(StatusCode::OK, "application/json", host.status().await.to_string()),
         _ => full(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "method not allowed\n"),
+    }
+}
+
+/// A path under an HTTP plugin's prefix, for the tenant the credentials
+/// (`X-Api-Key`, `Authorization: Bearer`) name, or the anonymous tenant.
+async fn plugin_http(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Response<Body> {
+    let tenant = match super::header_credentials(req.headers()) {
+        Some((method, secret)) => match gw.tenants.authenticate(&method, Some(&secret)) {
+            Ok(t) => Some(t),
+            Err(_) => return full(StatusCode::UNAUTHORIZED, "application/json", json!({"error": "invalid credentials"}).to_string()),
+        },
+        None => gw.tenants.anonymous(super::is_loopback(&peer)),
+    };
+    let path = req.uri().path().to_string();
+    let route = tenant.as_ref().and_then(|t| t.plugins().http_route(&path).map(|(tp, rest)| (tp, rest.to_string())));
+    let Some((plugin, rest)) = route else {
+        return match tenant {
+            None => full(StatusCode::UNAUTHORIZED, "application/json", json!({"error": "credentials required"}).to_string()),
+            Some(_) => full(StatusCode::NOT_FOUND, "text/plain", "not found\n"),
+        };
+    };
+    let method = req.method().to_string();
+    let query = req.uri().query().unwrap_or_default().to_string();
+    let headers = req.headers().iter().filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string()))).collect();
+    let limit = gw.config.server.max_message_bytes;
+    let body = match Limited::new(req.into_body(), limit).collect().await {
+        Ok(b) => b.to_bytes().to_vec(),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => return full(StatusCode::PAYLOAD_TOO_LARGE, "text/plain", "body too large\n"),
+        Err(_) => return full(StatusCode::BAD_REQUEST, "text/plain", "could not read the body\n"),
+    };
+    let request = crate::plugins::HttpRequest { method, path: rest, query, headers, body };
+    match plugin.call_http(request).await {
+        Ok(answer) => {
+            let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let mut resp = Response::new(Full::new(Bytes::from(answer.body)).boxed());
+            *resp.status_mut() = status;
+            for (k, v) in answer.headers {
+                if let (Ok(k), Ok(v)) = (hyper::header::HeaderName::from_bytes(k.as_bytes()), HeaderValue::from_str(&v)) {
+                    resp.headers_mut().append(k, v);
+                }
+            }
+            resp
+        }
+        Err(e) => {
+            let status = if e.code == crate::rpc::codes::RESOURCE_EXHAUSTED { StatusCode::SERVICE_UNAVAILABLE } else { StatusCode::BAD_GATEWAY };
+            full(status, "application/json", json!({"error": e.message, "details": e.data}).to_string())
+        }
     }
 }
 

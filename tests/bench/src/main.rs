@@ -1,1 +1,384 @@
-fn main() {}
+//! `map-bench`: a MAP load generator and a side-by-side benchmark of the
+//! reference server, the gateway and a minimal router (the ceiling).
+//!
+//! ```text
+//! cargo run --release -p map-bench -- all
+//! cargo run --release -p map-bench -- send --target gateway --inflight 100 --secs 10
+//! ```
+//! See README.md beside Cargo.toml.
+
+mod client;
+mod report;
+mod scenarios;
+mod servers;
+mod stats;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use report::{Report, Row};
+use scenarios::{Outcome, Timing};
+use servers::{Paths, Server, Target};
+
+const USAGE: &str = "\
+usage:
+  map-bench all [options]                  every scenario against reference, gateway and ceiling, then the tables
+  map-bench SCENARIO --target T [options]  one scenario against one target (for profiling)
+
+scenarios: send, fanout, watch, mail, idle, startup
+targets:   reference, gateway, ceiling
+
+options:
+  --secs N            measured seconds per load scenario (default 5)
+  --warmup N          warm-up seconds before measuring (default 1)
+  --inflight N        messages in flight in total for send/watch/mail (default 100)
+  --pairs N           sender/receiver pairs (default min(10, inflight)); in flight per pair = inflight / pairs
+  --members N         scope members for fanout (default 10)
+  --sessions N        idle sessions (default 10000)
+  --targets a,b       all: only these targets (default reference,gateway,ceiling)
+  --skip a,b          all: leave out these scenario keys (send1,send100,fanout10,fanout100,watch,mail,idle)
+  --url ws://…        single scenario: use this running server instead of starting one
+  --pid PID           with --url: the server's pid (VmRSS, CPU)
+  --gateway-bin P     gateway binary (default target/release/map-gateway, built by cargo first)
+  --plugin-dir P      gateway plugin_dir (default plugins/dist of the workspace)
+  --reference-dir P   reference server folder (default ../shared/reference/map-sdk beside the workspace)
+  --no-build          do not run `cargo build --release -p map-gateway -p map-bench` first
+";
+
+struct Opts {
+    command: String,
+    target: Option<Target>,
+    targets: Vec<Target>,
+    skip: Vec<String>,
+    secs: f64,
+    warmup: f64,
+    inflight: u64,
+    pairs: Option<usize>,
+    members: usize,
+    sessions: usize,
+    url: Option<String>,
+    pid: Option<u32>,
+    gateway_bin: Option<PathBuf>,
+    plugin_dir: Option<PathBuf>,
+    reference_dir: Option<PathBuf>,
+    no_build: bool,
+}
+
+fn parse() -> Result<Opts, String> {
+    let mut args = std::env::args().skip(1);
+    let command = args.next().ok_or("no command")?;
+    let mut o = Opts {
+        command,
+        target: None,
+        targets: Target::ALL.to_vec(),
+        skip: Vec::new(),
+        secs: 5.0,
+        warmup: 1.0,
+        inflight: 100,
+        pairs: None,
+        members: 10,
+        sessions: 10_000,
+        url: None,
+        pid: None,
+        gateway_bin: None,
+        plugin_dir: None,
+        reference_dir: None,
+        no_build: false,
+    };
+    while let Some(a) = args.next() {
+        let mut val = || args.next().ok_or(format!("{a} needs a value"));
+        let num = |v: String| v.parse::<f64>().map_err(|_| format!("{a}: not a number: {v}"));
+        match a.as_str() {
+            "--target" => o.target = Some(Target::parse(&val()?).ok_or("unknown target")?),
+            "--targets" => o.targets = val()?.split(',').map(|t| Target::parse(t).ok_or(format!("unknown target {t}"))).collect::<Result<_, _>>()?,
+            "--skip" => o.skip = val()?.split(',').map(str::to_string).collect(),
+            "--secs" => o.secs = num(val()?)?,
+            "--warmup" => o.warmup = num(val()?)?,
+            "--inflight" => o.inflight = num(val()?)? as u64,
+            "--pairs" => o.pairs = Some(num(val()?)? as usize),
+            "--members" => o.members = num(val()?)? as usize,
+            "--sessions" => o.sessions = num(val()?)? as usize,
+            "--url" => o.url = Some(val()?),
+            "--pid" => o.pid = Some(num(val()?)? as u32),
+            "--gateway-bin" => o.gateway_bin = Some(val()?.into()),
+            "--plugin-dir" => o.plugin_dir = Some(val()?.into()),
+            "--reference-dir" => o.reference_dir = Some(val()?.into()),
+            "--no-build" => o.no_build = true,
+            "-h" | "--help" => return Err(String::new()),
+            _ => return Err(format!("unknown option {a}")),
+        }
+    }
+    if o.inflight == 0 || o.secs <= 0.0 || o.members == 0 {
+        return Err("--inflight, --secs and --members must be positive".into());
+    }
+    Ok(o)
+}
+
+fn paths(o: &Opts) -> Paths {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let workspace = workspace.canonicalize().unwrap_or(workspace);
+    let exe_dir = std::env::current_exe().ok().and_then(|p| p.parent().map(Path::to_path_buf)).unwrap_or_else(|| workspace.join("target/release"));
+    // The gateway is always the release build, whatever profile this binary has.
+    let release_dir = if exe_dir.ends_with("release") { exe_dir.clone() } else { exe_dir.join("../release") };
+    let scratch = std::env::temp_dir().join(format!("map-bench-{}", std::process::id()));
+    Paths {
+        gateway_bin: o.gateway_bin.clone().unwrap_or_else(|| release_dir.join("map-gateway")),
+        ceiling_bin: exe_dir.join("map-ceiling"),
+        plugin_dir: o.plugin_dir.clone().unwrap_or_else(|| workspace.join("plugins/dist")),
+        reference_dir: o
+            .reference_dir
+            .clone()
+            .or_else(|| std::env::var_os("MAP_BENCH_REFERENCE").map(PathBuf::from))
+            .unwrap_or_else(|| workspace.join("../shared/reference/map-sdk")),
+        workspace,
+        scratch,
+    }
+}
+
+/// `cargo build --release -p map-gateway -p map-bench`; a failure with an
+/// existing binary is a warning (the note ends up under the tables).
+fn build(p: &Paths, notes: &mut Vec<String>) -> Result<(), String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    eprintln!("# cargo build --release -p map-gateway -p map-bench");
+    let status = Command::new(cargo)
+        .args(["build", "--release", "-p", "map-gateway", "-p", "map-bench"])
+        .current_dir(&p.workspace)
+        .status()
+        .map_err(|e| format!("cargo: {e}"))?;
+    if !status.success() {
+        if p.gateway_bin.exists() && p.ceiling_bin.exists() {
+            let msg = format!("WARNING: cargo build failed ({status}); benchmarked the binaries already in {}", p.gateway_bin.parent().unwrap().display());
+            eprintln!("# {msg}");
+            notes.push(msg);
+        } else {
+            return Err(format!("cargo build failed ({status})"));
+        }
+    }
+    Ok(())
+}
+
+fn timing(o: &Opts) -> Timing {
+    Timing { warmup: Duration::from_secs_f64(o.warmup), secs: Duration::from_secs_f64(o.secs) }
+}
+
+/// `--inflight` split over `--pairs` sockets: (pairs, in flight per pair).
+fn split(inflight: u64, pairs: Option<usize>) -> (usize, u64) {
+    let pairs = pairs.unwrap_or(inflight.min(10) as usize).max(1);
+    (pairs, inflight.div_ceil(pairs as u64).max(1))
+}
+
+fn progress(row: &Row) {
+    let what = match &row.outcome {
+        Outcome::Load(l) => format!(
+            "{:.0}/s p50 {} p99 {} max {} errors {}",
+            l.rate,
+            report::us(l.lat.p50_us),
+            report::us(l.lat.p99_us),
+            report::us(l.lat.max_us),
+            l.errors
+        ),
+        Outcome::Idle { per_session_kib, sessions, .. } => format!("{per_session_kib:.1} KiB/session over {sessions}"),
+        Outcome::Startup { ms, .. } => format!("{ms:.0} ms"),
+        Outcome::NotApplicable(w) => format!("n/a: {w}"),
+        Outcome::Failed(w) => format!("FAILED: {w}"),
+    };
+    eprintln!("#   {:<28} {:<9} {what}", row.label, row.target.name());
+}
+
+fn startup_note(target: Target, p: &Paths) -> String {
+    match target {
+        Target::Gateway => {
+            let plugins: Vec<String> = std::fs::read_dir(&p.plugin_dir)
+                .map(|d| {
+                    d.flatten()
+                        .filter(|e| e.path().extension().is_some_and(|x| x == "wasm"))
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .collect()
+                })
+                .unwrap_or_default();
+            if plugins.is_empty() {
+                format!("no plugins in {}", p.plugin_dir.display())
+            } else {
+                format!("plugins: {}", plugins.join(", "))
+            }
+        }
+        Target::Reference => "node serve.mjs mapserver (mail + trajectory built in)".into(),
+        Target::Ceiling => "minimal router".into(),
+    }
+}
+
+async fn all(o: &Opts, p: &Paths, notes: &mut Vec<String>) -> Vec<Row> {
+    let t = timing(o);
+    let mut rows = Vec::new();
+    let skip = |k: &str| o.skip.iter().any(|s| s == k);
+    let mut push = |rows: &mut Vec<Row>, key: &'static str, label: String, target: Target, outcome: Outcome| {
+        let row = Row { key, label, target, outcome };
+        progress(&row);
+        rows.push(row);
+    };
+    for &target in &o.targets {
+        eprintln!("# {}", target.name());
+        // 1. A fresh process: start-up time, then idle sessions on a clean heap.
+        let label = if target == Target::Gateway { "start-up to ready (cold plugin cache)" } else { "start-up to ready" };
+        let server = match Server::start(target, p, "idle") {
+            Ok(s) => s,
+            Err(e) => {
+                push(&mut rows, "startup", label.into(), target, Outcome::Failed(e));
+                continue;
+            }
+        };
+        push(&mut rows, "startup", label.into(), target, Outcome::Startup { ms: server.ready_after.as_secs_f64() * 1000.0, note: startup_note(target, p) });
+        if !skip("idle") {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let out = scenarios::idle(&server, o.sessions).await;
+            push(&mut rows, "idle", format!("{} idle sessions", o.sessions), target, out);
+        }
+        server.stop();
+
+        // 2. A second process for the load scenarios.
+        let server = match Server::start(target, p, "load") {
+            Ok(s) => s,
+            Err(e) => {
+                push(&mut rows, "send1", "send 1:1".into(), target, Outcome::Failed(e));
+                continue;
+            }
+        };
+        if target == Target::Gateway {
+            let ext = scenarios::extensions(&server).await;
+            let note = if ext.is_empty() { "no extensions advertised".to_string() } else { format!("extensions: {}", ext.join(", ")) };
+            push(&mut rows, "startup-warm", "start-up to ready (warm plugin cache)".into(), target, Outcome::Startup { ms: server.ready_after.as_secs_f64() * 1000.0, note });
+        }
+        let (pairs, per) = split(o.inflight, o.pairs);
+        if !skip("send1") {
+            let out = scenarios::send(&server, 1, 1, t, false).await;
+            push(&mut rows, "send1", "map/send 1:1, 1 in flight".into(), target, out);
+        }
+        if !skip("send100") {
+            let out = scenarios::send(&server, pairs, per, t, false).await;
+            push(&mut rows, "send100", format!("map/send 1:1, {} in flight", pairs as u64 * per), target, out);
+        }
+        for (key, members) in [("fanout10", 10usize), ("fanout100", 100)] {
+            if !skip(key) {
+                let out = scenarios::fanout(&server, members, 10, t).await;
+                push(&mut rows, key, format!("scope fan-out to {members}"), target, out);
+            }
+        }
+        if !skip("watch") {
+            let out = if target == Target::Ceiling {
+                Outcome::NotApplicable("no events".into())
+            } else {
+                scenarios::send(&server, pairs, per, t, true).await
+            };
+            push(&mut rows, "watch", format!("map/send {} in flight + 1 subscriber", pairs as u64 * per), target, out);
+        }
+        if !skip("mail") {
+            let out = if target == Target::Ceiling { Outcome::NotApplicable("no mail".into()) } else { scenarios::mail(&server, pairs, per, t).await };
+            push(&mut rows, "mail", format!("mail/turn, {} in flight", pairs as u64 * per), target, out);
+        }
+        server.stop();
+    }
+    let _ = notes;
+    rows
+}
+
+async fn single(o: &Opts, p: &Paths) -> Result<Vec<Row>, String> {
+    let target = o.target.ok_or("--target is required for a single scenario")?;
+    let t = timing(o);
+    let server = match &o.url {
+        Some(url) => Server::external(target, url, o.pid)?,
+        None => Server::start(target, p, &o.command)?,
+    };
+    let (pairs, per) = split(o.inflight, o.pairs);
+    let (key, label, outcome) = match o.command.as_str() {
+        "send" => ("send", format!("map/send 1:1, {} in flight", pairs as u64 * per), scenarios::send(&server, pairs, per, t, false).await),
+        "watch" => ("watch", format!("map/send {} in flight + 1 subscriber", pairs as u64 * per), scenarios::send(&server, pairs, per, t, true).await),
+        "fanout" => ("fanout", format!("scope fan-out to {}", o.members), scenarios::fanout(&server, o.members, o.inflight, t).await),
+        "mail" => ("mail", format!("mail/turn, {} in flight", pairs as u64 * per), scenarios::mail(&server, pairs, per, t).await),
+        "idle" => ("idle", format!("{} idle sessions", o.sessions), scenarios::idle(&server, o.sessions).await),
+        "startup" => ("startup", "start-up to ready".into(), Outcome::Startup { ms: server.ready_after.as_secs_f64() * 1000.0, note: startup_note(target, p) }),
+        other => return Err(format!("unknown scenario {other}")),
+    };
+    server.stop();
+    let row = Row { key, label, target, outcome };
+    progress(&row);
+    Ok(vec![row])
+}
+
+fn main() {
+    let o = match parse() {
+        Ok(o) => o,
+        Err(e) => {
+            if !e.is_empty() {
+                eprintln!("map-bench: {e}\n");
+            }
+            eprint!("{USAGE}");
+            std::process::exit(2);
+        }
+    };
+    let p = paths(&o);
+    let mut notes = Vec::new();
+    if cfg!(debug_assertions) {
+        let msg = "WARNING: map-bench is a debug build; the load generator is much slower than with --release".to_string();
+        eprintln!("# {msg}");
+        notes.push(msg);
+    }
+    let nofile = servers::raise_nofile();
+    let needs_servers = o.url.is_none();
+    let targets: Vec<Target> = if o.command == "all" { o.targets.clone() } else { o.target.into_iter().collect() };
+    if needs_servers && !o.no_build && o.gateway_bin.is_none() {
+        if let Err(e) = build(&p, &mut notes) {
+            eprintln!("map-bench: {e}");
+            std::process::exit(1);
+        }
+    }
+    if needs_servers && targets.contains(&Target::Reference) {
+        if let Err(e) = servers::ensure_reference(&p.reference_dir) {
+            eprintln!("map-bench: {e}");
+            std::process::exit(1);
+        }
+    }
+    if nofile < o.sessions as u64 + 1000 && (o.command == "all" || o.command == "idle") {
+        notes.push(format!("open-file limit is {nofile}: fewer idle sessions may open than asked"));
+    }
+
+    // The load generator runs on one thread: it then never takes more than one
+    // of the machine's cores away from the server under test.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+    let started = Instant::now();
+    let rows = rt.block_on(async {
+        if o.command == "all" {
+            Ok(all(&o, &p, &mut notes).await)
+        } else {
+            single(&o, &p).await
+        }
+    });
+    let rows = match rows {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("map-bench: {e}");
+            std::process::exit(1);
+        }
+    };
+    let _ = std::fs::remove_dir_all(&p.scratch);
+
+    let report = Report { rows: &rows };
+    println!("## map-bench {} ({} s, {} cores, {} s warm-up + {} s per load scenario)\n", o.command, started.elapsed().as_secs(), cores(), o.warmup, o.secs);
+    println!("{}", report.absolute());
+    if o.command == "all" {
+        println!("### Ratios\n\n{}", report.ratios());
+        println!("### Goals\n\n{}", report.goals());
+    }
+    println!(
+        "Rates count deliveries received per second (answers, for mail/turn); latency is send to delivery \
+         (request to answer for mail/turn). CPU is the share of one core used during the measured window. \
+         The generator runs on one thread; the servers run one at a time."
+    );
+    for n in notes {
+        println!("\n{n}");
+    }
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}

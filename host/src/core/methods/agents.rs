@@ -21,9 +21,8 @@ fn publish(active: &Active, events: Vec<NewEvent>) {
 fn scope_event(kind: &str, scope: &str, agent: &Agent) -> NewEvent {
     let mut ev = agent_event(kind, agent, json!({"scopeId": scope, "agentId": agent.id}));
     ev.source.scope_id = Some(scope.to_string());
-    if !ev.facets.scopes.iter().any(|s| s == scope) {
-        ev.facets.scopes.push(scope.to_string());
-    }
+    // A scope event concerns its own scope, not the agent's other memberships.
+    ev.facets.scopes = vec![scope.to_string()];
     ev
 }
 

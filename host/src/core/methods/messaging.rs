@@ -132,7 +132,7 @@ pub fn send_message(active: &Active, to: Option<Value>, payload: Option<Box<RawV
     let delivered_json = serde_json::to_string(&delivered).expect("ids serialise");
     let sent = format!(r#"{{"message":{message},"recipients":{delivered_json}}}"#);
     fabric.publish(with_facets(NewEvent::with_text("message_sent", source.clone(), sent)));
-    if delivered.is_empty() {
+    if delivered.is_empty() && !recipients.is_empty() {
         fabric.publish(with_facets(NewEvent::new("message_failed", source, json!({"messageId": message_id, "failed": failed}))));
         return Err(RpcError::new(codes::DELIVERY_FAILED, "No recipient could take the message (their queues are full or closed)")
             .with_details(json!({"messageId": message_id, "failed": failed})));

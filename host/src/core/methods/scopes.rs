@@ -163,9 +163,8 @@ pub fn join(active: &Active, req: &Request, joining: bool) -> Result<Out, RpcErr
         let kind = if joining { "scope_member_joined" } else { "scope_member_left" };
         let mut ev = agent_event(kind, &agent, json!({"scopeId": id, "agentId": agent_id}));
         ev.source.scope_id = Some(id.to_string());
-        if !ev.facets.scopes.iter().any(|s| s == id) {
-            ev.facets.scopes.push(id.to_string());
-        }
+        // A scope event concerns its own scope, not the agent's other memberships.
+        ev.facets.scopes = vec![id.to_string()];
         active.tenant.fabric.publish(ev);
     }
     let flag = if joining { "joined" } else { "left" };

@@ -1,0 +1,322 @@
+//! Conversation lifecycle: `mail/create`, `mail/get`, `mail/list`, `mail/close`.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use crate::access::{self, Actor};
+use crate::error::{MailError, MailResult};
+use crate::events;
+use crate::ids;
+use crate::model::{Conversation, ConversationStatus, ConversationType, Participant, ParticipantType, Permissions, PermissionsPatch, Role, TurnSource, TurnStatus, Visibility};
+use crate::params::{self, OneOrMany};
+use crate::participants;
+use crate::repo::{self, Batch, Range};
+use crate::threads;
+use crate::turns::{self, TurnQuery, TurnSpec};
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct InitialParticipant {
+    id: String,
+    role: Option<Role>,
+    #[serde(rename = "type")]
+    kind: Option<ParticipantType>,
+    #[serde(default)]
+    permissions: PermissionsPatch,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct InitialTurn {
+    content_type: String,
+    content: Value,
+    visibility: Option<Visibility>,
+    metadata: Option<Map<String, Value>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct CreateParams {
+    #[serde(rename = "type")]
+    kind: ConversationType,
+    subject: Option<String>,
+    parent_conversation_id: Option<String>,
+    parent_turn_id: Option<String>,
+    initial_participants: Vec<InitialParticipant>,
+    initial_turn: Option<InitialTurn>,
+    metadata: Map<String, Value>,
+}
+
+/// `mail/create`: a new conversation; the caller joins it as initiator, the
+/// initial participants with their roles, and the initial turn is recorded,
+/// all in one atomic write.
+pub fn create(actor: &Actor, params: &str) -> MailResult<Value> {
+    actor.require_capability("canCreate", "mail/create")?;
+    let p: CreateParams = params::parse(params)?;
+    // A parent links conversations, so the caller must be able to read it.
+    if let Some(parent_id) = &p.parent_conversation_id {
+        let parent = access::require_conversation(parent_id)?;
+        let member = access::require_member(&parent, actor)?;
+        if let Some(turn) = &p.parent_turn_id {
+            access::visible_turn(parent_id, turn, &member)?;
+        }
+    } else if p.parent_turn_id.is_some() {
+        return Err(MailError::invalid_params("parentTurnId needs parentConversationId"));
+    }
+
+    let (id, now) = ids::new_id("conv");
+    let mut conv = Conversation {
+        id: id.clone(),
+        kind: p.kind,
+        status: ConversationStatus::Active,
+        subject: p.subject,
+        participant_count: 0,
+        parent_conversation_id: p.parent_conversation_id,
+        parent_turn_id: p.parent_turn_id,
+        created_at: now,
+        updated_at: now,
+        closed_at: None,
+        closed_by: None,
+        close_reason: None,
+        created_by: actor.id.clone(),
+        metadata: p.metadata,
+    };
+    let creator = Participant {
+        id: actor.id.clone(),
+        conversation_id: id.clone(),
+        kind: actor.kind,
+        role: Role::Initiator,
+        joined_at: now,
+        left_at: None,
+        permissions: Permissions::for_role(Role::Initiator),
+        invited_by: None,
+    };
+    let mut members = vec![creator.clone()];
+    for ip in p.initial_participants {
+        let pid = params::id("initialParticipants[].id", &ip.id)?.to_string();
+        if members.iter().any(|m| m.id == pid) {
+            return Err(MailError::already_joined(&id, &pid));
+        }
+        let role = ip.role.unwrap_or(Role::Assistant);
+        members.push(Participant {
+            id: pid,
+            conversation_id: id.clone(),
+            kind: ip.kind.unwrap_or(ParticipantType::Agent),
+            role,
+            joined_at: now,
+            left_at: None,
+            permissions: Permissions::for_role(role).patched(&ip.permissions),
+            invited_by: Some(actor.id.clone()),
+        });
+    }
+    let initial_turn = match p.initial_turn {
+        Some(t) => {
+            let spec = TurnSpec {
+                content_type: t.content_type,
+                content: t.content,
+                thread_id: None,
+                in_reply_to: None,
+                visibility: t.visibility,
+                metadata: t.metadata.unwrap_or_default(),
+                status: TurnStatus::Complete,
+            };
+            Some(turns::build(&conv, &creator, spec, TurnSource::Explicit { method: "mail/turn".into() })?)
+        }
+        None => None,
+    };
+
+    let mut batch = Batch::default();
+    batch.put(repo::CONVERSATIONS, id.clone(), &conv);
+    for m in &members {
+        batch.participant(m);
+    }
+    if let Some(t) = &initial_turn {
+        batch.turn(t);
+    }
+    batch.touch(&id, now);
+    batch.commit()?;
+
+    conv.participant_count = members.len() as u64;
+    let mut created = json!({"conversationId": id, "type": conv.kind, "createdBy": conv.created_by, "conversation": conv});
+    if let Some(s) = &conv.subject {
+        created["subject"] = json!(s);
+    }
+    if let Some(parent) = &conv.parent_conversation_id {
+        created["parentConversationId"] = json!(parent);
+    }
+    events::emit(events::CREATED, created);
+    for m in &members {
+        participants::announce_joined(m, None);
+    }
+    if let Some(t) = &initial_turn {
+        turns::announce(t);
+    }
+
+    let mut out = json!({"conversation": conv, "participant": creator});
+    if let Some(t) = initial_turn {
+        out["initialTurn"] = json!(t);
+    }
+    Ok(out)
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct GetInclude {
+    participants: bool,
+    threads: bool,
+    recent_turns: Option<u64>,
+    stats: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct GetParams {
+    conversation_id: String,
+    #[serde(default)]
+    include: GetInclude,
+}
+
+/// `mail/get`: a conversation the caller takes part in, with the parts it asks for.
+pub fn get(actor: &Actor, params: &str) -> MailResult<Value> {
+    let p: GetParams = params::parse(params)?;
+    let conv = access::require_conversation(params::id("conversationId", &p.conversation_id)?)?;
+    let reader = access::require_member(&conv, actor)?;
+    let mut out = json!({ "conversation": conv });
+    if p.include.participants {
+        out["participants"] = json!(repo::participants(&conv.id)?);
+    }
+    if p.include.threads {
+        out["threads"] = json!(threads::all_with_counts(&conv.id)?);
+    }
+    if let Some(n) = p.include.recent_turns.filter(|n| *n > 0) {
+        access::require_observer(&reader)?;
+        let q = TurnQuery { descending: true, ..TurnQuery::new(&conv.id) };
+        out["recentTurns"] = json!(q.page(&reader, (n as usize).min(turns::MAX_LIMIT), false)?.turns);
+    }
+    if p.include.stats {
+        access::require_observer(&reader)?;
+        // Counted over what this reader may see, so stats reveal no hidden turns.
+        let visible = TurnQuery::new(&conv.id).all(&reader)?;
+        let mut by_type: BTreeMap<&str, u64> = BTreeMap::new();
+        for t in &visible {
+            *by_type.entry(&t.content_type).or_default() += 1;
+        }
+        out["stats"] = json!({
+            "totalTurns": visible.len(),
+            "turnsByContentType": by_type,
+            "activeParticipants": conv.participant_count,
+            "threadCount": repo::count(repo::THREADS, &format!("{}/", conv.id))?,
+        });
+    }
+    Ok(out)
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct ListFilter {
+    #[serde(rename = "type")]
+    kind: Option<OneOrMany<ConversationType>>,
+    status: Option<OneOrMany<ConversationStatus>>,
+    participant_id: Option<String>,
+    created_after: Option<u64>,
+    created_before: Option<u64>,
+    parent_conversation_id: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct ListParams {
+    filter: ListFilter,
+    limit: Option<u64>,
+    cursor: Option<String>,
+}
+
+/// `mail/list`: the conversations the caller takes part in, oldest first,
+/// filtered and paged (the cursor is the last conversation id of a page).
+pub fn list(actor: &Actor, params: &str) -> MailResult<Value> {
+    let p: ListParams = params::parse(params)?;
+    let limit = params::limit(p.limit, 50, 200);
+    let f = p.filter;
+    let kinds = f.kind.map(OneOrMany::into_vec).unwrap_or_default();
+    let statuses = f.status.map(OneOrMany::into_vec).unwrap_or_default();
+    let other = f.participant_id.filter(|pid| *pid != actor.id);
+
+    let prefix = format!("{}/", repo::esc(&actor.id));
+    let mut range = Range::prefix(repo::MEMBERSHIPS, prefix.clone());
+    if let Some(c) = &p.cursor {
+        range.after = Some(format!("{prefix}{}", params::cursor(c, "conv-")?));
+    }
+    let mut found: Vec<Conversation> = Vec::new();
+    let mut has_more = false;
+    range.each(|entry| {
+        let conv_id = &entry.key[prefix.len()..];
+        let Some(c) = repo::conversation(conv_id)? else { return Ok(true) };
+        let keep = (kinds.is_empty() || kinds.contains(&c.kind))
+            && (statuses.is_empty() || statuses.contains(&c.status))
+            && f.created_after.is_none_or(|t| c.created_at > t)
+            && f.created_before.is_none_or(|t| c.created_at < t)
+            && f.parent_conversation_id.as_ref().is_none_or(|pc| c.parent_conversation_id.as_ref() == Some(pc))
+            && match &other {
+                Some(pid) => repo::exists(repo::MEMBERS, &repo::participant_key(conv_id, pid))?,
+                None => true,
+            };
+        if !keep {
+            return Ok(true);
+        }
+        if found.len() == limit {
+            has_more = true;
+            return Ok(false);
+        }
+        found.push(c);
+        Ok(true)
+    })?;
+    let mut out = json!({ "conversations": found, "hasMore": has_more });
+    if has_more {
+        out["nextCursor"] = json!(found.last().map(|c| c.id.clone()));
+    }
+    Ok(out)
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CloseParams {
+    conversation_id: String,
+    reason: Option<String>,
+    /// The final status: `completed` (default), `failed` or `archived`.
+    status: Option<ConversationStatus>,
+}
+
+/// `mail/close`: end a conversation. Only its initiator or a moderator may.
+pub fn close(actor: &Actor, params: &str) -> MailResult<Value> {
+    let p: CloseParams = params::parse(params)?;
+    let status = p.status.unwrap_or(ConversationStatus::Completed);
+    if matches!(status, ConversationStatus::Active | ConversationStatus::Paused) {
+        return Err(MailError::invalid_params("status must be completed, failed or archived"));
+    }
+    let mut conv = access::require_conversation(params::id("conversationId", &p.conversation_id)?)?;
+    let member = access::require_member(&conv, actor)?;
+    access::require_open(&conv)?;
+    if !member.role.is_manager() {
+        return Err(MailError::permission_denied(
+            format!("{} ({:?}) may not close conversation {}: only its initiator or a moderator may", member.id, member.role, conv.id),
+            "role",
+        ));
+    }
+    let now = ids::now_ms();
+    conv.status = status;
+    conv.closed_at = Some(now);
+    conv.closed_by = Some(actor.id.clone());
+    conv.close_reason = p.reason.clone();
+    conv.updated_at = now;
+    let mut batch = Batch::default();
+    batch.put(repo::CONVERSATIONS, conv.id.clone(), &conv).touch(&conv.id, now);
+    batch.commit()?;
+    let mut data = json!({"conversationId": conv.id, "closedBy": actor.id, "participantId": actor.id, "status": status, "conversation": conv});
+    if let Some(r) = &p.reason {
+        data["reason"] = json!(r);
+    }
+    events::emit(events::CLOSED, data);
+    Ok(json!({ "conversation": conv }))
+}

@@ -1,0 +1,208 @@
+//! Participants: `mail/join`, `mail/leave`, `mail/invite`.
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::access::{self, Actor};
+use crate::error::{MailError, MailResult};
+use crate::events;
+use crate::ids;
+use crate::model::{Participant, ParticipantType, Permissions, PermissionsPatch, Role};
+use crate::params;
+use crate::repo::{self, Batch};
+use crate::summary;
+use crate::turns::{self, TurnQuery};
+
+/// Announce a participant who joined or was added.
+pub fn announce_joined(p: &Participant, invitation: Option<(&str, Option<&str>)>) {
+    let mut data = json!({"conversationId": p.conversation_id, "participant": p});
+    if let Some((by, message)) = invitation {
+        data["invitedBy"] = json!(by);
+        if let Some(m) = message {
+            data["message"] = json!(m);
+        }
+    }
+    events::emit(events::PARTICIPANT_JOINED, data);
+}
+
+/// Where a joining participant's catch-up history starts.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum CatchUpFrom {
+    Timestamp(u64),
+    TurnId(String),
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct CatchUp {
+    from: Option<CatchUpFrom>,
+    limit: Option<u64>,
+    include_summary: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct JoinParams {
+    conversation_id: String,
+    role: Option<Role>,
+    catch_up: Option<CatchUp>,
+}
+
+/// `mail/join`: the caller joins an active conversation. Joining on one's own
+/// cannot make one initiator or moderator; someone who left and comes back
+/// keeps the role and permissions they had.
+pub fn join(actor: &Actor, params: &str) -> MailResult<Value> {
+    actor.require_capability("canJoin", "mail/join")?;
+    let p: JoinParams = params::parse(params)?;
+    let mut conv = access::require_conversation(params::id("conversationId", &p.conversation_id)?)?;
+    access::require_open(&conv)?;
+    let previous = repo::participant(&conv.id, &actor.id)?;
+    if previous.as_ref().is_some_and(Participant::is_active) {
+        return Err(MailError::already_joined(&conv.id, &actor.id));
+    }
+    if let Some(role) = p.role.filter(|r| r.is_manager()) {
+        return Err(MailError::permission_denied(format!("joining as {role:?} needs an invitation"), "role"));
+    }
+    let now = ids::now_ms();
+    let participant = match previous {
+        Some(old) => Participant { joined_at: now, left_at: None, ..old },
+        None => {
+            let role = p.role.unwrap_or(Role::Assistant);
+            Participant {
+                id: actor.id.clone(),
+                conversation_id: conv.id.clone(),
+                kind: actor.kind,
+                role,
+                joined_at: now,
+                left_at: None,
+                permissions: Permissions::for_role(role),
+                invited_by: None,
+            }
+        }
+    };
+    let mut batch = Batch::default();
+    batch.participant(&participant).touch(&conv.id, now);
+    batch.commit()?;
+    announce_joined(&participant, None);
+    conv.participant_count += 1;
+    conv.updated_at = now;
+
+    let mut out = json!({"conversation": conv, "participant": participant});
+    if let Some(c) = p.catch_up {
+        let mut q = TurnQuery::new(&conv.id);
+        match c.from {
+            Some(CatchUpFrom::Timestamp(ts)) => q.after_ts = Some(ts.saturating_sub(1)),
+            Some(CatchUpFrom::TurnId(id)) => q.after_id = Some(access::visible_turn(&conv.id, &id, &participant)?.id),
+            None => {}
+        }
+        let page = q.page(&participant, params::limit(c.limit, turns::DEFAULT_LIMIT, turns::MAX_LIMIT), false)?;
+        if page.has_more {
+            out["historyCursor"] = json!(page.turns.last().map(|t| t.id.clone()));
+        }
+        out["history"] = json!(page.turns);
+        if c.include_summary {
+            let s = summary::for_reader(&conv, &participant, &summary::Scope::default(), false)?;
+            out["summary"] = json!(s.digest.summary);
+        }
+    }
+    Ok(out)
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LeaveParams {
+    conversation_id: String,
+    reason: Option<String>,
+    /// Another participant to remove (needs `canRemove`); absent: the caller leaves.
+    participant_id: Option<String>,
+}
+
+/// `mail/leave`: the caller leaves, or removes another participant.
+pub fn leave(actor: &Actor, params: &str) -> MailResult<Value> {
+    let p: LeaveParams = params::parse(params)?;
+    let conv = access::require_conversation(params::id("conversationId", &p.conversation_id)?)?;
+    let me = access::require_member(&conv, actor)?;
+    let target = match p.participant_id.as_deref().filter(|id| *id != actor.id) {
+        None => me,
+        Some(other) => {
+            access::require_permission(me.permissions.can_remove, &me, "canRemove", "remove participants")?;
+            match repo::participant(&conv.id, other)? {
+                Some(t) if t.is_active() => t,
+                _ => return Err(MailError::participant_not_found(&conv.id, other)),
+            }
+        }
+    };
+    let now = ids::now_ms();
+    let left = Participant { left_at: Some(now), ..target };
+    let mut batch = Batch::default();
+    batch.participant(&left).touch(&conv.id, now);
+    batch.commit()?;
+    let mut data = json!({"conversationId": conv.id, "participantId": left.id, "participant": left});
+    if let Some(r) = &p.reason {
+        data["reason"] = json!(r);
+    }
+    if left.id != actor.id {
+        data["removedBy"] = json!(actor.id);
+    }
+    events::emit(events::PARTICIPANT_LEFT, data);
+    Ok(json!({"success": true, "leftAt": now, "participantId": left.id}))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Invitee {
+    id: String,
+    role: Option<Role>,
+    #[serde(rename = "type")]
+    kind: Option<ParticipantType>,
+    #[serde(default)]
+    permissions: PermissionsPatch,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct InviteParams {
+    conversation_id: String,
+    participant: Invitee,
+    message: Option<String>,
+}
+
+/// `mail/invite`: a participant with `canInvite` adds someone. Nobody can
+/// grant a permission they do not hold, nor the initiator role.
+pub fn invite(actor: &Actor, params: &str) -> MailResult<Value> {
+    actor.require_capability("canInvite", "mail/invite")?;
+    let p: InviteParams = params::parse(params)?;
+    let conv = access::require_conversation(params::id("conversationId", &p.conversation_id)?)?;
+    let inviter = access::require_member(&conv, actor)?;
+    access::require_open(&conv)?;
+    access::require_permission(inviter.permissions.can_invite, &inviter, "canInvite", "invite participants")?;
+    let invitee_id = params::id("participant.id", &p.participant.id)?.to_string();
+    let role = p.participant.role.unwrap_or(Role::Assistant);
+    if role == Role::Initiator {
+        return Err(MailError::permission_denied("the initiator role cannot be given by invitation", "role"));
+    }
+    let permissions = Permissions::for_role(role).patched(&p.participant.permissions);
+    if let Some(perm) = permissions.exceeds(&inviter.permissions) {
+        return Err(MailError::permission_denied(format!("{} cannot grant {perm}, which it does not hold", inviter.id), perm));
+    }
+    if repo::participant(&conv.id, &invitee_id)?.is_some_and(|x| x.is_active()) {
+        return Err(MailError::already_joined(&conv.id, &invitee_id));
+    }
+    let now = ids::now_ms();
+    let participant = Participant {
+        id: invitee_id,
+        conversation_id: conv.id.clone(),
+        kind: p.participant.kind.unwrap_or(ParticipantType::Agent),
+        role,
+        joined_at: now,
+        left_at: None,
+        permissions,
+        invited_by: Some(actor.id.clone()),
+    };
+    let mut batch = Batch::default();
+    batch.participant(&participant).touch(&conv.id, now);
+    batch.commit()?;
+    announce_joined(&participant, Some((&actor.id, p.message.as_deref())));
+    Ok(json!({"invited": true, "participant": participant}))
+}

@@ -1,0 +1,431 @@
+//! Turns: recording (explicit and intercepted), updating, listing, replay.
+
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use crate::access::{self, Actor};
+use crate::error::{MailError, MailResult};
+use crate::events;
+use crate::ids;
+use crate::model::{valid_content_type, Conversation, Participant, Turn, TurnSource, TurnStatus, Visibility};
+use crate::params::{self, OneOrMany};
+use crate::repo::{self, Batch, Range};
+
+/// Turns returned per page unless the request says otherwise.
+pub const DEFAULT_LIMIT: usize = 50;
+pub const MAX_LIMIT: usize = 500;
+
+// ---------------------------------------------------------------------------
+// Recording
+// ---------------------------------------------------------------------------
+
+/// What a new turn says, before it gets an id.
+pub struct TurnSpec {
+    pub content_type: String,
+    pub content: Value,
+    pub thread_id: Option<String>,
+    pub in_reply_to: Option<String>,
+    pub visibility: Option<Visibility>,
+    pub metadata: Map<String, Value>,
+    pub status: TurnStatus,
+}
+
+/// Check a turn against the conversation and build it. The author must be
+/// an active participant allowed to send; the thread and the turn replied
+/// to must exist (and the latter be visible to the author).
+pub fn build(conv: &Conversation, author: &Participant, spec: TurnSpec, source: TurnSource) -> MailResult<Turn> {
+    access::require_open(conv)?;
+    access::require_permission(author.permissions.can_send, author, "canSend", "send turns")?;
+    if !valid_content_type(&spec.content_type) {
+        return Err(MailError::invalid_content_type(&spec.content_type));
+    }
+    if let Some(thread) = &spec.thread_id {
+        if !repo::exists(repo::THREADS, &repo::thread_key(&conv.id, thread))? {
+            return Err(MailError::thread_not_found(&conv.id, thread));
+        }
+    }
+    if let Some(reply_to) = &spec.in_reply_to {
+        access::visible_turn(&conv.id, reply_to, author)?;
+    }
+    let (id, timestamp) = ids::new_id("turn");
+    Ok(Turn {
+        id,
+        conversation_id: conv.id.clone(),
+        participant: author.id.clone(),
+        timestamp,
+        content_type: spec.content_type,
+        content: spec.content,
+        thread_id: spec.thread_id,
+        in_reply_to: spec.in_reply_to,
+        source,
+        visibility: spec.visibility,
+        status: spec.status,
+        metadata: spec.metadata,
+        updated_at: None,
+    })
+}
+
+/// Store a built turn (it is durable once this returns) and announce it.
+pub fn store(turn: &Turn) -> MailResult<()> {
+    let mut batch = Batch::default();
+    batch.turn(turn).touch(&turn.conversation_id, turn.timestamp);
+    batch.commit()?;
+    announce(turn);
+    Ok(())
+}
+
+pub fn announce(turn: &Turn) {
+    let mut data = json!({"conversationId": turn.conversation_id, "turn": events::turn_for_everyone(turn)});
+    if let Some(thread) = &turn.thread_id {
+        data["threadId"] = json!(thread);
+    }
+    events::emit(events::TURN_ADDED, data);
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TurnParams {
+    conversation_id: String,
+    /// Present: update this turn (its status, and content) instead of adding one.
+    turn_id: Option<String>,
+    content_type: Option<String>,
+    content: Option<Value>,
+    thread_id: Option<String>,
+    in_reply_to: Option<String>,
+    visibility: Option<Visibility>,
+    metadata: Option<Map<String, Value>>,
+    status: Option<TurnStatus>,
+}
+
+/// `mail/turn`: record a turn explicitly, or update one of the caller's own
+/// turns (e.g. `streaming` → `complete`) when `turnId` is given.
+pub fn record(actor: &Actor, params: &str) -> MailResult<Value> {
+    let p: TurnParams = params::parse(params)?;
+    let conv = access::require_conversation(params::id("conversationId", &p.conversation_id)?)?;
+    let author = access::require_member(&conv, actor)?;
+    if let Some(turn_id) = &p.turn_id {
+        return update(&conv, &author, turn_id, p.status, p.content, p.metadata);
+    }
+    let content_type = p.content_type.ok_or_else(|| MailError::invalid_params("contentType is required"))?;
+    let content = p.content.ok_or_else(|| MailError::invalid_params("content is required"))?;
+    let spec = TurnSpec {
+        content_type,
+        content,
+        thread_id: p.thread_id,
+        in_reply_to: p.in_reply_to,
+        visibility: p.visibility,
+        metadata: p.metadata.unwrap_or_default(),
+        status: p.status.unwrap_or_default(),
+    };
+    let turn = build(&conv, &author, spec, TurnSource::Explicit { method: "mail/turn".into() })?;
+    store(&turn)?;
+    Ok(json!({ "turn": turn }))
+}
+
+fn update(conv: &Conversation, author: &Participant, turn_id: &str, status: Option<TurnStatus>, content: Option<Value>, metadata: Option<Map<String, Value>>) -> MailResult<Value> {
+    access::require_open(conv)?;
+    let mut turn = access::visible_turn(&conv.id, turn_id, author)?;
+    if turn.participant != author.id {
+        return Err(MailError::permission_denied(format!("{} may only update its own turns; {turn_id} is by {}", author.id, turn.participant), "author"));
+    }
+    if status.is_none() && content.is_none() && metadata.is_none() {
+        return Err(MailError::invalid_params("an update needs status, content or metadata"));
+    }
+    let now = ids::now_ms();
+    if let Some(s) = status {
+        turn.status = s;
+    }
+    if let Some(c) = content {
+        turn.content = c;
+    }
+    if let Some(m) = metadata {
+        turn.metadata.extend(m);
+    }
+    turn.updated_at = Some(now);
+    let mut batch = Batch::default();
+    batch.turn(&turn).touch(&conv.id, now);
+    batch.commit()?;
+    let mut data = json!({
+        "conversationId": conv.id,
+        "turnId": turn.id,
+        "status": turn.status,
+        "participantId": turn.participant,
+        "turn": events::turn_for_everyone(&turn),
+    });
+    if let Some(thread) = &turn.thread_id {
+        data["threadId"] = json!(thread);
+    }
+    events::emit(events::TURN_UPDATED, data);
+    Ok(json!({ "turn": turn }))
+}
+
+// ---------------------------------------------------------------------------
+// Reading
+// ---------------------------------------------------------------------------
+
+/// Which threads a query covers.
+pub enum ThreadScope {
+    Any,
+    One(String),
+    /// A thread and its descendants.
+    Among(Vec<String>),
+}
+
+/// A filtered walk over a conversation's turns, as one reader sees them.
+pub struct TurnQuery {
+    pub conv: String,
+    pub threads: ThreadScope,
+    pub content_types: Vec<String>,
+    pub participant: Option<String>,
+    /// Exclusive id bounds.
+    pub after_id: Option<String>,
+    pub before_id: Option<String>,
+    /// Inclusive id bounds.
+    pub from_id: Option<String>,
+    pub to_id: Option<String>,
+    /// Exclusive timestamp bounds.
+    pub after_ts: Option<u64>,
+    pub before_ts: Option<u64>,
+    pub descending: bool,
+}
+
+pub struct Page {
+    pub turns: Vec<Turn>,
+    pub has_more: bool,
+    /// Every matching turn from the start position on (only when counted).
+    pub matched: u64,
+}
+
+impl TurnQuery {
+    pub fn new(conv: &str) -> TurnQuery {
+        TurnQuery {
+            conv: conv.to_string(),
+            threads: ThreadScope::Any,
+            content_types: Vec::new(),
+            participant: None,
+            after_id: None,
+            before_id: None,
+            from_id: None,
+            to_id: None,
+            after_ts: None,
+            before_ts: None,
+            descending: false,
+        }
+    }
+
+    fn range(&self) -> Range<'static> {
+        let (collection, prefix) = match &self.threads {
+            ThreadScope::One(t) => (repo::THREAD_TURNS, repo::thread_turn_prefix(&self.conv, t)),
+            _ => (repo::TURNS, format!("{}/", self.conv)),
+        };
+        // Ids carry their timestamp, so time filters become key bounds too.
+        let after = [self.after_id.clone(), self.after_ts.map(|ts| ids::bounds_of_ms("turn", ts).1)].into_iter().flatten().max();
+        let before = [self.before_id.clone(), self.before_ts.map(|ts| ids::bounds_of_ms("turn", ts).0)].into_iter().flatten().min();
+        Range {
+            collection,
+            after: after.map(|id| format!("{prefix}{id}")),
+            before: before.map(|id| format!("{prefix}{id}")),
+            prefix,
+            reverse: self.descending,
+        }
+    }
+
+    fn matches(&self, t: &Turn, reader: &Participant) -> bool {
+        if let ThreadScope::Among(set) = &self.threads {
+            if !t.thread_id.as_ref().is_some_and(|id| set.contains(id)) {
+                return false;
+            }
+        }
+        (self.content_types.is_empty() || self.content_types.contains(&t.content_type))
+            && self.participant.as_ref().is_none_or(|p| *p == t.participant)
+            && self.from_id.as_ref().is_none_or(|f| t.id >= *f)
+            && self.to_id.as_ref().is_none_or(|to| t.id <= *to)
+            && self.after_ts.is_none_or(|ts| t.timestamp > ts)
+            && self.before_ts.is_none_or(|ts| t.timestamp < ts)
+            && access::can_see(reader, t)
+    }
+
+    /// Whether the walk has passed the inclusive bounds and can stop.
+    fn past_end(&self, t: &Turn) -> bool {
+        if self.descending {
+            self.from_id.as_ref().is_some_and(|f| t.id < *f)
+        } else {
+            self.to_id.as_ref().is_some_and(|to| t.id > *to)
+        }
+    }
+
+    /// Up to `limit` turns; with `count_rest`, keep walking to count every match.
+    pub fn page(&self, reader: &Participant, limit: usize, count_rest: bool) -> MailResult<Page> {
+        let range = self.range();
+        let mut page = Page { turns: Vec::new(), has_more: false, matched: 0 };
+        range.each(|entry| {
+            let t: Turn = repo::decode_entry(range.collection, &entry)?;
+            if self.past_end(&t) {
+                return Ok(false);
+            }
+            if !self.matches(&t, reader) {
+                return Ok(true);
+            }
+            page.matched += 1;
+            if page.turns.len() < limit {
+                page.turns.push(t);
+                Ok(true)
+            } else {
+                page.has_more = true;
+                Ok(count_rest)
+            }
+        })?;
+        Ok(page)
+    }
+
+    /// Every matching turn, oldest first.
+    pub fn all(&self, reader: &Participant) -> MailResult<Vec<Turn>> {
+        Ok(self.page(reader, usize::MAX, false)?.turns)
+    }
+}
+
+/// A thread and all threads nested below it.
+pub fn thread_and_descendants(conv: &str, root: &str) -> MailResult<Vec<String>> {
+    let threads = repo::threads(conv)?;
+    let mut set = vec![root.to_string()];
+    let mut i = 0;
+    while i < set.len() {
+        let parent = set[i].clone();
+        set.extend(threads.iter().filter(|t| t.parent_thread_id.as_deref() == Some(parent.as_str())).map(|t| t.id.clone()));
+        i += 1;
+    }
+    Ok(set)
+}
+
+fn require_thread(conv: &str, thread: &str) -> MailResult<()> {
+    if repo::exists(repo::THREADS, &repo::thread_key(conv, thread))? {
+        Ok(())
+    } else {
+        Err(MailError::thread_not_found(conv, thread))
+    }
+}
+
+fn require_turn(conv: &str, turn: &str, reader: &Participant) -> MailResult<String> {
+    access::visible_turn(conv, turn, reader).map(|t| t.id)
+}
+
+/// The caller as a reader of a conversation's turns.
+fn reader(actor: &Actor, conversation_id: &str, method: &str) -> MailResult<(Conversation, Participant)> {
+    actor.require_capability("canViewHistory", method)?;
+    let conv = access::require_conversation(params::id("conversationId", conversation_id)?)?;
+    let reader = access::require_member(&conv, actor)?;
+    access::require_observer(&reader)?;
+    Ok((conv, reader))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct TurnsFilter {
+    thread_id: Option<String>,
+    include_all_threads: bool,
+    content_types: Option<OneOrMany<String>>,
+    participant_id: Option<String>,
+    after_turn_id: Option<String>,
+    before_turn_id: Option<String>,
+    after_timestamp: Option<u64>,
+    before_timestamp: Option<u64>,
+}
+
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+enum Order {
+    #[default]
+    Asc,
+    Desc,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TurnsListParams {
+    conversation_id: String,
+    #[serde(default)]
+    filter: TurnsFilter,
+    limit: Option<u64>,
+    #[serde(default)]
+    order: Order,
+    cursor: Option<String>,
+}
+
+fn page_result(page: Page) -> Value {
+    let mut out = json!({ "turns": page.turns, "hasMore": page.has_more });
+    if page.has_more {
+        out["nextCursor"] = json!(page.turns.last().map(|t| t.id.clone()));
+    }
+    out
+}
+
+/// `mail/turns/list`: the turns the caller may see, filtered and paged.
+pub fn list(actor: &Actor, params: &str) -> MailResult<Value> {
+    let p: TurnsListParams = params::parse(params)?;
+    let (conv, reader) = reader(actor, &p.conversation_id, "mail/turns/list")?;
+    let f = p.filter;
+    let mut q = TurnQuery::new(&conv.id);
+    if let Some(thread) = &f.thread_id {
+        require_thread(&conv.id, thread)?;
+        q.threads = if f.include_all_threads {
+            ThreadScope::Among(thread_and_descendants(&conv.id, thread)?)
+        } else {
+            ThreadScope::One(thread.clone())
+        };
+    }
+    q.content_types = f.content_types.map(OneOrMany::into_vec).unwrap_or_default();
+    q.participant = f.participant_id;
+    q.after_id = f.after_turn_id.map(|t| require_turn(&conv.id, &t, &reader)).transpose()?;
+    q.before_id = f.before_turn_id.map(|t| require_turn(&conv.id, &t, &reader)).transpose()?;
+    q.after_ts = f.after_timestamp;
+    q.before_ts = f.before_timestamp;
+    q.descending = p.order == Order::Desc;
+    // The cursor is the last turn of the previous page, in this order.
+    if let Some(c) = &p.cursor {
+        let c = params::cursor(c, "turn-")?.to_string();
+        if q.descending {
+            q.before_id = Some(q.before_id.map_or(c.clone(), |b| b.min(c)));
+        } else {
+            q.after_id = Some(q.after_id.map_or(c.clone(), |a| a.max(c)));
+        }
+    }
+    let page = q.page(&reader, params::limit(p.limit, DEFAULT_LIMIT, MAX_LIMIT), false)?;
+    Ok(page_result(page))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ReplayParams {
+    conversation_id: String,
+    from_turn_id: Option<String>,
+    from_timestamp: Option<u64>,
+    thread_id: Option<String>,
+    limit: Option<u64>,
+    content_types: Option<OneOrMany<String>>,
+    cursor: Option<String>,
+}
+
+/// `mail/replay`: the turns after a point, oldest first, for catching up.
+/// `missedCount` counts every visible turn from that point on, including
+/// those beyond this page.
+pub fn replay(actor: &Actor, params: &str) -> MailResult<Value> {
+    let p: ReplayParams = params::parse(params)?;
+    let (conv, reader) = reader(actor, &p.conversation_id, "mail/replay")?;
+    let mut q = TurnQuery::new(&conv.id);
+    if let Some(thread) = &p.thread_id {
+        require_thread(&conv.id, thread)?;
+        q.threads = ThreadScope::One(thread.clone());
+    }
+    q.content_types = p.content_types.map(OneOrMany::into_vec).unwrap_or_default();
+    q.after_id = p.from_turn_id.map(|t| require_turn(&conv.id, &t, &reader)).transpose()?;
+    if let Some(c) = &p.cursor {
+        let c = params::cursor(c, "turn-")?.to_string();
+        q.after_id = Some(q.after_id.map_or(c.clone(), |a| a.max(c)));
+    }
+    q.after_ts = p.from_timestamp.map(|ts| ts.saturating_sub(1));
+    let page = q.page(&reader, params::limit(p.limit, DEFAULT_LIMIT, MAX_LIMIT), true)?;
+    let missed = page.matched;
+    let mut out = page_result(page);
+    out["missedCount"] = json!(missed);
+    Ok(out)
+}

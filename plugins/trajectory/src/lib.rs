@@ -1,0 +1,71 @@
+//! The MAP trajectory extension (`urn:map:ext:trajectory:1`) as a gateway
+//! plugin: agents report checkpoints of their work, with optional content
+//! artifacts; clients and agents list, fetch and download them. Large
+//! artifacts are stored in chunks and streamed back as
+//! `trajectory/content.chunk` notifications, one chunk in memory at a time.
+//!
+//! Everything lives in the host's store, scoped to (tenant, plugin), so it
+//! survives restarts; see `keys` for the layout.
+
+wit_bindgen::generate!({ path: "../../wit", world: "extension" });
+
+mod access;
+mod artifacts;
+mod content;
+mod error;
+mod host;
+mod ids;
+mod keys;
+mod model;
+mod params;
+mod query;
+mod repo;
+mod report;
+mod settings;
+
+use exports::map_gateway::plugin::rpc::{Descriptor, Guest};
+use map_gateway::plugin::types::{Caller, RpcError};
+
+use error::Error;
+use settings::Settings;
+
+pub const CHECKPOINT: &str = "trajectory/checkpoint";
+pub const LIST: &str = "trajectory/list";
+pub const GET: &str = "trajectory/get";
+pub const CONTENT: &str = "trajectory/content";
+
+struct Trajectory;
+
+impl Guest for Trajectory {
+    fn describe() -> Descriptor {
+        Descriptor {
+            name: "trajectory".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            uri: "urn:map:ext:trajectory:1".into(),
+            capability_group: "trajectory".into(),
+            capabilities: r#"{"enabled":true,"canReport":true,"canQuery":true,"canRequestContent":true}"#.into(),
+            methods: [CHECKPOINT, LIST, GET, CONTENT].map(String::from).to_vec(),
+            error_range: (13000, 13999),
+        }
+    }
+
+    fn handle(caller: Caller, method: String, params: String) -> Result<String, RpcError> {
+        dispatch(&caller, &method, &params).map_err(Error::into_rpc)
+    }
+}
+
+fn dispatch(caller: &Caller, method: &str, params: &str) -> Result<String, Error> {
+    let settings = Settings::load();
+    if !settings.enabled {
+        return Err(Error::not_enabled());
+    }
+    match method {
+        CHECKPOINT => report::checkpoint(caller, &settings, params),
+        LIST => query::list(caller, params),
+        GET => query::get(caller, params),
+        CONTENT => content::content(caller, &settings, params),
+        other => Err(Error::method_not_found(other)),
+    }
+}
+
+export!(Trajectory);

@@ -1,0 +1,59 @@
+//! `trajectory/list` and `trajectory/get`.
+
+use serde::Serialize;
+
+use crate::access::{self, Capability};
+use crate::error::{Error, Result};
+use crate::keys::Index;
+use crate::map_gateway::plugin::types::Caller;
+use crate::model::Checkpoint;
+use crate::params::{self, Get, List};
+use crate::{repo, GET, LIST};
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Page {
+    checkpoints: Vec<Checkpoint>,
+    has_more: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_cursor: Option<String>,
+}
+
+/// Checkpoints newest first, filtered by agent, work session and time. The
+/// cursor is the id of the last checkpoint of the previous page, as in the
+/// SDK's reference server; the page continues just below its position.
+pub fn list(caller: &Caller, text: &str) -> Result<String> {
+    access::require(caller, Capability::Query)?;
+    let req: List = params::parse(LIST, text)?;
+    let limit = req.page_size()?;
+    let filter = req.filter.unwrap_or_default();
+    let index = Index::for_filter(filter.agent_id.as_deref(), filter.session_id.as_deref());
+
+    let mut before = filter.before_timestamp.map(|t| index.before_time(t));
+    if let Some(cursor) = &req.cursor {
+        let record = repo::load(cursor)?.ok_or_else(|| Error::invalid_params(format!("Unknown cursor {cursor}: no such checkpoint")))?;
+        let below = repo::key_in(&index, &record);
+        before = Some(match before {
+            Some(b) if b < below => b,
+            _ => below,
+        });
+    }
+    let after = filter.after_timestamp.map(|t| index.after_time(t));
+
+    let mut checkpoints = repo::newest_first(&index, after, before, limit + 1)?;
+    let has_more = checkpoints.len() > limit as usize;
+    checkpoints.truncate(limit as usize);
+    let next_cursor = if has_more { checkpoints.last().map(|c| c.id.clone()) } else { None };
+    // Index keys hash the ids; compare the real ones too.
+    checkpoints
+        .retain(|c| filter.agent_id.as_ref().is_none_or(|a| &c.agent_id == a) && filter.session_id.as_ref().is_none_or(|s| c.session_id.as_ref() == Some(s)));
+    let page = Page { checkpoints, has_more, next_cursor };
+    Ok(serde_json::to_string(&page).expect("a page serialises"))
+}
+
+pub fn get(caller: &Caller, text: &str) -> Result<String> {
+    access::require(caller, Capability::Query)?;
+    let req: Get = params::parse(GET, text)?;
+    let record = repo::load(&req.checkpoint_id)?.ok_or_else(|| Error::checkpoint_not_found(&req.checkpoint_id))?;
+    Ok(serde_json::json!({ "checkpoint": record.checkpoint }).to_string())
+}

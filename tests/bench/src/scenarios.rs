@@ -1,0 +1,636 @@
+//! The scenarios. Every load loop is one task per sender socket together with
+//! the sockets that receive its messages (a `select!` over them: one reader and
+//! one writer per socket, nothing spawned per request), bounded by a deadline.
+
+use std::fmt::Write as _;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use futures_util::stream::{self, SelectAll};
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio::task::JoinHandle;
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::client::{self, CallError, Conn, Ws};
+use crate::servers::{self, Server};
+use crate::stats::{Samples, Summary};
+
+/// After the measured window, how long the loops wait for answers still in flight.
+const GRACE: Duration = Duration::from_secs(3);
+
+/// Origin of the timestamps embedded in payloads (`"bt"`: ns since this instant).
+fn base() -> Instant {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    *BASE.get_or_init(Instant::now)
+}
+
+fn ns_at(t: Instant) -> u64 {
+    t.saturating_duration_since(base()).as_nanos() as u64
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Timing {
+    pub warmup: Duration,
+    pub secs: Duration,
+}
+
+#[derive(Clone, Copy)]
+struct Clock {
+    measure_from: Instant,
+    end: Instant,
+    grace_end: Instant,
+}
+
+impl Clock {
+    fn new(t: Timing) -> Clock {
+        let measure_from = Instant::now() + t.warmup;
+        let end = measure_from + t.secs;
+        Clock { measure_from, end, grace_end: end + GRACE }
+    }
+
+    fn in_window(&self, t: Instant) -> bool {
+        t >= self.measure_from && t < self.end
+    }
+}
+
+/// One measured load.
+#[derive(Clone, Debug, Default)]
+pub struct Load {
+    /// Deliveries (or answers, for request scenarios) per second in the window.
+    pub rate: f64,
+    pub lat: Summary,
+    pub errors: u64,
+    pub first_error: Option<String>,
+    /// Server CPU during the window, in cores (1.0 = one core busy).
+    pub server_cores: Option<f64>,
+    /// The generator's CPU during the window, in cores.
+    pub generator_cores: Option<f64>,
+    /// Scenario-specific remarks (the subscriber's share, the sockets used, …).
+    pub note: String,
+}
+
+#[derive(Clone, Debug)]
+pub enum Outcome {
+    Load(Load),
+    /// Resident memory per idle session.
+    Idle { sessions: usize, per_session_kib: f64, rss_before_kib: u64, rss_after_kib: u64, open_secs: f64, failed: usize },
+    /// Time from spawn to the ready line.
+    Startup { ms: f64, note: String },
+    /// The scenario does not apply to this target (e.g. no mail plugin).
+    NotApplicable(String),
+    Failed(String),
+}
+
+#[derive(Default)]
+struct Tally {
+    /// Deliveries / answers counted in the window.
+    counted: u64,
+    lat: Samples,
+    errors: u64,
+    first_error: Option<String>,
+    sent: u64,
+}
+
+impl Tally {
+    fn error(&mut self, e: impl Into<String>) {
+        self.errors += 1;
+        if self.first_error.is_none() {
+            self.first_error = Some(e.into());
+        }
+    }
+}
+
+/// `"bt":123` in a frame → 123.
+fn stamp(text: &str) -> Option<u64> {
+    let at = text.find("\"bt\":")? + 5;
+    let digits = &text[at..];
+    let end = digits.bytes().position(|b| !b.is_ascii_digit()).unwrap_or(digits.len());
+    digits[..end].parse().ok()
+}
+
+/// The top-level `"id":N` of a response.
+fn response_id(text: &str) -> Option<u64> {
+    let at = text.find("\"id\":")? + 5;
+    let digits = text[at..].trim_start();
+    let end = digits.bytes().position(|b| !b.is_ascii_digit()).unwrap_or(digits.len());
+    digits[..end].parse().ok()
+}
+
+enum Kind {
+    Notification,
+    Result,
+    Error,
+}
+
+/// Which of `"method"`, `"result"`, `"error"` comes first: the servers here all
+/// write the top-level key before any nested one.
+fn kind(text: &str) -> Kind {
+    let pos = |k: &str| text.find(k).unwrap_or(usize::MAX);
+    let (m, r, e) = (pos("\"method\""), pos("\"result\""), pos("\"error\""));
+    if m < r && m < e {
+        Kind::Notification
+    } else if e < r {
+        Kind::Error
+    } else {
+        Kind::Result
+    }
+}
+
+fn error_text(text: &str) -> String {
+    serde_json::from_str::<Value>(text)
+        .ok()
+        .and_then(|v| v.get("error").cloned())
+        .map(|e| e.to_string())
+        .unwrap_or_else(|| text.chars().take(200).collect())
+}
+
+/// Samples CPU of the server and of this process over the measured window.
+struct CpuWindow {
+    server: Option<Duration>,
+    me: Option<Duration>,
+    at: Instant,
+}
+
+impl CpuWindow {
+    fn start(server: &Server) -> CpuWindow {
+        CpuWindow { server: server.cpu(), me: servers::self_cpu(), at: Instant::now() }
+    }
+
+    fn finish(self, server: &Server, load: &mut Load) {
+        let wall = self.at.elapsed().as_secs_f64();
+        let cores = |a: Option<Duration>, b: Option<Duration>| Some((b? - a?).as_secs_f64() / wall);
+        load.server_cores = cores(self.server, server.cpu());
+        load.generator_cores = cores(self.me, servers::self_cpu());
+    }
+}
+
+// ---------------------------------------------------------------- map/send
+
+/// One sender and the sockets its messages reach.
+struct Group {
+    sender: Conn,
+    receivers: Vec<Ws>,
+    /// The `to` of every send, as JSON.
+    to: String,
+}
+
+/// Keep `window` messages in flight on `g.sender` until the clock ends. A message
+/// stays in flight until its answer and all of its deliveries have arrived.
+async fn drive(g: Group, window: u64, clock: Clock) -> Tally {
+    let mut t = Tally::default();
+    let fanout = g.receivers.len().max(1) as u64;
+    let mut id = g.sender.next_id;
+    let (mut sink, mut answers) = g.sender.ws.split();
+    let mut deliveries: SelectAll<Ws> = stream::select_all(g.receivers);
+    let (mut answered, mut failed, mut got) = (0u64, 0u64, 0u64);
+    let sleep = tokio::time::sleep_until(clock.end.into());
+    tokio::pin!(sleep);
+    let mut sending = true;
+    loop {
+        let done = answered.min((got + failed * fanout) / fanout);
+        if sending {
+            let mut fed = false;
+            while t.sent - done < window {
+                let mut frame = String::with_capacity(160 + g.to.len());
+                let _ = write!(
+                    frame,
+                    r#"{{"jsonrpc":"2.0","id":{id},"method":"map/send","params":{{"to":{},"payload":{{"bt":{},"text":"map-bench payload"}}}}}}"#,
+                    g.to,
+                    ns_at(Instant::now())
+                );
+                id += 1;
+                if let Err(e) = sink.feed(Message::text(frame)).await {
+                    t.error(format!("write: {e}"));
+                    return t;
+                }
+                t.sent += 1;
+                fed = true;
+            }
+            if fed {
+                if let Err(e) = sink.flush().await {
+                    t.error(format!("write: {e}"));
+                    return t;
+                }
+            }
+        } else if done >= t.sent {
+            break;
+        }
+        tokio::select! {
+            biased;
+            m = deliveries.next(), if !deliveries.is_empty() => match m {
+                Some(Ok(Message::Text(text))) => {
+                    let now = Instant::now();
+                    if let Some(bt) = stamp(text.as_str()) {
+                        got += 1;
+                        if clock.in_window(now) {
+                            t.counted += 1;
+                            t.lat.record(ns_at(now).saturating_sub(bt));
+                        }
+                    }
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) => { t.error(format!("receiver: {e}")); break; }
+                None => { t.error("receiver closed"); break; }
+            },
+            m = answers.next() => match m {
+                Some(Ok(Message::Text(text))) => match kind(text.as_str()) {
+                    Kind::Notification => {}
+                    Kind::Result => answered += 1,
+                    Kind::Error => {
+                        answered += 1;
+                        failed += 1;
+                        t.error(error_text(text.as_str()));
+                    }
+                },
+                Some(Ok(_)) => {}
+                Some(Err(e)) => { t.error(format!("sender: {e}")); break; }
+                None => { t.error("sender closed"); break; }
+            },
+            () = &mut sleep => {
+                if sending {
+                    sending = false;
+                    sleep.as_mut().reset(clock.grace_end.into());
+                } else {
+                    t.error(format!("{} messages still unfinished {GRACE:?} after the end", t.sent - done));
+                    break;
+                }
+            }
+        }
+    }
+    t
+}
+
+/// Counts `map/event` notifications on a subscriber socket until the window ends.
+async fn watch(mut ws: Ws, clock: Clock) -> (Tally, u64) {
+    let mut t = Tally::default();
+    let mut overflows = 0;
+    let deadline = tokio::time::sleep_until(clock.end.into());
+    tokio::pin!(deadline);
+    loop {
+        tokio::select! {
+            m = ws.next() => match m {
+                Some(Ok(Message::Text(text))) => {
+                    let now = Instant::now();
+                    let text = text.as_str();
+                    if text.contains("\"map/event\"") && clock.in_window(now) {
+                        t.counted += 1;
+                        if let Some(bt) = stamp(text) {
+                            t.lat.record(ns_at(now).saturating_sub(bt));
+                        }
+                        if text.contains("overflow") {
+                            overflows += 1;
+                        }
+                    }
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) => { t.error(format!("subscriber: {e}")); break; }
+                None => { t.error("subscriber closed"); break; }
+            },
+            () = &mut deadline => break,
+        }
+    }
+    (t, overflows)
+}
+
+fn summarize(tallies: Vec<Tally>, secs: f64) -> Load {
+    let mut lat = Samples::default();
+    let mut load = Load::default();
+    let mut counted = 0;
+    for t in tallies {
+        counted += t.counted;
+        load.errors += t.errors;
+        if load.first_error.is_none() {
+            load.first_error = t.first_error;
+        }
+        lat.merge(t.lat);
+    }
+    load.rate = counted as f64 / secs;
+    load.lat = lat.summary();
+    load
+}
+
+async fn run_groups(server: &Server, groups: Vec<Group>, window: u64, timing: Timing, subscriber: Option<Ws>) -> Load {
+    let clock = Clock::new(timing);
+    let watcher: Option<JoinHandle<(Tally, u64)>> = subscriber.map(|ws| tokio::spawn(watch(ws, clock)));
+    let tasks: Vec<JoinHandle<Tally>> = groups.into_iter().map(|g| tokio::spawn(drive(g, window, clock))).collect();
+    tokio::time::sleep_until(clock.measure_from.into()).await;
+    let cpu = CpuWindow::start(server);
+    tokio::time::sleep_until(clock.end.into()).await;
+    let mut tallies = Vec::new();
+    let mut load = Load::default();
+    cpu.finish(server, &mut load);
+    for task in tasks {
+        match task.await {
+            Ok(t) => tallies.push(t),
+            Err(e) => tallies.push(Tally { errors: 1, first_error: Some(format!("task: {e}")), ..Tally::default() }),
+        }
+    }
+    let secs = timing.secs.as_secs_f64();
+    let summary = summarize(tallies, secs);
+    load = Load { server_cores: load.server_cores, generator_cores: load.generator_cores, ..summary };
+    if let Some(w) = watcher {
+        if let Ok((mut t, overflows)) = w.await {
+            let lat = t.lat.summary();
+            let _ = write!(load.note, "subscriber: {:.0} events/s", t.counted as f64 / secs);
+            if lat.count > 0 {
+                let _ = write!(load.note, ", event p50 {} p99 {}", crate::report::us(lat.p50_us), crate::report::us(lat.p99_us));
+            }
+            if overflows > 0 {
+                let _ = write!(load.note, ", {overflows} overflow notices");
+            }
+            if let Some(e) = t.first_error {
+                load.errors += t.errors;
+                let _ = write!(load.note, ", subscriber error: {e}");
+            }
+        }
+    }
+    load
+}
+
+/// `map/send {to: {agent}}` between `pairs` sender/receiver pairs, each sender
+/// keeping `window` messages in flight. With `subscriber`, one client also
+/// subscribes to every event (`map/subscribe {filter: {}}`) and is counted.
+pub async fn send(server: &Server, pairs: usize, window: u64, timing: Timing, subscriber: bool) -> Outcome {
+    let url = server.agent_url();
+    let mut groups = Vec::new();
+    for i in 0..pairs {
+        let setup = async {
+            let (sender, _) = Conn::agent(&url, &format!("sender-{i}")).await?;
+            let (receiver, rid) = Conn::agent(&url, &format!("receiver-{i}")).await?;
+            Ok::<_, String>(Group { sender, receivers: vec![receiver.ws], to: json!({ "agent": rid }).to_string() })
+        };
+        match setup.await {
+            Ok(g) => groups.push(g),
+            Err(e) => return Outcome::Failed(format!("setup: {e}")),
+        }
+    }
+    let sub = if subscriber {
+        let setup = async {
+            let mut c = client::open(&server.client_url(), false).await?;
+            c.connect("client").await?;
+            c.call("map/subscribe", json!({"filter": {}})).await?;
+            Ok::<_, String>(c.ws)
+        };
+        match setup.await {
+            Ok(ws) => Some(ws),
+            Err(e) => return Outcome::Failed(format!("subscriber setup: {e}")),
+        }
+    } else {
+        None
+    };
+    let mut load = run_groups(server, groups, window, timing, sub).await;
+    let extra = format!("{pairs} pair(s) x {window} in flight");
+    load.note = if load.note.is_empty() { extra } else { format!("{extra}; {}", load.note) };
+    Outcome::Load(load)
+}
+
+/// `map/send {to: {scope}}` from one sender to a scope of `members` agents, each
+/// on its own socket; `window` messages in flight. Rate counts deliveries.
+pub async fn fanout(server: &Server, members: usize, window: u64, timing: Timing) -> Outcome {
+    let url = server.agent_url();
+    let setup = async {
+        let (mut sender, _) = Conn::agent(&url, "fanout-sender").await?;
+        let scope = match sender.call("map/scopes/create", json!({"name": format!("bench-{members}")})).await {
+            Ok(r) => r,
+            Err(CallError::Rpc { code: -32601, .. }) => return Ok(None),
+            Err(e) => return Err(e.to_string()),
+        };
+        let scope_id = scope
+            .pointer("/scope/id")
+            .or_else(|| scope.get("scopeId"))
+            .or_else(|| scope.get("id"))
+            .and_then(Value::as_str)
+            .ok_or_else(|| format!("map/scopes/create: no scope id in {scope}"))?
+            .to_string();
+        let mut receivers = Vec::with_capacity(members);
+        for i in 0..members {
+            let (mut c, aid) = Conn::agent(&url, &format!("member-{i}")).await?;
+            c.call("map/scopes/join", json!({"scopeId": scope_id, "agentId": aid})).await?;
+            receivers.push(c.ws);
+        }
+        Ok::<_, String>(Some(Group { sender, receivers, to: json!({ "scope": scope_id }).to_string() }))
+    };
+    match setup.await {
+        Ok(Some(g)) => {
+            let mut load = run_groups(server, vec![g], window, timing, None).await;
+            load.note = format!("1 sender x {window} in flight, {members} members");
+            Outcome::Load(load)
+        }
+        Ok(None) => Outcome::NotApplicable("no scopes".into()),
+        Err(e) => Outcome::Failed(format!("setup: {e}")),
+    }
+}
+
+// ---------------------------------------------------------------- requests (mail)
+
+/// Keep `window` requests in flight on one socket; latency is request to answer.
+async fn drive_requests(c: Conn, window: u64, clock: Clock, make: impl Fn(u64) -> String) -> Tally {
+    const RING: usize = 4096;
+    let mut t = Tally::default();
+    let mut sent_at: Vec<Option<Instant>> = vec![None; RING];
+    let mut id = c.next_id;
+    let (mut sink, mut answers) = c.ws.split();
+    let mut answered = 0u64;
+    let sleep = tokio::time::sleep_until(clock.end.into());
+    tokio::pin!(sleep);
+    let mut sending = true;
+    loop {
+        if sending {
+            let mut fed = false;
+            while t.sent - answered < window {
+                sent_at[(id as usize) % RING] = Some(Instant::now());
+                if let Err(e) = sink.feed(Message::text(make(id))).await {
+                    t.error(format!("write: {e}"));
+                    return t;
+                }
+                id += 1;
+                t.sent += 1;
+                fed = true;
+            }
+            if fed {
+                if let Err(e) = sink.flush().await {
+                    t.error(format!("write: {e}"));
+                    return t;
+                }
+            }
+        } else if answered >= t.sent {
+            break;
+        }
+        tokio::select! {
+            biased;
+            m = answers.next() => match m {
+                Some(Ok(Message::Text(text))) => {
+                    let now = Instant::now();
+                    let text = text.as_str();
+                    match kind(text) {
+                        Kind::Notification => continue,
+                        Kind::Error => t.error(error_text(text)),
+                        Kind::Result => {}
+                    }
+                    answered += 1;
+                    if clock.in_window(now) {
+                        t.counted += 1;
+                        if let Some(at) = response_id(text).and_then(|i| sent_at[(i as usize) % RING].take()) {
+                            t.lat.record((now - at).as_nanos() as u64);
+                        }
+                    }
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) => { t.error(format!("socket: {e}")); break; }
+                None => { t.error("socket closed"); break; }
+            },
+            () = &mut sleep => {
+                if sending {
+                    sending = false;
+                    sleep.as_mut().reset(clock.grace_end.into());
+                } else {
+                    t.error(format!("{} requests unanswered {GRACE:?} after the end", t.sent - answered));
+                    break;
+                }
+            }
+        }
+    }
+    t
+}
+
+/// `mail/turn` through the mail plugin: `sockets` agents, each in its own
+/// conversation, each keeping `window` turns in flight. Not applicable when
+/// `mail/create` is an unknown method (no mail plugin loaded).
+pub async fn mail(server: &Server, sockets: usize, window: u64, timing: Timing) -> Outcome {
+    let url = server.agent_url();
+    let mut conns = Vec::new();
+    for i in 0..sockets {
+        let setup = async {
+            let (mut c, _) = Conn::agent(&url, &format!("mailer-{i}")).await?;
+            let r = match c.call("mail/create", json!({"subject": format!("bench {i}")})).await {
+                Ok(r) => r,
+                Err(CallError::Rpc { code: -32601, message }) => return Ok(Err(message)),
+                Err(e) => return Err(e.to_string()),
+            };
+            let conv = r
+                .pointer("/conversation/id")
+                .and_then(Value::as_str)
+                .ok_or_else(|| format!("mail/create: no conversation id in {r}"))?
+                .to_string();
+            // One turn outside the load: the first call may warm the plugin up.
+            c.call("mail/turn", json!({"conversationId": conv, "contentType": "text", "content": "hello"})).await?;
+            Ok::<_, String>(Ok((c, conv)))
+        };
+        match setup.await {
+            Ok(Ok(x)) => conns.push(x),
+            Ok(Err(msg)) => return Outcome::NotApplicable(format!("no mail plugin (mail/create: {msg})")),
+            Err(e) => return Outcome::Failed(format!("setup: {e}")),
+        }
+    }
+    let clock = Clock::new(timing);
+    let tasks: Vec<JoinHandle<Tally>> = conns
+        .into_iter()
+        .map(|(c, conv)| {
+            let conv = serde_json::to_string(&conv).expect("string");
+            tokio::spawn(drive_requests(c, window, clock, move |id| {
+                format!(
+                    r#"{{"jsonrpc":"2.0","id":{id},"method":"mail/turn","params":{{"conversationId":{conv},"contentType":"text","content":"map-bench turn {id}"}}}}"#
+                )
+            }))
+        })
+        .collect();
+    tokio::time::sleep_until(clock.measure_from.into()).await;
+    let cpu = CpuWindow::start(server);
+    tokio::time::sleep_until(clock.end.into()).await;
+    let mut cores = Load::default();
+    cpu.finish(server, &mut cores);
+    let mut tallies = Vec::new();
+    for task in tasks {
+        if let Ok(t) = task.await {
+            tallies.push(t);
+        }
+    }
+    let mut load = summarize(tallies, timing.secs.as_secs_f64());
+    load.server_cores = cores.server_cores;
+    load.generator_cores = cores.generator_cores;
+    load.note = format!("{sockets} sockets x {window} in flight, latency = request to answer");
+    Outcome::Load(load)
+}
+
+// ---------------------------------------------------------------- idle sessions
+
+/// Open `n` WebSockets, `map/connect` each, leave them idle, and read the
+/// server's VmRSS before and after.
+pub async fn idle(server: &Server, n: usize) -> Outcome {
+    let Some(before) = server.rss_kib() else { return Outcome::NotApplicable("no pid to read VmRSS of".into()) };
+    let url = server.agent_url();
+    let started = Instant::now();
+    let results: Vec<Result<Conn, String>> = stream::iter(0..n)
+        .map(|_| {
+            let url = url.clone();
+            async move {
+                let mut c = client::open(&url, true).await?;
+                c.connect("agent").await?;
+                Ok(c)
+            }
+        })
+        .buffer_unordered(64)
+        .collect()
+        .await;
+    let open_secs = started.elapsed().as_secs_f64();
+    let mut conns = Vec::with_capacity(n);
+    let mut failed = 0;
+    let mut first_error = None;
+    for r in results {
+        match r {
+            Ok(c) => conns.push(c),
+            Err(e) => {
+                failed += 1;
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    // Let the server settle (allocations behind the last answers, timers).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = server.rss_kib().unwrap_or(before);
+    let held = conns.len();
+    drop(conns);
+    if held == 0 {
+        return Outcome::Failed(format!("no session opened: {}", first_error.unwrap_or_default()));
+    }
+    if let Some(e) = first_error {
+        eprintln!("#   {failed} of {n} sessions failed, first: {e}");
+    }
+    Outcome::Idle {
+        sessions: held,
+        per_session_kib: after.saturating_sub(before) as f64 / held as f64,
+        rss_before_kib: before,
+        rss_after_kib: after,
+        open_secs,
+        failed,
+    }
+}
+
+/// The extensions a `map/connect` result advertises (names, else URIs).
+pub async fn extensions(server: &Server) -> Vec<String> {
+    let Ok(mut c) = client::open(&server.agent_url(), false).await else { return Vec::new() };
+    let Ok(r) = c.connect("agent").await else { return Vec::new() };
+    r.pointer("/capabilities/extensions")
+        .and_then(Value::as_array)
+        .map(|xs| {
+            xs.iter()
+                .filter_map(|x| x.get("name").or_else(|| x.get("uri")).and_then(Value::as_str).map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frame_parsing() {
+        assert_eq!(stamp(r#"{"params":{"message":{"payload":{"bt":12345,"text":"x"}}}}"#), Some(12345));
+        assert_eq!(response_id(r#"{"jsonrpc":"2.0","id": 42,"result":{"turn":{"id":"turn-1"}}}"#), Some(42));
+        assert!(matches!(kind(r#"{"jsonrpc":"2.0","id":1,"result":{"source":{"method":"mail/turn"}}}"#), Kind::Result));
+        assert!(matches!(kind(r#"{"jsonrpc":"2.0","id":1,"error":{"code":1}}"#), Kind::Error));
+        assert!(matches!(kind(r#"{"jsonrpc":"2.0","method":"map/message","params":{"result":1}}"#), Kind::Notification));
+    }
+}
