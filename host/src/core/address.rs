@@ -103,7 +103,6 @@ impl Address {
 /// The sender as routing sees it.
 pub struct Sender<'a> {
     pub session: &'a str,
-    pub participant: &'a str,
     pub agent: Option<&'a str>,
 }
 
@@ -262,7 +261,6 @@ impl Resolver<'_> {
 pub fn resolve(reg: &Registry, addr: &Address, sender: &Sender) -> Result<Vec<Recipient>, RpcError> {
     let mut r = Resolver { reg, sender, out: Vec::new() };
     r.resolve(addr)?;
-    let _ = sender.participant;
     Ok(r.out)
 }
 

@@ -100,11 +100,13 @@ pub struct Conn {
     /// request: its session's frames wait for an event stream).
     pub streams: bool,
     pub state: ConnState,
+    /// Notifications to write right after the current answer (a plugin's to its caller).
+    pub deferred: Vec<Frame>,
 }
 
 impl Conn {
     pub fn new(tx: mpsc::Sender<Frame>, loopback: bool, transport: &'static str) -> Conn {
-        Conn { tx, loopback, transport, preset_auth: None, streams: true, state: ConnState::Fresh }
+        Conn { tx, loopback, transport, preset_auth: None, streams: true, state: ConnState::Fresh, deferred: Vec::new() }
     }
 
     pub fn active(&self) -> Result<&Active, RpcError> {
@@ -208,6 +210,8 @@ impl Gateway {
             _ => "{}",
         };
         let caller = crate::plugins::caller_of(active);
-        plugin.call_rpc(active, caller, &req.method, params).await.map(Out::Raw)
+        let (result, deferred) = plugin.call_rpc(active, caller, &req.method, params).await?;
+        conn.deferred.extend(deferred);
+        Ok(Out::Raw(result))
     }
 }

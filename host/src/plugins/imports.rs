@@ -118,9 +118,17 @@ impl router::Host for PluginState {
         let Some(session) = session else {
             return Ok(Err(to_wit(RpcError::new(crate::rpc::codes::ADDRESS_NOT_FOUND, format!("Participant {participant_id} has no session")))));
         };
-        let frame = crate::rpc::encode_notification(&method, &params);
-        let delivered = self.ctx.tenant.fabric.deliver(&session, frame.into());
-        Ok(delivered.map_err(|_| to_wit(RpcError::new(crate::rpc::codes::DELIVERY_FAILED, format!("Participant {participant_id} cannot take more notifications now")))))
+        let frame = crate::rpc::encode_notification(&method, &params).into();
+        let full = || to_wit(RpcError::new(crate::rpc::codes::DELIVERY_FAILED, format!("Participant {participant_id} cannot take more notifications now")));
+        // The caller's own notifications follow the response to its request.
+        if let Some(caller) = self.caller.as_ref().filter(|c| c.session_id == session) {
+            if self.deferred.len() >= caller.outbox.capacity() {
+                return Ok(Err(full()));
+            }
+            self.deferred.push(frame);
+            return Ok(Ok(()));
+        }
+        Ok(self.ctx.tenant.fabric.deliver(&session, frame).map_err(|_| full()))
     }
 }
 

@@ -56,7 +56,6 @@ pub struct PluginHost {
     linker: Linker<PluginState>,
     db: Store,
     cache_dir: PathBuf,
-    gateway_name: String,
     max_result_bytes: usize,
     loaded: tokio::sync::Mutex<HashMap<String, Loaded>>,
     /// A tenant no one connects to, for calls made while loading (`describe`).
@@ -75,7 +74,6 @@ impl PluginHost {
             linker,
             db,
             cache_dir: config.server.data_dir.join("cache"),
-            gateway_name: config.server.name.clone(),
             max_result_bytes: config.server.max_message_bytes,
             loaded: tokio::sync::Mutex::new(HashMap::new()),
             scratch: Arc::new(Tenant::new("~loader", 1)),
@@ -90,7 +88,6 @@ impl PluginHost {
             plugin: plugin.to_string(),
             db: self.db.clone(),
             config: Arc::new(config),
-            gateway_name: self.gateway_name.clone(),
         })
     }
 
@@ -150,7 +147,10 @@ impl PluginHost {
                     anyhow::bail!("plugin {name} serves HTTP: give it an http_prefix");
                 }
                 let prefix = Some(l.settings.http_prefix.clone()).filter(|p| !p.is_empty() && l.plugin.serves_http());
-                list.push((TenantPlugin::new(l.plugin.clone(), self.engine.clone(), self.context(tenant.clone(), &name, cfg)), prefix));
+                let tp = TenantPlugin::new(l.plugin.clone(), self.engine.clone(), self.context(tenant.clone(), &name, cfg))
+                    .await
+                    .with_context(|| format!("plugin {name} for tenant {}", t.id))?;
+                list.push((tp, prefix));
             }
             sets.push((tenant, TenantPlugins::new(list).with_context(|| format!("tenant {}", t.id))?));
         }

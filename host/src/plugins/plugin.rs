@@ -15,6 +15,7 @@ use wasmtime::{Engine, Store, UpdateDeadline};
 use super::bindings::{extension, http, observer, Caller, InterceptingExtension, InterceptingExtensionPre};
 use super::state::{Context, PluginState};
 use crate::core::methods::messaging::SentMessage;
+use crate::core::outbox::Frame;
 use crate::core::Active;
 use crate::rpc::{codes, RpcError};
 
@@ -135,8 +136,19 @@ impl Plugin {
             anyhow::bail!("plugin {name} exports none of map-gateway:plugin/rpc, interceptor or http-handler (version 0.1)");
         };
         let mut plugin = Plugin { name: name.to_string(), descriptor: None, interest: None, limits, pre };
-        let mut inst = plugin.instantiate(&engine, ctx).await?;
-        arm(&mut inst.store, &plugin.limits, None);
+        let (descriptor, interest) = plugin.declarations(&engine, ctx).await?;
+        plugin.descriptor = descriptor;
+        plugin.interest = interest;
+        Ok(plugin)
+    }
+
+    /// Ask an instance in `ctx` what it serves (`describe`) and observes
+    /// (`interest`). Run at load and again for each tenant, whose config may
+    /// change the answer.
+    async fn declarations(&self, engine: &Engine, ctx: Arc<Context>) -> anyhow::Result<(Option<Descriptor>, Option<Vec<String>>)> {
+        let name = &self.name;
+        let mut inst = self.instantiate(engine, ctx).await?;
+        arm(&mut inst.store, &self.limits, None);
         let store = &mut inst.store;
         // Each world's bindings have their own record type; the fields are the same.
         macro_rules! descriptor {
@@ -150,19 +162,22 @@ impl Plugin {
             Bound::Intercepting(b) => Some(descriptor!(b.map_gateway_plugin_rpc().call_describe(&mut *store).await?)),
             Bound::Observer(_) | Bound::Http(_) => None,
         };
-        plugin.interest = match &inst.bound {
+        let interest = match &inst.bound {
             Bound::Intercepting(b) => Some(b.map_gateway_plugin_interceptor().call_interest(&mut *store).await?),
             Bound::Observer(b) => Some(b.map_gateway_plugin_interceptor().call_interest(&mut *store).await?),
             Bound::Extension(_) | Bound::Http(_) => None,
         };
-        if let Some((d_name, version, uri, capability_group, caps, methods, error_range)) = described {
-            let capabilities: Value = serde_json::from_str(&caps).map_err(|e| anyhow::anyhow!("plugin {name}: capabilities are not JSON: {e}"))?;
-            if let Some(bad) = methods.iter().find(|m| m.starts_with("map/") || m.is_empty()) {
-                anyhow::bail!("plugin {name} may not serve {bad:?}: map/ belongs to the core");
+        let descriptor = match described {
+            None => None,
+            Some((d_name, version, uri, capability_group, caps, methods, error_range)) => {
+                let capabilities: Value = serde_json::from_str(&caps).map_err(|e| anyhow::anyhow!("plugin {name}: capabilities are not JSON: {e}"))?;
+                if let Some(bad) = methods.iter().find(|m| m.starts_with("map/") || m.is_empty()) {
+                    anyhow::bail!("plugin {name} may not serve {bad:?}: map/ belongs to the core");
+                }
+                Some(Descriptor { name: d_name, version, uri, capability_group, capabilities, methods, error_range })
             }
-            plugin.descriptor = Some(Descriptor { name: d_name, version, uri, capability_group, capabilities, methods, error_range });
-        }
-        Ok(plugin)
+        };
+        Ok((descriptor, interest))
     }
 
     async fn instantiate(&self, engine: &Engine, ctx: Arc<Context>) -> anyhow::Result<Instance> {
@@ -190,6 +205,9 @@ impl Plugin {
 /// A plugin bound to one tenant: its own instances, configuration and storage scope.
 pub struct TenantPlugin {
     pub plugin: Arc<Plugin>,
+    /// What the plugin declared in this tenant's context.
+    pub descriptor: Option<Descriptor>,
+    pub interest: Option<Vec<String>>,
     engine: Engine,
     ctx: Arc<Context>,
     idle: Mutex<Vec<Instance>>,
@@ -200,19 +218,21 @@ pub struct TenantPlugin {
 const OBSERVER_QUEUE: usize = 10_000;
 
 impl TenantPlugin {
-    pub fn new(plugin: Arc<Plugin>, engine: Engine, ctx: Arc<Context>) -> Arc<TenantPlugin> {
-        let (tx, rx) = if plugin.interest.is_some() {
+    /// Bind a plugin to a tenant, asking it what it serves there.
+    pub async fn new(plugin: Arc<Plugin>, engine: Engine, ctx: Arc<Context>) -> anyhow::Result<Arc<TenantPlugin>> {
+        let (descriptor, interest) = plugin.declarations(&engine, ctx.clone()).await?;
+        let (tx, rx) = if interest.is_some() {
             let (tx, rx) = mpsc::channel(OBSERVER_QUEUE);
             (Some(tx), Some(rx))
         } else {
             (None, None)
         };
-        let tp = Arc::new(TenantPlugin { plugin, engine, ctx, idle: Mutex::new(Vec::new()), observer: tx });
+        let tp = Arc::new(TenantPlugin { plugin, descriptor, interest, engine, ctx, idle: Mutex::new(Vec::new()), observer: tx });
         if let Some(rx) = rx {
             // One worker per tenant plugin keeps messages in send order.
             tokio::spawn(observe_loop(Arc::downgrade(&tp), rx));
         }
-        tp
+        Ok(tp)
     }
 
     pub fn name(&self) -> &str {
@@ -260,6 +280,7 @@ impl TenantPlugin {
 
     fn give_back(&self, mut inst: Instance) {
         inst.store.data_mut().caller = None;
+        inst.store.data_mut().deferred.clear();
         let mut idle = self.idle.lock();
         if idle.len() < self.plugin.limits.idle_instances {
             idle.push(inst);
@@ -268,7 +289,9 @@ impl TenantPlugin {
 
     /// Call `handle` of the rpc export. A trap, timeout, memory exhaustion or
     /// malformed result is this call's -32603; the instance is then discarded.
-    pub async fn call_rpc(&self, active: &Active, caller: Caller, method: &str, params: &str) -> Result<Box<RawValue>, RpcError> {
+    /// With the result come the notifications the plugin sent to its caller,
+    /// to be written after the response.
+    pub async fn call_rpc(&self, active: &Active, caller: Caller, method: &str, params: &str) -> Result<(Box<RawValue>, Vec<Frame>), RpcError> {
         let (method_s, params_s) = (method.to_string(), params.to_string());
         let mut inst = self.take().await?;
         let limits = &self.plugin.limits;
@@ -289,9 +312,10 @@ impl TenantPlugin {
             Err(_) => Err(self.failure(format!("timed out after {} ms", limits.deadline.as_millis()))),
             Ok(Err(trap)) => Err(self.failure(self.classify(&trap))),
             Ok(Ok(Ok(text))) => {
+                let deferred = std::mem::take(&mut inst.store.data_mut().deferred);
                 let checked = self.check_result(text);
                 self.give_back(inst);
-                return checked;
+                return checked.map(|r| (r, deferred));
             }
             Ok(Ok(Err(e))) => {
                 self.give_back(inst);
@@ -311,7 +335,7 @@ impl TenantPlugin {
 
     /// Keep a plugin's error only if its code is its own (or a JSON-RPC one).
     fn check_error(&self, e: super::bindings::RpcError) -> RpcError {
-        let (lo, hi) = self.plugin.descriptor.as_ref().map(|d| d.error_range).unwrap_or((0, -1));
+        let (lo, hi) = self.descriptor.as_ref().map(|d| d.error_range).unwrap_or((0, -1));
         let standard = (-32700..=-32600).contains(&e.code) && e.code != codes::INTERNAL_ERROR;
         if !standard && !(lo..=hi).contains(&e.code) {
             return self.failure(format!("returned error code {} outside its range {lo}..={hi}: {}", e.code, e.message));

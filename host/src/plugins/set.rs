@@ -38,14 +38,14 @@ impl TenantPlugins {
         }
         set.http.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
         for tp in &plugins {
-            if let Some(d) = &tp.plugin.descriptor {
+            if let Some(d) = &tp.descriptor {
                 for m in &d.methods {
                     if let Some(other) = set.methods.insert(m.clone(), tp.clone()) {
                         anyhow::bail!("method {m} is served by both {} and {}", other.name(), tp.name());
                     }
                 }
             }
-            if let Some(interest) = &tp.plugin.interest {
+            if let Some(interest) = &tp.interest {
                 set.observers.push(tp.clone());
                 set.observe_all |= interest.is_empty();
                 set.observe_keys.extend(interest.iter().cloned());
@@ -79,7 +79,7 @@ impl TenantPlugins {
     pub fn observe(&self, active: &Active, msg: SentMessage) {
         let meta = msg.meta.as_object();
         for tp in &self.observers {
-            let interest = tp.plugin.interest.as_deref().unwrap_or_default();
+            let interest = tp.interest.as_deref().unwrap_or_default();
             if interest.is_empty() || meta.is_some_and(|m| interest.iter().any(|k| m.contains_key(k))) {
                 tp.observe(active, msg.clone());
             }
@@ -89,7 +89,7 @@ impl TenantPlugins {
     /// Add each extension's capability group and URI to `map/connect` capabilities.
     pub fn advertise(&self, capabilities: &mut Value) {
         for tp in &self.plugins {
-            let Some(d) = &tp.plugin.descriptor else { continue };
+            let Some(d) = &tp.descriptor else { continue };
             if !d.capability_group.is_empty() {
                 capabilities[&d.capability_group] = d.capabilities.clone();
             }

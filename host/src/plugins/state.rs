@@ -9,6 +9,7 @@ use wasmtime::component::ResourceTable;
 use wasmtime::StoreLimits;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
+use crate::core::outbox::Frame;
 use crate::core::Active;
 use crate::store::{Scope, Store};
 use crate::tenants::Tenant;
@@ -21,7 +22,6 @@ pub struct Context {
     pub db: Store,
     /// The plugin's configuration for this tenant (a JSON object).
     pub config: Arc<Value>,
-    pub gateway_name: String,
 }
 
 pub struct PluginState {
@@ -33,6 +33,8 @@ pub struct PluginState {
     pub ctx: Arc<Context>,
     /// The session of the current call (none for calls not made by a participant).
     pub caller: Option<Active>,
+    /// Notifications for the caller, written after the call's response.
+    pub deferred: Vec<Frame>,
 }
 
 impl PluginState {
@@ -40,7 +42,7 @@ impl PluginState {
         // No preopened directories, environment, network or inherited stdio.
         let wasi = WasiCtx::builder().build();
         let limits = wasmtime::StoreLimitsBuilder::new().memory_size(memory_bytes).instances(64).trap_on_grow_failure(true).build();
-        PluginState { wasi, table: ResourceTable::new(), limits, deadline: Instant::now(), ctx, caller: None }
+        PluginState { wasi, table: ResourceTable::new(), limits, deadline: Instant::now(), ctx, caller: None, deferred: Vec::new() }
     }
 }
 

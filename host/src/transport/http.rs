@@ -152,6 +152,12 @@ async fn rpc(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Resp
         }
     }
     let answer = gw.handle_frame(&mut conn, &body).await;
+    // Notifications for the caller wait for its event stream, after this answer.
+    if let crate::core::ConnState::Active(active) = &conn.state {
+        for frame in conn.deferred.drain(..) {
+            let _ = active.outbox.push(frame);
+        }
+    }
     let bound = gw.request_done(&mut conn);
     let mut resp = match answer {
         Some(text) => full(StatusCode::OK, "application/json", text),

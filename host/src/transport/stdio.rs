@@ -51,10 +51,12 @@ where
         } else {
             gw.handle_frame(&mut conn, &line).await
         };
-        if let Some(a) = answer {
-            if tx.send(Frame::from(a)).await.is_err() {
-                break;
-            }
+        let mut gone = false;
+        for frame in answer.map(Frame::from).into_iter().chain(conn.deferred.drain(..)) {
+            gone |= tx.send(frame).await.is_err();
+        }
+        if gone {
+            break;
         }
     }
     gw.connection_closed(&mut conn);

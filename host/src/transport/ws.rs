@@ -92,11 +92,14 @@ where
                 break;
             }
         };
-        if let Some(answer) = gw.handle_frame(&mut conn, &bytes).await {
-            // Waiting here is the backpressure: a peer that does not read stops being read.
-            if tx.send(Frame::from(answer)).await.is_err() {
-                break;
-            }
+        let answer = gw.handle_frame(&mut conn, &bytes).await.map(Frame::from);
+        // Waiting here is the backpressure: a peer that does not read stops being read.
+        let mut gone = false;
+        for frame in answer.into_iter().chain(conn.deferred.drain(..)) {
+            gone |= tx.send(frame).await.is_err();
+        }
+        if gone {
+            break;
         }
     }
     gw.connection_closed(&mut conn);

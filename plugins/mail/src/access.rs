@@ -105,7 +105,7 @@ pub fn can_see(reader: &Participant, turn: &Turn) -> bool {
     in_history
         && match &turn.visibility {
             None | Some(Visibility::All) => true,
-            Some(Visibility::Participants { ids }) => ids.iter().any(|id| *id == reader.id),
+            Some(Visibility::Participants { ids }) => ids.contains(&reader.id),
             Some(Visibility::Role { roles }) => roles.contains(&reader.role),
             Some(Visibility::Private) => false,
         }

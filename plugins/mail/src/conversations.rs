@@ -92,6 +92,7 @@ pub fn create(actor: &Actor, params: &str) -> MailResult<Value> {
         left_at: None,
         permissions: Permissions::for_role(Role::Initiator),
         invited_by: None,
+        removed_by: None,
     };
     let mut members = vec![creator.clone()];
     for ip in p.initial_participants {
@@ -109,6 +110,7 @@ pub fn create(actor: &Actor, params: &str) -> MailResult<Value> {
             left_at: None,
             permissions: Permissions::for_role(role).patched(&ip.permissions),
             invited_by: Some(actor.id.clone()),
+            removed_by: None,
         });
     }
     let initial_turn = match p.initial_turn {

@@ -66,6 +66,8 @@ fn encode(ms: u64, entropy: u128) -> String {
 /// The smallest and greatest id body of a millisecond: used as key bounds for
 /// timestamp filters, since an id's time part equals its record's timestamp.
 pub fn bounds_of_ms(prefix: &str, ms: u64) -> (String, String) {
+    // Times past the 48-bit range clamp to its end instead of wrapping around.
+    let ms = ms.min((1 << 48) - 1);
     (format!("{prefix}-{}", encode(ms, 0)), format!("{prefix}-{}", encode(ms, (1 << 80) - 1)))
 }
 
@@ -105,6 +107,8 @@ mod tests {
         assert!(lo <= id && id <= hi);
         let (_, prev_hi) = bounds_of_ms("turn", ms - 1);
         assert!(prev_hi < id);
+        let (far_lo, _) = bounds_of_ms("turn", u64::MAX);
+        assert!(id < far_lo, "a far-future bound stays above today's ids");
     }
 
     #[test]

@@ -28,8 +28,11 @@ use map_gateway::plugin::types::{Caller, RpcError};
 use access::Actor;
 use error::{MailError, MailResult};
 
+/// A method: the caller and the raw params in, the JSON-RPC result out.
+type Method = fn(&Actor, &str) -> MailResult<serde_json::Value>;
+
 /// Every method, with the function serving it.
-const METHODS: &[(&str, fn(&Actor, &str) -> MailResult<serde_json::Value>)] = &[
+const METHODS: &[(&str, Method)] = &[
     ("mail/create", conversations::create),
     ("mail/get", conversations::get),
     ("mail/list", conversations::list),

@@ -186,6 +186,9 @@ pub struct Participant {
     pub permissions: Permissions,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub invited_by: Option<String>,
+    /// Who removed this participant; a removed participant needs a new invitation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub removed_by: Option<String>,
 }
 
 impl Participant {

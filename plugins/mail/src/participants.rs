@@ -61,6 +61,9 @@ pub fn join(actor: &Actor, params: &str) -> MailResult<Value> {
     if previous.as_ref().is_some_and(Participant::is_active) {
         return Err(MailError::already_joined(&conv.id, &actor.id));
     }
+    if let Some(by) = previous.as_ref().and_then(|old| old.removed_by.as_deref()) {
+        return Err(MailError::permission_denied(format!("{} was removed by {by} and needs a new invitation", actor.id), "invitation"));
+    }
     if let Some(role) = p.role.filter(|r| r.is_manager()) {
         return Err(MailError::permission_denied(format!("joining as {role:?} needs an invitation"), "role"));
     }
@@ -78,9 +81,21 @@ pub fn join(actor: &Actor, params: &str) -> MailResult<Value> {
                 left_at: None,
                 permissions: Permissions::for_role(role),
                 invited_by: None,
+                removed_by: None,
             }
         }
     };
+    // Check the catch-up point before anything is written.
+    let mut history = None;
+    if let Some(c) = p.catch_up {
+        let mut q = TurnQuery::new(&conv.id);
+        match &c.from {
+            Some(CatchUpFrom::Timestamp(ts)) => q.after_ts = Some(ts.saturating_sub(1)),
+            Some(CatchUpFrom::TurnId(id)) => q.after_id = Some(access::visible_turn(&conv.id, id, &participant)?.id),
+            None => {}
+        }
+        history = Some((q, c));
+    }
     let mut batch = Batch::default();
     batch.participant(&participant).touch(&conv.id, now);
     batch.commit()?;
@@ -89,13 +104,7 @@ pub fn join(actor: &Actor, params: &str) -> MailResult<Value> {
     conv.updated_at = now;
 
     let mut out = json!({"conversation": conv, "participant": participant});
-    if let Some(c) = p.catch_up {
-        let mut q = TurnQuery::new(&conv.id);
-        match c.from {
-            Some(CatchUpFrom::Timestamp(ts)) => q.after_ts = Some(ts.saturating_sub(1)),
-            Some(CatchUpFrom::TurnId(id)) => q.after_id = Some(access::visible_turn(&conv.id, &id, &participant)?.id),
-            None => {}
-        }
+    if let Some((q, c)) = history {
         let page = q.page(&participant, params::limit(c.limit, turns::DEFAULT_LIMIT, turns::MAX_LIMIT), false)?;
         if page.has_more {
             out["historyCursor"] = json!(page.turns.last().map(|t| t.id.clone()));
@@ -134,7 +143,8 @@ pub fn leave(actor: &Actor, params: &str) -> MailResult<Value> {
         }
     };
     let now = ids::now_ms();
-    let left = Participant { left_at: Some(now), ..target };
+    let removed_by = (target.id != actor.id).then(|| actor.id.clone());
+    let left = Participant { left_at: Some(now), removed_by, ..target };
     let mut batch = Batch::default();
     batch.participant(&left).touch(&conv.id, now);
     batch.commit()?;
@@ -199,6 +209,7 @@ pub fn invite(actor: &Actor, params: &str) -> MailResult<Value> {
         left_at: None,
         permissions,
         invited_by: Some(actor.id.clone()),
+            removed_by: None,
     };
     let mut batch = Batch::default();
     batch.participant(&participant).touch(&conv.id, now);

@@ -53,6 +53,11 @@ struct Plan {
 }
 
 #[derive(Serialize)]
+struct Reply {
+    content: ContentResult,
+}
+
+#[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct ContentResult {
     streaming: bool,
@@ -141,7 +146,7 @@ pub fn content(caller: &Caller, settings: &Settings, text: &str) -> Result<Strin
         result.stream_artifact = Some(name);
         result.stream_info = Some(info);
     }
-    Ok(json!({ "content": result }).to_string())
+    Ok(serde_json::to_string(&Reply { content: result }).expect("a content result serialises"))
 }
 
 fn available_names(record: &Record) -> Vec<&str> {

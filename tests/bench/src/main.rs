@@ -212,7 +212,11 @@ async fn all(o: &Opts, p: &Paths, notes: &mut Vec<String>) -> Vec<Row> {
     let t = timing(o);
     let mut rows = Vec::new();
     let skip = |k: &str| o.skip.iter().any(|s| s == k);
-    let mut push = |rows: &mut Vec<Row>, key: &'static str, label: String, target: Target, outcome: Outcome| {
+    let push = |rows: &mut Vec<Row>, key: &'static str, label: String, target: Target, outcome: Outcome| {
+        let outcome = match outcome {
+            Outcome::Failed(why) => Outcome::Failed(format!("{why} [server log: {}]", scratch_log(p, target))),
+            o => o,
+        };
         let row = Row { key, label, target, outcome };
         progress(&row);
         rows.push(row);
@@ -282,6 +286,14 @@ async fn all(o: &Opts, p: &Paths, notes: &mut Vec<String>) -> Vec<Row> {
     rows
 }
 
+/// The tail of the newest log of `target` in this run's scratch folder.
+fn scratch_log(p: &Paths, target: Target) -> String {
+    let newest = ["load", "idle"].iter().map(|tag| p.scratch.join(format!("{}-{tag}.log", target.name()))).find(|f| f.exists());
+    let text = newest.and_then(|f| std::fs::read_to_string(f).ok()).unwrap_or_default();
+    let tail: Vec<&str> = text.lines().rev().take(5).collect();
+    tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+}
+
 async fn single(o: &Opts, p: &Paths) -> Result<Vec<Row>, String> {
     let target = o.target.ok_or("--target is required for a single scenario")?;
     let t = timing(o);
@@ -298,6 +310,10 @@ async fn single(o: &Opts, p: &Paths) -> Result<Vec<Row>, String> {
         "idle" => ("idle", format!("{} idle sessions", o.sessions), scenarios::idle(&server, o.sessions).await),
         "startup" => ("startup", "start-up to ready".into(), Outcome::Startup { ms: server.ready_after.as_secs_f64() * 1000.0, note: startup_note(target, p) }),
         other => return Err(format!("unknown scenario {other}")),
+    };
+    let outcome = match outcome {
+        Outcome::Failed(why) => Outcome::Failed(format!("{why} [server log: {}]", server.log_tail(5))),
+        o => o,
     };
     server.stop();
     let row = Row { key, label, target, outcome };

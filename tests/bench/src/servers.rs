@@ -50,6 +50,7 @@ pub struct Server {
     pub port: u16,
     /// From spawn to the ready line.
     pub ready_after: Duration,
+    /// The server's stderr.
     pub log: PathBuf,
 }
 
@@ -143,6 +144,13 @@ impl Server {
         let port = port_in(&line).ok_or_else(|| format!("no port in ready line {line:?}"))?;
         let pid = child.id();
         Ok(Server { target, child: Some(child), pid: Some(pid), port, ready_after, log })
+    }
+
+    /// The last lines of the server's stderr (empty for a server given by URL).
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let tail: Vec<&str> = text.lines().rev().take(lines).collect();
+        tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
     }
 
     /// VmRSS in KiB.

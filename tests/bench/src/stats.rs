@@ -35,10 +35,6 @@ impl Samples {
         self.dropped += other.dropped;
     }
 
-    pub fn len(&self) -> usize {
-        self.ns.len()
-    }
-
     /// Nearest-rank percentiles.
     pub fn summary(&mut self) -> Summary {
         if self.ns.is_empty() {

@@ -54,7 +54,7 @@ pub fn send_message(active: &Active, to: Option<Value>, payload: Option<Box<RawV
             Some(a) => return Err(RpcError::new(codes::PERMISSION_DENIED, format!("Agent {a} is not owned by this session"))),
             None => session.and_then(|s| s.agents.first().cloned()),
         };
-        let sender = Sender { session: &active.session_id, participant: &active.participant_id, agent: agent.as_deref() };
+        let sender = Sender { session: &active.session_id, agent: agent.as_deref() };
         let recipients = address::resolve(&reg, &addr, &sender)?;
         for r in &recipients {
             if let Some(role) = reg.agents.get(&r.id).and_then(|a| a.role.clone()) {

@@ -143,11 +143,12 @@ async fn connection(router: Arc<Router>, stream: TcpStream) {
             break;
         }
     }
-    let mut agents = router.agents.lock().unwrap();
-    for a in &owned {
-        agents.remove(a);
+    {
+        let mut agents = router.agents.lock().unwrap();
+        for a in &owned {
+            agents.remove(a);
+        }
     }
-    drop(agents);
     drop(tx);
     let _ = writer.await;
 }
