@@ -11,8 +11,11 @@ scripts/build-plugins.sh --fixtures
 echo "==> building the gateway"
 cargo build --locked -p map-gateway
 
-echo "==> Rust tests"
+echo "==> Rust tests: gateway"
 cargo test --locked -p map-gateway
+
+echo "==> Rust tests: standard plugins"
+(cd plugins && cargo test --locked --target-dir ../target/plugins-host)
 
 echo "==> interop suite (@multi-agent-protocol/sdk)"
 (cd tests/interop && GATEWAY_BIN="$PWD/../../target/debug/map-gateway" npm test)

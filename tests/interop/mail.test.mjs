@@ -890,6 +890,10 @@ test('map/subscribe filter.mail: conversationId, threadId, participantId, conten
 // ---------------------------------------------------------------------------
 
 test('a tenant with mail disabled gets 10010; an undeclared mail method is -32601', async () => {
+  const off = await connectClient(gw, { auth: OFF });
+  assert.equal(off.connectResult.capabilities.mail.enabled, false, 'map/connect shows mail as off for this tenant');
+  const on = await connectClient(gw);
+  assert.equal(on.connectResult.capabilities.mail.enabled, true);
   const o = await connectAgent(gw, { name: uid('off'), auth: OFF });
   await rejectsWithCode(o.conn.createConversation({ subject: 'x' }), E.MAIL_NOT_ENABLED, 'create');
   await rejectsWithCode(o.conn.listConversations(), E.MAIL_NOT_ENABLED, 'list');

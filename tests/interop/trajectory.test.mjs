@@ -381,6 +381,7 @@ test('a tenant with the extension switched off answers 13000', async () => {
   const auth = { method: 'api-key', credential: 'globex-key' };
   const agent = await connectAgent(gw, { name: 'globex-agent', auth });
   const c = await connectClient(gw, { auth });
+  assert.equal(c.connectResult.capabilities.trajectory.enabled, false, 'map/connect shows trajectory as off for this tenant');
   await rejectsWithCode(call(agent, 'trajectory/checkpoint', { checkpoint: { id: uid('off') } }), 13000, 'checkpoint');
   await rejectsWithCode(call(c, 'trajectory/list', {}), 13000, 'list');
   await rejectsWithCode(call(c, 'trajectory/get', { checkpointId: 'x' }), 13000, 'get');

@@ -65,8 +65,9 @@ impl Rpc for Mail {
             version: env!("CARGO_PKG_VERSION").into(),
             uri: "urn:map:ext:mail:1".into(),
             capability_group: "mail".into(),
+            // Described per tenant: a tenant's `enabled = false` shows at map/connect.
             capabilities: serde_json::json!({
-                "enabled": true,
+                "enabled": settings::enabled(),
                 "canCreate": true,
                 "canJoin": true,
                 "canInvite": true,

@@ -43,7 +43,14 @@ impl Guest for Trajectory {
             version: env!("CARGO_PKG_VERSION").into(),
             uri: "urn:map:ext:trajectory:1".into(),
             capability_group: "trajectory".into(),
-            capabilities: r#"{"enabled":true,"canReport":true,"canQuery":true,"canRequestContent":true}"#.into(),
+            // Described per tenant: a tenant's `enabled = false` shows at map/connect.
+            capabilities: serde_json::json!({
+                "enabled": Settings::load().enabled,
+                "canReport": true,
+                "canQuery": true,
+                "canRequestContent": true,
+            })
+            .to_string(),
             methods: [CHECKPOINT, LIST, GET, CONTENT].map(String::from).to_vec(),
             error_range: (13000, 13999),
         }

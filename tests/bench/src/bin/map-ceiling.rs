@@ -9,8 +9,10 @@
 //! Its throughput under the load generator is the practical ceiling of that
 //! generator on this machine: a real server cannot be measured faster than this.
 //!
-//! Usage: `map-ceiling [--listen 127.0.0.1:0]`; prints
-//! `map-ceiling listening on ws://127.0.0.1:PORT` when ready.
+//! Usage: `map-ceiling [--listen 127.0.0.1:0] [--read-buffer BYTES]`; prints
+//! `map-ceiling listening on ws://127.0.0.1:PORT` when ready. `--read-buffer`
+//! is tungstenite's `read_buffer_size` (default here 8 KiB; tungstenite's own
+//! default is 128 KiB, which it zero-fills before every read).
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -24,6 +26,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 
 type Tx = mpsc::UnboundedSender<Utf8Bytes>;
@@ -80,12 +83,14 @@ struct Send<'a> {
 
 fn main() {
     let mut listen = "127.0.0.1:0".to_string();
+    let mut read_buffer = 8 * 1024;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--listen" => listen = args.next().expect("--listen ADDR"),
+            "--read-buffer" => read_buffer = args.next().and_then(|v| v.parse().ok()).expect("--read-buffer BYTES"),
             _ => {
-                eprintln!("usage: map-ceiling [--listen 127.0.0.1:0]");
+                eprintln!("usage: map-ceiling [--listen 127.0.0.1:0] [--read-buffer BYTES]");
                 std::process::exit(2);
             }
         }
@@ -103,13 +108,14 @@ fn main() {
                 continue;
             };
             let _ = stream.set_nodelay(true);
-            tokio::spawn(connection(router.clone(), stream));
+            tokio::spawn(connection(router.clone(), stream, read_buffer));
         }
     });
 }
 
-async fn connection(router: Arc<Router>, stream: TcpStream) {
-    let Ok(ws) = tokio_tungstenite::accept_async(stream).await else { return };
+async fn connection(router: Arc<Router>, stream: TcpStream, read_buffer: usize) {
+    let config = WebSocketConfig::default().read_buffer_size(read_buffer);
+    let Ok(ws) = tokio_tungstenite::accept_async_with_config(stream, Some(config)).await else { return };
     let (mut sink, mut source) = ws.split();
     let (tx, mut rx) = mpsc::unbounded_channel::<Utf8Bytes>();
     // The writer: everything already queued, then one flush (as the gateway does).
