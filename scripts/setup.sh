@@ -11,5 +11,5 @@ fi
 
 if [ "${1:-}" = "--tests" ]; then
     echo "==> installing the interop suite's npm packages"
-    (cd tests/interop && npm ci --no-audit --no-fund --loglevel=error)
+    (cd tests/interop && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
 fi

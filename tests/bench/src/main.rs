@@ -387,7 +387,8 @@ fn main() {
     }
     println!(
         "Rates count deliveries received per second (answers, for mail/turn); latency is send to delivery \
-         (request to answer for mail/turn). CPU is the share of one core used during the measured window. \
+         (request to answer for mail/turn). CPU columns: share of one core used during the measured window, \
+         and CPU time per counted message (less sensitive to other load on the machine than the rates). \
          The generator runs on one thread; the servers run one at a time."
     );
     for n in notes {

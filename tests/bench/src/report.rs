@@ -32,8 +32,13 @@ fn rate(x: f64) -> String {
     }
 }
 
-fn cores(x: Option<f64>) -> String {
-    x.map(|c| format!("{:.0}%", c * 100.0)).unwrap_or_else(|| "?".into())
+/// `48% · 7.5 µs/msg`: share of one core, and CPU time per counted message.
+fn cores(x: Option<f64>, rate: f64) -> String {
+    match x {
+        Some(c) if rate > 0.0 => format!("{:.0}% · {:.1} µs/msg", c * 100.0, c * 1e6 / rate),
+        Some(c) => format!("{:.0}%", c * 100.0),
+        None => "?".into(),
+    }
 }
 
 fn ratio(a: Option<f64>, b: Option<f64>) -> String {
@@ -76,8 +81,8 @@ impl Report<'_> {
                     us(l.lat.p99_us),
                     us(l.lat.max_us),
                     l.errors,
-                    cores(l.server_cores),
-                    cores(l.generator_cores),
+                    cores(l.server_cores, l.rate),
+                    cores(l.generator_cores, l.rate),
                     l.note,
                     l.first_error.as_ref().map(|e| format!("; first error: {}", e.chars().take(120).collect::<String>())).unwrap_or_default()
                 ),
@@ -130,6 +135,10 @@ impl Report<'_> {
                     })),
                     ("p99 (lower is better)", Box::new(|o| match o {
                         Outcome::Load(l) if l.lat.count > 0 => Some(l.lat.p99_us),
+                        _ => None,
+                    })),
+                    ("server CPU per message (lower is better)", Box::new(|o| match o {
+                        Outcome::Load(l) if l.rate > 0.0 => l.server_cores.map(|c| c / l.rate),
                         _ => None,
                     })),
                 ],
