@@ -76,7 +76,6 @@ fn main() -> anyhow::Result<()> {
 
 
 async fn serve(config: Config, config_path: Option<PathBuf>, stdio: bool) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&config.server.data_dir).with_context(|| format!("creating {}", config.server.data_dir.display()))?;
     let listen = config.server.listen;
     let gateway = Gateway::start(config, config_path).await?;
     spawn_reload_on_hangup(gateway.clone());

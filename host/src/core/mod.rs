@@ -130,6 +130,8 @@ impl Gateway {
 
     /// Open storage, load the plugins and bind them to their tenants.
     pub async fn start(config: Config, config_path: Option<PathBuf>) -> anyhow::Result<Arc<Gateway>> {
+        std::fs::create_dir_all(&config.server.data_dir)
+            .map_err(|e| anyhow::anyhow!("creating the data directory {}: {e}", config.server.data_dir.display()))?;
         let db = Store::open(&config.storage_url(), config.storage.sync == "full").await?;
         let host = PluginHost::new(&config, db)?;
         let tenants = Tenants::from_config(&config);

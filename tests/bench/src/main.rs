@@ -43,7 +43,7 @@ options:
   --gateway-bin P     gateway binary (default target/release/map-gateway, built by cargo first)
   --plugin-dir P      gateway plugin_dir (default plugins/dist of the workspace)
   --reference-dir P   reference server folder (default ../shared/reference/map-sdk beside the workspace)
-  --no-build          do not run `cargo build --release -p map-gateway -p map-bench` first
+  --no-build          do not run `cargo build --release -p map-gateway` (and map-ceiling) first
 ";
 
 struct Opts {
@@ -136,23 +136,26 @@ fn paths(o: &Opts) -> Paths {
     }
 }
 
-/// `cargo build --release -p map-gateway -p map-bench`; a failure with an
-/// existing binary is a warning (the note ends up under the tables).
+/// `cargo build --release -p map-gateway`, then `-p map-bench --bin map-ceiling`
+/// (two invocations, so that neither changes the other's feature resolution and
+/// nothing is rebuilt twice). A failure with existing binaries is a warning (the
+/// note ends up under the tables).
 fn build(p: &Paths, notes: &mut Vec<String>) -> Result<(), String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    eprintln!("# cargo build --release -p map-gateway -p map-bench");
-    let status = Command::new(cargo)
-        .args(["build", "--release", "-p", "map-gateway", "-p", "map-bench"])
-        .current_dir(&p.workspace)
-        .status()
-        .map_err(|e| format!("cargo: {e}"))?;
-    if !status.success() {
-        if p.gateway_bin.exists() && p.ceiling_bin.exists() {
-            let msg = format!("WARNING: cargo build failed ({status}); benchmarked the binaries already in {}", p.gateway_bin.parent().unwrap().display());
-            eprintln!("# {msg}");
-            notes.push(msg);
-        } else {
-            return Err(format!("cargo build failed ({status})"));
+    for (args, bin) in [
+        (&["build", "--release", "-p", "map-gateway"][..], &p.gateway_bin),
+        (&["build", "--release", "-p", "map-bench", "--bin", "map-ceiling"][..], &p.ceiling_bin),
+    ] {
+        eprintln!("# cargo {}", args.join(" "));
+        let status = Command::new(&cargo).args(args).current_dir(&p.workspace).status().map_err(|e| format!("cargo: {e}"))?;
+        if !status.success() {
+            if bin.exists() {
+                let msg = format!("WARNING: `cargo {}` failed ({status}); benchmarked the existing {}", args.join(" "), bin.display());
+                eprintln!("# {msg}");
+                notes.push(msg);
+            } else {
+                return Err(format!("`cargo {}` failed ({status})", args.join(" ")));
+            }
         }
     }
     Ok(())

@@ -48,6 +48,9 @@ fn ratio(a: Option<f64>, b: Option<f64>) -> String {
     }
 }
 
+/// A metric's name and how to read it from an outcome.
+type Metric = (&'static str, fn(&Outcome) -> Option<f64>);
+
 pub struct Report<'a> {
     pub rows: &'a [Row],
 }
@@ -123,35 +126,35 @@ impl Report<'_> {
         let mut s = String::new();
         s.push_str("| scenario | metric | gateway / reference | gateway / ceiling |\n|---|---|---:|---:|\n");
         for (key, label) in self.keys() {
-            let metrics: Vec<(&str, Box<dyn Fn(&Outcome) -> Option<f64>>)> = match self.find(key, Target::Gateway) {
+            let metrics: Vec<Metric> = match self.find(key, Target::Gateway) {
                 Some(Outcome::Load(_)) => vec![
-                    ("rate (higher is better)", Box::new(|o| match o {
+                    ("rate (higher is better)", (|o| match o {
                         Outcome::Load(l) if l.lat.count > 0 => Some(l.rate),
                         _ => None,
                     })),
-                    ("p50 (lower is better)", Box::new(|o| match o {
+                    ("p50 (lower is better)", (|o| match o {
                         Outcome::Load(l) if l.lat.count > 0 => Some(l.lat.p50_us),
                         _ => None,
                     })),
-                    ("p99 (lower is better)", Box::new(|o| match o {
+                    ("p99 (lower is better)", (|o| match o {
                         Outcome::Load(l) if l.lat.count > 0 => Some(l.lat.p99_us),
                         _ => None,
                     })),
-                    ("server CPU per message (lower is better)", Box::new(|o| match o {
+                    ("server CPU per message (lower is better)", (|o| match o {
                         Outcome::Load(l) if l.rate > 0.0 => l.server_cores.map(|c| c / l.rate),
                         _ => None,
                     })),
                 ],
                 Some(Outcome::Idle { .. }) => vec![(
                     "KiB per idle session (lower is better)",
-                    Box::new(|o| match o {
+                    (|o| match o {
                         Outcome::Idle { per_session_kib, .. } => Some(*per_session_kib),
                         _ => None,
                     }),
                 )],
                 Some(Outcome::Startup { .. }) => vec![(
                     "ms to ready (lower is better)",
-                    Box::new(|o| match o {
+                    (|o| match o {
                         Outcome::Startup { ms, .. } => Some(*ms),
                         _ => None,
                     }),

@@ -175,23 +175,92 @@ struct Group {
     to: String,
 }
 
+type Next = Option<Result<Message, tokio_tungstenite::tungstenite::Error>>;
+
+/// What the sender loop has seen so far.
+struct Progress {
+    clock: Clock,
+    t: Tally,
+    answered: u64,
+    failed: u64,
+    got: u64,
+}
+
+impl Progress {
+    /// A frame on a receiver socket; false ends the loop.
+    fn delivery(&mut self, m: Next) -> bool {
+        match m {
+            Some(Ok(Message::Text(text))) => {
+                let now = Instant::now();
+                if let Some(bt) = stamp(text.as_str()) {
+                    self.got += 1;
+                    if self.clock.in_window(now) {
+                        self.t.counted += 1;
+                        self.t.lat.record(ns_at(now).saturating_sub(bt));
+                    }
+                }
+                true
+            }
+            Some(Ok(_)) => true,
+            Some(Err(e)) => {
+                self.t.error(format!("receiver: {e}"));
+                false
+            }
+            None => {
+                self.t.error("receiver closed");
+                false
+            }
+        }
+    }
+
+    /// A frame on the sender socket; false ends the loop.
+    fn answer(&mut self, m: Next) -> bool {
+        match m {
+            Some(Ok(Message::Text(text))) => {
+                match kind(text.as_str()) {
+                    Kind::Notification => {}
+                    Kind::Result => self.answered += 1,
+                    Kind::Error => {
+                        self.answered += 1;
+                        self.failed += 1;
+                        self.t.error(error_text(text.as_str()));
+                    }
+                }
+                true
+            }
+            Some(Ok(_)) => true,
+            Some(Err(e)) => {
+                self.t.error(format!("sender: {e}"));
+                false
+            }
+            None => {
+                self.t.error("sender closed");
+                false
+            }
+        }
+    }
+}
+
 /// Keep `window` messages in flight on `g.sender` until the clock ends. A message
 /// stays in flight until its answer and all of its deliveries have arrived.
+/// After each wake-up every frame that is already there is taken before the
+/// writer refills the window, so that one write carries several requests when
+/// several answers came in together.
 async fn drive(g: Group, window: u64, clock: Clock) -> Tally {
-    let mut t = Tally::default();
+    use futures_util::FutureExt;
     let fanout = g.receivers.len().max(1) as u64;
     let mut id = g.sender.next_id;
     let (mut sink, mut answers) = g.sender.ws.split();
     let mut deliveries: SelectAll<Ws> = stream::select_all(g.receivers);
-    let (mut answered, mut failed, mut got) = (0u64, 0u64, 0u64);
+    let mut p = Progress { clock, t: Tally::default(), answered: 0, failed: 0, got: 0 };
     let sleep = tokio::time::sleep_until(clock.end.into());
     tokio::pin!(sleep);
     let mut sending = true;
-    loop {
-        let done = answered.min((got + failed * fanout) / fanout);
+    'run: loop {
+        let done = p.answered.min((p.got + p.failed * fanout) / fanout);
         if sending {
             let mut fed = false;
-            while t.sent - done < window {
+            while p.t.sent - done < window {
                 let mut frame = String::with_capacity(160 + g.to.len());
                 let _ = write!(
                     frame,
@@ -201,64 +270,60 @@ async fn drive(g: Group, window: u64, clock: Clock) -> Tally {
                 );
                 id += 1;
                 if let Err(e) = sink.feed(Message::text(frame)).await {
-                    t.error(format!("write: {e}"));
-                    return t;
+                    p.t.error(format!("write: {e}"));
+                    break 'run;
                 }
-                t.sent += 1;
+                p.t.sent += 1;
                 fed = true;
             }
             if fed {
                 if let Err(e) = sink.flush().await {
-                    t.error(format!("write: {e}"));
-                    return t;
+                    p.t.error(format!("write: {e}"));
+                    break 'run;
                 }
             }
-        } else if done >= t.sent {
+        } else if done >= p.t.sent {
             break;
         }
-        tokio::select! {
+        let more = tokio::select! {
             biased;
-            m = deliveries.next(), if !deliveries.is_empty() => match m {
-                Some(Ok(Message::Text(text))) => {
-                    let now = Instant::now();
-                    if let Some(bt) = stamp(text.as_str()) {
-                        got += 1;
-                        if clock.in_window(now) {
-                            t.counted += 1;
-                            t.lat.record(ns_at(now).saturating_sub(bt));
-                        }
-                    }
-                }
-                Some(Ok(_)) => {}
-                Some(Err(e)) => { t.error(format!("receiver: {e}")); break; }
-                None => { t.error("receiver closed"); break; }
-            },
-            m = answers.next() => match m {
-                Some(Ok(Message::Text(text))) => match kind(text.as_str()) {
-                    Kind::Notification => {}
-                    Kind::Result => answered += 1,
-                    Kind::Error => {
-                        answered += 1;
-                        failed += 1;
-                        t.error(error_text(text.as_str()));
-                    }
-                },
-                Some(Ok(_)) => {}
-                Some(Err(e)) => { t.error(format!("sender: {e}")); break; }
-                None => { t.error("sender closed"); break; }
-            },
+            m = deliveries.next(), if !deliveries.is_empty() => p.delivery(m),
+            m = answers.next() => p.answer(m),
             () = &mut sleep => {
                 if sending {
                     sending = false;
                     sleep.as_mut().reset(clock.grace_end.into());
+                    true
                 } else {
-                    t.error(format!("{} messages still unfinished {GRACE:?} after the end", t.sent - done));
-                    break;
+                    p.t.error(format!("{} messages still unfinished {GRACE:?} after the end", p.t.sent - done));
+                    false
                 }
+            }
+        };
+        if !more {
+            break;
+        }
+        // Take what is already buffered or ready without waiting (bounded).
+        for _ in 0..1024 {
+            if !deliveries.is_empty() {
+                if let Some(m) = deliveries.next().now_or_never() {
+                    if !p.delivery(m) {
+                        break 'run;
+                    }
+                    continue;
+                }
+            }
+            match answers.next().now_or_never() {
+                Some(m) => {
+                    if !p.answer(m) {
+                        break 'run;
+                    }
+                }
+                None => break,
             }
         }
     }
-    t
+    p.t
 }
 
 /// Counts `map/event` notifications on a subscriber socket until the window ends.
@@ -426,23 +491,57 @@ pub async fn fanout(server: &Server, members: usize, window: u64, timing: Timing
 
 /// Keep `window` requests in flight on one socket; latency is request to answer.
 async fn drive_requests(c: Conn, window: u64, clock: Clock, make: impl Fn(u64) -> String) -> Tally {
+    use futures_util::FutureExt;
     const RING: usize = 4096;
+    let window = window.min(RING as u64 / 2);
     let mut t = Tally::default();
     let mut sent_at: Vec<Option<Instant>> = vec![None; RING];
     let mut id = c.next_id;
     let (mut sink, mut answers) = c.ws.split();
     let mut answered = 0u64;
+    let on_frame = |t: &mut Tally, answered: &mut u64, sent_at: &mut [Option<Instant>], m: Next| -> bool {
+        match m {
+            Some(Ok(Message::Text(text))) => {
+                let now = Instant::now();
+                let text = text.as_str();
+                match kind(text) {
+                    Kind::Notification => return true,
+                    Kind::Error => t.error(error_text(text)),
+                    Kind::Result => {}
+                }
+                *answered += 1;
+                let at = response_id(text).and_then(|i| sent_at[(i as usize) % RING].take());
+                if clock.in_window(now) {
+                    t.counted += 1;
+                    if let Some(at) = at {
+                        t.lat.record((now - at).as_nanos() as u64);
+                    }
+                }
+                true
+            }
+            Some(Ok(_)) => true,
+            Some(Err(e)) => {
+                t.error(format!("socket: {e}"));
+                false
+            }
+            None => {
+                t.error("socket closed");
+                false
+            }
+        }
+    };
     let sleep = tokio::time::sleep_until(clock.end.into());
     tokio::pin!(sleep);
     let mut sending = true;
-    loop {
+    'run: loop {
         if sending {
             let mut fed = false;
             while t.sent - answered < window {
+                let frame = make(id);
                 sent_at[(id as usize) % RING] = Some(Instant::now());
-                if let Err(e) = sink.feed(Message::text(make(id))).await {
+                if let Err(e) = sink.feed(Message::text(frame)).await {
                     t.error(format!("write: {e}"));
-                    return t;
+                    break 'run;
                 }
                 id += 1;
                 t.sent += 1;
@@ -451,43 +550,37 @@ async fn drive_requests(c: Conn, window: u64, clock: Clock, make: impl Fn(u64) -
             if fed {
                 if let Err(e) = sink.flush().await {
                     t.error(format!("write: {e}"));
-                    return t;
+                    break 'run;
                 }
             }
         } else if answered >= t.sent {
             break;
         }
-        tokio::select! {
+        let more = tokio::select! {
             biased;
-            m = answers.next() => match m {
-                Some(Ok(Message::Text(text))) => {
-                    let now = Instant::now();
-                    let text = text.as_str();
-                    match kind(text) {
-                        Kind::Notification => continue,
-                        Kind::Error => t.error(error_text(text)),
-                        Kind::Result => {}
-                    }
-                    answered += 1;
-                    if clock.in_window(now) {
-                        t.counted += 1;
-                        if let Some(at) = response_id(text).and_then(|i| sent_at[(i as usize) % RING].take()) {
-                            t.lat.record((now - at).as_nanos() as u64);
-                        }
-                    }
-                }
-                Some(Ok(_)) => {}
-                Some(Err(e)) => { t.error(format!("socket: {e}")); break; }
-                None => { t.error("socket closed"); break; }
-            },
+            m = answers.next() => on_frame(&mut t, &mut answered, &mut sent_at, m),
             () = &mut sleep => {
                 if sending {
                     sending = false;
                     sleep.as_mut().reset(clock.grace_end.into());
+                    true
                 } else {
                     t.error(format!("{} requests unanswered {GRACE:?} after the end", t.sent - answered));
-                    break;
+                    false
                 }
+            }
+        };
+        if !more {
+            break;
+        }
+        for _ in 0..1024 {
+            match answers.next().now_or_never() {
+                Some(m) => {
+                    if !on_frame(&mut t, &mut answered, &mut sent_at, m) {
+                        break 'run;
+                    }
+                }
+                None => break,
             }
         }
     }
