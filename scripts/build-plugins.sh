@@ -30,4 +30,6 @@ if [ "${1:-}" = "--fixtures" ]; then
     cp "$guests/wasm32-wasip2/release/echo.wasm" target/fixtures/echo-v2.wasm
     # Leave echo.wasm as v1 so incremental builds stay consistent.
     build tests/fixtures -p echo
+    echo "==> building the example JavaScript plugin (examples/plugin-js/notes.wasm)"
+    (cd examples/plugin-js && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error && node build.mjs)
 fi

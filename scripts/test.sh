@@ -17,5 +17,8 @@ cargo test --locked -p map-gateway
 echo "==> Rust tests: standard plugins"
 (cd plugins && cargo test --locked --target-dir ../target/plugins-host)
 
+echo "==> installing the two-agents example's npm packages"
+(cd examples/two-agents && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+
 echo "==> interop suite (@multi-agent-protocol/sdk)"
 (cd tests/interop && GATEWAY_BIN="$PWD/../../target/debug/map-gateway" npm test)
