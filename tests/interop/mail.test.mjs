@@ -59,9 +59,13 @@ after(async () => { await gw?.stop(); });
 
 const agent = (name, opts = {}) => connectAgent(gw, { name: uid(name), ...opts });
 
-/** A client subscribed with `filter`; collects the mail events it gets. */
-async function watch(filter) {
-  const w = await connectClient(gw, { name: uid('watch') });
+/**
+ * Subscribe with `filter` on `who`'s own connection (a new client when none is
+ * given) and collect the mail events it gets. Mail events go only to the
+ * conversation's participants, and turn events only to those who may read the turn.
+ */
+async function watch(filter, who) {
+  const w = who ?? (await connectClient(gw, { name: uid('watch') }));
   const sub = await w.conn.subscribe(filter);
   const events = (pred = () => true) => w.tap.events(sub.id).map((p) => p.event).filter(pred);
   return {
@@ -126,7 +130,7 @@ test('mail/create: caller joins as initiator, initial participants and turn, met
   const a = await agent('creator');
   const b = await agent('worker');
   const c = await agent('observer');
-  const w = await watch({ eventTypes: ['mail.*'] });
+  const w = await watch({ eventTypes: ['mail.*'] }, a);
   const res = await a.conn.createConversation({
     type: 'agent-task',
     subject: 'Sprint planning',
@@ -282,7 +286,7 @@ test('mail/close: initiator only, status completed, closed conversations refuse 
   const outsider = await agent('outsider');
   const id = await conversation(a, [[b, 'worker']]);
   const t = await turn(b, id, 'before the close');
-  const w = await watch({ eventTypes: ['mail.closed'], mail: { conversationId: id } });
+  const w = await watch({ eventTypes: ['mail.closed'], mail: { conversationId: id } }, a);
 
   await rejectsWithCode(b.conn.closeConversation(id), E.PERMISSION_DENIED, 'a worker may not close');
   await rejectsWithCode(outsider.conn.closeConversation(id), E.NOT_A_PARTICIPANT, 'outsider');
@@ -324,7 +328,7 @@ test('mail/join: catch-up history and summary; 10004 when already in; mail/leave
   const t2 = await turn(a, id, 'Run the migration tests.');
   await sleep(3);
   const t3 = await turn(a, id, 'We decided to ship on Friday.');
-  const w = await watch({ eventTypes: ['mail.participant.*'], mail: { conversationId: id } });
+  const w = await watch({ eventTypes: ['mail.participant.*'], mail: { conversationId: id } }, a);
 
   const joined = await j.conn.joinConversation({ conversationId: id, role: 'worker', catchUp: { from: t2.timestamp, limit: 1, includeSummary: true } });
   assert.equal(joined.participant.id, j.id);
@@ -382,7 +386,7 @@ test('mail/invite: canInvite, no privilege escalation, 10004, invited observers 
   const s = await agent('helper');
   const t = await agent('third');
   const id = await conversation(a, [[b, 'worker']]);
-  const w = await watch({ eventTypes: ['mail.participant.joined'], mail: { conversationId: id } });
+  const w = await watch({ eventTypes: ['mail.participant.joined'], mail: { conversationId: id } }, a);
 
   await rejectsWithCode(b.conn.inviteToConversation({ conversationId: id, participant: { id: r.id } }), E.PERMISSION_DENIED, 'worker lacks canInvite');
   const inv = await a.conn.inviteToConversation({
@@ -425,7 +429,7 @@ test('mail/turn: content types (10008), threads (10007), replies (10006), params
   const b = await agent('peer');
   const outsider = await agent('outsider');
   const id = await conversation(a, [[b, 'worker']]);
-  const w = await watch({ eventTypes: ['mail.turn.*'], mail: { conversationId: id } });
+  const w = await watch({ eventTypes: ['mail.turn.*'], mail: { conversationId: id } }, a);
 
   const made = [];
   for (const [contentType, content] of [
@@ -483,7 +487,10 @@ test('turn visibility and historyAccess filter what each reader gets', async () 
   const b = await agent('worker');
   const c = await agent('watcher');
   const id = await conversation(a, [[b, 'worker'], [c, 'observer']]);
-  const w = await watch({ eventTypes: ['mail.turn.added'], mail: { conversationId: id } });
+  // Each reader watches on its own connection; an outsider watches too.
+  const filter = { eventTypes: ['mail.turn.added'], mail: { conversationId: id } };
+  const outsider = await agent('outsider');
+  const [wa, wb, wc, wo] = await Promise.all([watch(filter, a), watch(filter, b), watch(filter, c), watch(filter, outsider)]);
 
   const pub = await turn(a, id, 'for everyone', { visibility: { type: 'all' } });
   const toC = await turn(a, id, 'for the watcher', { visibility: { type: 'participants', ids: [c.id] } });
@@ -506,15 +513,17 @@ test('turn visibility and historyAccess filter what each reader gets', async () 
   await rejectsWithCode(b.conn.recordTurn({ conversationId: id, ...text('re'), inReplyTo: toC.id }), E.TURN_NOT_FOUND, 'cannot reply to what one cannot see');
   await rejectsWithCode(b.conn.createThread({ conversationId: id, rootTurnId: aPrivate.id }), E.TURN_NOT_FOUND, 'cannot root a thread there');
 
-  // events reach every subscriber, so restricted turns go out without content
-  const evs = await w.wait(() => true, 6);
-  const byId = Object.fromEntries(evs.map((e) => [e.data.turn.id, e.data.turn]));
-  assert.deepEqual(byId[pub.id].content, { text: 'for everyone' });
-  for (const t of [toC, toWorkers, aPrivate, internal, bPrivate]) {
-    assert.equal(byId[t.id].content, undefined, `content of ${t.id} must not be broadcast`);
-    assert.equal(byId[t.id].contentRedacted, true);
-    assert.deepEqual(byId[t.id].visibility, t.visibility);
+  // turn events follow the same rules: each reader gets exactly the turns it may read, whole
+  for (const [h, w, n] of [[a, wa, 5], [b, wb, 3], [c, wc, 2]]) {
+    const evs = await w.wait(() => true, n);
+    await sleep(QUIET_MS);
+    assert.deepEqual(w.events().map((e) => e.data.turn.id), await seenBy(h), `events of ${h.id} match what it may read`);
+    for (const e of evs) assert.notEqual(e.data.turn.content, undefined, 'turn events carry the content to those who may read it');
   }
+  assert.deepEqual(wo.events(), [], 'a non-participant gets no mail events');
+  const spy = await connectClient(gw);
+  const replayed = await spy.conn.replay({ filter: { mail: { conversationId: id } }, limit: 1000 });
+  assert.deepEqual(replayed.events, [], 'nor does map/replay show them to a non-participant');
 
   // historyAccess: from-join sees turns from its join on; none sees only its own
   await sleep(3);
@@ -653,7 +662,7 @@ test('mail/thread/create and mail/thread/list: nesting, limit (10009), counts, p
   const b = await agent('helper');
   const id = await conversation(a, [[b, 'worker']]);
   const root = await turn(a, id, 'root');
-  const w = await watch({ eventTypes: ['mail.thread.created'], mail: { conversationId: id } });
+  const w = await watch({ eventTypes: ['mail.thread.created'], mail: { conversationId: id } }, a);
 
   const { thread: T1 } = await a.conn.createThread({ conversationId: id, rootTurnId: root.id, subject: 'Deep dive on React performance' });
   assert.match(T1.id, THREAD_ID);
@@ -720,7 +729,7 @@ test('mail/summary: extractive summary, key points, decisions, open questions, c
   await turn(a, id, 'We decided to add a second cache tier.');
   const q = await turn(b, id, 'What about the eviction policy?');
   await turn(a, id, 'LRU eviction works for this workload.', { inReplyTo: q.id });
-  const w = await watch({ eventTypes: ['mail.summary.generated'], mail: { conversationId: id } });
+  const w = await watch({ eventTypes: ['mail.summary.generated'], mail: { conversationId: id } }, a);
 
   const s1 = await b.conn.getConversationSummary({ conversationId: id });
   assert.equal(s1.generated, true);
@@ -789,7 +798,7 @@ test('map/send with meta.mail: delivered normally and recorded as an intercepted
   const id = await conversation(a, [[b, 'worker']]);
   const root = await turn(a, id, 'kick-off');
   const { thread } = await a.conn.createThread({ conversationId: id, rootTurnId: root.id });
-  const w = await watch({ eventTypes: ['mail.turn.added'], mail: { conversationId: id } });
+  const w = await watch({ eventTypes: ['mail.turn.added'], mail: { conversationId: id } }, a);
 
   const marker = uid('task');
   const payload = { task: 'research', query: 'MAP protocol', marker };
@@ -854,11 +863,11 @@ test('map/subscribe filter.mail: conversationId, threadId, participantId, conten
   const root = await turn(a, c1, 'root');
   const { thread: T } = await a.conn.createThread({ conversationId: c1, rootTurnId: root.id });
 
-  const byConv = await watch({ mail: { conversationId: c1 } });
-  const byThread = await watch({ eventTypes: ['mail.turn.added'], mail: { threadId: T.id } });
-  const byParticipant = await watch({ eventTypes: ['mail.turn.added'], mail: { participantId: b.id } });
-  const byType = await watch({ eventTypes: ['mail.turn.added'], mail: { contentType: 'x-note' } });
-  const combined = await watch({ mail: { conversationId: c2, participantId: b.id } });
+  const byConv = await watch({ mail: { conversationId: c1 } }, a);
+  const byThread = await watch({ eventTypes: ['mail.turn.added'], mail: { threadId: T.id } }, a);
+  const byParticipant = await watch({ eventTypes: ['mail.turn.added'], mail: { participantId: b.id } }, a);
+  const byType = await watch({ eventTypes: ['mail.turn.added'], mail: { contentType: 'x-note' } }, a);
+  const combined = await watch({ mail: { conversationId: c2, participantId: b.id } }, a);
 
   const x1 = await turn(a, c1, 'plain in c1');
   const x2 = (await b.conn.recordTurn({ conversationId: c1, contentType: 'x-note', content: { n: 2 }, threadId: T.id })).turn;

@@ -41,13 +41,20 @@ pub struct NewEvent {
     pub data_text: Option<String>,
     pub caused_by: Option<String>,
     pub facets: Facets,
+    /// Sessions allowed to see the event (`None`: every session of the tenant).
+    pub audience: Option<Vec<String>>,
 }
 
 impl NewEvent {
+    /// Whether a session may see this event.
+    pub fn visible_to(&self, session: &str) -> bool {
+        self.audience.as_ref().is_none_or(|a| a.iter().any(|s| s == session))
+    }
+
     pub fn new(kind: &str, source: Source, data: Value) -> NewEvent {
         let facets = Facets { source_agent: source.agent_id.clone(), ..Facets::default() };
         let facets = Facets { scopes: source.scope_id.iter().cloned().collect(), ..facets };
-        NewEvent { kind: kind.to_string(), source, data, data_text: None, caused_by: None, facets }
+        NewEvent { kind: kind.to_string(), source, data, data_text: None, caused_by: None, facets, audience: None }
     }
 
     /// An event whose `data` is given as JSON text.

@@ -24,6 +24,9 @@ pub struct ReplayQuery {
     pub to_timestamp: Option<u64>,
     pub filter: Option<Filter>,
     pub limit: Option<usize>,
+    /// The asking session: events with an audience it is not in are left out.
+    #[serde(skip)]
+    pub session: String,
 }
 
 /// Where a new subscription starts in the past.
@@ -197,7 +200,7 @@ impl Fabric for LocalFabric {
         let event_id = ids::ulid();
         let body: Arc<str> = format!(r#"{{"id":"{event_id}","timestamp":{timestamp}{tail}"#).into();
         for sub in inner.subscriptions.iter_mut() {
-            if sub.filter.matches(&kind_norm, &event) {
+            if event.visible_to(&sub.session) && sub.filter.matches(&kind_norm, &event) {
                 sub.offer(&event_id, timestamp, event.caused_by.as_deref(), &body);
             }
         }
@@ -232,7 +235,7 @@ impl Fabric for LocalFabric {
                 ReplayFrom::Timestamp(t) => inner.log.partition_point(|r| r.timestamp < *t),
             };
             for r in inner.log.range(start..) {
-                if sub.filter.matches(&r.kind_norm, &r.event) {
+                if r.event.visible_to(&sub.session) && sub.filter.matches(&r.kind_norm, &r.event) {
                     sub.offer(&r.event_id, r.timestamp, r.event.caused_by.as_deref(), &r.body);
                 }
             }
@@ -256,7 +259,8 @@ impl Fabric for LocalFabric {
             None => 0,
         };
         let selected = inner.log.range(start..).filter(|r| {
-            q.from_timestamp.is_none_or(|t| r.timestamp >= t)
+            r.event.visible_to(&q.session)
+                && q.from_timestamp.is_none_or(|t| r.timestamp >= t)
                 && q.to_timestamp.is_none_or(|t| r.timestamp <= t)
                 && q.filter.as_ref().is_none_or(|f| f.matches(&r.kind_norm, &r.event))
         });
@@ -316,6 +320,28 @@ mod tests {
         assert_eq!(got[0]["params"]["sequenceNumber"], 3);
         assert_eq!(got[1]["params"]["sequenceNumber"], 4);
         assert_eq!(got[1]["params"]["event"]["data"]["i"], 5);
+    }
+
+    #[test]
+    fn an_audience_limits_fan_out_and_replay() {
+        let fabric = LocalFabric::new(10);
+        let (outbox1, outbox2) = (Arc::new(Outbox::new(8)), Arc::new(Outbox::new(8)));
+        let (tx1, mut rx1) = mpsc::channel(8);
+        let (tx2, mut rx2) = mpsc::channel(8);
+        outbox1.attach(tx1);
+        outbox2.attach(tx2);
+        fabric.join("s1", outbox1);
+        fabric.join("s2", outbox2);
+        fabric.subscribe("s1", Filter::default(), None);
+        fabric.subscribe("s2", Filter::default(), None);
+        let mut private = NewEvent::new("secret", Source::default(), json!({}));
+        private.audience = Some(vec!["s2".into()]);
+        fabric.publish(private);
+        assert!(frames(&mut rx1).is_empty());
+        assert_eq!(frames(&mut rx2).len(), 1);
+        let q = |session: &str| ReplayQuery { session: session.into(), ..Default::default() };
+        assert_eq!(fabric.replay(&q("s1")).total_count, 0);
+        assert_eq!(fabric.replay(&q("s2")).total_count, 1);
     }
 
     #[test]

@@ -75,21 +75,50 @@ fn to_wit(e: RpcError) -> types::RpcError {
     types::RpcError { code: e.code, message: e.message, data: e.data.map(|d| d.to_string()) }
 }
 
-impl events::Host for PluginState {
-    async fn emit(&mut self, event_type: String, data: String) -> Wt<Result<(), String>> {
+impl PluginState {
+    fn event(&self, event_type: String, data: String) -> Result<NewEvent, String> {
         if event_type.is_empty() {
-            return Ok(Err("event-type must not be empty".into()));
+            return Err("event-type must not be empty".into());
         }
         let data: Value = match serde_json::from_str(&data) {
             Ok(v @ Value::Object(_)) => v,
-            _ => return Ok(Err("data must be a JSON object".into())),
+            _ => return Err("data must be a JSON object".into()),
         };
         let source = Source {
             agent_id: self.caller_agent(),
             participant_id: Some(self.acting().participant_id),
             scope_id: None,
         };
-        self.ctx.tenant.fabric.publish(NewEvent::new(&event_type, source, data));
+        Ok(NewEvent::new(&event_type, source, data))
+    }
+}
+
+impl events::Host for PluginState {
+    async fn emit(&mut self, event_type: String, data: String) -> Wt<Result<(), String>> {
+        Ok(self.event(event_type, data).map(|e| {
+            self.ctx.tenant.fabric.publish(e);
+        }))
+    }
+
+    async fn emit_to(&mut self, event_type: String, data: String, audience: Vec<String>) -> Wt<Result<(), String>> {
+        let mut event = match self.event(event_type, data) {
+            Ok(e) => e,
+            Err(e) => return Ok(Err(e)),
+        };
+        // Participant or agent ids → the sessions that speak for them now.
+        let sessions = {
+            let reg = self.ctx.tenant.registry.lock();
+            let mut sessions: Vec<String> = audience
+                .iter()
+                .filter_map(|id| reg.participants.get(id).cloned().or_else(|| reg.agents.get(id).map(|a| a.session.clone())))
+                .filter(|s| !s.is_empty())
+                .collect();
+            sessions.sort();
+            sessions.dedup();
+            sessions
+        };
+        event.audience = Some(sessions);
+        self.ctx.tenant.fabric.publish(event);
         Ok(Ok(()))
     }
 }

@@ -148,7 +148,7 @@ pub fn create(actor: &Actor, params: &str) -> MailResult<Value> {
     if let Some(parent) = &conv.parent_conversation_id {
         created["parentConversationId"] = json!(parent);
     }
-    events::emit(events::CREATED, created);
+    events::emit(events::CREATED, &id, created, None);
     for m in &members {
         participants::announce_joined(m, None);
     }
@@ -319,6 +319,6 @@ pub fn close(actor: &Actor, params: &str) -> MailResult<Value> {
     if let Some(r) = &p.reason {
         data["reason"] = json!(r);
     }
-    events::emit(events::CLOSED, data);
+    events::emit(events::CLOSED, &conv.id, data, None);
     Ok(json!({ "conversation": conv }))
 }

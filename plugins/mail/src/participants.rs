@@ -22,7 +22,7 @@ pub fn announce_joined(p: &Participant, invitation: Option<(&str, Option<&str>)>
             data["message"] = json!(m);
         }
     }
-    events::emit(events::PARTICIPANT_JOINED, data);
+    events::emit(events::PARTICIPANT_JOINED, &p.conversation_id, data, None);
 }
 
 /// Where a joining participant's catch-up history starts.
@@ -155,7 +155,7 @@ pub fn leave(actor: &Actor, params: &str) -> MailResult<Value> {
     if left.id != actor.id {
         data["removedBy"] = json!(actor.id);
     }
-    events::emit(events::PARTICIPANT_LEFT, data);
+    events::emit(events::PARTICIPANT_LEFT, &conv.id, data, Some(&left.id));
     Ok(json!({"success": true, "leftAt": now, "participantId": left.id}))
 }
 

@@ -128,7 +128,7 @@ pub fn for_reader(conv: &Conversation, reader: &Participant, scope: &Scope, rege
     if let Some(thread) = &scope.thread_id {
         data["threadId"] = json!(thread);
     }
-    events::emit(events::SUMMARY_GENERATED, data);
+    events::emit(events::SUMMARY_GENERATED, &conv.id, data, None);
     Ok(Outcome { digest, generated: true, cached_at: now })
 }
 

@@ -60,10 +60,8 @@ pub fn create(actor: &Actor, params: &str) -> MailResult<Value> {
     let mut batch = Batch::default();
     batch.put(repo::THREADS, repo::thread_key(&conv.id, &id), &thread).touch(&conv.id, now);
     batch.commit()?;
-    events::emit(
-        events::THREAD_CREATED,
-        json!({"conversationId": conv.id, "threadId": id, "participantId": actor.id, "thread": thread}),
-    );
+    let data = json!({"conversationId": conv.id, "threadId": id, "participantId": actor.id, "thread": thread});
+    events::emit(events::THREAD_CREATED, &conv.id, data, None);
     Ok(json!({ "thread": thread }))
 }
 

@@ -75,11 +75,11 @@ pub fn store(turn: &Turn) -> MailResult<()> {
 }
 
 pub fn announce(turn: &Turn) {
-    let mut data = json!({"conversationId": turn.conversation_id, "turn": events::turn_for_everyone(turn)});
+    let mut data = json!({"conversationId": turn.conversation_id, "turn": turn});
     if let Some(thread) = &turn.thread_id {
         data["threadId"] = json!(thread);
     }
-    events::emit(events::TURN_ADDED, data);
+    events::emit_turn(events::TURN_ADDED, turn, data);
 }
 
 #[derive(Deserialize)]
@@ -150,12 +150,12 @@ fn update(conv: &Conversation, author: &Participant, turn_id: &str, status: Opti
         "turnId": turn.id,
         "status": turn.status,
         "participantId": turn.participant,
-        "turn": events::turn_for_everyone(&turn),
+        "turn": turn,
     });
     if let Some(thread) = &turn.thread_id {
         data["threadId"] = json!(thread);
     }
-    events::emit(events::TURN_UPDATED, data);
+    events::emit_turn(events::TURN_UPDATED, &turn, data);
     Ok(json!({ "turn": turn }))
 }
 

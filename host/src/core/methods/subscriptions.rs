@@ -50,7 +50,8 @@ pub fn ack(active: &Active, req: &Request) -> Result<Out, RpcError> {
 }
 
 pub fn replay(active: &Active, req: &Request) -> Result<Out, RpcError> {
-    let q: ReplayQuery = req.params()?;
+    let mut q: ReplayQuery = req.params()?;
+    q.session = active.session_id.clone();
     if q.limit.is_some_and(|l| l == 0 || l > 1000) {
         return Err(RpcError::invalid_params("limit must be between 1 and 1000"));
     }
