@@ -34,4 +34,4 @@ world!(extension, "extension");
 world!(observer, "send-observer");
 world!(http, "http-extension");
 
-pub use map_gateway::plugin::types::{Caller, RpcError};
+pub use self::map_gateway::plugin::types::{Caller, RpcError};
