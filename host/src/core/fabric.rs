@@ -180,7 +180,7 @@ impl Fabric for LocalFabric {
         outbox.ok_or(Full::Closed)?.push(frame)
     }
 
-    fn publish(&self, event: NewEvent) -> String {
+    fn publish(&self, mut event: NewEvent) -> String {
         // Serialise outside the lock; only the id and timestamp are taken inside,
         // so the log stays in event-id order.
         let kind_norm = normalise_type(&event.kind);
@@ -190,8 +190,9 @@ impl Fabric for LocalFabric {
         tail.push_str(r#","source":"#);
         tail.push_str(&serde_json::to_string(&event.source).expect("source serialises"));
         tail.push_str(r#","data":"#);
-        match &event.data_text {
-            Some(text) => tail.push_str(text),
+        // The text is needed once, for the body; the log keeps only the body.
+        match event.data_text.take() {
+            Some(text) => tail.push_str(&text),
             None => tail.push_str(&serde_json::to_string(&event.data).expect("data serialises")),
         }
         tail.push('}');
@@ -204,10 +205,14 @@ impl Fabric for LocalFabric {
                 sub.offer(&event_id, timestamp, event.caused_by.as_deref(), &body);
             }
         }
-        if inner.log.len() == self.log_capacity {
-            inner.log.pop_front();
+        if !event.recorded {
+            return event_id;
         }
+        let evicted = if inner.log.len() == self.log_capacity { inner.log.pop_front() } else { None };
         inner.log.push_back(Recorded { event_id: event_id.clone(), timestamp, kind_norm, event, body });
+        drop(inner);
+        // Free the evicted entry outside the lock.
+        drop(evicted);
         event_id
     }
 

@@ -365,6 +365,7 @@ fn main() {
     // of the machine's cores away from the server under test.
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
     let started = Instant::now();
+    let load_before = loadavg();
     let rows = rt.block_on(async {
         if o.command == "all" {
             Ok(all(&o, &p, &mut notes).await)
@@ -382,7 +383,16 @@ fn main() {
     let _ = std::fs::remove_dir_all(&p.scratch);
 
     let report = Report { rows: &rows };
-    println!("## map-bench {} ({} s, {} cores, {} s warm-up + {} s per load scenario)\n", o.command, started.elapsed().as_secs(), cores(), o.warmup, o.secs);
+    println!(
+        "## map-bench {} ({} s, {} cores, load average {} before / {} after, {} s warm-up + {} s per load scenario)\n",
+        o.command,
+        started.elapsed().as_secs(),
+        cores(),
+        load_before,
+        loadavg(),
+        o.warmup,
+        o.secs
+    );
     println!("{}", report.absolute());
     if o.command == "all" {
         println!("### Ratios\n\n{}", report.ratios());
@@ -397,6 +407,11 @@ fn main() {
     for n in notes {
         println!("\n{n}");
     }
+}
+
+/// The 1-minute load average: other jobs on the machine make every number noisier.
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg").ok().and_then(|s| s.split_whitespace().next().map(str::to_string)).unwrap_or_else(|| "?".into())
 }
 
 fn cores() -> usize {

@@ -165,6 +165,9 @@ impl Report<'_> {
                 let gw = self.find(key, Target::Gateway).and_then(&f);
                 let re = self.find(key, Target::Reference).and_then(&f);
                 let ce = self.find(key, Target::Ceiling).and_then(&f);
+                if re.is_none() && ce.is_none() {
+                    continue;
+                }
                 let _ = writeln!(s, "| {label} | {name} | {} | {} |", ratio(gw, re), ratio(gw, ce));
             }
         }

@@ -137,15 +137,21 @@ pub fn send_message(active: &Active, to: Option<Value>, payload: Option<Box<RawV
         return Err(RpcError::new(codes::DELIVERY_FAILED, "No recipient could take the message (their queues are full or closed)")
             .with_details(json!({"messageId": message_id, "failed": failed})));
     }
-    let mut done = String::with_capacity(96 + delivered_json.len());
-    done.push_str(r#"{"messageId":"#);
-    push_json(&mut done, &message_id);
-    done.push_str(r#","from":"#);
-    push_json(&mut done, &from);
-    done.push_str(r#","delivered":"#);
-    done.push_str(&delivered_json);
-    done.push('}');
-    fabric.publish(with_facets(NewEvent::with_text("message_delivered", source, done)));
+    // `message_sent` (recorded) already lists the recipients; `message_delivered`
+    // is pushed live to subscribers only, and built only when there are some.
+    if fabric.has_subscribers() {
+        let mut done = String::with_capacity(96 + delivered_json.len());
+        done.push_str(r#"{"messageId":"#);
+        push_json(&mut done, &message_id);
+        done.push_str(r#","from":"#);
+        push_json(&mut done, &from);
+        done.push_str(r#","delivered":"#);
+        done.push_str(&delivered_json);
+        done.push('}');
+        let mut delivered_event = with_facets(NewEvent::with_text("message_delivered", source, done));
+        delivered_event.recorded = false;
+        fabric.publish(delivered_event);
+    }
     let plugins = active.tenant.plugins();
     if plugins.observes(&meta) {
         let sent = SentMessage {
