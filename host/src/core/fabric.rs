@@ -77,8 +77,24 @@ struct Recorded {
     timestamp: u64,
     kind_norm: String,
     event: NewEvent,
-    /// The `event` object as sent: `{id, type, timestamp, source, data}`.
-    body: Arc<str>,
+}
+
+/// The `event` object as sent: `{id, type, timestamp, source, data}`. Built
+/// only when someone receives the event (most events are only ever recorded).
+fn body_of(event_id: &str, timestamp: u64, event: &NewEvent) -> String {
+    let data = match &event.data_text {
+        Some(text) => std::borrow::Cow::Borrowed(text.as_str()),
+        None => std::borrow::Cow::Owned(serde_json::to_string(&event.data).expect("data serialises")),
+    };
+    let mut s = String::with_capacity(data.len() + 192);
+    let _ = write!(s, r#"{{"id":"{event_id}","timestamp":{timestamp},"type":"#);
+    push_json_str(&mut s, &event.kind);
+    s.push_str(r#","source":"#);
+    s.push_str(&serde_json::to_string(&event.source).expect("source serialises"));
+    s.push_str(r#","data":"#);
+    s.push_str(&data);
+    s.push('}');
+    s
 }
 
 struct Inner {
@@ -180,36 +196,24 @@ impl Fabric for LocalFabric {
         outbox.ok_or(Full::Closed)?.push(frame)
     }
 
-    fn publish(&self, mut event: NewEvent) -> String {
-        // Serialise outside the lock; only the id and timestamp are taken inside,
-        // so the log stays in event-id order.
+    fn publish(&self, event: NewEvent) -> String {
         let kind_norm = normalise_type(&event.kind);
-        let mut tail = String::with_capacity(128);
-        tail.push_str(r#","type":"#);
-        push_json_str(&mut tail, &event.kind);
-        tail.push_str(r#","source":"#);
-        tail.push_str(&serde_json::to_string(&event.source).expect("source serialises"));
-        tail.push_str(r#","data":"#);
-        // The text is needed once, for the body; the log keeps only the body.
-        match event.data_text.take() {
-            Some(text) => tail.push_str(&text),
-            None => tail.push_str(&serde_json::to_string(&event.data).expect("data serialises")),
-        }
-        tail.push('}');
         let mut inner = self.inner.lock();
+        // Id and timestamp are taken under the lock, so the log stays in event-id order.
         let timestamp = ids::now_ms();
         let event_id = ids::ulid();
-        let body: Arc<str> = format!(r#"{{"id":"{event_id}","timestamp":{timestamp}{tail}"#).into();
+        let mut body: Option<String> = None;
         for sub in inner.subscriptions.iter_mut() {
             if event.visible_to(&sub.session) && sub.filter.matches(&kind_norm, &event) {
-                sub.offer(&event_id, timestamp, event.caused_by.as_deref(), &body);
+                let body = body.get_or_insert_with(|| body_of(&event_id, timestamp, &event));
+                sub.offer(&event_id, timestamp, event.caused_by.as_deref(), body);
             }
         }
         if !event.recorded {
             return event_id;
         }
         let evicted = if inner.log.len() == self.log_capacity { inner.log.pop_front() } else { None };
-        inner.log.push_back(Recorded { event_id: event_id.clone(), timestamp, kind_norm, event, body });
+        inner.log.push_back(Recorded { event_id: event_id.clone(), timestamp, kind_norm, event });
         drop(inner);
         // Free the evicted entry outside the lock.
         drop(evicted);
@@ -241,7 +245,7 @@ impl Fabric for LocalFabric {
             };
             for r in inner.log.range(start..) {
                 if r.event.visible_to(&sub.session) && sub.filter.matches(&r.kind_norm, &r.event) {
-                    sub.offer(&r.event_id, r.timestamp, r.event.caused_by.as_deref(), &r.body);
+                    sub.offer(&r.event_id, r.timestamp, r.event.caused_by.as_deref(), &body_of(&r.event_id, r.timestamp, &r.event));
                 }
             }
         }
@@ -274,7 +278,8 @@ impl Fabric for LocalFabric {
         for r in selected {
             total += 1;
             if events.len() < limit {
-                let mut s = String::with_capacity(r.body.len() + 80);
+                let body = body_of(&r.event_id, r.timestamp, &r.event);
+                let mut s = String::with_capacity(body.len() + 80);
                 s.push_str(r#"{"eventId":"#);
                 push_json_str(&mut s, &r.event_id);
                 let _ = write!(s, r#","timestamp":{}"#, r.timestamp);
@@ -283,7 +288,7 @@ impl Fabric for LocalFabric {
                     push_json_str(&mut s, c);
                 }
                 s.push_str(r#","event":"#);
-                s.push_str(&r.body);
+                s.push_str(&body);
                 s.push('}');
                 events.push(RawValue::from_string(s).expect("entries are JSON"));
             }

@@ -135,7 +135,7 @@ impl router::Host for PluginState {
             Ok((to, payload, meta))
         })();
         let result = parsed.and_then(|(to, payload, meta)| messaging::send_message(&self.acting(), Some(to), Some(payload), meta, None));
-        Ok(result.map(|v| v.to_string()).map_err(to_wit))
+        Ok(result.map_err(to_wit))
     }
 
     async fn notify(&mut self, participant_id: String, method: String, params: String) -> Wt<Result<(), types::RpcError>> {

@@ -34,12 +34,14 @@ fn push_json(out: &mut String, v: &impl serde::Serialize) {
 
 pub fn send(active: &Active, req: &Request) -> Result<Out, RpcError> {
     let p: SendParams = req.params()?;
-    send_message(active, p.to, p.payload, p.meta.unwrap_or_default(), p.from).map(Out::Json)
+    let answer = send_message(active, p.to, p.payload, p.meta.unwrap_or_default(), p.from)?;
+    Ok(Out::Raw(RawValue::from_string(answer).expect("built as JSON")))
 }
 
 /// `map/send` for a session (or a plugin acting as one): resolve, deliver,
-/// record events, hand the message to interested interceptors.
-pub fn send_message(active: &Active, to: Option<Value>, payload: Option<Box<RawValue>>, meta: Map<String, Value>, from: Option<String>) -> Result<Value, RpcError> {
+/// record events, hand the message to interested interceptors. Returns the
+/// result as JSON text: `{"messageId": …, "delivered": […], "failed"?: […]}`.
+pub fn send_message(active: &Active, to: Option<Value>, payload: Option<Box<RawValue>>, meta: Map<String, Value>, from: Option<String>) -> Result<String, RpcError> {
     let to = to.ok_or_else(|| RpcError::invalid_params("`to` is required"))?;
     let addr = Address::parse(&to)?;
     let p = Params { payload, from };
@@ -165,10 +167,16 @@ pub fn send_message(active: &Active, to: Option<Value>, payload: Option<Box<RawV
         };
         plugins.observe(active, sent);
     }
-    let mut result = json!({"messageId": message_id, "delivered": delivered});
+    let mut result = String::with_capacity(64 + delivered_json.len());
+    result.push_str(r#"{"messageId":"#);
+    push_json(&mut result, &message_id);
+    result.push_str(r#","delivered":"#);
+    result.push_str(&delivered_json);
     if !failed.is_empty() {
-        result["failed"] = json!(failed);
+        result.push_str(r#","failed":"#);
+        push_json(&mut result, &failed);
     }
+    result.push('}');
     Ok(result)
 }
 
