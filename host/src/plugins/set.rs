@@ -36,7 +36,7 @@ impl TenantPlugins {
             }
             plugins.push(tp);
         }
-        set.http.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+        set.http.sort_by_key(|(prefix, _)| std::cmp::Reverse(prefix.len()));
         for tp in &plugins {
             if let Some(d) = &tp.descriptor {
                 for m in &d.methods {

@@ -38,6 +38,17 @@ pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener) -> std::io::Res
     }
 }
 
+/// Queue a frame's answer, then the notifications deferred behind it, for
+/// this connection's writer. Waiting for room is the backpressure: a peer
+/// that does not read stops being read. `false` when the writer is gone.
+pub(crate) async fn send_answer(conn: &mut crate::core::Conn, answer: Option<String>) -> bool {
+    let mut alive = true;
+    for frame in answer.map(crate::core::outbox::Frame::from).into_iter().chain(conn.deferred.drain(..)) {
+        alive &= conn.tx.send(frame).await.is_ok();
+    }
+    alive
+}
+
 /// Credentials a transport may carry outside `map/connect`.
 pub(crate) fn header_credentials(headers: &hyper::HeaderMap) -> Option<(String, String)> {
     if let Some(v) = headers.get("x-api-key").and_then(|v| v.to_str().ok()) {

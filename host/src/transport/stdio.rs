@@ -51,11 +51,7 @@ where
         } else {
             gw.handle_frame(&mut conn, &line).await
         };
-        let mut gone = false;
-        for frame in answer.map(Frame::from).into_iter().chain(conn.deferred.drain(..)) {
-            gone |= tx.send(frame).await.is_err();
-        }
-        if gone {
+        if !super::send_answer(&mut conn, answer).await {
             break;
         }
     }

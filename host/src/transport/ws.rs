@@ -98,13 +98,8 @@ where
                 break;
             }
         };
-        let answer = gw.handle_frame(&mut conn, &bytes).await.map(Frame::from);
-        // Waiting here is the backpressure: a peer that does not read stops being read.
-        let mut gone = false;
-        for frame in answer.into_iter().chain(conn.deferred.drain(..)) {
-            gone |= tx.send(frame).await.is_err();
-        }
-        if gone {
+        let answer = gw.handle_frame(&mut conn, &bytes).await;
+        if !super::send_answer(&mut conn, answer).await {
             break;
         }
     }

@@ -421,8 +421,7 @@ fn parse_head(head: &[u8]) -> (u16, Vec<(String, String)>) {
 /// Decode a complete chunked body.
 fn dechunk(mut raw: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
-    loop {
-        let Some(eol) = find(raw, b"\r\n") else { break };
+    while let Some(eol) = find(raw, b"\r\n") {
         let size_text = String::from_utf8_lossy(&raw[..eol]);
         let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16).expect("chunk size");
         if size == 0 {

@@ -288,7 +288,7 @@ pub fn list(active: &Active, req: &Request) -> Result<Out, RpcError> {
         .filter(|a| scopes.is_empty() || a.scopes.iter().any(|s| scopes.contains(s)))
         .filter(|a| parent.is_none() || a.parent == parent)
         .filter(|a| owner.is_none() || owner.as_ref() == Some(&a.owner_id))
-        .filter(|a| f.has_children.is_none_or(|h| h == !a.children.is_empty()))
+        .filter(|a| f.has_children.is_none_or(|h| h != a.children.is_empty()))
         .collect();
     let (agents, next) = page(matching, p.limit, p.cursor.as_deref())?;
     let mut result = json!({"agents": agents});
