@@ -11,8 +11,8 @@ scripts/build-plugins.sh --fixtures
 echo "==> building the gateway"
 cargo build --locked -p map-gateway
 
-echo "==> Rust tests: gateway"
-cargo test --locked -p map-gateway
+echo "==> Rust tests: gateway and benchmark harness"
+cargo test --locked -p map-gateway -p map-bench
 
 echo "==> Rust tests: standard plugins"
 (cd plugins && cargo test --locked --target-dir ../target/plugins-host)
