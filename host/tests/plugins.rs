@@ -261,3 +261,15 @@ async fn http_plugins_bridge_into_map() {
     assert_eq!(missing.status, 409, "{}", missing.text());
     assert!(missing.text().contains("2001"), "{}", missing.text());
 }
+
+#[tokio::test]
+async fn the_admin_api_wants_its_token_when_one_is_set() {
+    let gw = start(&format!("[admin]\ntoken = \"s3cret\"\n{}", config(&misbehave_and_echo(), "[]", "[]", "")));
+    let addr = gw.addr();
+    assert_eq!(http(&addr, "POST", "/admin/reload", &[], b"").await.status, 401);
+    assert_eq!(http(&addr, "GET", "/admin/plugins", &[("authorization", "Bearer wrong")], b"").await.status, 401);
+    let listed = http(&addr, "GET", "/admin/plugins", &[("authorization", "Bearer s3cret")], b"").await;
+    assert_eq!(listed.status, 200, "{}", listed.text());
+    assert!(listed.text().contains(r#""name":"echo""#), "{}", listed.text());
+    assert_eq!(http(&addr, "POST", "/admin/reload", &[("authorization", "Bearer s3cret")], b"").await.status, 200);
+}

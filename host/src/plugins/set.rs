@@ -67,10 +67,6 @@ impl TenantPlugins {
         })
     }
 
-    pub fn plugins(&self) -> &[Arc<TenantPlugin>] {
-        &self.plugins
-    }
-
     /// Whether any interceptor wants a message with this `meta`.
     pub fn observes(&self, meta: &Map<String, Value>) -> bool {
         !self.observers.is_empty() && (self.observe_all || self.observe_keys.iter().any(|k| meta.contains_key(k)))

@@ -71,10 +71,6 @@ impl Tenants {
         self.by_id.get(id).cloned()
     }
 
-    pub fn all(&self) -> impl Iterator<Item = &Arc<Tenant>> {
-        self.by_id.values()
-    }
-
     /// The tenant for a peer that presents no credentials, if that is allowed.
     pub fn anonymous(&self, loopback: bool) -> Option<Arc<Tenant>> {
         if loopback || self.anonymous_remote {

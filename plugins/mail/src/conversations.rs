@@ -9,23 +9,12 @@ use crate::access::{self, Actor};
 use crate::error::{MailError, MailResult};
 use crate::events;
 use crate::ids;
-use crate::model::{Conversation, ConversationStatus, ConversationType, Participant, ParticipantType, Permissions, PermissionsPatch, Role, TurnSource, TurnStatus, Visibility};
+use crate::model::{Conversation, ConversationStatus, ConversationType, Participant, ParticipantType, Permissions, Role, TurnSource, TurnStatus, Visibility};
 use crate::params::{self, OneOrMany};
 use crate::participants;
 use crate::repo::{self, Batch, Range};
 use crate::threads;
 use crate::turns::{self, TurnQuery, TurnSpec};
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct InitialParticipant {
-    id: String,
-    role: Option<Role>,
-    #[serde(rename = "type")]
-    kind: Option<ParticipantType>,
-    #[serde(default)]
-    permissions: PermissionsPatch,
-}
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -44,7 +33,7 @@ struct CreateParams {
     subject: Option<String>,
     parent_conversation_id: Option<String>,
     parent_turn_id: Option<String>,
-    initial_participants: Vec<InitialParticipant>,
+    initial_participants: Vec<participants::ParticipantSpec>,
     initial_turn: Option<InitialTurn>,
     metadata: Map<String, Value>,
 }

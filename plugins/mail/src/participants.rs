@@ -159,22 +159,23 @@ pub fn leave(actor: &Actor, params: &str) -> MailResult<Value> {
     Ok(json!({"success": true, "leftAt": now, "participantId": left.id}))
 }
 
+/// A participant named by `mail/create` (`initialParticipants`) or `mail/invite`.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Invitee {
-    id: String,
-    role: Option<Role>,
+pub struct ParticipantSpec {
+    pub id: String,
+    pub role: Option<Role>,
     #[serde(rename = "type")]
-    kind: Option<ParticipantType>,
+    pub kind: Option<ParticipantType>,
     #[serde(default)]
-    permissions: PermissionsPatch,
+    pub permissions: PermissionsPatch,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct InviteParams {
     conversation_id: String,
-    participant: Invitee,
+    participant: ParticipantSpec,
     message: Option<String>,
 }
 

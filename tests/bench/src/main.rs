@@ -66,7 +66,8 @@ struct Opts {
 }
 
 fn parse() -> Result<Opts, String> {
-    let mut args = std::env::args().skip(1);
+    let mut args = std::env::args();
+    args.next(); // the program name
     let command = args.next().ok_or("no command")?;
     let mut o = Opts {
         command,

@@ -84,7 +84,8 @@ struct Send<'a> {
 fn main() {
     let mut listen = "127.0.0.1:0".to_string();
     let mut read_buffer = 8 * 1024;
-    let mut args = std::env::args().skip(1);
+    let mut args = std::env::args();
+    args.next(); // the program name
     while let Some(a) = args.next() {
         match a.as_str() {
             "--listen" => listen = args.next().expect("--listen ADDR"),
