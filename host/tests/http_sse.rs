@@ -264,3 +264,20 @@ async fn resume_over_http_then_sse_delivers_what_was_missed() {
     assert_eq!(n["params"]["message"]["payload"], "while away");
     assert_eq!(n["params"]["message"]["id"], sent["messageId"]);
 }
+
+#[tokio::test]
+async fn pretty_printed_json_reaches_an_event_stream_on_one_line() {
+    let gw = Gateway::start();
+    let (session, _) = http_connect(&gw, json!({"protocolVersion": 1})).await;
+    http_call(&gw, &session, 2, "map/agents/register", json!({"agentId": "line-reader"})).await;
+    let mut sse = Sse::open(&gw.addr(), &session).await;
+    // A WebSocket peer may pretty-print; `to` and `payload` are passed through as sent.
+    let (mut ws, _) = gw.ws_connected("client", None).await;
+    let text = "{\"jsonrpc\": \"2.0\", \"id\": 9, \"method\": \"map/send\", \"params\": {\r\n  \"to\": {\n    \"agent\": \"line-reader\"\n  },\n  \"payload\": {\n    \"text\": \"two\\nlines\"\n  }\n}}";
+    let answer = ws.raw(text).await;
+    assert_eq!(ok(&answer)["delivered"], json!(["line-reader"]));
+    let (note, _) = sse.notification("map/message", WAIT).await;
+    let m = note.expect("map/message on the SSE stream")["params"]["message"].clone();
+    assert_eq!(m["to"], json!({"agent": "line-reader"}));
+    assert_eq!(m["payload"], json!({"text": "two\nlines"}));
+}

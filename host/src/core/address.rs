@@ -1,5 +1,7 @@
 //! `map/send` addressing: parse every address form and resolve it to recipients.
 
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::registry::Registry;
@@ -40,7 +42,26 @@ fn string_list(v: &Value) -> Option<Vec<String>> {
     v.as_array()?.iter().map(|x| x.as_str().map(String::from)).collect()
 }
 
+/// `{"agent": "…"}` and nothing else: the form nearly every send uses.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JustAgent {
+    agent: String,
+}
+
 impl Address {
+    /// Parse `to` as sent; the common `{"agent": …}` skips building a JSON tree.
+    pub fn from_json(raw: &RawValue) -> Result<Address, RpcError> {
+        let text = raw.get();
+        if text.starts_with('{') {
+            if let Ok(a) = serde_json::from_str::<JustAgent>(text) {
+                return Ok(Address::Agent(a.agent));
+            }
+        }
+        let v: Value = serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
+        Address::parse(&v)
+    }
+
     pub fn parse(v: &Value) -> Result<Address, RpcError> {
         match v {
             Value::String(s) if !s.is_empty() => Ok(Address::Bare(s.clone())),
@@ -117,6 +138,12 @@ fn none_reached(what: &str) -> RpcError {
     RpcError::new(codes::ADDRESS_NOT_FOUND, format!("Address reaches no recipient: {what}"))
 }
 
+fn push(out: &mut Vec<Recipient>, id: &str, session: &str) {
+    if !out.iter().any(|r| r.id == id) {
+        out.push(Recipient { id: id.to_string(), session: session.to_string() });
+    }
+}
+
 struct Resolver<'a> {
     reg: &'a Registry,
     sender: &'a Sender<'a>,
@@ -133,7 +160,8 @@ impl Resolver<'_> {
         if !self.reg.sessions.contains_key(&agent.session) {
             return Err(RpcError::new(codes::DELIVERY_FAILED, format!("Agent {id} has no connected owner")));
         }
-        self.push(id, &agent.session.clone());
+        let session = &agent.session;
+        push(&mut self.out, id, session);
         Ok(())
     }
 
@@ -150,18 +178,12 @@ impl Resolver<'_> {
                 continue;
             }
             matched = true;
-            self.push(id, &agent.session.clone());
+            push(&mut self.out, id, &agent.session);
         }
         if !matched && self.out.len() == before {
             return Err(none_reached(what));
         }
         Ok(())
-    }
-
-    fn push(&mut self, id: &str, session: &str) {
-        if !self.out.iter().any(|r| r.id == id) {
-            self.out.push(Recipient { id: id.to_string(), session: session.to_string() });
-        }
     }
 
     fn sender_agent(&self) -> Result<&str, RpcError> {
@@ -229,7 +251,7 @@ impl Resolver<'_> {
             }
             Address::Participant(p) => {
                 let session = reg.participants.get(p).ok_or_else(|| none_reached(&format!("participant {p} is not connected")))?;
-                self.push(p, &session.clone());
+                push(&mut self.out, p, session);
                 Ok(())
             }
             Address::Participants(kind) => match kind.as_str() {
@@ -251,7 +273,7 @@ impl Resolver<'_> {
             return Err(none_reached(what));
         }
         for s in sessions {
-            self.push(&s.participant_id, &s.id);
+            push(&mut self.out, &s.participant_id, &s.id);
         }
         Ok(())
     }

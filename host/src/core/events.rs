@@ -1,5 +1,8 @@
 //! Events: what the core emits, what a subscription filter selects.
 
+use std::borrow::Cow;
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -19,14 +22,13 @@ pub struct Source {
 /// (an agent's role or scopes may change later; the event keeps what was true).
 #[derive(Debug, Clone, Default)]
 pub struct Facets {
-    /// The agent the event comes from.
-    pub source_agent: Option<String>,
-    pub source_role: Option<String>,
+    /// Role of the agent the event comes from (`source.agentId`).
+    pub source_role: Option<Arc<str>>,
     /// Roles of every agent the event concerns.
-    pub roles: Vec<String>,
+    pub roles: Vec<Arc<str>>,
     /// Scopes the event concerns.
     pub scopes: Vec<String>,
-    pub priority: Option<String>,
+    pub priority: Option<Cow<'static, str>>,
     pub correlation_id: Option<String>,
     pub metadata: Option<Value>,
 }
@@ -34,7 +36,8 @@ pub struct Facets {
 /// An event before the fabric numbers it.
 #[derive(Debug, Clone)]
 pub struct NewEvent {
-    pub kind: String,
+    /// The type as emitted (core types are static; plugins name their own).
+    pub kind: Cow<'static, str>,
     pub source: Source,
     pub data: Value,
     /// `data` already serialised (hot paths build it as text); `data` is then null.
@@ -53,14 +56,13 @@ impl NewEvent {
         self.audience.as_ref().is_none_or(|a| a.iter().any(|s| s == session))
     }
 
-    pub fn new(kind: &str, source: Source, data: Value) -> NewEvent {
-        let facets = Facets { source_agent: source.agent_id.clone(), ..Facets::default() };
-        let facets = Facets { scopes: source.scope_id.iter().cloned().collect(), ..facets };
-        NewEvent { kind: kind.to_string(), source, data, data_text: None, caused_by: None, facets, audience: None, recorded: true }
+    pub fn new(kind: impl Into<Cow<'static, str>>, source: Source, data: Value) -> NewEvent {
+        let facets = Facets { scopes: source.scope_id.iter().cloned().collect(), ..Facets::default() };
+        NewEvent { kind: kind.into(), source, data, data_text: None, caused_by: None, facets, audience: None, recorded: true }
     }
 
     /// An event whose `data` is given as JSON text.
-    pub fn with_text(kind: &str, source: Source, data: String) -> NewEvent {
+    pub fn with_text(kind: impl Into<Cow<'static, str>>, source: Source, data: String) -> NewEvent {
         NewEvent { data_text: Some(data), ..NewEvent::new(kind, source, Value::Null) }
     }
 }
@@ -102,9 +104,19 @@ pub struct Filter {
     pub trajectory: Option<TrajectoryFilter>,
 }
 
-/// Normalised event type: `agent_registered` and `agent.registered` are one type.
-pub fn normalise_type(t: &str) -> String {
-    t.replace('_', ".")
+/// One byte of a normalised event type: `agent_registered` and
+/// `agent.registered` are one type.
+fn norm(b: u8) -> u8 {
+    if b == b'_' {
+        b'.'
+    } else {
+        b
+    }
+}
+
+/// Whether two event types are equal once normalised (no allocation: this runs per event and subscription).
+fn same_type(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| norm(*x) == norm(*y))
 }
 
 fn glob(pattern: &str, value: &str) -> bool {
@@ -138,21 +150,22 @@ fn str_at<'a>(data: &'a Value, paths: &[&[&str]]) -> Option<&'a str> {
 }
 
 impl Filter {
-    pub fn matches(&self, kind_norm: &str, event: &NewEvent) -> bool {
+    pub fn matches(&self, event: &NewEvent) -> bool {
         let f = &event.facets;
-        if !self.event_types.is_empty() && !self.event_types.iter().any(|t| type_matches(&normalise_type(t), kind_norm)) {
+        let kind = event.kind.as_bytes();
+        if !self.event_types.is_empty() && !self.event_types.iter().any(|t| type_matches(t.as_bytes(), kind)) {
             return false;
         }
         let agent_patterns = self.from_agents.iter().chain(&self.agents);
         if (!self.from_agents.is_empty() || !self.agents.is_empty())
-            && !f.source_agent.as_deref().is_some_and(|a| agent_patterns.clone().any(|p| glob(p, a)))
+            && !event.source.agent_id.as_deref().is_some_and(|a| agent_patterns.clone().any(|p| glob(p, a)))
         {
             return false;
         }
         if !any_in(&self.from_roles, f.source_role.as_deref()) {
             return false;
         }
-        if !self.roles.is_empty() && !f.roles.iter().any(|r| self.roles.contains(r)) {
+        if !self.roles.is_empty() && !f.roles.iter().any(|r| self.roles.iter().any(|want| want.as_str() == &**r)) {
             return false;
         }
         if !self.scopes.is_empty() && !f.scopes.iter().any(|s| self.scopes.contains(s)) {
@@ -168,12 +181,12 @@ impl Filter {
             }
         }
         if let Some(m) = &self.mail {
-            if !kind_norm.starts_with("mail.") || !mail_matches(m, &event.data) {
+            if !type_matches(b"mail.*", kind) || !mail_matches(m, &event.data) {
                 return false;
             }
         }
         if let Some(t) = &self.trajectory {
-            if !kind_norm.starts_with("trajectory.") {
+            if !type_matches(b"trajectory.*", kind) {
                 return false;
             }
             let agent = str_at(&event.data, &[&["checkpoint", "agentId"], &["agentId"]]);
@@ -186,10 +199,11 @@ impl Filter {
     }
 }
 
-fn type_matches(pattern: &str, kind: &str) -> bool {
-    match pattern.strip_suffix(".*") {
-        Some(prefix) => kind.len() > prefix.len() && kind.starts_with(prefix) && kind.as_bytes()[prefix.len()] == b'.',
-        None => pattern == "*" || pattern == kind,
+/// A filter's type pattern (`*`, `prefix.*` or a type) against an event type; `_` and `.` are one separator.
+fn type_matches(pattern: &[u8], kind: &[u8]) -> bool {
+    match pattern.strip_suffix(b".*").or_else(|| pattern.strip_suffix(b"_*")) {
+        Some(prefix) => kind.len() > prefix.len() && same_type(prefix, &kind[..prefix.len()]) && norm(kind[prefix.len()]) == b'.',
+        None => pattern == b"*" || same_type(pattern, kind),
     }
 }
 
@@ -207,7 +221,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn ev(kind: &str, agent: Option<&str>) -> NewEvent {
+    fn ev(kind: &'static str, agent: Option<&str>) -> NewEvent {
         NewEvent::new(kind, Source { agent_id: agent.map(String::from), ..Default::default() }, json!({}))
     }
 
@@ -218,21 +232,23 @@ mod tests {
     #[test]
     fn event_types_exact_prefix_and_separator() {
         let f = filter(json!({"eventTypes": ["agent.*"]}));
-        assert!(f.matches("agent.registered", &ev("agent_registered", None)));
-        assert!(!f.matches("agentx.registered", &ev("agentx_registered", None)));
+        assert!(f.matches(&ev("agent_registered", None)));
+        assert!(f.matches(&ev("agent.registered", None)));
+        assert!(!f.matches(&ev("agentx_registered", None)));
+        assert!(!f.matches(&ev("agent", None)));
         let f = filter(json!({"eventTypes": ["message_sent"]}));
-        assert!(f.matches("message.sent", &ev("message_sent", None)));
-        assert!(!f.matches("message.delivered", &ev("message_delivered", None)));
+        assert!(f.matches(&ev("message.sent", None)));
+        assert!(!f.matches(&ev("message_delivered", None)));
     }
 
     #[test]
     fn agents_globs_and_aliases() {
         let f = filter(json!({"agents": ["worker-*"]}));
-        assert!(f.matches("x", &ev("x", Some("worker-1"))));
-        assert!(!f.matches("x", &ev("x", Some("boss"))));
-        assert!(!f.matches("x", &ev("x", None)));
+        assert!(f.matches(&ev("x", Some("worker-1"))));
+        assert!(!f.matches(&ev("x", Some("boss"))));
+        assert!(!f.matches(&ev("x", None)));
         let f = filter(json!({"fromAgents": ["a"], "agents": ["b"]}));
-        assert!(f.matches("x", &ev("x", Some("b"))));
+        assert!(f.matches(&ev("x", Some("b"))));
     }
 
     #[test]
@@ -240,10 +256,10 @@ mod tests {
         let mut e = ev("mail.turn.added", None);
         e.facets.metadata = Some(json!({"team": "red", "n": 1}));
         e.data = json!({"conversationId": "c1", "turn": {"threadId": "t1", "participant": "p", "contentType": "text"}});
-        assert!(filter(json!({"metadataMatch": {"team": "red"}})).matches("mail.turn.added", &e));
-        assert!(!filter(json!({"metadataMatch": {"team": "blue"}})).matches("mail.turn.added", &e));
-        assert!(filter(json!({"mail": {"conversationId": "c1", "threadId": "t1", "contentType": "text"}})).matches("mail.turn.added", &e));
-        assert!(!filter(json!({"mail": {"conversationId": "c2"}})).matches("mail.turn.added", &e));
-        assert!(!filter(json!({"mail": {}})).matches("agent.registered", &e));
+        assert!(filter(json!({"metadataMatch": {"team": "red"}})).matches(&e));
+        assert!(!filter(json!({"metadataMatch": {"team": "blue"}})).matches(&e));
+        assert!(filter(json!({"mail": {"conversationId": "c1", "threadId": "t1", "contentType": "text"}})).matches(&e));
+        assert!(!filter(json!({"mail": {"conversationId": "c2"}})).matches(&e));
+        assert!(!filter(json!({"mail": {}})).matches(&ev("agent.registered", None)));
     }
 }

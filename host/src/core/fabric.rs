@@ -2,18 +2,20 @@
 //! trait, so a multi-node fabric (e.g. over a message bus) can replace the
 //! in-process one without touching them.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::json;
 
-use super::events::{normalise_type, Filter, NewEvent};
-use super::ids;
+use super::events::{Filter, NewEvent};
+use super::ids::{self, Ulid, UlidGen};
 use super::outbox::{Frame, Full, Outbox};
+use crate::rpc::push_json_str;
 
 /// `map/replay` params.
 #[derive(Debug, Default, Deserialize)]
@@ -52,7 +54,7 @@ pub trait Fabric: Send + Sync {
     /// Queue one frame for a session.
     fn deliver(&self, session: &str, frame: Frame) -> Result<(), Full>;
     /// Number, record and fan out an event; returns its event id.
-    fn publish(&self, event: NewEvent) -> String;
+    fn publish(&self, event: NewEvent) -> Ulid;
     /// Whether anything (a subscription) would see events right now.
     fn has_subscribers(&self) -> bool;
     /// Start a subscription; with `from`, recorded events since then come first, without a gap.
@@ -73,9 +75,8 @@ struct Subscription {
 }
 
 struct Recorded {
-    event_id: String,
+    event_id: Ulid,
     timestamp: u64,
-    kind_norm: String,
     event: NewEvent,
 }
 
@@ -97,22 +98,30 @@ fn body_of(event_id: &str, timestamp: u64, event: &NewEvent) -> String {
     s
 }
 
-struct Inner {
-    outboxes: HashMap<String, Arc<Outbox>>,
+struct Events {
     subscriptions: Vec<Subscription>,
     log: VecDeque<Recorded>,
+    /// Event ids, made under this lock so the log stays in id order.
+    ids: UlidGen,
 }
 
 /// The single-process fabric: one per tenant, so tenants never share a queue.
+/// Delivery and events have separate locks: a send delivers and then
+/// records, and two senders should not queue behind each other for both.
 pub struct LocalFabric {
-    inner: Mutex<Inner>,
+    outboxes: RwLock<foldhash::HashMap<String, Arc<Outbox>>>,
+    events: Mutex<Events>,
+    /// `events.subscriptions.len()`, read without the lock on every send.
+    subscribers: AtomicUsize,
     log_capacity: usize,
 }
 
 impl LocalFabric {
     pub fn new(log_capacity: usize) -> LocalFabric {
         LocalFabric {
-            inner: Mutex::new(Inner { outboxes: HashMap::new(), subscriptions: Vec::new(), log: VecDeque::new() }),
+            outboxes: RwLock::default(),
+            events: Mutex::new(Events { subscriptions: Vec::new(), log: VecDeque::new(), ids: UlidGen::new() }),
+            subscribers: AtomicUsize::new(0),
             log_capacity: log_capacity.max(1),
         }
     }
@@ -133,10 +142,6 @@ fn event_frame(sub: &Subscription, rec_id: &str, timestamp: u64, caused_by: Opti
     s.push_str(body);
     s.push_str("}}");
     Frame::from(s)
-}
-
-fn push_json_str(out: &mut String, v: &str) {
-    out.push_str(&serde_json::to_string(v).expect("strings serialise"));
 }
 
 impl Subscription {
@@ -178,56 +183,56 @@ impl Subscription {
 
 impl Fabric for LocalFabric {
     fn join(&self, session: &str, outbox: Arc<Outbox>) {
-        let mut inner = self.inner.lock();
-        for sub in inner.subscriptions.iter_mut().filter(|s| s.session == session) {
+        let mut events = self.events.lock();
+        for sub in events.subscriptions.iter_mut().filter(|s| s.session == session) {
             sub.outbox = outbox.clone();
         }
-        inner.outboxes.insert(session.to_string(), outbox);
+        self.outboxes.write().insert(session.to_string(), outbox);
     }
 
     fn leave(&self, session: &str) {
-        let mut inner = self.inner.lock();
-        inner.outboxes.remove(session);
-        inner.subscriptions.retain(|s| s.session != session);
+        let mut events = self.events.lock();
+        self.outboxes.write().remove(session);
+        events.subscriptions.retain(|s| s.session != session);
+        self.subscribers.store(events.subscriptions.len(), Ordering::Relaxed);
     }
 
     fn deliver(&self, session: &str, frame: Frame) -> Result<(), Full> {
-        let outbox = self.inner.lock().outboxes.get(session).cloned();
-        outbox.ok_or(Full::Closed)?.push(frame)
+        self.outboxes.read().get(session).ok_or(Full::Closed)?.push(frame)
     }
 
-    fn publish(&self, event: NewEvent) -> String {
-        let kind_norm = normalise_type(&event.kind);
-        let mut inner = self.inner.lock();
+    fn publish(&self, event: NewEvent) -> Ulid {
+        let mut guard = self.events.lock();
+        let events = &mut *guard;
         // Id and timestamp are taken under the lock, so the log stays in event-id order.
-        let timestamp = ids::now_ms();
-        let event_id = ids::ulid();
+        let (id, timestamp) = events.ids.next_id();
+        let event_id = id.as_str();
         let mut body: Option<String> = None;
-        for sub in inner.subscriptions.iter_mut() {
-            if event.visible_to(&sub.session) && sub.filter.matches(&kind_norm, &event) {
-                let body = body.get_or_insert_with(|| body_of(&event_id, timestamp, &event));
-                sub.offer(&event_id, timestamp, event.caused_by.as_deref(), body);
+        for sub in events.subscriptions.iter_mut() {
+            if event.visible_to(&sub.session) && sub.filter.matches(&event) {
+                let body = body.get_or_insert_with(|| body_of(event_id, timestamp, &event));
+                sub.offer(event_id, timestamp, event.caused_by.as_deref(), body);
             }
         }
         if !event.recorded {
-            return event_id;
+            return id;
         }
-        let evicted = if inner.log.len() == self.log_capacity { inner.log.pop_front() } else { None };
-        inner.log.push_back(Recorded { event_id: event_id.clone(), timestamp, kind_norm, event });
-        drop(inner);
+        let evicted = if events.log.len() == self.log_capacity { events.log.pop_front() } else { None };
+        events.log.push_back(Recorded { event_id: id, timestamp, event });
+        drop(guard);
         // Free the evicted entry outside the lock.
         drop(evicted);
-        event_id
+        id
     }
 
     fn has_subscribers(&self) -> bool {
-        !self.inner.lock().subscriptions.is_empty()
+        self.subscribers.load(Ordering::Relaxed) > 0
     }
 
     fn subscribe(&self, session: &str, filter: Filter, from: Option<ReplayFrom>) -> String {
         let id = ids::prefixed("sub");
-        let mut inner = self.inner.lock();
-        let outbox = inner.outboxes.get(session).cloned().unwrap_or_else(|| Arc::new(Outbox::new(1)));
+        let mut inner = self.events.lock();
+        let outbox = self.outboxes.read().get(session).cloned().unwrap_or_else(|| Arc::new(Outbox::new(1)));
         let mut sub = Subscription {
             id: id.clone(),
             session: session.to_string(),
@@ -244,25 +249,28 @@ impl Fabric for LocalFabric {
                 ReplayFrom::Timestamp(t) => inner.log.partition_point(|r| r.timestamp < *t),
             };
             for r in inner.log.range(start..) {
-                if r.event.visible_to(&sub.session) && sub.filter.matches(&r.kind_norm, &r.event) {
-                    sub.offer(&r.event_id, r.timestamp, r.event.caused_by.as_deref(), &body_of(&r.event_id, r.timestamp, &r.event));
+                if r.event.visible_to(&sub.session) && sub.filter.matches(&r.event) {
+                    let id = r.event_id.as_str();
+                    sub.offer(id, r.timestamp, r.event.caused_by.as_deref(), &body_of(id, r.timestamp, &r.event));
                 }
             }
         }
         inner.subscriptions.push(sub);
+        self.subscribers.store(inner.subscriptions.len(), Ordering::Relaxed);
         id
     }
 
     fn unsubscribe(&self, session: &str, subscription: &str) -> bool {
-        let mut inner = self.inner.lock();
+        let mut inner = self.events.lock();
         let before = inner.subscriptions.len();
         inner.subscriptions.retain(|s| !(s.id == subscription && s.session == session));
+        self.subscribers.store(inner.subscriptions.len(), Ordering::Relaxed);
         inner.subscriptions.len() != before
     }
 
     fn replay(&self, q: &ReplayQuery) -> ReplayPage {
         let limit = q.limit.unwrap_or(100).clamp(1, 1000);
-        let inner = self.inner.lock();
+        let inner = self.events.lock();
         let start = match &q.after_event_id {
             Some(after) => inner.log.partition_point(|r| r.event_id.as_str() <= after.as_str()),
             None => 0,
@@ -271,17 +279,17 @@ impl Fabric for LocalFabric {
             r.event.visible_to(&q.session)
                 && q.from_timestamp.is_none_or(|t| r.timestamp >= t)
                 && q.to_timestamp.is_none_or(|t| r.timestamp <= t)
-                && q.filter.as_ref().is_none_or(|f| f.matches(&r.kind_norm, &r.event))
+                && q.filter.as_ref().is_none_or(|f| f.matches(&r.event))
         });
         let mut events = Vec::new();
         let mut total = 0;
         for r in selected {
             total += 1;
             if events.len() < limit {
-                let body = body_of(&r.event_id, r.timestamp, &r.event);
+                let body = body_of(r.event_id.as_str(), r.timestamp, &r.event);
                 let mut s = String::with_capacity(body.len() + 80);
                 s.push_str(r#"{"eventId":"#);
-                push_json_str(&mut s, &r.event_id);
+                push_json_str(&mut s, r.event_id.as_str());
                 let _ = write!(s, r#","timestamp":{}"#, r.timestamp);
                 if let Some(c) = &r.event.caused_by {
                     s.push_str(r#","causedBy":"#);
@@ -357,13 +365,13 @@ mod tests {
     #[test]
     fn replay_pages_after_an_event_id() {
         let fabric = LocalFabric::new(3);
-        let ids: Vec<String> = (0..5).map(|i| fabric.publish(NewEvent::new("x", Source::default(), json!({"i": i})))).collect();
+        let ids: Vec<Ulid> = (0..5).map(|i| fabric.publish(NewEvent::new("x", Source::default(), json!({"i": i})))).collect();
         let page = fabric.replay(&ReplayQuery { limit: Some(2), ..Default::default() });
         assert_eq!(page.total_count, 3, "the log keeps the newest three");
         assert!(page.has_more);
         let first: Value = serde_json::from_str(page.events[0].get()).unwrap();
-        assert_eq!(first["eventId"], ids[2]);
-        let page = fabric.replay(&ReplayQuery { after_event_id: Some(ids[3].clone()), ..Default::default() });
+        assert_eq!(first["eventId"], ids[2].as_str());
+        let page = fabric.replay(&ReplayQuery { after_event_id: Some(ids[3].to_string()), ..Default::default() });
         assert_eq!(page.events.len(), 1);
         assert!(!page.has_more);
     }

@@ -14,7 +14,7 @@ use super::{ids, Active, Conn, ConnState, Gateway, Live};
 use crate::tenants::Tenant;
 
 /// An event about an agent, with the facets filters need.
-pub(crate) fn agent_event(kind: &str, agent: &Agent, data: Value) -> NewEvent {
+pub(crate) fn agent_event(kind: &'static str, agent: &Agent, data: Value) -> NewEvent {
     let source = Source { agent_id: Some(agent.id.clone()), participant_id: Some(agent.owner_id.clone()), scope_id: None };
     let mut ev = NewEvent::new(kind, source, data);
     ev.facets.source_role = agent.role.clone();
@@ -24,7 +24,7 @@ pub(crate) fn agent_event(kind: &str, agent: &Agent, data: Value) -> NewEvent {
     ev
 }
 
-fn participant_event(kind: &str, s: &SessionInfo, extra: Value) -> NewEvent {
+fn participant_event(kind: &'static str, s: &SessionInfo, extra: Value) -> NewEvent {
     let source = Source { participant_id: Some(s.participant_id.clone()), ..Source::default() };
     let mut data = json!({"participantId": s.participant_id, "participantType": s.participant_type});
     if let (Value::Object(d), Value::Object(e)) = (&mut data, extra) {

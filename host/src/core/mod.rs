@@ -36,6 +36,8 @@ pub const PROTOCOL_VERSION: u64 = 1;
 pub enum Out {
     Json(Value),
     Raw(Box<RawValue>),
+    /// JSON text the core wrote itself (trusted, not re-validated).
+    Text(String),
 }
 
 impl From<Value> for Out {
@@ -188,7 +190,7 @@ impl Gateway {
     }
 
     /// Handle one request; notifications get no answer.
-    pub async fn handle(self: &Arc<Self>, conn: &mut Conn, req: Request) -> Option<String> {
+    pub async fn handle(self: &Arc<Self>, conn: &mut Conn, req: Request<'_>) -> Option<String> {
         let result = match methods::dispatch(self, conn, &req) {
             Some(r) => r,
             None => self.call_plugin(conn, &req).await,
@@ -196,13 +198,14 @@ impl Gateway {
         let id = req.id?;
         Some(match result {
             Ok(Out::Json(v)) => rpc::encode_result(&id, &v),
-            Ok(Out::Raw(raw)) => rpc::encode_result(&id, &raw),
+            Ok(Out::Raw(raw)) => rpc::encode_result_json(&id, raw.get()),
+            Ok(Out::Text(text)) => rpc::encode_result_json(&id, &text),
             Err(e) => rpc::encode_error(&id, &e),
         })
     }
 
     /// A method outside the core: the tenant's plugin that declared it, if any.
-    async fn call_plugin(&self, conn: &mut Conn, req: &Request) -> Result<Out, RpcError> {
+    async fn call_plugin(&self, conn: &mut Conn, req: &Request<'_>) -> Result<Out, RpcError> {
         let not_found = || RpcError::method_not_found(&req.method);
         let active = conn.active().map_err(|_| not_found())?;
         let plugin = active.tenant.plugins().method(&req.method).ok_or_else(not_found)?;

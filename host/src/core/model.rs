@@ -1,5 +1,7 @@
 //! Agents and scopes as the wire shows them.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -15,8 +17,9 @@ pub struct Agent {
     pub name: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// Shared: every event about the agent carries its role.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub role: Option<String>,
+    pub role: Option<Arc<str>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parent: Option<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -91,7 +94,7 @@ pub struct RegisterParams {
     pub agent_id: Option<String>,
     pub name: Option<String>,
     pub description: Option<String>,
-    pub role: Option<String>,
+    pub role: Option<Arc<str>>,
     pub parent: Option<String>,
     pub scopes: Vec<String>,
     pub visibility: Option<String>,

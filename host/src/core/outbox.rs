@@ -25,6 +25,17 @@ impl Frame {
     pub fn into_bytes(self) -> Bytes {
         self.0
     }
+
+    /// The frame on one line, for line-based transports (stdio, SSE). Raw
+    /// JSON passed through (payloads, addresses, plugin results) may be
+    /// pretty-printed; outside strings a line break is only whitespace, and
+    /// inside strings JSON has none, so each becomes a space.
+    pub fn single_line(&self) -> std::borrow::Cow<'_, [u8]> {
+        if !self.0.iter().any(|b| matches!(b, b'\n' | b'\r')) {
+            return std::borrow::Cow::Borrowed(&self.0);
+        }
+        std::borrow::Cow::Owned(self.0.iter().map(|&b| if matches!(b, b'\n' | b'\r') { b' ' } else { b }).collect())
+    }
 }
 
 impl From<String> for Frame {
@@ -118,6 +129,16 @@ impl Outbox {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn single_line_keeps_the_json_and_drops_line_breaks() {
+        let f = Frame::from("{\"a\":\r\n  {\"b\": \"x\\ny\"}\n}".to_string());
+        let line = f.single_line();
+        assert!(!line.contains(&b'\n') && !line.contains(&b'\r'));
+        let a: serde_json::Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(a, serde_json::from_str::<serde_json::Value>(f.as_str()).unwrap());
+        assert!(matches!(Frame::from_static("{}").single_line(), std::borrow::Cow::Borrowed(_)));
+    }
 
     #[test]
     fn parks_until_attached_and_bounds_the_queue() {

@@ -1,6 +1,6 @@
 //! One tenant's directory: sessions, agents and scopes.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -30,6 +30,7 @@ pub struct SessionInfo {
     pub capabilities: Value,
 }
 
+/// Looked up on every send: foldhash (seeded per process) instead of SipHash.
 #[derive(Default)]
 pub struct Registry {
     pub sessions: HashMap<String, SessionInfo>,

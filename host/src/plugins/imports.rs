@@ -89,7 +89,7 @@ impl PluginState {
             participant_id: Some(self.acting().participant_id),
             scope_id: None,
         };
-        Ok(NewEvent::new(&event_type, source, data))
+        Ok(NewEvent::new(event_type, source, data))
     }
 }
 
@@ -126,15 +126,15 @@ impl events::Host for PluginState {
 impl router::Host for PluginState {
     async fn send(&mut self, to: String, payload: String, meta: Option<String>) -> Wt<Result<String, types::RpcError>> {
         let parsed = (|| -> Result<_, RpcError> {
-            let to: Value = serde_json::from_str(&to).map_err(|e| RpcError::invalid_params(format!("`to` is not JSON: {e}")))?;
-            let payload = RawValue::from_string(payload).map_err(|e| RpcError::invalid_params(format!("`payload` is not JSON: {e}")))?;
-            let meta: Map<String, Value> = match meta {
-                Some(m) => serde_json::from_str(&m).map_err(|e| RpcError::invalid_params(format!("`meta` is not a JSON object: {e}")))?,
-                None => Map::new(),
+            let to: &RawValue = serde_json::from_str(&to).map_err(|e| RpcError::invalid_params(format!("`to` is not JSON: {e}")))?;
+            let payload: &RawValue = serde_json::from_str(&payload).map_err(|e| RpcError::invalid_params(format!("`payload` is not JSON: {e}")))?;
+            let meta: Option<Map<String, Value>> = match &meta {
+                Some(m) => Some(serde_json::from_str(m).map_err(|e| RpcError::invalid_params(format!("`meta` is not a JSON object: {e}")))?),
+                None => None,
             };
-            Ok((to, payload, meta))
+            Ok(messaging::Outgoing { to, payload: Some(payload), meta, from: None })
         })();
-        let result = parsed.and_then(|(to, payload, meta)| messaging::send_message(&self.acting(), Some(to), Some(payload), meta, None));
+        let result = parsed.and_then(|msg| messaging::send_message(&self.acting(), msg));
         Ok(result.map_err(to_wit))
     }
 

@@ -67,6 +67,11 @@ impl TenantPlugins {
         })
     }
 
+    /// Whether any interceptor could want a message: with `meta` (some keys) or without.
+    pub fn observes_any(&self, has_meta: bool) -> bool {
+        !self.observers.is_empty() && (self.observe_all || has_meta)
+    }
+
     /// Whether any interceptor wants a message with this `meta`.
     pub fn observes(&self, meta: &Map<String, Value>) -> bool {
         !self.observers.is_empty() && (self.observe_all || self.observe_keys.iter().any(|k| meta.contains_key(k)))

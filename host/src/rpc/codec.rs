@@ -1,3 +1,5 @@
+use std::borrow::Cow;
+
 use serde::de::{DeserializeOwned, IgnoredAny};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
@@ -5,23 +7,28 @@ use serde_json::Value;
 
 use super::RpcError;
 
-/// One JSON-RPC call or notification from a peer.
+/// One JSON-RPC call or notification from a peer, borrowed from the frame it came in.
 #[derive(Debug)]
-pub struct Request {
+pub struct Request<'a> {
     /// `None` for a notification; otherwise the id exactly as sent (string, number or null).
     pub id: Option<Value>,
-    pub method: String,
-    pub params: Option<Box<RawValue>>,
+    pub method: Cow<'a, str>,
+    pub params: Option<&'a RawValue>,
 }
 
-impl Request {
+impl<'a> Request<'a> {
     pub fn is_notification(&self) -> bool {
         self.id.is_none()
     }
 
     /// Decode `params` into `T`; absent or null params decode as `{}`.
     pub fn params<T: DeserializeOwned>(&self) -> Result<T, RpcError> {
-        let text = match &self.params {
+        self.params_borrowed()
+    }
+
+    /// Like `params`, for types that borrow strings from the frame.
+    pub fn params_borrowed<T: Deserialize<'a>>(&self) -> Result<T, RpcError> {
+        let text = match self.params {
             Some(raw) if raw.get() != "null" => raw.get(),
             _ => "{}",
         };
@@ -31,11 +38,11 @@ impl Request {
 
 /// What one frame (a WebSocket text frame, an NDJSON line, an HTTP body) held.
 #[derive(Debug)]
-pub enum Decoded {
+pub enum Decoded<'a> {
     /// A single message. `Err` carries the id to answer with (null when unknown).
-    Single(Result<Request, (Value, RpcError)>),
+    Single(Result<Request<'a>, (Value, RpcError)>),
     /// A batch, in order. Responses (peers answering us) are dropped silently.
-    Batch(Vec<Result<Request, (Value, RpcError)>>),
+    Batch(Vec<Result<Request<'a>, (Value, RpcError)>>),
     /// Not JSON, or an empty batch: answer once with id null.
     Invalid(RpcError),
     /// A response from the peer (we send no requests, so there is nothing to do).
@@ -48,10 +55,10 @@ struct Envelope<'a> {
     jsonrpc: Option<&'a str>,
     #[serde(default, deserialize_with = "present")]
     id: Option<Value>,
-    #[serde(default)]
-    method: Option<String>,
-    #[serde(default)]
-    params: Option<Box<RawValue>>,
+    #[serde(default, borrow)]
+    method: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    params: Option<&'a RawValue>,
     #[serde(default)]
     result: Option<IgnoredAny>,
     #[serde(default)]
@@ -64,10 +71,15 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
 }
 
 /// Decode one frame into requests, keeping each message's own error.
-pub fn decode_frame(bytes: &[u8]) -> Decoded {
-    let first = bytes.iter().find(|b| !b.is_ascii_whitespace()).copied();
+pub fn decode_frame(bytes: &[u8]) -> Decoded<'_> {
+    // Checked once here, so the parser need not check each string again.
+    let text = match std::str::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(e) => return Decoded::Invalid(RpcError::parse_error(e)),
+    };
+    let first = text.bytes().find(|b| !b.is_ascii_whitespace());
     if first == Some(b'[') {
-        let items: Vec<&RawValue> = match serde_json::from_slice(bytes) {
+        let items: Vec<&'_ RawValue> = match serde_json::from_str(text) {
             Ok(items) => items,
             Err(e) => return Decoded::Invalid(RpcError::parse_error(e)),
         };
@@ -76,7 +88,7 @@ pub fn decode_frame(bytes: &[u8]) -> Decoded {
         }
         let out = items
             .into_iter()
-            .filter_map(|raw| match decode_one(raw.get().as_bytes()) {
+            .filter_map(|raw| match decode_one(raw.get()) {
                 Decoded::Single(r) => Some(r),
                 Decoded::Invalid(e) => Some(Err((Value::Null, e))),
                 _ => None,
@@ -84,14 +96,14 @@ pub fn decode_frame(bytes: &[u8]) -> Decoded {
             .collect();
         return Decoded::Batch(out);
     }
-    decode_one(bytes)
+    decode_one(text)
 }
 
-fn decode_one(bytes: &[u8]) -> Decoded {
-    match serde_json::from_slice::<Envelope>(bytes) {
+fn decode_one(text: &str) -> Decoded<'_> {
+    match serde_json::from_str::<Envelope>(text) {
         Ok(env) => from_envelope(env),
         // Valid JSON of the wrong shape is an invalid request; anything else a parse error.
-        Err(e) => match serde_json::from_slice::<Value>(bytes) {
+        Err(e) => match serde_json::from_str::<Value>(text) {
             Ok(v) => {
                 let id = v.get("id").filter(|id| valid_id(id)).cloned().unwrap_or(Value::Null);
                 Decoded::Single(Err((id, RpcError::invalid_request(format!("Invalid Request: {e}")))))
@@ -105,7 +117,7 @@ fn valid_id(id: &Value) -> bool {
     matches!(id, Value::String(_) | Value::Number(_) | Value::Null)
 }
 
-fn from_envelope(env: Envelope) -> Decoded {
+fn from_envelope(env: Envelope<'_>) -> Decoded<'_> {
     let id_for_error = env.id.clone().filter(valid_id).unwrap_or(Value::Null);
     let fail = |msg: &str| Decoded::Single(Err((id_for_error.clone(), RpcError::invalid_request(format!("Invalid Request: {msg}")))));
     if env.jsonrpc != Some("2.0") {
@@ -129,8 +141,8 @@ fn from_envelope(env: Envelope) -> Decoded {
     Decoded::Single(Ok(Request { id: env.id, method, params: env.params }))
 }
 
-fn envelope(id: &Value, key: &str, body: impl FnOnce(&mut Vec<u8>)) -> String {
-    let mut out = Vec::with_capacity(128);
+fn envelope(id: &Value, key: &str, size_hint: usize, body: impl FnOnce(&mut Vec<u8>)) -> String {
+    let mut out = Vec::with_capacity(48 + size_hint);
     out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
     serde_json::to_writer(&mut out, id).expect("ids serialise");
     out.extend_from_slice(b",\"");
@@ -143,16 +155,73 @@ fn envelope(id: &Value, key: &str, body: impl FnOnce(&mut Vec<u8>)) -> String {
 
 /// `{"jsonrpc":"2.0","id":…,"result":…}`.
 pub fn encode_result(id: &Value, result: &impl Serialize) -> String {
-    envelope(id, "result", |out| {
+    envelope(id, "result", 80, |out| {
         if serde_json::to_writer(&mut *out, result).is_err() {
             out.extend_from_slice(b"null");
         }
     })
 }
 
+/// `{"jsonrpc":"2.0","id":…,"result":…}` around JSON text the caller built itself.
+pub fn encode_result_json(id: &Value, json: &str) -> String {
+    envelope(id, "result", json.len(), |out| out.extend_from_slice(json.as_bytes()))
+}
+
+/// Whether any byte is a control character, `"` or `\\`: eight bytes at a
+/// time, since every id written into a frame passes here.
+fn needs_escape(bytes: &[u8]) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let zero_byte = |w: u64| w.wrapping_sub(ONES) & !w & HIGHS != 0;
+    let mut chunks = bytes.chunks_exact(8);
+    for c in &mut chunks {
+        let w = u64::from_le_bytes(c.try_into().expect("8 bytes"));
+        // A byte below 0x20 has none of the bits 0x20..0x80 set, unless its top bit is.
+        let control = w.wrapping_sub(ONES * 0x20) & !w & HIGHS != 0;
+        if control || zero_byte(w ^ (ONES * b'"' as u64)) || zero_byte(w ^ (ONES * b'\\' as u64)) {
+            return true;
+        }
+    }
+    chunks.remainder().iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\')
+}
+
+/// Append `s` as a JSON string literal (quoted and escaped) without allocating.
+pub fn push_json_str(out: &mut String, s: &str) {
+    out.reserve(s.len() + 2);
+    out.push('"');
+    if !needs_escape(s.as_bytes()) {
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
+    let mut start = 0;
+    for (i, b) in s.bytes().enumerate() {
+        let escape = match b {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            0x08 => "\\b",
+            0x0c => "\\f",
+            0..=0x1f => "",
+            _ => continue,
+        };
+        out.push_str(&s[start..i]);
+        if escape.is_empty() {
+            let _ = std::fmt::Write::write_fmt(out, format_args!("\\u{b:04x}"));
+        } else {
+            out.push_str(escape);
+        }
+        start = i + 1;
+    }
+    out.push_str(&s[start..]);
+    out.push('"');
+}
+
 /// `{"jsonrpc":"2.0","id":…,"error":{code,message,data}}`.
 pub fn encode_error(id: &Value, error: &RpcError) -> String {
-    envelope(id, "error", |out| serde_json::to_writer(out, &error.to_json()).expect("error serialises"))
+    envelope(id, "error", 80, |out| serde_json::to_writer(out, &error.to_json()).expect("error serialises"))
 }
 
 /// `{"jsonrpc":"2.0","method":…,"params":…}`.
@@ -174,7 +243,7 @@ mod tests {
     use crate::rpc::codes;
     use serde_json::json;
 
-    fn single(text: &str) -> Result<Request, (Value, RpcError)> {
+    fn single(text: &str) -> Result<Request<'_>, (Value, RpcError)> {
         match decode_frame(text.as_bytes()) {
             Decoded::Single(r) => r,
             other => panic!("expected single, got {other:?}"),
@@ -212,6 +281,31 @@ mod tests {
         assert_eq!(items[0].as_ref().unwrap().method, "a");
         assert!(items[1].is_err());
         assert!(items[2].as_ref().unwrap().is_notification());
+    }
+
+    #[test]
+    fn finds_every_byte_that_needs_escaping() {
+        for fill in [b'a', 0x21, 0x80, 0xc3, 0xff] {
+            for len in 0..20 {
+                for at in 0..len {
+                    for b in 0u8..=255 {
+                        let mut bytes = vec![fill; len];
+                        bytes[at] = b;
+                        let want = b < 0x20 || b == b'"' || b == b'\\';
+                        assert_eq!(needs_escape(&bytes), want, "byte {b:#x} at {at} of {len} in {fill:#x}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn escapes_strings_as_serde_does() {
+        for s in ["plain", "q\"uote", "back\\slash", "nl\n tab\t cr\r", "\u{1}\u{8}\u{c}\u{1f}\u{7f}", "ünï 😀", ""] {
+            let mut out = String::from("x");
+            push_json_str(&mut out, s);
+            assert_eq!(out[1..], serde_json::to_string(s).unwrap());
+        }
     }
 
     #[test]

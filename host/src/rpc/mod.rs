@@ -3,5 +3,5 @@
 mod codec;
 mod error;
 
-pub use codec::{decode_frame, encode_error, encode_notification, encode_result, Decoded, Request};
+pub use codec::{decode_frame, encode_error, encode_notification, encode_result, encode_result_json, push_json_str, Decoded, Request};
 pub use error::{codes, RpcError};

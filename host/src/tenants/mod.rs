@@ -2,6 +2,7 @@
 //! each has its own directory and fabric, so nothing is shared across tenants.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
@@ -17,7 +18,14 @@ pub struct Tenant {
     pub registry: Mutex<Registry>,
     pub fabric: Arc<dyn Fabric>,
     plugins: RwLock<Arc<TenantPlugins>>,
+    /// Which sends the interceptors may want (see `may_observe`), kept beside
+    /// the set so a send without interest skips the lock.
+    observed: AtomicU8,
 }
+
+const OBSERVE_NONE: u8 = 0;
+const OBSERVE_WITH_META: u8 = 1;
+const OBSERVE_ALL: u8 = 2;
 
 impl Tenant {
     pub fn new(id: &str, replay_events: usize) -> Tenant {
@@ -26,6 +34,7 @@ impl Tenant {
             registry: Mutex::new(Registry::default()),
             fabric: Arc::new(LocalFabric::new(replay_events)),
             plugins: RwLock::new(Arc::new(TenantPlugins::default())),
+            observed: AtomicU8::new(OBSERVE_NONE),
         }
     }
 
@@ -35,7 +44,24 @@ impl Tenant {
     }
 
     pub fn set_plugins(&self, set: TenantPlugins) {
-        *self.plugins.write() = Arc::new(set);
+        let mut current = self.plugins.write();
+        let observed = match (set.observes_any(false), set.observes_any(true)) {
+            (true, _) => OBSERVE_ALL,
+            (false, true) => OBSERVE_WITH_META,
+            _ => OBSERVE_NONE,
+        };
+        self.observed.store(observed, Ordering::Relaxed);
+        *current = Arc::new(set);
+    }
+
+    /// Whether an interceptor may want a send (with or without `meta`); when
+    /// true, `plugins().observes(meta)` decides.
+    pub fn may_observe(&self, has_meta: bool) -> bool {
+        match self.observed.load(Ordering::Relaxed) {
+            OBSERVE_ALL => true,
+            OBSERVE_WITH_META => has_meta,
+            _ => false,
+        }
     }
 }
 

@@ -198,7 +198,7 @@ fn events(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
                 let frame = frame?;
                 let mut out = Vec::with_capacity(frame.as_str().len() + 24);
                 out.extend_from_slice(b"event: message\ndata: ");
-                out.extend_from_slice(frame.as_str().as_bytes());
+                out.extend_from_slice(&frame.single_line());
                 out.extend_from_slice(b"\n\n");
                 Bytes::from(out)
             }

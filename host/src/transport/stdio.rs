@@ -24,7 +24,7 @@ where
         while let Some(frame) = rx.recv().await {
             let mut next = Some(frame);
             while let Some(f) = next {
-                output.write_all(f.as_str().as_bytes()).await?;
+                output.write_all(&f.single_line()).await?;
                 output.write_all(b"\n").await?;
                 next = rx.try_recv().ok();
             }

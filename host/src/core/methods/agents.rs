@@ -18,7 +18,7 @@ fn publish(active: &Active, events: Vec<NewEvent>) {
     }
 }
 
-fn scope_event(kind: &str, scope: &str, agent: &Agent) -> NewEvent {
+fn scope_event(kind: &'static str, scope: &str, agent: &Agent) -> NewEvent {
     let mut ev = agent_event(kind, agent, json!({"scopeId": scope, "agentId": agent.id}));
     ev.source.scope_id = Some(scope.to_string());
     // A scope event concerns its own scope, not the agent's other memberships.
@@ -183,7 +183,7 @@ pub fn update(active: &Active, req: &Request) -> Result<Out, RpcError> {
             agent.description = p.description;
         }
         if p.role.is_some() {
-            agent.role = p.role;
+            agent.role = p.role.map(Into::into);
         }
         if p.capabilities.is_some() {
             agent.capabilities = p.capabilities;
@@ -285,7 +285,7 @@ pub fn list(active: &Active, req: &Request) -> Result<Out, RpcError> {
         .agents_sorted()
         .into_iter()
         .filter(|a| states.is_empty() || states.contains(&a.state))
-        .filter(|a| roles.is_empty() || a.role.as_ref().is_some_and(|r| roles.contains(r)))
+        .filter(|a| roles.is_empty() || a.role.as_deref().is_some_and(|r| roles.iter().any(|want| want == r)))
         .filter(|a| scopes.is_empty() || a.scopes.iter().any(|s| scopes.contains(s)))
         .filter(|a| parent.is_none() || a.parent == parent)
         .filter(|a| owner.is_none() || owner.as_ref() == Some(&a.owner_id))

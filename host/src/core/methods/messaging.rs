@@ -1,180 +1,221 @@
 //! map/send: resolve the address, push `map/message` to each recipient, record events.
+//!
+//! This is the gateway's hot path: the frame is written once, straight from
+//! the request's borrowed text, and shared by every recipient.
+
+use std::borrow::Cow;
+use std::sync::Arc;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 use crate::core::address::{self, Address, Sender};
-use crate::core::events::{NewEvent, Source};
+use crate::core::events::{Facets, NewEvent, Source};
 use crate::core::outbox::Frame;
 use crate::core::{ids, Active, Out};
-use crate::rpc::{codes, Request, RpcError};
-
-struct Params {
-    payload: Option<Box<RawValue>>,
-    from: Option<String>,
-}
+use crate::rpc::{codes, push_json_str, Request, RpcError};
 
 #[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct SendParams {
-    to: Option<Value>,
-    #[serde(default)]
-    payload: Option<Box<RawValue>>,
+struct SendParams<'a> {
+    #[serde(borrow, default)]
+    to: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    payload: Option<&'a RawValue>,
     #[serde(default)]
     meta: Option<Map<String, Value>>,
     /// Which of the session's agents sends (default: its first).
-    #[serde(default)]
-    from: Option<String>,
+    #[serde(borrow, default)]
+    from: Option<Cow<'a, str>>,
 }
 
-fn push_json(out: &mut String, v: &impl serde::Serialize) {
-    out.push_str(&serde_json::to_string(v).expect("values serialise"));
+/// A message to send, as JSON text where the wire gives text.
+pub struct Outgoing<'a> {
+    pub to: &'a RawValue,
+    pub payload: Option<&'a RawValue>,
+    pub meta: Option<Map<String, Value>>,
+    /// Which of the session's agents sends (default: its first).
+    pub from: Option<&'a str>,
 }
 
 pub fn send(active: &Active, req: &Request) -> Result<Out, RpcError> {
-    let p: SendParams = req.params()?;
-    let answer = send_message(active, p.to, p.payload, p.meta.unwrap_or_default(), p.from)?;
-    Ok(Out::Raw(RawValue::from_string(answer).expect("built as JSON")))
+    let p: SendParams = req.params_borrowed()?;
+    let to = p.to.ok_or_else(|| RpcError::invalid_params("`to` is required"))?;
+    let msg = Outgoing { to, payload: p.payload, meta: p.meta, from: p.from.as_deref() };
+    Ok(Out::Text(send_message(active, msg)?))
+}
+
+/// What the registry says about the sender and the recipients of one send.
+struct Routing {
+    recipients: Vec<address::Recipient>,
+    /// The sending agent, if the session has one.
+    agent: Option<String>,
+    role: Option<Arc<str>>,
+    metadata: Option<Value>,
+    /// Roles of sender and recipients, scopes concerned: for subscription filters.
+    roles: Vec<Arc<str>>,
+    scopes: Vec<String>,
+}
+
+fn route(active: &Active, addr: &Address, from: Option<&str>) -> Result<Routing, RpcError> {
+    let reg = active.tenant.registry.lock();
+    let session = reg.sessions.get(&active.session_id);
+    let agent = match from {
+        Some(a) if session.is_some_and(|s| s.agents.iter().any(|x| x == a)) => Some(a.to_string()),
+        Some(a) => return Err(RpcError::new(codes::PERMISSION_DENIED, format!("Agent {a} is not owned by this session"))),
+        None => session.and_then(|s| s.agents.first().cloned()),
+    };
+    let sender = Sender { session: &active.session_id, agent: agent.as_deref() };
+    let recipients = address::resolve(&reg, addr, &sender)?;
+    let me = agent.as_ref().and_then(|a| reg.agents.get(a));
+    let role = me.and_then(|a| a.role.clone());
+    let mut roles: Vec<Arc<str>> = Vec::with_capacity(1 + recipients.len());
+    roles.extend(role.clone());
+    roles.extend(recipients.iter().filter_map(|r| reg.agents.get(&r.id)?.role.clone()));
+    let mut scopes = Vec::new();
+    if let Address::Scope(s) = addr {
+        scopes.push(s.clone());
+    }
+    if let Some(me) = me {
+        scopes.extend(me.scopes.iter().cloned());
+    }
+    Ok(Routing { recipients, role, metadata: me.and_then(|a| a.metadata.clone()), roles, scopes, agent })
 }
 
 /// `map/send` for a session (or a plugin acting as one): resolve, deliver,
 /// record events, hand the message to interested interceptors. Returns the
 /// result as JSON text: `{"messageId": …, "delivered": […], "failed"?: […]}`.
-pub fn send_message(active: &Active, to: Option<Value>, payload: Option<Box<RawValue>>, meta: Map<String, Value>, from: Option<String>) -> Result<String, RpcError> {
-    let to = to.ok_or_else(|| RpcError::invalid_params("`to` is required"))?;
-    let addr = Address::parse(&to)?;
-    let p = Params { payload, from };
+pub fn send_message(active: &Active, msg: Outgoing) -> Result<String, RpcError> {
+    let addr = Address::from_json(msg.to)?;
+    let routing = route(active, &addr, msg.from)?;
+    let meta = msg.meta.filter(|m| !m.is_empty());
+    let from = routing.agent.as_deref().unwrap_or(&active.participant_id);
 
-    let mut facets_roles = Vec::new();
-    let mut facets_scopes = Vec::new();
-    let (from, sender_agent, sender_role, sender_meta, recipients) = {
-        let reg = active.tenant.registry.lock();
-        let session = reg.sessions.get(&active.session_id);
-        let agent = match &p.from {
-            Some(a) if session.is_some_and(|s| s.agents.contains(a)) => Some(a.clone()),
-            Some(a) => return Err(RpcError::new(codes::PERMISSION_DENIED, format!("Agent {a} is not owned by this session"))),
-            None => session.and_then(|s| s.agents.first().cloned()),
-        };
-        let sender = Sender { session: &active.session_id, agent: agent.as_deref() };
-        let recipients = address::resolve(&reg, &addr, &sender)?;
-        for r in &recipients {
-            if let Some(role) = reg.agents.get(&r.id).and_then(|a| a.role.clone()) {
-                facets_roles.push(role);
-            }
-        }
-        if let Address::Scope(s) = &addr {
-            facets_scopes.push(s.clone());
-        }
-        let me = agent.as_ref().and_then(|a| reg.agents.get(a));
-        if let Some(me) = me {
-            facets_scopes.extend(me.scopes.iter().cloned());
-        }
-        let role = me.and_then(|a| a.role.clone());
-        let metadata = me.and_then(|a| a.metadata.clone());
-        let from = agent.clone().unwrap_or_else(|| active.participant_id.clone());
-        (from, agent, role, metadata, recipients)
-    };
-
-    let message_id = ids::prefixed("msg");
-    let timestamp = ids::now_ms();
-    // The message text is built once and shared by every recipient's frame.
-    let mut message = String::with_capacity(256);
-    message.push_str(r#"{"id":"#);
-    push_json(&mut message, &message_id);
-    message.push_str(r#","from":"#);
-    push_json(&mut message, &from);
-    message.push_str(r#","to":"#);
-    push_json(&mut message, &to);
-    message.push_str(&format!(r#","timestamp":{timestamp}"#));
-    if let Some(payload) = &p.payload {
-        message.push_str(r#","payload":"#);
-        message.push_str(payload.get());
+    let (message_id, timestamp) = ids::prefixed_at("msg");
+    let payload = msg.payload.map(RawValue::get);
+    let mut frame = String::with_capacity(192 + msg.to.get().len() + payload.map_or(0, str::len));
+    frame.push_str(r#"{"jsonrpc":"2.0","method":"map/message","params":{"message":"#);
+    let message_at = frame.len();
+    frame.push_str(r#"{"id":"#);
+    push_json_str(&mut frame, &message_id);
+    frame.push_str(r#","from":"#);
+    push_json_str(&mut frame, from);
+    frame.push_str(r#","to":"#);
+    frame.push_str(msg.to.get());
+    frame.push_str(r#","timestamp":"#);
+    frame.push_str(itoa::Buffer::new().format(timestamp));
+    if let Some(payload) = payload {
+        frame.push_str(r#","payload":"#);
+        frame.push_str(payload);
     }
-    if !meta.is_empty() {
-        message.push_str(r#","meta":"#);
-        push_json(&mut message, &meta);
+    if let Some(meta) = &meta {
+        frame.push_str(r#","meta":"#);
+        frame.push_str(&serde_json::to_string(meta).expect("meta serialises"));
     }
-    message.push('}');
-    let frame = Frame::from(format!(r#"{{"jsonrpc":"2.0","method":"map/message","params":{{"message":{message}}}}}"#));
+    frame.push('}');
+    // `message_sent` carries the message as recipients saw it.
+    let mut sent = String::with_capacity(frame.len() + 64);
+    sent.push_str(r#"{"message":"#);
+    sent.push_str(&frame[message_at..]);
+    frame.push_str("}}");
+    let mut frame = Some(Frame::from(frame));
 
-    let mut delivered = Vec::with_capacity(recipients.len());
-    let mut failed = Vec::new();
-    let mut sessions_done: Vec<(&str, bool)> = Vec::with_capacity(recipients.len());
-    for r in &recipients {
-        // A session owning several recipients gets the message once.
-        let ok = match sessions_done.iter().find(|(s, _)| *s == r.session) {
-            Some((_, ok)) => *ok,
-            None => {
-                let ok = active.tenant.fabric.deliver(&r.session, frame.clone()).is_ok();
-                sessions_done.push((&r.session, ok));
-                ok
+    // Delivered ids as a JSON array; a session owning several recipients gets the message once.
+    let recipients = &routing.recipients;
+    let mut delivered = String::with_capacity(2 + recipients.len() * 32);
+    delivered.push('[');
+    let mut delivered_count = 0;
+    let mut failed: Vec<&str> = Vec::new();
+    let mut failed_sessions: Vec<&str> = Vec::new();
+    for (i, r) in recipients.iter().enumerate() {
+        let seen = recipients.len() > 1 && recipients[..i].iter().any(|p| p.session == r.session);
+        let ok = if seen {
+            !failed_sessions.contains(&r.session.as_str())
+        } else {
+            // The last recipient takes the frame itself; the others share it.
+            let copy = if i + 1 == recipients.len() { frame.take() } else { frame.clone() };
+            let ok = copy.is_some_and(|f| active.tenant.fabric.deliver(&r.session, f).is_ok());
+            if !ok {
+                failed_sessions.push(&r.session);
             }
+            ok
         };
         if ok {
-            delivered.push(r.id.as_str());
+            if delivered_count > 0 {
+                delivered.push(',');
+            }
+            delivered_count += 1;
+            push_json_str(&mut delivered, &r.id);
         } else {
-            failed.push(r.id.as_str());
+            failed.push(&r.id);
         }
     }
+    delivered.push(']');
 
-    let source = Source { agent_id: sender_agent, participant_id: Some(active.participant_id.clone()), scope_id: None };
-    let priority = meta.get("priority").and_then(Value::as_str).unwrap_or("normal").to_string();
-    let correlation = meta.get("correlationId").and_then(Value::as_str).map(String::from);
-    let with_facets = |mut ev: NewEvent| {
-        ev.facets.source_role = sender_role.clone();
-        ev.facets.roles = sender_role.iter().cloned().chain(facets_roles.iter().cloned()).collect();
-        ev.facets.scopes = facets_scopes.clone();
-        ev.facets.priority = Some(priority.clone());
-        ev.facets.correlation_id = correlation.clone();
-        ev.facets.metadata = sender_meta.clone();
-        ev
+    let meta_str = |key: &str| meta.as_ref().and_then(|m| m.get(key)).and_then(Value::as_str);
+    let facets = Facets {
+        source_role: routing.role,
+        roles: routing.roles,
+        scopes: routing.scopes,
+        priority: Some(meta_str("priority").map_or(Cow::Borrowed("normal"), |p| Cow::Owned(p.to_string()))),
+        correlation_id: meta_str("correlationId").map(String::from),
+        metadata: routing.metadata,
     };
+    let source = Source { agent_id: routing.agent.clone(), participant_id: Some(active.participant_id.clone()), scope_id: None };
     let fabric = &active.tenant.fabric;
-    let delivered_json = serde_json::to_string(&delivered).expect("ids serialise");
-    let sent = format!(r#"{{"message":{message},"recipients":{delivered_json}}}"#);
-    fabric.publish(with_facets(NewEvent::with_text("message_sent", source.clone(), sent)));
-    if delivered.is_empty() && !recipients.is_empty() {
-        fabric.publish(with_facets(NewEvent::new("message_failed", source, json!({"messageId": message_id, "failed": failed}))));
+    let all_failed = delivered_count == 0 && !recipients.is_empty();
+    sent.push_str(r#","recipients":"#);
+    sent.push_str(&delivered);
+    sent.push('}');
+    let event = |kind, source, data, facets| NewEvent { facets, ..NewEvent::with_text(kind, source, data) };
+    if !all_failed && !fabric.has_subscribers() {
+        // The usual case: `message_sent` is the only event and takes facets and source without copies.
+        fabric.publish(event("message_sent", source, sent, facets));
+    } else if all_failed {
+        fabric.publish(event("message_sent", source.clone(), sent, facets.clone()));
+        let failed_json = serde_json::to_string(&failed).expect("ids serialise");
+        let data = format!(r#"{{"messageId":"{message_id}","failed":{failed_json}}}"#);
+        fabric.publish(event("message_failed", source, data, facets));
         return Err(RpcError::new(codes::DELIVERY_FAILED, "No recipient could take the message (their queues are full or closed)")
             .with_details(json!({"messageId": message_id, "failed": failed})));
-    }
-    // `message_sent` (recorded) already lists the recipients; `message_delivered`
-    // is pushed live to subscribers only, and built only when there are some.
-    if fabric.has_subscribers() {
-        let mut done = String::with_capacity(96 + delivered_json.len());
+    } else {
+        fabric.publish(event("message_sent", source.clone(), sent, facets.clone()));
+        // `message_sent` (recorded) already lists the recipients; `message_delivered`
+        // is pushed live to subscribers only.
+        let mut done = String::with_capacity(96 + delivered.len());
         done.push_str(r#"{"messageId":"#);
-        push_json(&mut done, &message_id);
+        push_json_str(&mut done, &message_id);
         done.push_str(r#","from":"#);
-        push_json(&mut done, &from);
+        push_json_str(&mut done, from);
         done.push_str(r#","delivered":"#);
-        done.push_str(&delivered_json);
+        done.push_str(&delivered);
         done.push('}');
-        let mut delivered_event = with_facets(NewEvent::with_text("message_delivered", source, done));
-        delivered_event.recorded = false;
-        fabric.publish(delivered_event);
+        fabric.publish(NewEvent { recorded: false, ..event("message_delivered", source, done, facets) });
     }
-    let plugins = active.tenant.plugins();
-    if plugins.observes(&meta) {
-        let sent = SentMessage {
-            id: message_id.clone(),
-            from: from.clone(),
-            to: to.clone(),
-            timestamp,
-            payload: p.payload.as_ref().map(|r| r.get().to_string()).unwrap_or_else(|| "null".into()),
-            meta: Value::Object(meta.clone()),
-            delivered: delivered.iter().map(|d| d.to_string()).collect(),
-        };
-        plugins.observe(active, sent);
+    if active.tenant.may_observe(meta.is_some()) {
+        let plugins = active.tenant.plugins();
+        let no_meta = Map::new();
+        if plugins.observes(meta.as_ref().unwrap_or(&no_meta)) {
+            let sent = SentMessage {
+                id: message_id.clone(),
+                from: from.to_string(),
+                to: msg.to.get().to_string(),
+                timestamp,
+                payload: payload.unwrap_or("null").to_string(),
+                meta: Value::Object(meta.clone().unwrap_or_default()),
+                delivered: recipients.iter().filter(|r| !failed.contains(&r.id.as_str())).map(|r| r.id.clone()).collect(),
+            };
+            plugins.observe(active, sent);
+        }
     }
-    let mut result = String::with_capacity(64 + delivered_json.len());
+    let mut result = String::with_capacity(64 + delivered.len());
     result.push_str(r#"{"messageId":"#);
-    push_json(&mut result, &message_id);
+    push_json_str(&mut result, &message_id);
     result.push_str(r#","delivered":"#);
-    result.push_str(&delivered_json);
+    result.push_str(&delivered);
     if !failed.is_empty() {
         result.push_str(r#","failed":"#);
-        push_json(&mut result, &failed);
+        result.push_str(&serde_json::to_string(&failed).expect("ids serialise"));
     }
     result.push('}');
     Ok(result)
@@ -185,7 +226,8 @@ pub fn send_message(active: &Active, to: Option<Value>, payload: Option<Box<RawV
 pub struct SentMessage {
     pub id: String,
     pub from: String,
-    pub to: Value,
+    /// JSON text of the address as sent.
+    pub to: String,
     pub timestamp: u64,
     /// JSON text of the payload (`null` when none).
     pub payload: String,

@@ -18,7 +18,10 @@ pub(super) fn dispatch(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Opt
 }
 
 fn route(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out, RpcError> {
-    match req.method.as_str() {
+    match &*req.method {
+        // The hot path first.
+        "map/send" => messaging::send(conn.active()?, req),
+
         "map/connect" | "map/initialize" => session::connect(gw, conn, req),
         "map/authenticate" => session::authenticate(gw, conn, req),
         "map/auth/refresh" => session::refresh(gw, conn, req),
@@ -46,8 +49,6 @@ fn route(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out, RpcEr
         "map/scopes/join" => scopes::join(conn.active()?, req, true),
         "map/scopes/leave" => scopes::join(conn.active()?, req, false),
         "map/scopes/members" => scopes::members(conn.active()?, req),
-
-        "map/send" => messaging::send(conn.active()?, req),
 
         "map/subscribe" => subscriptions::subscribe(conn.active()?, req),
         "map/unsubscribe" => subscriptions::unsubscribe(conn.active()?, req),

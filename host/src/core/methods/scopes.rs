@@ -31,7 +31,7 @@ fn one_of(value: Option<String>, allowed: &[&str], field: &str) -> Result<String
     }
 }
 
-fn scope_only_event(kind: &str, scope: &Scope, active: &Active, data: Value) -> NewEvent {
+fn scope_only_event(kind: &'static str, scope: &Scope, active: &Active, data: Value) -> NewEvent {
     let source = Source { participant_id: Some(active.participant_id.clone()), scope_id: Some(scope.id.clone()), agent_id: None };
     NewEvent::new(kind, source, data)
 }

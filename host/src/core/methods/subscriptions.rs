@@ -1,7 +1,6 @@
 //! map/subscribe, map/unsubscribe, map/subscribe.ack and map/replay.
 
 use serde::Deserialize;
-use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use crate::core::events::Filter;
@@ -58,5 +57,5 @@ pub fn replay(active: &Active, req: &Request) -> Result<Out, RpcError> {
     let page = active.tenant.fabric.replay(&q);
     let events: Vec<&str> = page.events.iter().map(|e| e.get()).collect();
     let text = format!(r#"{{"events":[{}],"hasMore":{},"totalCount":{}}}"#, events.join(","), page.has_more, page.total_count);
-    Ok(Out::Raw(RawValue::from_string(text).map_err(|e| RpcError::internal(e.to_string()))?))
+    Ok(Out::Text(text))
 }
