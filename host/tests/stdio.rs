@@ -182,3 +182,26 @@ async fn very_long_line_spanning_many_reads_is_skipped_whole() {
     assert_eq!(r["agent"]["id"], "after-huge");
     assert!(gw.next_line(QUIET).await.is_none(), "nothing else is written for the long line");
 }
+
+#[tokio::test]
+async fn frames_stay_one_clean_line_when_the_json_passed_through_has_line_breaks() {
+    let (mut gw, _) = connected(65536).await;
+    gw.call_ok("map/agents/register", json!({"agentId": "cr-a"})).await;
+    gw.call_ok("map/agents/register", json!({"agentId": "cr-b"})).await;
+    // CR is JSON whitespace: valid within one NDJSON line, and passed through in `to` and `payload`.
+    gw.write_line("{\"jsonrpc\":\"2.0\",\"id\":50,\"method\":\"map/send\",\"params\":{\"to\":{\r\"agent\":\"cr-b\"},\"payload\":{\r\"text\":\"a\\r\\nb\"\r}}}").await;
+    let mut message = None;
+    for _ in 0..2 {
+        let line = gw.next_line(WAIT).await.expect("a stdout line");
+        assert!(!line.contains('\r'), "a raw CR in an output line: {line:?}");
+        let v: Value = serde_json::from_str(&line).expect("JSON");
+        if v["method"] == "map/message" {
+            message = Some(v);
+        } else {
+            assert_eq!(ok(&v)["delivered"], json!(["cr-b"]));
+        }
+    }
+    let m = message.expect("the map/message line")["params"]["message"].clone();
+    assert_eq!(m["to"], json!({"agent": "cr-b"}));
+    assert_eq!(m["payload"], json!({"text": "a\r\nb"}));
+}

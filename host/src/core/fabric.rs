@@ -108,6 +108,7 @@ struct Events {
 /// The single-process fabric: one per tenant, so tenants never share a queue.
 /// Delivery and events have separate locks: a send delivers and then
 /// records, and two senders should not queue behind each other for both.
+/// Where both are held, `events` is taken first.
 pub struct LocalFabric {
     outboxes: RwLock<foldhash::HashMap<String, Arc<Outbox>>>,
     events: Mutex<Events>,

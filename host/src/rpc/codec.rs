@@ -1,6 +1,6 @@
 use std::borrow::Cow;
 
-use serde::de::{DeserializeOwned, IgnoredAny};
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -21,13 +21,9 @@ impl<'a> Request<'a> {
         self.id.is_none()
     }
 
-    /// Decode `params` into `T`; absent or null params decode as `{}`.
-    pub fn params<T: DeserializeOwned>(&self) -> Result<T, RpcError> {
-        self.params_borrowed()
-    }
-
-    /// Like `params`, for types that borrow strings from the frame.
-    pub fn params_borrowed<T: Deserialize<'a>>(&self) -> Result<T, RpcError> {
+    /// Decode `params` into `T` (which may borrow strings from the frame);
+    /// absent or null params decode as `{}`.
+    pub fn params<T: Deserialize<'a>>(&self) -> Result<T, RpcError> {
         let text = match self.params {
             Some(raw) if raw.get() != "null" => raw.get(),
             _ => "{}",

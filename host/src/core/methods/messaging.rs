@@ -39,7 +39,7 @@ pub struct Outgoing<'a> {
 }
 
 pub fn send(active: &Active, req: &Request) -> Result<Out, RpcError> {
-    let p: SendParams = req.params_borrowed()?;
+    let p: SendParams = req.params()?;
     let to = p.to.ok_or_else(|| RpcError::invalid_params("`to` is required"))?;
     let msg = Outgoing { to, payload: p.payload, meta: p.meta, from: p.from.as_deref() };
     Ok(Out::Text(send_message(active, msg)?))
