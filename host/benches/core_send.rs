@@ -45,8 +45,8 @@ fn main() -> anyhow::Result<()> {
         let gw = Gateway::new(config);
         let connect = br#"{"jsonrpc":"2.0","id":0,"method":"map/connect","params":{"protocolVersion":1,"participantType":"agent"}}"#;
         let register = br#"{"jsonrpc":"2.0","id":1,"method":"map/agents/register","params":{"name":"bench","role":"bench"}}"#;
-        let (tx_a, mut rx_a) = tokio::sync::mpsc::channel(1 << 20);
-        let (tx_b, mut rx_b) = tokio::sync::mpsc::channel(1 << 20);
+        let (tx_a, mut rx_a) = map_gateway::core::outbox::channel(1 << 20, 1 << 30);
+        let (tx_b, mut rx_b) = map_gateway::core::outbox::channel(1 << 20, 1 << 30);
         let mut a = Conn::new(tx_a, true, "bench");
         let mut b = Conn::new(tx_b, true, "bench");
         for conn in [&mut a, &mut b] {
@@ -64,7 +64,7 @@ fn main() -> anyhow::Result<()> {
                 assert!(answer.contains(r#""delivered":[""#), "send failed: {answer}");
                 drop(answer);
                 rx_b.try_recv().expect("the message was queued");
-                while rx_a.try_recv().is_ok() {}
+                while rx_a.try_recv().is_some() {}
             }
         };
         // Warm up past the replay log's capacity, so eviction is part of the steady state.

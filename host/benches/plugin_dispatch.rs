@@ -48,7 +48,7 @@ fn main() -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async {
         let gw = Gateway::start(config, None).await?;
-        let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
+        let (tx, mut rx) = map_gateway::core::outbox::channel(1024, 1 << 30);
         tokio::spawn(async move { while rx.recv().await.is_some() {} });
         let mut conn = Conn::new(tx, true, "bench");
         gw.handle_frame(&mut conn, br#"{"jsonrpc":"2.0","id":0,"method":"map/connect","params":{"protocolVersion":1}}"#).await;

@@ -5,9 +5,9 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     pub server: ServerConfig,
@@ -20,7 +20,7 @@ pub struct Config {
     pub tenants: Vec<TenantConfig>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StorageConfig {
     /// `sqlite://PATH` or `postgres://…`; empty: `sqlite://<data_dir>/gateway.db`.
@@ -30,14 +30,14 @@ pub struct StorageConfig {
     pub sync: String,
 }
 
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct AdminConfig {
     /// Bearer token for `/admin/*`. Empty: the admin API answers loopback peers only.
     pub token: String,
 }
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct PluginConfig {
     /// The component file (relative paths start at the config file's folder).
@@ -54,7 +54,7 @@ pub struct PluginConfig {
     pub http_prefix: String,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServerConfig {
     /// Address of the HTTP/WebSocket listener.
@@ -69,39 +69,111 @@ pub struct ServerConfig {
     pub max_message_bytes: usize,
     /// How long a disconnected session can be resumed with its `resumeToken`.
     pub resume_window_secs: u64,
+    /// Browser origins (`https://app.example`) allowed to open WebSockets, call
+    /// `/map/rpc` and read `/map/events`. Same-origin requests are always allowed.
+    pub allowed_origins: Vec<String>,
+    /// A client must send a request's headers within this time.
+    pub header_timeout_ms: u64,
+    /// An HTTP connection with no request in flight is closed after this long;
+    /// a WebSocket that answers no ping for this long is closed too.
+    pub idle_timeout_secs: u64,
+    /// Open connections at most; more are answered 503 and closed.
+    pub max_connections: usize,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AuthConfig {
     /// Tenant for connections that present no credentials. Empty: credentials required.
     pub anonymous_tenant: String,
     /// Also let peers from other hosts in without credentials (off: loopback only).
     pub anonymous_remote: bool,
+    /// Failed authentications one source address may make per minute before
+    /// it is refused (4000 with `retryAfterMs`, HTTP 429) until the minute ends.
+    pub failures_per_minute: u32,
+    /// Failed authentications one connection may make before it is closed.
+    pub failures_per_connection: u32,
+    /// Key that signs the access tokens `map/auth/refresh` issues (HS256).
+    /// Empty: a random key per process, so tokens end with the process.
+    pub token_secret: String,
+    /// Lifetime of an issued access token.
+    pub token_ttl_secs: u64,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LimitsConfig {
     /// Events each tenant keeps for `map/replay`.
     pub replay_events: usize,
+    /// Bytes of events each tenant keeps for `map/replay` (the oldest go first).
+    pub replay_bytes: usize,
     /// Notifications queued for one connection before its subscriptions drop
     /// events (and report `subscription.overflow`).
     pub outbox_frames: usize,
+    /// Bytes queued for one connection before its notifications are dropped the same way.
+    pub outbox_bytes: usize,
 }
 
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct TenantConfig {
     pub id: String,
     /// Credentials of `map/connect` `auth {method: "api-key"}` that land in this tenant.
-    pub api_keys: Vec<String>,
+    pub api_keys: Vec<Credential>,
     /// Credentials of `auth {method: "bearer"}` that land in this tenant.
-    pub bearer_tokens: Vec<String>,
+    pub bearer_tokens: Vec<Credential>,
     /// Plugins enabled for this tenant. Absent: all configured plugins.
     pub plugins: Option<Vec<String>>,
     /// Per-plugin configuration overriding the plugin's own `config` keys.
     pub plugin_config: BTreeMap<String, serde_json::Value>,
+    /// Bearer tokens that are JWTs issued by someone else, checked with this key.
+    pub jwt: Option<JwtConfig>,
+}
+
+/// How a tenant checks JWT bearer tokens: signature, expiry, audience, issuer.
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct JwtConfig {
+    /// HS256/384/512: the shared secret.
+    pub secret: String,
+    /// RS*/ES*/PS*/EdDSA: a PEM public key file.
+    pub public_key_file: PathBuf,
+    /// `HS256` (default), `RS256`, `ES256`, … the only algorithm accepted.
+    pub algorithm: String,
+    /// Required `aud`; empty: not checked.
+    pub audience: String,
+    /// Required `iss`; empty: not checked.
+    pub issuer: String,
+    /// The claim naming the principal (default `sub`).
+    pub principal_claim: String,
+}
+
+/// A configured secret: `"the-key"`, or `{ secret = "the-key", principal = "alice" }`
+/// to name the principal it authenticates (default `<tenant>/<method>/<index>`).
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(untagged)]
+pub enum Credential {
+    Secret(String),
+    WithPrincipal {
+        #[serde(alias = "key", alias = "token")]
+        secret: String,
+        principal: Option<String>,
+    },
+}
+
+impl Credential {
+    pub fn secret(&self) -> &str {
+        match self {
+            Credential::Secret(s) | Credential::WithPrincipal { secret: s, .. } => s,
+        }
+    }
+
+    pub fn principal(&self) -> Option<&str> {
+        match self {
+            Credential::WithPrincipal { principal: Some(p), .. } => Some(p),
+            _ => None,
+        }
+    }
 }
 
 impl Default for PluginConfig {
@@ -125,19 +197,23 @@ impl Default for ServerConfig {
             plugin_dir: PathBuf::from("plugins/dist"),
             max_message_bytes: 8 << 20,
             resume_window_secs: 300,
+            allowed_origins: Vec::new(),
+            header_timeout_ms: 10_000,
+            idle_timeout_secs: 120,
+            max_connections: 10_000,
         }
     }
 }
 
 impl Default for AuthConfig {
     fn default() -> Self {
-        AuthConfig { anonymous_tenant: "default".into(), anonymous_remote: false }
+        AuthConfig { anonymous_tenant: "default".into(), anonymous_remote: false, failures_per_minute: 30, failures_per_connection: 5, token_secret: String::new(), token_ttl_secs: 3600 }
     }
 }
 
 impl Default for LimitsConfig {
     fn default() -> Self {
-        LimitsConfig { replay_events: 10_000, outbox_frames: 4096 }
+        LimitsConfig { replay_events: 10_000, replay_bytes: 64 << 20, outbox_frames: 4096, outbox_bytes: 32 << 20 }
     }
 }
 
@@ -168,6 +244,11 @@ impl Config {
             };
             rebase(&mut config.server.data_dir);
             rebase(&mut config.server.plugin_dir);
+            for j in config.tenants.iter_mut().filter_map(|t| t.jwt.as_mut()) {
+                if !j.public_key_file.as_os_str().is_empty() {
+                    rebase(&mut j.public_key_file);
+                }
+            }
             for plugin in config.plugins.iter_mut().flat_map(|m| m.values_mut()) {
                 rebase(&mut plugin.path);
             }
@@ -187,8 +268,8 @@ impl Config {
                 bail!("tenant ids must be unique and non-empty (got {:?})", t.id);
             }
             for c in t.api_keys.iter().chain(&t.bearer_tokens) {
-                if !credentials.insert(c.as_str()) {
-                    bail!("a credential is given to more than one tenant");
+                if c.secret().is_empty() || !credentials.insert(c.secret()) {
+                    bail!("a credential is empty or given more than once");
                 }
             }
         }
@@ -214,11 +295,51 @@ impl Config {
         if self.server.max_message_bytes < 1024 {
             bail!("server.max_message_bytes must be at least 1024");
         }
+        if self.limits.outbox_bytes < self.server.max_message_bytes || self.limits.replay_bytes < self.server.max_message_bytes {
+            bail!("limits.outbox_bytes and limits.replay_bytes must be at least server.max_message_bytes");
+        }
+        if self.server.max_connections == 0 || self.server.header_timeout_ms == 0 || self.server.idle_timeout_secs == 0 {
+            bail!("server.max_connections, header_timeout_ms and idle_timeout_secs must be positive");
+        }
+        for o in &self.server.allowed_origins {
+            if o != "*" && !(o.starts_with("http://") || o.starts_with("https://")) || o.ends_with('/') {
+                bail!("server.allowed_origins: {o:?} is not an origin like https://app.example (or *)");
+            }
+        }
         Ok(())
     }
 }
 
 impl Config {
+    /// The configuration as TOML, with every secret replaced by `"<redacted>"`.
+    pub fn to_redacted_toml(&self) -> anyhow::Result<String> {
+        const R: &str = "<redacted>";
+        let mut c = self.clone();
+        for secret in [&mut c.admin.token, &mut c.auth.token_secret] {
+            if !secret.is_empty() {
+                *secret = R.into();
+            }
+        }
+        if let Some(at) = c.storage.url.find('@') {
+            // postgres://user:password@host/db: keep the user, hide the password.
+            if let Some(colon) = c.storage.url[..at].rfind(':').filter(|&i| !c.storage.url[..i].ends_with('/') && c.storage.url[..i].contains("//")) {
+                c.storage.url.replace_range(colon + 1..at, R);
+            }
+        }
+        for t in &mut c.tenants {
+            for cred in t.api_keys.iter_mut().chain(t.bearer_tokens.iter_mut()) {
+                let principal = cred.principal().map(String::from);
+                *cred = Credential::WithPrincipal { secret: R.into(), principal };
+            }
+            if let Some(j) = &mut t.jwt {
+                if !j.secret.is_empty() {
+                    j.secret = R.into();
+                }
+            }
+        }
+        Ok(toml::to_string(&c)?)
+    }
+
     /// The storage URL in effect.
     pub fn storage_url(&self) -> String {
         if self.storage.url.is_empty() {
@@ -257,6 +378,21 @@ mod tests {
         assert_eq!(c.server.listen.to_string(), "127.0.0.1:4700");
         assert_eq!(c.tenants[0].id, "default");
         assert_eq!(c.auth.anonymous_tenant, "default");
+    }
+
+    #[test]
+    fn prints_toml_without_secrets() {
+        let c: Config = toml::from_str(
+            "[admin]\ntoken=\"adm1n\"\n[storage]\nurl=\"postgres://u:pw@h/db\"\n[[tenants]]\nid=\"a\"\napi_keys=[\"k1\", {secret=\"k2\", principal=\"bob\"}]\njwt={secret=\"s3cr3t\"}",
+        )
+        .unwrap();
+        let text = c.to_redacted_toml().unwrap();
+        for secret in ["adm1n", "pw@", "k1", "k2", "s3cr3t"] {
+            assert!(!text.contains(secret), "{secret} in {text}");
+        }
+        assert!(text.contains("bob") && text.contains("postgres://u:<redacted>@h/db"), "{text}");
+        let back: Config = toml::from_str(&text).unwrap();
+        assert_eq!(back.tenants[0].api_keys.len(), 2);
     }
 
     #[test]

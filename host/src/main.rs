@@ -40,7 +40,7 @@ enum Command {
         #[arg(long)]
         stdio: bool,
     },
-    /// Print the effective configuration (defaults merged with FILE) as TOML-like text.
+    /// Print the effective configuration (defaults merged with FILE) as TOML, secrets redacted.
     Config {
         #[arg(short, long, value_name = "FILE")]
         config: Option<PathBuf>,
@@ -62,7 +62,7 @@ fn main() -> anyhow::Result<()> {
         .init();
     match cli.command {
         Command::Config { config } => {
-            println!("{:#?}", load(config.as_ref())?);
+            print!("{}", load(config.as_ref())?.to_redacted_toml()?);
             Ok(())
         }
         Command::Serve { config: config_path, listen, data_dir, stdio } => {

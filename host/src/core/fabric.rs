@@ -78,6 +78,28 @@ struct Recorded {
     event_id: Ulid,
     timestamp: u64,
     event: NewEvent,
+    /// What the entry holds, about: the replay log is bounded by it.
+    bytes: usize,
+}
+
+/// Roughly the bytes a JSON value holds (strings, and a word per node).
+fn approx_size(v: &serde_json::Value) -> usize {
+    use serde_json::Value;
+    match v {
+        Value::String(s) => s.len() + 16,
+        Value::Array(a) => 16 + a.iter().map(approx_size).sum::<usize>(),
+        Value::Object(m) => 16 + m.iter().map(|(k, v)| k.len() + 16 + approx_size(v)).sum::<usize>(),
+        _ => 16,
+    }
+}
+
+/// Roughly the bytes a recorded event holds.
+fn event_size(e: &NewEvent) -> usize {
+    let strings = e.caused_by.as_ref().map_or(0, String::len)
+        + e.facets.scopes.iter().chain(e.audience.iter().flatten()).map(|s| s.len() + 24).sum::<usize>()
+        + e.facets.correlation_id.as_ref().map_or(0, String::len);
+    let data = e.data_text.as_ref().map_or_else(|| approx_size(&e.data), String::len);
+    160 + e.kind.len() + strings + data + e.facets.metadata.as_ref().map_or(0, approx_size)
 }
 
 /// The `event` object as sent: `{id, type, timestamp, source, data}`. Built
@@ -101,6 +123,8 @@ fn body_of(event_id: &str, timestamp: u64, event: &NewEvent) -> String {
 struct Events {
     subscriptions: Vec<Subscription>,
     log: VecDeque<Recorded>,
+    /// Sum of the log's `bytes`.
+    log_bytes: usize,
     /// Event ids, made under this lock so the log stays in id order.
     ids: UlidGen,
 }
@@ -115,15 +139,18 @@ pub struct LocalFabric {
     /// `events.subscriptions.len()`, read without the lock on every send.
     subscribers: AtomicUsize,
     log_capacity: usize,
+    log_max_bytes: usize,
 }
 
 impl LocalFabric {
-    pub fn new(log_capacity: usize) -> LocalFabric {
+    /// A fabric whose replay log keeps at most `log_capacity` events and about `log_max_bytes`.
+    pub fn new(log_capacity: usize, log_max_bytes: usize) -> LocalFabric {
         LocalFabric {
             outboxes: RwLock::default(),
-            events: Mutex::new(Events { subscriptions: Vec::new(), log: VecDeque::new(), ids: UlidGen::new() }),
+            events: Mutex::new(Events { subscriptions: Vec::new(), log: VecDeque::new(), log_bytes: 0, ids: UlidGen::new() }),
             subscribers: AtomicUsize::new(0),
             log_capacity: log_capacity.max(1),
+            log_max_bytes,
         }
     }
 }
@@ -218,10 +245,17 @@ impl Fabric for LocalFabric {
         if !event.recorded {
             return id;
         }
-        let evicted = if events.log.len() == self.log_capacity { events.log.pop_front() } else { None };
-        events.log.push_back(Recorded { event_id: id, timestamp, event });
+        let bytes = event_size(&event);
+        events.log_bytes += bytes;
+        events.log.push_back(Recorded { event_id: id, timestamp, event, bytes });
+        let mut evicted = Vec::new();
+        while events.log.len() > self.log_capacity || (events.log_bytes > self.log_max_bytes && events.log.len() > 1) {
+            let Some(old) = events.log.pop_front() else { break };
+            events.log_bytes -= old.bytes;
+            evicted.push(old);
+        }
         drop(guard);
-        // Free the evicted entry outside the lock.
+        // Free the evicted entries outside the lock.
         drop(evicted);
         id
     }
@@ -233,7 +267,7 @@ impl Fabric for LocalFabric {
     fn subscribe(&self, session: &str, filter: Filter, from: Option<ReplayFrom>) -> String {
         let id = ids::prefixed("sub");
         let mut inner = self.events.lock();
-        let outbox = self.outboxes.read().get(session).cloned().unwrap_or_else(|| Arc::new(Outbox::new(1)));
+        let outbox = self.outboxes.read().get(session).cloned().unwrap_or_else(|| Arc::new(Outbox::new(1, 1)));
         let mut sub = Subscription {
             id: id.clone(),
             session: session.to_string(),
@@ -310,18 +344,18 @@ impl Fabric for LocalFabric {
 mod tests {
     use super::*;
     use crate::core::events::Source;
+    use crate::core::outbox::{channel, FrameRx};
     use serde_json::Value;
-    use tokio::sync::mpsc;
 
-    fn frames(rx: &mut mpsc::Receiver<Frame>) -> Vec<Value> {
-        std::iter::from_fn(|| rx.try_recv().ok()).map(|f| serde_json::from_str(f.as_str()).unwrap()).collect()
+    fn frames(rx: &mut FrameRx) -> Vec<Value> {
+        std::iter::from_fn(|| rx.try_recv()).map(|f| serde_json::from_str(f.as_str()).unwrap()).collect()
     }
 
     #[test]
     fn sequence_is_gap_free_and_overflow_is_reported() {
-        let fabric = LocalFabric::new(100);
-        let outbox = Arc::new(Outbox::new(2));
-        let (tx, mut rx) = mpsc::channel(2);
+        let fabric = LocalFabric::new(100, 1 << 20);
+        let outbox = Arc::new(Outbox::new(2, 1 << 20));
+        let (tx, mut rx) = channel(2, 1 << 20);
         outbox.attach(tx);
         fabric.join("s1", outbox);
         let sub = fabric.subscribe("s1", Filter::default(), None);
@@ -343,10 +377,10 @@ mod tests {
 
     #[test]
     fn an_audience_limits_fan_out_and_replay() {
-        let fabric = LocalFabric::new(10);
-        let (outbox1, outbox2) = (Arc::new(Outbox::new(8)), Arc::new(Outbox::new(8)));
-        let (tx1, mut rx1) = mpsc::channel(8);
-        let (tx2, mut rx2) = mpsc::channel(8);
+        let fabric = LocalFabric::new(10, 1 << 20);
+        let (outbox1, outbox2) = (Arc::new(Outbox::new(8, 1 << 20)), Arc::new(Outbox::new(8, 1 << 20)));
+        let (tx1, mut rx1) = channel(8, 1 << 20);
+        let (tx2, mut rx2) = channel(8, 1 << 20);
         outbox1.attach(tx1);
         outbox2.attach(tx2);
         fabric.join("s1", outbox1);
@@ -365,7 +399,7 @@ mod tests {
 
     #[test]
     fn replay_pages_after_an_event_id() {
-        let fabric = LocalFabric::new(3);
+        let fabric = LocalFabric::new(3, 1 << 20);
         let ids: Vec<Ulid> = (0..5).map(|i| fabric.publish(NewEvent::new("x", Source::default(), json!({"i": i})))).collect();
         let page = fabric.replay(&ReplayQuery { limit: Some(2), ..Default::default() });
         assert_eq!(page.total_count, 3, "the log keeps the newest three");
@@ -375,5 +409,17 @@ mod tests {
         let page = fabric.replay(&ReplayQuery { after_event_id: Some(ids[3].to_string()), ..Default::default() });
         assert_eq!(page.events.len(), 1);
         assert!(!page.has_more);
+    }
+
+    #[test]
+    fn the_log_is_bounded_by_bytes() {
+        let fabric = LocalFabric::new(1000, 100_000);
+        let big = "x".repeat(10_000);
+        for _ in 0..50 {
+            fabric.publish(NewEvent::with_text("x", Source::default(), format!("{{\"p\":\"{big}\"}}")));
+        }
+        let kept = fabric.replay(&ReplayQuery::default()).total_count;
+        assert!((8..=10).contains(&kept), "about 100 kB of 10 kB events: {kept}");
+        assert!(fabric.events.lock().log_bytes <= 100_000);
     }
 }

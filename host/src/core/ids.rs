@@ -1,4 +1,7 @@
-//! Identifiers: ULIDs (time-ordered, unique) with a readable prefix.
+//! Identifiers. Public ids (messages, events, subscriptions, agents) are
+//! ULIDs: time-ordered, so ids made in the same millisecond are predictable
+//! from each other. Ids that grant access (session handles, resume tokens)
+//! come from the operating system's CSPRNG instead and share nothing with them.
 
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -110,9 +113,34 @@ pub fn prefixed_at(prefix: &str) -> (String, u64) {
     (s, ms)
 }
 
-/// A secret token (resume tokens): 256 bits, hex.
+/// 128 bits from the operating system's CSPRNG.
+fn os_random_u128() -> u128 {
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b).expect("the operating system's random source");
+    u128::from_le_bytes(b)
+}
+
+/// A secret token (resume tokens): 256 bits from the CSPRNG, hex.
 pub fn secret() -> String {
-    format!("{:032x}{:032x}", random_u128(), random_u128())
+    format!("{:032x}{:032x}", os_random_u128(), os_random_u128())
+}
+
+/// A session id, `sess-` and 26 base32 characters: 128 bits from the CSPRNG,
+/// unrelated to every other id, so none can be derived from ids a peer sees.
+pub fn session_id() -> String {
+    let v = os_random_u128();
+    let mut s = String::with_capacity(31);
+    s.push_str("sess-");
+    for i in 0..26u32 {
+        s.push(ALPHABET[((v >> (5 * i).min(127)) & 0x1F) as usize] as char);
+    }
+    s
+}
+
+/// Compare two secrets in time that depends only on their lengths.
+pub fn secrets_equal(a: &str, b: &str) -> bool {
+    use subtle::ConstantTimeEq;
+    a.len() == b.len() && bool::from(a.as_bytes().ct_eq(b.as_bytes()))
 }
 
 #[cfg(test)]
@@ -130,5 +158,16 @@ mod tests {
     fn secrets_differ() {
         assert_ne!(secret(), secret());
         assert_eq!(secret().len(), 64);
+    }
+
+    #[test]
+    fn session_ids_share_nothing_in_a_burst() {
+        let ids: Vec<String> = (0..1000).map(|_| session_id()).collect();
+        let set: std::collections::HashSet<_> = ids.iter().collect();
+        assert_eq!(set.len(), ids.len());
+        // Neighbours in a burst share about 26/32 characters by chance, never a long prefix.
+        let shared_prefix = |a: &str, b: &str| a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count();
+        assert!(ids.windows(2).all(|w| shared_prefix(&w[0], &w[1]) < 5 + 8), "{:?}", &ids[..4]);
+        assert!(secrets_equal("abc", "abc") && !secrets_equal("abc", "abd") && !secrets_equal("abc", "ab"));
     }
 }

@@ -1,6 +1,6 @@
 //! Session lifecycle: open, attach to a connection, detach, resume, expire.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,7 +11,16 @@ use super::model::Agent;
 use super::outbox::Outbox;
 use super::registry::{Registry, SessionInfo};
 use super::{ids, Active, Conn, ConnState, Gateway, Live};
-use crate::tenants::Tenant;
+use crate::tenants::Authenticated;
+
+/// Why `attach_stream` refused.
+#[derive(Debug, PartialEq, Eq)]
+pub enum StreamRefused {
+    /// No such session for this caller.
+    NotFound,
+    /// Another connection receives the session's frames.
+    InUse,
+}
 
 /// An event about an agent, with the facets filters need.
 pub(crate) fn agent_event(kind: &'static str, agent: &Agent, data: Value) -> NewEvent {
@@ -57,8 +66,9 @@ pub(crate) fn release_agents(reg: &mut Registry, session_id: &str, orphan: bool,
 
 impl Gateway {
     /// Create a session in `tenant` for this connection and bind the connection to it.
-    pub(crate) fn open_session(self: &Arc<Self>, conn: &mut Conn, tenant: Arc<Tenant>, info: SessionInfo) -> Active {
-        let outbox = Arc::new(Outbox::new(self.config.limits.outbox_frames));
+    pub(crate) fn open_session(self: &Arc<Self>, conn: &mut Conn, who: Authenticated, info: SessionInfo) -> Active {
+        let Authenticated { tenant, principal } = who;
+        let outbox = Arc::new(Outbox::new(self.config.limits.outbox_frames, self.config.limits.outbox_bytes));
         if conn.streams {
             outbox.attach(conn.tx.clone());
         }
@@ -71,6 +81,8 @@ impl Gateway {
             resume_token: token.clone(),
             participant_id: info.participant_id.clone(),
             participant_type: info.participant_type.clone(),
+            principal: principal.clone(),
+            disconnected: Arc::new(AtomicBool::new(false)),
         };
         self.sessions.lock().insert(info.id.clone(), live);
         self.resume_tokens.lock().insert(token, info.id.clone());
@@ -80,6 +92,7 @@ impl Gateway {
             session_id: info.id.clone(),
             participant_id: info.participant_id.clone(),
             participant_type: info.participant_type.clone(),
+            principal,
             outbox,
         };
         {
@@ -108,6 +121,7 @@ impl Gateway {
             let live = sessions.get_mut(&session_id)?;
             live.resume_token = new_token.clone();
             live.generation.fetch_add(1, Ordering::SeqCst);
+            live.disconnected.store(false, Ordering::SeqCst);
             live.clone()
         };
         self.resume_tokens.lock().insert(new_token.clone(), session_id.clone());
@@ -128,6 +142,7 @@ impl Gateway {
             session_id,
             participant_id: live.participant_id.clone(),
             participant_type: live.participant_type.clone(),
+            principal: live.principal.clone(),
             outbox: live.outbox.clone(),
         };
         conn.state = ConnState::Active(active.clone());
@@ -168,14 +183,26 @@ impl Gateway {
         });
     }
 
-    /// Bind an HTTP request to the session it names.
-    pub fn bind_session(&self, conn: &mut Conn, session_id: &str) -> bool {
-        let Some(live) = self.live(session_id) else { return false };
+    /// The live session an HTTP request or event stream names, if the
+    /// request comes from the tenant and principal that opened it and the
+    /// client has not said `map/disconnect`. One answer for every refusal, so
+    /// a guess learns nothing.
+    fn claimed(&self, session_id: &str, who: Option<&Authenticated>) -> Option<Live> {
+        let live = self.live(session_id)?;
+        let who = who?;
+        let same = Arc::ptr_eq(&who.tenant, &live.tenant) && ids::secrets_equal(&who.principal, &live.principal);
+        (same && !live.disconnected.load(Ordering::SeqCst)).then_some(live)
+    }
+
+    /// Bind an HTTP request to the session it names (see `claimed`).
+    pub fn bind_session(&self, conn: &mut Conn, session_id: &str, who: Option<&Authenticated>) -> bool {
+        let Some(live) = self.claimed(session_id, who) else { return false };
         conn.state = ConnState::Active(Active {
             tenant: live.tenant,
             session_id: session_id.to_string(),
             participant_id: live.participant_id,
             participant_type: live.participant_type,
+            principal: live.principal,
             outbox: live.outbox,
         });
         true
@@ -191,16 +218,20 @@ impl Gateway {
         Some(active.session_id)
     }
 
-    /// An event stream (SSE) takes over a session's frames.
-    pub fn attach_stream(&self, session_id: &str, tx: tokio::sync::mpsc::Sender<super::outbox::Frame>) -> bool {
-        let Some(live) = self.live(session_id) else { return false };
+    /// An event stream (SSE) takes the session's frames, unless another
+    /// connection (a WebSocket or another stream) already does: a second
+    /// stream is refused and never steals the first.
+    pub fn attach_stream(&self, session_id: &str, who: Option<&Authenticated>, tx: super::outbox::FrameTx) -> Result<(), StreamRefused> {
+        let live = self.claimed(session_id, who).ok_or(StreamRefused::NotFound)?;
+        if !live.outbox.attach_if_free(tx) {
+            return Err(StreamRefused::InUse);
+        }
         live.generation.fetch_add(1, Ordering::SeqCst);
-        live.outbox.attach(tx);
-        true
+        Ok(())
     }
 
     /// The event stream ended.
-    pub fn stream_closed(self: &Arc<Self>, session_id: &str, tx: &tokio::sync::mpsc::Sender<super::outbox::Frame>) {
+    pub fn stream_closed(self: &Arc<Self>, session_id: &str, tx: &super::outbox::FrameTx) {
         if let Some(live) = self.live(session_id) {
             live.outbox.detach(tx);
             self.schedule_expiry(session_id, &live);

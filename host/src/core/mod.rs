@@ -11,24 +11,25 @@ pub mod outbox;
 pub mod registry;
 
 mod lifecycle;
+pub use lifecycle::StreamRefused;
 pub(crate) mod methods;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicU64;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 use serde_json::value::RawValue;
 use serde_json::Value;
-use tokio::sync::mpsc;
 
 use crate::config::Config;
 use crate::plugins::PluginHost;
 use crate::store::Store;
 use crate::rpc::{self, codes, Decoded, Request, RpcError};
 use crate::tenants::{Tenant, Tenants};
-use outbox::{Frame, Outbox};
+use outbox::{Frame, FrameTx, Outbox};
 
 pub const PROTOCOL_VERSION: u64 = 1;
 
@@ -57,6 +58,12 @@ pub struct Live {
     pub resume_token: String,
     pub participant_id: String,
     pub participant_type: String,
+    /// Who opened the session: an HTTP request or event stream naming it
+    /// must come from the same tenant and principal.
+    pub principal: Arc<str>,
+    /// The client said `map/disconnect`: the session id no longer admits
+    /// HTTP requests or event streams (its resume token still resumes it).
+    pub disconnected: Arc<AtomicBool>,
 }
 
 pub struct Gateway {
@@ -86,15 +93,20 @@ pub struct Active {
     pub session_id: String,
     pub participant_id: String,
     pub participant_type: String,
+    pub principal: Arc<str>,
     pub outbox: Arc<Outbox>,
 }
 
 /// One transport connection (a WebSocket, the stdio pair, or one HTTP request).
 pub struct Conn {
     /// This connection's writer.
-    pub tx: mpsc::Sender<Frame>,
+    pub tx: FrameTx,
     /// The peer is on this host (anonymous access may be allowed).
     pub loopback: bool,
+    /// The peer's address, for throttling failed authentications.
+    pub peer_ip: Option<IpAddr>,
+    /// Failed authentications on this connection so far.
+    pub auth_failures: u32,
     pub transport: &'static str,
     /// Credentials given by the transport (HTTP `Authorization` or `X-Api-Key`).
     pub preset_auth: Option<(String, String)>,
@@ -107,8 +119,8 @@ pub struct Conn {
 }
 
 impl Conn {
-    pub fn new(tx: mpsc::Sender<Frame>, loopback: bool, transport: &'static str) -> Conn {
-        Conn { tx, loopback, transport, preset_auth: None, streams: true, state: ConnState::Fresh, deferred: Vec::new() }
+    pub fn new(tx: FrameTx, loopback: bool, transport: &'static str) -> Conn {
+        Conn { tx, loopback, peer_ip: None, auth_failures: 0, transport, preset_auth: None, streams: true, state: ConnState::Fresh, deferred: Vec::new() }
     }
 
     pub fn active(&self) -> Result<&Active, RpcError> {
@@ -122,7 +134,7 @@ impl Conn {
 
 impl Gateway {
     pub fn new(config: Config) -> Arc<Gateway> {
-        let tenants = Tenants::from_config(&config);
+        let tenants = Tenants::from_config(&config).expect("a valid configuration");
         Arc::new(Gateway::assemble(config, tenants, None, None))
     }
 
@@ -136,7 +148,7 @@ impl Gateway {
             .map_err(|e| anyhow::anyhow!("creating the data directory {}: {e}", config.server.data_dir.display()))?;
         let db = Store::open(&config.storage_url(), config.storage.sync == "full").await?;
         let host = PluginHost::new(&config, db)?;
-        let tenants = Tenants::from_config(&config);
+        let tenants = Tenants::from_config(&config)?;
         host.apply(&config, &tenants).await?;
         Ok(Arc::new(Gateway::assemble(config, tenants, Some(host), config_path)))
     }
@@ -154,6 +166,28 @@ impl Gateway {
             return Err(e);
         }
         Ok(host.status().await)
+    }
+
+    /// Check a credential for this connection: failures count against the
+    /// connection and its source address, and an address over its limit is
+    /// refused before the credential is even looked at.
+    pub fn authenticate(&self, conn: &mut Conn, method: &str, secret: Option<&str>) -> Result<crate::tenants::Authenticated, RpcError> {
+        if let Some(ip) = conn.peer_ip {
+            self.tenants.throttle.check(ip)?;
+        }
+        let result = self.tenants.authenticate(method, secret);
+        if let (Err(e), Some(ip)) = (&result, conn.peer_ip) {
+            if matches!(e.code, codes::AUTH_FAILED | codes::TOKEN_EXPIRED) {
+                self.tenants.throttle.failed(ip);
+                conn.auth_failures += 1;
+            }
+        }
+        result
+    }
+
+    /// The connection made too many failed attempts and should be closed.
+    pub fn too_many_failures(&self, conn: &Conn) -> bool {
+        conn.auth_failures >= self.config.auth.failures_per_connection.max(1)
     }
 
     pub fn live(&self, session_id: &str) -> Option<Live> {

@@ -3,6 +3,8 @@
 //! stream) a bounded number of frames wait for the next one.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -24,6 +26,14 @@ impl Frame {
 
     pub fn into_bytes(self) -> Bytes {
         self.0
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 
     /// The frame on one line, for line-based transports (stdio, SSE). Raw
@@ -53,39 +63,127 @@ pub enum Full {
     Closed,
 }
 
+/// A connection's queue of outgoing frames, bounded by count and by bytes.
+pub fn channel(frames: usize, bytes: usize) -> (FrameTx, FrameRx) {
+    let (tx, rx) = mpsc::channel(frames.max(1));
+    let queued = Arc::new(AtomicUsize::new(0));
+    (FrameTx { tx, queued: queued.clone(), max_bytes: bytes }, FrameRx { rx, queued })
+}
+
+/// The writing end of `channel`.
+#[derive(Clone)]
+pub struct FrameTx {
+    tx: mpsc::Sender<Frame>,
+    /// Bytes sent and not yet received.
+    queued: Arc<AtomicUsize>,
+    max_bytes: usize,
+}
+
+pub struct FrameRx {
+    rx: mpsc::Receiver<Frame>,
+    queued: Arc<AtomicUsize>,
+}
+
+impl FrameTx {
+    /// Wait for room by count (answers: a peer that does not read stops
+    /// being read). Bytes are counted, so notifications see the backlog.
+    pub async fn send(&self, frame: Frame) -> Result<(), Frame> {
+        let n = frame.len();
+        self.queued.fetch_add(n, Ordering::Relaxed);
+        self.tx.send(frame).await.map_err(|e| {
+            self.queued.fetch_sub(n, Ordering::Relaxed);
+            e.0
+        })
+    }
+
+    /// Queue without waiting; refused when full by count or by bytes (a frame
+    /// larger than the whole budget still goes into an empty queue).
+    pub fn try_send(&self, frame: Frame) -> Result<(), mpsc::error::TrySendError<Frame>> {
+        let n = frame.len();
+        let before = self.queued.fetch_add(n, Ordering::Relaxed);
+        if before > 0 && before + n > self.max_bytes {
+            self.queued.fetch_sub(n, Ordering::Relaxed);
+            return Err(mpsc::error::TrySendError::Full(frame));
+        }
+        self.tx.try_send(frame).inspect_err(|_| {
+            self.queued.fetch_sub(n, Ordering::Relaxed);
+        })
+    }
+
+    pub fn same_channel(&self, other: &FrameTx) -> bool {
+        self.tx.same_channel(&other.tx)
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+}
+
+impl FrameRx {
+    pub async fn recv(&mut self) -> Option<Frame> {
+        let f = self.rx.recv().await?;
+        self.queued.fetch_sub(f.len(), Ordering::Relaxed);
+        Some(f)
+    }
+
+    pub fn try_recv(&mut self) -> Option<Frame> {
+        let f = self.rx.try_recv().ok()?;
+        self.queued.fetch_sub(f.len(), Ordering::Relaxed);
+        Some(f)
+    }
+}
+
 pub struct Outbox {
     inner: Mutex<Attachment>,
     capacity: usize,
+    max_bytes: usize,
 }
 
 enum Attachment {
-    Attached(mpsc::Sender<Frame>),
-    Parked(VecDeque<Frame>),
+    Attached(FrameTx),
+    /// Frames waiting for a connection, and their bytes.
+    Parked(VecDeque<Frame>, usize),
     Closed,
 }
 
+fn attach_locked(inner: &mut Attachment, tx: FrameTx) {
+    if let Attachment::Parked(parked, _) = inner {
+        for frame in parked.drain(..) {
+            let _ = tx.try_send(frame);
+        }
+    }
+    *inner = Attachment::Attached(tx);
+}
+
 impl Outbox {
-    pub fn new(capacity: usize) -> Outbox {
-        Outbox { inner: Mutex::new(Attachment::Parked(VecDeque::new())), capacity }
+    pub fn new(capacity: usize, max_bytes: usize) -> Outbox {
+        Outbox { inner: Mutex::new(Attachment::Parked(VecDeque::new(), 0)), capacity, max_bytes }
     }
 
     /// Send to this connection's writer from now on; frames parked meanwhile go first.
-    pub fn attach(&self, tx: mpsc::Sender<Frame>) {
+    pub fn attach(&self, tx: FrameTx) {
+        attach_locked(&mut self.inner.lock(), tx);
+    }
+
+    /// `attach`, unless a live connection is attached already or the session is closed.
+    pub fn attach_if_free(&self, tx: FrameTx) -> bool {
         let mut inner = self.inner.lock();
-        if let Attachment::Parked(parked) = &mut *inner {
-            for frame in parked.drain(..) {
-                let _ = tx.try_send(frame);
+        match &*inner {
+            Attachment::Attached(cur) if !cur.is_closed() => false,
+            Attachment::Closed => false,
+            _ => {
+                attach_locked(&mut inner, tx);
+                true
             }
         }
-        *inner = Attachment::Attached(tx);
     }
 
     /// Stop writing to the connection of `tx` (if it is still the attached one);
     /// later frames are parked.
-    pub fn detach(&self, tx: &mpsc::Sender<Frame>) {
+    pub fn detach(&self, tx: &FrameTx) {
         let mut inner = self.inner.lock();
         if matches!(&*inner, Attachment::Attached(cur) if cur.same_channel(tx)) {
-            *inner = Attachment::Parked(VecDeque::new());
+            *inner = Attachment::Parked(VecDeque::new(), 0);
         }
     }
 
@@ -106,17 +204,17 @@ impl Outbox {
                 Ok(()) => Ok(()),
                 Err(mpsc::error::TrySendError::Full(_)) => Err(Full::Backlogged),
                 Err(mpsc::error::TrySendError::Closed(frame)) => {
-                    let mut parked = VecDeque::new();
-                    parked.push_back(frame);
-                    *inner = Attachment::Parked(parked);
+                    let n = frame.len();
+                    *inner = Attachment::Parked(VecDeque::from([frame]), n);
                     Ok(())
                 }
             },
-            Attachment::Parked(parked) if parked.len() < self.capacity => {
+            Attachment::Parked(parked, bytes) if parked.len() < self.capacity && (parked.is_empty() || *bytes + frame.len() <= self.max_bytes) => {
+                *bytes += frame.len();
                 parked.push_back(frame);
                 Ok(())
             }
-            Attachment::Parked(_) => Err(Full::Backlogged),
+            Attachment::Parked(..) => Err(Full::Backlogged),
             Attachment::Closed => Err(Full::Closed),
         }
     }
@@ -142,11 +240,11 @@ mod tests {
 
     #[test]
     fn parks_until_attached_and_bounds_the_queue() {
-        let ob = Outbox::new(2);
+        let ob = Outbox::new(2, 1 << 20);
         ob.push(Frame::from_static("a")).unwrap();
         ob.push(Frame::from_static("b")).unwrap();
         assert_eq!(ob.push(Frame::from_static("c")), Err(Full::Backlogged));
-        let (tx, mut rx) = mpsc::channel(2);
+        let (tx, mut rx) = channel(2, 1 << 20);
         ob.attach(tx.clone());
         assert_eq!(rx.try_recv().unwrap().as_str(), "a");
         assert_eq!(rx.try_recv().unwrap().as_str(), "b");
@@ -154,8 +252,26 @@ mod tests {
         assert_eq!(rx.try_recv().unwrap().as_str(), "d");
         ob.detach(&tx);
         ob.push(Frame::from_static("p")).unwrap();
-        assert!(rx.try_recv().is_err());
+        assert!(rx.try_recv().is_none());
         ob.close();
         assert_eq!(ob.push(Frame::from_static("e")), Err(Full::Closed));
+    }
+
+    #[test]
+    fn bytes_bound_the_queue_as_well_as_count() {
+        let big = || Frame::from("x".repeat(400));
+        let ob = Outbox::new(100, 1000);
+        ob.push(big()).unwrap();
+        ob.push(big()).unwrap();
+        assert_eq!(ob.push(big()), Err(Full::Backlogged), "parked: 1200 bytes > 1000");
+        let (tx, mut rx) = channel(100, 1000);
+        ob.attach(tx);
+        assert_eq!(ob.push(big()), Err(Full::Backlogged), "attached: 1200 bytes > 1000");
+        rx.try_recv().unwrap();
+        ob.push(big()).unwrap();
+        // One frame over the whole budget still passes an empty queue.
+        let (tx, _rx) = channel(100, 10);
+        assert!(tx.try_send(big()).is_ok());
+        assert!(tx.try_send(big()).is_err());
     }
 }

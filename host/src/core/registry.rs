@@ -38,6 +38,8 @@ pub struct Registry {
     pub participants: HashMap<String, String>,
     pub agents: HashMap<String, Agent>,
     pub scopes: HashMap<String, Scope>,
+    /// participant id → the principal that first used it; nobody else may claim it.
+    pub participant_owners: HashMap<String, std::sync::Arc<str>>,
 }
 
 impl Registry {

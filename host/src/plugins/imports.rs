@@ -60,7 +60,8 @@ impl PluginState {
             session_id: format!("plugin:{}", self.ctx.plugin),
             participant_id: format!("plugin:{}", self.ctx.plugin),
             participant_type: "system".into(),
-            outbox: std::sync::Arc::new(crate::core::outbox::Outbox::new(1)),
+            principal: format!("plugin:{}", self.ctx.plugin).into(),
+            outbox: std::sync::Arc::new(crate::core::outbox::Outbox::new(1, 1)),
         })
     }
 

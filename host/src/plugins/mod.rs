@@ -76,7 +76,7 @@ impl PluginHost {
             cache_dir: config.server.data_dir.join("cache"),
             max_result_bytes: config.server.max_message_bytes,
             loaded: tokio::sync::Mutex::new(HashMap::new()),
-            scratch: Arc::new(Tenant::new("~loader", 1)),
+            scratch: Arc::new(Tenant::new("~loader", &crate::config::LimitsConfig { replay_events: 1, ..Default::default() })),
             last_error: Mutex::new(None),
         })
     }

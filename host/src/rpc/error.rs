@@ -44,6 +44,12 @@ impl RpcError {
         RpcError { code, message: message.into(), data: None }
     }
 
+    /// Attach `data` as given (its `category` is added on the wire).
+    pub fn with_data(mut self, data: Value) -> Self {
+        self.data = Some(data);
+        self
+    }
+
     /// Attach `data.details`.
     pub fn with_details(mut self, details: Value) -> Self {
         self.data = Some(json!({ "details": details }));

@@ -7,7 +7,10 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
-use crate::config::Config;
+pub mod jwt;
+pub mod throttle;
+
+use crate::config::{Config, LimitsConfig};
 use crate::core::fabric::{Fabric, LocalFabric};
 use crate::core::registry::Registry;
 use crate::plugins::TenantPlugins;
@@ -28,11 +31,11 @@ const OBSERVE_WITH_META: u8 = 1;
 const OBSERVE_ALL: u8 = 2;
 
 impl Tenant {
-    pub fn new(id: &str, replay_events: usize) -> Tenant {
+    pub fn new(id: &str, limits: &LimitsConfig) -> Tenant {
         Tenant {
             id: id.to_string(),
             registry: Mutex::new(Registry::default()),
-            fabric: Arc::new(LocalFabric::new(replay_events)),
+            fabric: Arc::new(LocalFabric::new(limits.replay_events, limits.replay_bytes)),
             plugins: RwLock::new(Arc::new(TenantPlugins::default())),
             observed: AtomicU8::new(OBSERVE_NONE),
         }
@@ -67,40 +70,69 @@ impl Tenant {
 
 pub struct Tenants {
     by_id: HashMap<String, Arc<Tenant>>,
-    /// (auth method, credential) → tenant id
-    credentials: HashMap<(&'static str, String), String>,
+    /// (auth method, SHA-256 of the credential) → who it is. Looked up by
+    /// digest, so the lookup's timing says nothing about a guessed secret.
+    credentials: HashMap<(&'static str, [u8; 32]), Authenticated>,
     anonymous: Option<String>,
     pub anonymous_remote: bool,
+    /// Signs and checks the access tokens `map/auth/refresh` issues, and checks tenants' JWTs.
+    pub tokens: jwt::Tokens,
+    /// Failed authentications by source address.
+    pub throttle: throttle::Throttle,
 }
+
+/// Who a credential is: a principal in a tenant.
+#[derive(Clone)]
+pub struct Authenticated {
+    pub tenant: Arc<Tenant>,
+    pub principal: Arc<str>,
+}
+
+/// The principal of peers admitted without credentials.
+pub const ANONYMOUS: &str = "anonymous";
 
 /// Auth methods a connecting peer may name; `x-` methods are accepted as names.
 pub const KNOWN_METHODS: &[&str] = &["none", "api-key", "bearer", "mtls", "did:wba"];
 
+fn digest(secret: &str) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(secret.as_bytes()).into()
+}
+
 impl Tenants {
-    pub fn from_config(config: &Config) -> Tenants {
+    pub fn from_config(config: &Config) -> anyhow::Result<Tenants> {
         let mut by_id = HashMap::new();
         let mut credentials = HashMap::new();
         for t in &config.tenants {
-            by_id.insert(t.id.clone(), Arc::new(Tenant::new(&t.id, config.limits.replay_events)));
-            for k in &t.api_keys {
-                credentials.insert(("api-key", k.clone()), t.id.clone());
-            }
-            for k in &t.bearer_tokens {
-                credentials.insert(("bearer", k.clone()), t.id.clone());
+            let tenant = Arc::new(Tenant::new(&t.id, &config.limits));
+            by_id.insert(t.id.clone(), tenant.clone());
+            for (method, list) in [("api-key", &t.api_keys), ("bearer", &t.bearer_tokens)] {
+                for (i, c) in list.iter().enumerate() {
+                    let principal: Arc<str> = c.principal().map(Into::into).unwrap_or_else(|| format!("{}/{method}/{i}", t.id).into());
+                    credentials.insert((method, digest(c.secret())), Authenticated { tenant: tenant.clone(), principal });
+                }
             }
         }
         let anonymous = Some(config.auth.anonymous_tenant.clone()).filter(|t| !t.is_empty());
-        Tenants { by_id, credentials, anonymous, anonymous_remote: config.auth.anonymous_remote }
+        Ok(Tenants {
+            by_id,
+            credentials,
+            anonymous,
+            anonymous_remote: config.auth.anonymous_remote,
+            tokens: jwt::Tokens::from_config(config)?,
+            throttle: throttle::Throttle::new(config.auth.failures_per_minute),
+        })
     }
 
     pub fn get(&self, id: &str) -> Option<Arc<Tenant>> {
         self.by_id.get(id).cloned()
     }
 
-    /// The tenant for a peer that presents no credentials, if that is allowed.
-    pub fn anonymous(&self, loopback: bool) -> Option<Arc<Tenant>> {
+    /// Who a peer that presents no credentials is, if it may come in.
+    pub fn anonymous(&self, loopback: bool) -> Option<Authenticated> {
         if loopback || self.anonymous_remote {
-            self.anonymous.as_deref().and_then(|t| self.get(t))
+            let tenant = self.anonymous.as_deref().and_then(|t| self.get(t))?;
+            Some(Authenticated { tenant, principal: ANONYMOUS.into() })
         } else {
             None
         }
@@ -109,13 +141,15 @@ impl Tenants {
     /// Methods a peer can use here, for `authRequired.methods`.
     pub fn offered_methods(&self) -> Vec<&'static str> {
         let mut m: Vec<&'static str> = self.credentials.keys().map(|(k, _)| *k).collect();
+        m.push("bearer");
         m.sort();
         m.dedup();
         m
     }
 
-    /// Map `auth {method, credential}` to a tenant.
-    pub fn authenticate(&self, method: &str, credential: Option<&str>) -> Result<Arc<Tenant>, RpcError> {
+    /// Map `auth {method, credential}` to a principal: a configured key or
+    /// token, an access token this gateway issued, or a JWT a tenant trusts.
+    pub fn authenticate(&self, method: &str, credential: Option<&str>) -> Result<Authenticated, RpcError> {
         if !KNOWN_METHODS.contains(&method) && !method.starts_with("x-") {
             return Err(RpcError::invalid_params(format!("Unknown auth method {method:?}")));
         }
@@ -125,9 +159,13 @@ impl Tenants {
             _ => return Err(RpcError::new(codes::AUTH_FAILED, format!("Auth method {method:?} is not enabled on this gateway"))),
         };
         let credential = credential.filter(|c| !c.is_empty()).ok_or_else(|| RpcError::new(codes::AUTH_FAILED, "Missing credential"))?;
-        self.credentials
-            .get(&(key, credential.to_string()))
-            .and_then(|t| self.get(t))
-            .ok_or_else(|| RpcError::new(codes::AUTH_FAILED, "Invalid credential"))
+        if let Some(found) = self.credentials.get(&(key, digest(credential))) {
+            return Ok(found.clone());
+        }
+        if key == "bearer" && jwt::looks_like_jwt(credential) {
+            let (tenant, principal) = self.tokens.verify(credential, |id| self.get(id))?;
+            return Ok(Authenticated { tenant, principal: principal.into() });
+        }
+        Err(RpcError::new(codes::AUTH_FAILED, "Invalid credential"))
     }
 }

@@ -8,14 +8,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::stream;
-use http_body_util::{combinators::BoxBody, BodyExt, Full, Limited, StreamBody};
+use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
 use hyper::body::{Frame as BodyFrame, Incoming};
 use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
-use tokio::sync::mpsc;
 
-use crate::core::{Conn, Gateway};
+use crate::core::{Conn, Gateway, StreamRefused};
+use crate::tenants::Authenticated;
 use crate::rpc::{encode_error, RpcError};
 
 pub type Body = BoxBody<Bytes, Infallible>;
@@ -34,17 +34,51 @@ fn rpc_error(status: StatusCode, err: RpcError) -> Response<Body> {
     full(status, "application/json", encode_error(&Value::Null, &err))
 }
 
+fn error_json(status: StatusCode, message: &str) -> Response<Body> {
+    full(status, "application/json", json!({"error": message}).to_string())
+}
+
+fn method_not_allowed(allow: &'static str) -> Response<Body> {
+    let mut r = full(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "method not allowed\n");
+    r.headers_mut().insert(hyper::header::ALLOW, HeaderValue::from_static(allow));
+    r
+}
+
+/// The MAP endpoints answer browsers of allowed origins only; those get CORS headers.
+fn with_cors(mut resp: Response<Body>, origin: Option<&HeaderValue>) -> Response<Body> {
+    if let Some(o) = origin {
+        let h = resp.headers_mut();
+        h.insert("access-control-allow-origin", o.clone());
+        h.insert("access-control-expose-headers", HeaderValue::from_static(SESSION_HEADER));
+        h.insert("vary", HeaderValue::from_static("Origin"));
+    }
+    resp
+}
+
 pub async fn route(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
     let path = req.uri().path().to_string();
+    let map_endpoint = matches!(path.as_str(), "/map/rpc" | "/map/batch" | "/map/events");
+    if (super::ws::is_upgrade(&req) || map_endpoint) && !super::origin_allowed(&gw.config.server.allowed_origins, req.headers()) {
+        return Ok(error_json(StatusCode::FORBIDDEN, "cross-origin requests from this origin are not allowed (server.allowed_origins)"));
+    }
     if super::ws::is_upgrade(&req) {
         return Ok(super::ws::upgrade(gw, peer, req));
     }
+    let origin = super::foreign_origin(req.headers()).and(req.headers().get(hyper::header::ORIGIN).cloned());
     Ok(match (req.method(), path.as_str()) {
         (&Method::GET, "/healthz") => full(StatusCode::OK, "application/json", json!({"status": "ok", "version": env!("CARGO_PKG_VERSION")}).to_string()),
-        (&Method::POST, "/map/rpc" | "/map/batch") => rpc(gw, peer, req).await,
-        (&Method::GET, "/map/events") => events(gw, req),
+        (&Method::POST, "/map/rpc" | "/map/batch") => with_cors(rpc(gw, peer, req).await, origin.as_ref()),
+        (&Method::GET, "/map/events") => with_cors(events(gw, peer, req), origin.as_ref()),
+        (&Method::OPTIONS, _) if map_endpoint && origin.is_some() => {
+            let mut r = with_cors(full(StatusCode::NO_CONTENT, "text/plain", Bytes::new()), origin.as_ref());
+            let h = r.headers_mut();
+            h.insert("access-control-allow-methods", HeaderValue::from_static("GET, POST"));
+            h.insert("access-control-allow-headers", HeaderValue::from_static("content-type, authorization, x-api-key, map-session-id"));
+            r
+        }
         (_, "/admin/reload" | "/admin/plugins") => admin(gw, peer, req).await,
-        (_, "/map/rpc" | "/map/batch" | "/map/events" | "/healthz") => full(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "method not allowed\n"),
+        (_, "/map/rpc" | "/map/batch") => method_not_allowed("POST"),
+        (_, "/map/events" | "/healthz") => method_not_allowed("GET"),
         _ => plugin_http(gw, peer, req).await,
     })
 }
@@ -52,14 +86,27 @@ pub async fn route(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -
 /// `POST /admin/reload` re-reads the configuration and swaps plugins;
 /// `GET /admin/plugins` lists what is loaded. Bearer `admin.token`, or loopback when none is set.
 async fn admin(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Response<Body> {
+    // Never for a browser page of another origin, whatever it carries.
+    let cross_site = req.headers().get("sec-fetch-site").is_some_and(|v| v.as_bytes() != b"same-origin" && v.as_bytes() != b"none");
+    if cross_site || super::foreign_origin(req.headers()).is_some() {
+        return error_json(StatusCode::FORBIDDEN, "the admin API does not answer cross-origin requests");
+    }
     let token = &gw.config.admin.token;
     let allowed = if token.is_empty() {
         super::is_loopback(&peer)
     } else {
-        super::header_credentials(req.headers()).is_some_and(|(kind, t)| kind == "bearer" && t == *token)
+        if let Err(e) = gw.tenants.throttle.check(peer.ip()) {
+            return error_json(StatusCode::TOO_MANY_REQUESTS, &e.message);
+        }
+        let ok = super::header_credentials(req.headers()).is_some_and(|(kind, t)| kind == "bearer" && crate::core::ids::secrets_equal(&t, token));
+        if !ok {
+            gw.tenants.throttle.failed(peer.ip());
+        }
+        ok
     };
     if !allowed {
-        return full(StatusCode::UNAUTHORIZED, "application/json", json!({"error": "admin token required"}).to_string());
+        let why = if token.is_empty() { "the admin API answers loopback peers only (set admin.token to open it)" } else { "admin token required" };
+        return error_json(StatusCode::UNAUTHORIZED, why);
     }
     let Some(host) = &gw.plugins else {
         return full(StatusCode::CONFLICT, "application/json", json!({"error": "this gateway runs without plugins"}).to_string());
@@ -77,15 +124,12 @@ async fn admin(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Re
 /// A path under an HTTP plugin's prefix, for the tenant the credentials
 /// (`X-Api-Key`, `Authorization: Bearer`) name, or the anonymous tenant.
 async fn plugin_http(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Response<Body> {
-    let tenant = match super::header_credentials(req.headers()) {
-        Some((method, secret)) => match gw.tenants.authenticate(&method, Some(&secret)) {
-            Ok(t) => Some(t),
-            Err(_) => return full(StatusCode::UNAUTHORIZED, "application/json", json!({"error": "invalid credentials"}).to_string()),
-        },
-        None => gw.tenants.anonymous(super::is_loopback(&peer)),
+    let tenant = match caller(&gw, peer, req.headers()) {
+        Ok(who) => who,
+        Err((status, e)) => return error_json(status, &e.message),
     };
     let path = req.uri().path().to_string();
-    let route = tenant.as_ref().and_then(|t| t.plugins().http_route(&path).map(|(tp, rest)| (tp, rest.to_string())));
+    let route = tenant.as_ref().and_then(|t| t.tenant.plugins().http_route(&path).map(|(tp, rest)| (tp, rest.to_string())));
     let Some((plugin, rest)) = route else {
         return match tenant {
             None => full(StatusCode::UNAUTHORIZED, "application/json", json!({"error": "credentials required"}).to_string()),
@@ -96,10 +140,10 @@ async fn plugin_http(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>)
     let query = req.uri().query().unwrap_or_default().to_string();
     let headers = req.headers().iter().filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string()))).collect();
     let limit = gw.config.server.max_message_bytes;
-    let body = match Limited::new(req.into_body(), limit).collect().await {
-        Ok(b) => b.to_bytes().to_vec(),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => return full(StatusCode::PAYLOAD_TOO_LARGE, "text/plain", "body too large\n"),
-        Err(_) => return full(StatusCode::BAD_REQUEST, "text/plain", "could not read the body\n"),
+    let body = match read_body(req.into_body(), limit).await {
+        Ok(b) => b.to_vec(),
+        Err(BodyError::TooLarge) => return full(StatusCode::PAYLOAD_TOO_LARGE, "text/plain", "body too large\n"),
+        Err(BodyError::Unreadable) => return full(StatusCode::BAD_REQUEST, "text/plain", "could not read the body\n"),
     };
     let request = crate::plugins::HttpRequest { method, path: rest, query, headers, body };
     match plugin.call_http(request).await {
@@ -121,6 +165,62 @@ async fn plugin_http(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>)
     }
 }
 
+/// Who an HTTP request is: its `Authorization` / `X-Api-Key` credentials,
+/// or the anonymous tenant. `Ok(None)`: no credentials and none needed is not allowed.
+fn caller(gw: &Gateway, peer: SocketAddr, headers: &hyper::HeaderMap) -> Result<Option<Authenticated>, (StatusCode, RpcError)> {
+    let Some((method, secret)) = super::header_credentials(headers) else {
+        return Ok(gw.tenants.anonymous(super::is_loopback(&peer)));
+    };
+    let (tx, _rx) = crate::core::outbox::channel(1, 1);
+    let mut conn = Conn::new(tx, super::is_loopback(&peer), "http");
+    conn.peer_ip = Some(peer.ip());
+    match gw.authenticate(&mut conn, &method, Some(&secret)) {
+        Ok(who) => Ok(Some(who)),
+        Err(e) if e.code == crate::rpc::codes::RESOURCE_EXHAUSTED => Err((StatusCode::TOO_MANY_REQUESTS, e)),
+        Err(e) => Err((StatusCode::UNAUTHORIZED, e)),
+    }
+}
+
+enum BodyError {
+    TooLarge,
+    Unreadable,
+}
+
+/// Read a body up to `limit` bytes. A larger one is read on and discarded
+/// (up to 16× the limit, for at most 5 s) before the 413 goes out: closing
+/// with unread bytes would reset the connection and lose the answer.
+async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, BodyError> {
+    let declared = hyper::body::Body::size_hint(&body).exact();
+    if declared.is_some_and(|n| n > limit as u64) {
+        if declared.is_some_and(|n| n <= 16 * limit as u64) {
+            let _ = tokio::time::timeout(Duration::from_secs(5), body.collect()).await;
+        }
+        return Err(BodyError::TooLarge);
+    }
+    let mut body = body;
+    let mut out = Vec::new();
+    let mut seen = 0usize;
+    let drain = async {
+        while let Some(frame) = body.frame().await {
+            let Ok(frame) = frame else { return Err(BodyError::Unreadable) };
+            if let Ok(data) = frame.into_data() {
+                seen += data.len();
+                if seen <= limit {
+                    out.extend_from_slice(&data);
+                } else if seen > 16 * limit {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    };
+    tokio::time::timeout(Duration::from_secs(5).max(Duration::from_millis(1)), drain).await.map_err(|_| BodyError::Unreadable)??;
+    if seen > limit {
+        return Err(BodyError::TooLarge);
+    }
+    Ok(Bytes::from(out))
+}
+
 fn session_of(req: &Request<Incoming>) -> Option<String> {
     if let Some(v) = req.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()) {
         return Some(v.to_string());
@@ -128,27 +228,49 @@ fn session_of(req: &Request<Incoming>) -> Option<String> {
     req.uri().query()?.split('&').find_map(|kv| kv.strip_prefix("sessionId=")).map(String::from)
 }
 
+/// JSON-RPC over HTTP is `application/json`: a browser cannot send that
+/// cross-site without a CORS preflight, which only allowed origins pass.
+fn is_json(req: &Request<Incoming>) -> bool {
+    let ct = req.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    ct.split(';').next().is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
+}
+
+fn session_refused(id: &str) -> Response<Body> {
+    let err = RpcError::new(crate::rpc::codes::SESSION_NOT_FOUND, format!("Session not found, expired, or not yours: {id}"));
+    rpc_error(StatusCode::NOT_FOUND, err)
+}
+
 async fn rpc(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Response<Body> {
+    if !is_json(&req) {
+        let err = RpcError::invalid_request("Invalid Request: Content-Type must be application/json");
+        return rpc_error(StatusCode::UNSUPPORTED_MEDIA_TYPE, err);
+    }
     let limit = gw.config.server.max_message_bytes;
     let session = session_of(&req);
     let preset = super::header_credentials(req.headers());
-    let body = match Limited::new(req.into_body(), limit).collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+    // A request naming a session must come from whoever opened it.
+    let who = match session.as_ref().map(|_| caller(&gw, peer, req.headers())) {
+        Some(Err((status, e))) => return rpc_error(status, e),
+        Some(Ok(who)) => who,
+        None => None,
+    };
+    let body = match read_body(req.into_body(), limit).await {
+        Ok(b) => b,
+        Err(BodyError::TooLarge) => {
             let err = RpcError::invalid_request(format!("Invalid Request: body exceeds the limit of {limit} bytes"));
             return rpc_error(StatusCode::PAYLOAD_TOO_LARGE, err);
         }
-        Err(_) => return full(StatusCode::BAD_REQUEST, "text/plain", "could not read the body\n"),
+        Err(BodyError::Unreadable) => return full(StatusCode::BAD_REQUEST, "text/plain", "could not read the body\n"),
     };
     // Notifications raised while handling go nowhere: this request has no stream.
-    let (tx, _rx) = mpsc::channel(1);
+    let (tx, _rx) = crate::core::outbox::channel(1, 1);
     let mut conn = Conn::new(tx, super::is_loopback(&peer), "http");
+    conn.peer_ip = Some(peer.ip());
     conn.preset_auth = preset;
     conn.streams = false;
     if let Some(id) = &session {
-        if !gw.bind_session(&mut conn, id) {
-            let err = RpcError::new(crate::rpc::codes::SESSION_NOT_FOUND, format!("Session not found or expired: {id}"));
-            return rpc_error(StatusCode::NOT_FOUND, err);
+        if !gw.bind_session(&mut conn, id, who.as_ref()) {
+            return session_refused(id);
         }
     }
     let answer = gw.handle_frame(&mut conn, &body).await;
@@ -173,7 +295,7 @@ async fn rpc(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Resp
 struct StreamGuard {
     gw: Arc<Gateway>,
     session: String,
-    tx: mpsc::Sender<crate::core::outbox::Frame>,
+    tx: crate::core::outbox::FrameTx,
 }
 
 impl Drop for StreamGuard {
@@ -182,17 +304,25 @@ impl Drop for StreamGuard {
     }
 }
 
-fn events(gw: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
+fn events(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Response<Body> {
     let Some(session) = session_of(&req) else {
         return rpc_error(StatusCode::UNAUTHORIZED, RpcError::new(crate::rpc::codes::AUTH_REQUIRED, format!("Name the session in the {SESSION_HEADER} header")));
     };
-    let (tx, rx) = mpsc::channel(gw.config.limits.outbox_frames);
-    if !gw.attach_stream(&session, tx.clone()) {
-        let err = RpcError::new(crate::rpc::codes::SESSION_NOT_FOUND, format!("Session not found or expired: {session}"));
-        return rpc_error(StatusCode::NOT_FOUND, err);
+    let who = match caller(&gw, peer, req.headers()) {
+        Ok(who) => who,
+        Err((status, e)) => return rpc_error(status, e),
+    };
+    let (tx, rx) = crate::core::outbox::channel(gw.config.limits.outbox_frames, gw.config.limits.outbox_bytes);
+    match gw.attach_stream(&session, who.as_ref(), tx.clone()) {
+        Ok(()) => {}
+        Err(StreamRefused::NotFound) => return session_refused(&session),
+        Err(StreamRefused::InUse) => {
+            let err = RpcError::new(crate::rpc::codes::SESSION_NOT_FOUND + 1, format!("Session {session} already has a live connection receiving its frames"));
+            return rpc_error(StatusCode::CONFLICT, err);
+        }
     }
     let guard = StreamGuard { gw, session, tx };
-    let frames = stream::unfold((rx, guard), |(mut rx, guard)| async move {
+    let frames = stream::unfold((rx, guard), |(mut rx, guard): (crate::core::outbox::FrameRx, StreamGuard)| async move {
         let chunk = tokio::select! {
             frame = rx.recv() => {
                 let frame = frame?;

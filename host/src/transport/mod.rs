@@ -8,33 +8,138 @@ mod ws;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
 use crate::core::Gateway;
 
-/// Accept connections until the process ends.
+/// Raise the soft limit on open files to the hard limit, so the connection
+/// cap, not the descriptor table, decides how many peers fit.
+fn raise_file_limit() -> u64 {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not raise the open-file limit");
+            rlimit::getrlimit(rlimit::Resource::NOFILE).map(|(soft, _)| soft).unwrap_or(1024)
+        }
+    }
+}
+
+/// Accept connections until the process ends. Past `max_connections` a peer
+/// is answered 503 and closed; a peer that sends nothing within the header
+/// timeout, or idles between requests, is closed.
 pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener) -> std::io::Result<()> {
+    let server = &gateway.config.server;
+    let files = raise_file_limit();
+    // Keep descriptors for the store, plugins and logs beyond the cap.
+    let cap = (server.max_connections as u64).min(files.saturating_sub(64).max(16)) as usize;
+    if cap < server.max_connections {
+        tracing::warn!(max_connections = server.max_connections, open_file_limit = files, cap, "max_connections lowered to fit the open-file limit");
+    }
+    let slots = Arc::new(tokio::sync::Semaphore::new(cap));
+    let header_timeout = Duration::from_millis(server.header_timeout_ms);
+    let idle = Duration::from_secs(server.idle_timeout_secs);
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(x) => x,
             Err(e) => {
                 // Out of file descriptors and the like: back off, keep serving.
                 tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
         };
         let _ = stream.set_nodelay(true);
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            tokio::spawn(refuse_busy(stream));
+            continue;
+        };
         let gateway = gateway.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req| http::route(gateway.clone(), peer, req));
-            let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).with_upgrades();
-            if let Err(e) = conn.await {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            let io = IdleIo { inner: stream, last_active: Arc::new(AtomicU64::new(crate::core::ids::now_ms())), _slot: slot };
+            let last_active = io.last_active.clone();
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(header_timeout);
+            let conn = builder.serve_connection(TokioIo::new(io), service).with_upgrades();
+            tokio::pin!(conn);
+            // Close a connection whose bytes stopped flowing for the idle time.
+            // Upgraded WebSockets keep their own ping-based check; SSE streams
+            // write a keep-alive every 15 s.
+            loop {
+                tokio::select! {
+                    r = conn.as_mut() => {
+                        if let Err(e) = r {
+                            tracing::debug!(%peer, error = %e, "connection ended with an error");
+                        }
+                        break;
+                    }
+                    _ = tokio::time::sleep(idle / 4) => {
+                        if crate::core::ids::now_ms().saturating_sub(last_active.load(Ordering::Relaxed)) >= idle.as_millis() as u64 {
+                            tracing::debug!(%peer, "closing an idle connection");
+                            break;
+                        }
+                    }
+                }
             }
         });
+    }
+}
+
+/// A connection over the cap: a short 503, then close.
+async fn refuse_busy(mut stream: tokio::net::TcpStream) {
+    use tokio::io::AsyncWriteExt;
+    let body = "{\"error\":\"too many connections\"}";
+    let head = format!("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+    let _ = tokio::time::timeout(Duration::from_secs(2), stream.write_all(head.as_bytes())).await;
+    let _ = stream.shutdown().await;
+}
+
+/// A TCP stream that remembers when bytes last moved, for the idle timeout,
+/// and holds its connection slot until it is dropped (after a WebSocket
+/// upgrade too).
+struct IdleIo {
+    inner: tokio::net::TcpStream,
+    /// Milliseconds since the epoch when bytes last moved.
+    last_active: Arc<AtomicU64>,
+    _slot: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl IdleIo {
+    fn touch(&self) {
+        self.last_active.store(crate::core::ids::now_ms(), Ordering::Relaxed);
+    }
+}
+
+impl tokio::io::AsyncRead for IdleIo {
+    fn poll_read(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>, buf: &mut tokio::io::ReadBuf<'_>) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.touch();
+        }
+        r
+    }
+}
+
+impl tokio::io::AsyncWrite for IdleIo {
+    fn poll_write(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>, data: &[u8]) -> std::task::Poll<std::io::Result<usize>> {
+        let r = std::pin::Pin::new(&mut self.inner).poll_write(cx, data);
+        if matches!(r, std::task::Poll::Ready(Ok(n)) if n > 0) {
+            self.touch();
+        }
+        r
+    }
+
+    fn poll_flush(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 
@@ -57,6 +162,30 @@ pub(crate) fn header_credentials(headers: &hyper::HeaderMap) -> Option<(String, 
     let auth = headers.get(hyper::header::AUTHORIZATION)?.to_str().ok()?;
     let token = auth.strip_prefix("Bearer ").or_else(|| auth.strip_prefix("bearer "))?;
     Some(("bearer".into(), token.trim().to_string()))
+}
+
+/// A browser request from this gateway's own origin: `Origin` names the host
+/// the request was sent to.
+fn same_origin(headers: &hyper::HeaderMap, origin: &str) -> bool {
+    let host = headers.get(hyper::header::HOST).and_then(|h| h.to_str().ok()).unwrap_or_default();
+    let authority = origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://"));
+    !host.is_empty() && authority.is_some_and(|a| a.eq_ignore_ascii_case(host))
+}
+
+/// The request's `Origin`, when it is a cross-origin browser request.
+pub(crate) fn foreign_origin(headers: &hyper::HeaderMap) -> Option<String> {
+    let origin = headers.get(hyper::header::ORIGIN)?;
+    let origin = origin.to_str().unwrap_or("null");
+    (!same_origin(headers, origin)).then(|| origin.to_string())
+}
+
+/// Whether a request may use the MAP endpoints: not from a browser, from
+/// the gateway's own origin, or from an origin the configuration allows.
+pub(crate) fn origin_allowed(allowed: &[String], headers: &hyper::HeaderMap) -> bool {
+    match foreign_origin(headers) {
+        None => true,
+        Some(o) => o != "null" && allowed.iter().any(|a| a == "*" || a.eq_ignore_ascii_case(&o)),
+    }
 }
 
 pub(crate) fn is_loopback(peer: &SocketAddr) -> bool {

@@ -3,9 +3,7 @@
 use std::sync::Arc;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::sync::mpsc;
 
-use crate::core::outbox::Frame;
 use crate::core::{Conn, Gateway};
 use crate::rpc::{encode_error, RpcError};
 
@@ -19,14 +17,14 @@ where
     R: tokio::io::AsyncRead + Unpin,
     W: tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let (tx, mut rx) = mpsc::channel::<Frame>(gw.config.limits.outbox_frames);
+    let (tx, mut rx) = crate::core::outbox::channel(gw.config.limits.outbox_frames, gw.config.limits.outbox_bytes);
     let writer = tokio::spawn(async move {
         while let Some(frame) = rx.recv().await {
             let mut next = Some(frame);
             while let Some(f) = next {
                 output.write_all(&f.single_line()).await?;
                 output.write_all(b"\n").await?;
-                next = rx.try_recv().ok();
+                next = rx.try_recv();
             }
             output.flush().await?;
         }

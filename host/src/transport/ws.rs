@@ -3,6 +3,9 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
 
 use futures_util::{SinkExt, StreamExt};
 use hyper::body::Incoming;
@@ -12,11 +15,13 @@ use hyper_util::rt::TokioIo;
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
-use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::{self, Message, Utf8Bytes};
 use tokio_tungstenite::WebSocketStream;
 
 use super::http::Body;
-use crate::core::outbox::Frame;
+use crate::core::outbox::channel;
 use crate::core::{Conn, Gateway};
 
 pub fn is_upgrade(req: &Request<Incoming>) -> bool {
@@ -60,14 +65,46 @@ pub fn upgrade(gw: Arc<Gateway>, peer: SocketAddr, mut req: Request<Incoming>) -
     r
 }
 
+/// Why the reader stopped, and the close code to send.
+fn close_for(e: &tungstenite::Error) -> Option<CloseFrame> {
+    let (code, reason) = match e {
+        tungstenite::Error::Utf8 => (CloseCode::Invalid, "text frame is not valid UTF-8"),
+        tungstenite::Error::Capacity(_) => (CloseCode::Size, "message too large"),
+        _ => return None,
+    };
+    Some(CloseFrame { code, reason: reason.into() })
+}
+
 async fn run<S>(gw: Arc<Gateway>, socket: WebSocketStream<S>, peer: SocketAddr, preset: Option<(String, String)>)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let (mut sink, mut source) = socket.split();
-    let (tx, mut rx) = mpsc::channel::<Frame>(gw.config.limits.outbox_frames);
+    let (tx, mut rx) = channel(gw.config.limits.outbox_frames, gw.config.limits.outbox_bytes);
+    // Pings and the closing frame, beside the frames of the session.
+    let (control, mut control_rx) = mpsc::unbounded_channel::<Message>();
     let writer = tokio::spawn(async move {
-        while let Some(frame) = rx.recv().await {
+        loop {
+            let frame = tokio::select! {
+                biased;
+                m = control_rx.recv() => match m {
+                    Some(m @ Message::Close(_)) => {
+                        let _ = sink.send(m).await;
+                        return;
+                    }
+                    Some(m) => {
+                        if sink.send(m).await.is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                    None => return,
+                },
+                f = rx.recv() => match f {
+                    Some(f) => f,
+                    None => break,
+                },
+            };
             // Write everything already queued, then flush once.
             let mut next = Some(frame);
             while let Some(f) = next {
@@ -76,7 +113,7 @@ where
                 if sink.feed(Message::Text(text)).await.is_err() {
                     return;
                 }
-                next = rx.try_recv().ok();
+                next = rx.try_recv();
             }
             if sink.flush().await.is_err() {
                 return;
@@ -86,8 +123,27 @@ where
     });
 
     let mut conn = Conn::new(tx.clone(), super::is_loopback(&peer), "websocket");
+    conn.peer_ip = Some(peer.ip());
     conn.preset_auth = preset;
-    while let Some(msg) = source.next().await {
+    // Half the idle time without a frame: ping; the other half without one: close.
+    let half_idle = Duration::from_secs(gw.config.server.idle_timeout_secs).max(Duration::from_secs(2)) / 2;
+    let mut pinged = false;
+    let mut close: Option<CloseFrame> = None;
+    loop {
+        let msg = match tokio::time::timeout(half_idle, source.next()).await {
+            Ok(Some(m)) => m,
+            Ok(None) => break,
+            Err(_) if pinged => {
+                close = Some(CloseFrame { code: CloseCode::Away, reason: "idle: no answer to ping".into() });
+                break;
+            }
+            Err(_) => {
+                pinged = true;
+                let _ = control.send(Message::Ping(Bytes::new()));
+                continue;
+            }
+        };
+        pinged = false;
         let bytes = match msg {
             Ok(Message::Text(t)) => t.into(),
             Ok(Message::Binary(b)) => b,
@@ -95,6 +151,7 @@ where
             Ok(_) => continue,
             Err(e) => {
                 tracing::debug!(%peer, error = %e, "websocket read failed");
+                close = close_for(&e);
                 break;
             }
         };
@@ -102,9 +159,17 @@ where
         if !super::send_answer(&mut conn, answer).await {
             break;
         }
+        if gw.too_many_failures(&conn) {
+            close = Some(CloseFrame { code: CloseCode::Policy, reason: "too many failed authentications".into() });
+            break;
+        }
     }
     gw.connection_closed(&mut conn);
     drop(conn);
     drop(tx);
+    if let Some(frame) = close {
+        let _ = control.send(Message::Close(Some(frame)));
+    }
+    drop(control);
     let _ = writer.await;
 }

@@ -9,7 +9,7 @@ use crate::core::lifecycle::release_agents;
 use crate::core::registry::SessionInfo;
 use crate::core::{ids, Active, Conn, ConnState, Gateway, Out, PROTOCOL_VERSION};
 use crate::rpc::{codes, Request, RpcError};
-use crate::tenants::Tenant;
+use crate::tenants::{Authenticated, Tenant};
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
@@ -72,19 +72,19 @@ fn capabilities(tenant: &Tenant) -> Value {
     caps
 }
 
-fn principal(tenant: &Tenant, participant: &str) -> Value {
-    json!({"id": participant, "issuer": "map-gateway", "claims": {"tenant": tenant.id}})
+fn principal(active: &Active) -> Value {
+    json!({"id": &*active.principal, "issuer": crate::tenants::jwt::ISSUER, "claims": {"tenant": active.tenant.id, "participantId": active.participant_id}})
 }
 
-/// Find the tenant the connection's credentials lead to: `Ok(None)` means
-/// none were given and anonymous access is not allowed.
-fn tenant_for(gw: &Gateway, conn: &Conn, auth: Option<&AuthParams>) -> Result<Option<Arc<Tenant>>, RpcError> {
+/// Who the connection's credentials say it is: `Ok(None)` means none were
+/// given and anonymous access is not allowed.
+fn caller_for(gw: &Gateway, conn: &mut Conn, auth: Option<&AuthParams>) -> Result<Option<Authenticated>, RpcError> {
     let given = auth.filter(|a| a.method.as_deref().is_some_and(|m| m != "none"));
     if let Some(a) = given {
-        return gw.tenants.authenticate(a.method.as_deref().unwrap_or_default(), a.secret()).map(Some);
+        return gw.authenticate(conn, a.method.as_deref().unwrap_or_default(), a.secret()).map(Some);
     }
-    if let Some((method, secret)) = &conn.preset_auth {
-        return gw.tenants.authenticate(method, Some(secret)).map(Some);
+    if let Some((method, secret)) = conn.preset_auth.clone() {
+        return gw.authenticate(conn, &method, Some(&secret)).map(Some);
     }
     Ok(gw.tenants.anonymous(conn.loopback))
 }
@@ -107,10 +107,14 @@ pub fn connect(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out,
             return Err(RpcError::invalid_params("disconnectPolicy.agentBehavior must be unregister, orphan or grace-period"));
         }
     }
-    let tenant = tenant_for(gw, conn, p.auth.as_ref())?;
+    let caller = caller_for(gw, conn, p.auth.as_ref())?;
 
     if let Some(token) = p.resume_token.as_deref() {
-        let resumable = gw.resumable(token).filter(|live| tenant.as_ref().is_none_or(|t| Arc::ptr_eq(t, &live.tenant)));
+        // A resume token alone is not enough: the caller must also be the
+        // principal that opened the session.
+        let resumable = gw.resumable(token).filter(|live| {
+            caller.as_ref().is_some_and(|c| Arc::ptr_eq(&c.tenant, &live.tenant) && ids::secrets_equal(&c.principal, &live.principal))
+        });
         if resumable.is_some() {
             if let Some((active, token, owned)) = gw.resume_session(conn, token) {
                 let mut result = connect_result(gw, &active, draft, &p);
@@ -122,8 +126,8 @@ pub fn connect(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out,
         }
     }
 
-    let session_id = ids::prefixed("sess");
-    let Some(tenant) = tenant else {
+    let session_id = ids::session_id();
+    let Some(caller) = caller else {
         let mut result = json!({
             "protocolVersion": PROTOCOL_VERSION,
             "sessionId": session_id,
@@ -138,7 +142,7 @@ pub fn connect(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out,
         conn.state = ConnState::Pending(Box::new(p), session_id);
         return Ok(result.into());
     };
-    let active = start_session(gw, conn, tenant, &p, session_id)?;
+    let active = start_session(gw, conn, caller, &p, session_id)?;
     let mut result = connect_result(gw, &active, draft, &p);
     result["resumeToken"] = json!(gw.live(&active.session_id).map(|l| l.resume_token));
     if let Some(ids) = p.reclaim_agents.as_deref().filter(|ids| !ids.is_empty()) {
@@ -174,10 +178,19 @@ fn reclaim(active: &Active, ids: &[String]) -> Vec<crate::core::model::Agent> {
     reclaimed
 }
 
-fn start_session(gw: &Arc<Gateway>, conn: &mut Conn, tenant: Arc<Tenant>, p: &ConnectParams, session_id: String) -> Result<Active, RpcError> {
+fn start_session(gw: &Arc<Gateway>, conn: &mut Conn, caller: Authenticated, p: &ConnectParams, session_id: String) -> Result<Active, RpcError> {
+    let tenant = caller.tenant.clone();
     let participant_type = p.participant_type.clone().unwrap_or_else(|| "client".into());
     let participant_id = match &p.participant_id {
         Some(id) if !id.is_empty() => {
+            if id.len() > 256 {
+                return Err(RpcError::invalid_params("participantId must be at most 256 characters"));
+            }
+            // A participant id belongs to the first principal that used it.
+            let owner = tenant.registry.lock().participant_owners.entry(id.clone()).or_insert_with(|| caller.principal.clone()).clone();
+            if !ids::secrets_equal(&owner, &caller.principal) {
+                return Err(RpcError::new(codes::PERMISSION_DENIED, format!("Participant id {id} belongs to another principal")));
+            }
             let holder = tenant.registry.lock().participants.get(id).cloned();
             if let Some(old) = holder {
                 if gw.live(&old).is_some_and(|_| tenant.registry.lock().sessions.get(&old).is_some_and(|s| s.connected)) {
@@ -203,7 +216,7 @@ fn start_session(gw: &Arc<Gateway>, conn: &mut Conn, tenant: Arc<Tenant>, p: &Co
         agent_behavior: behavior,
         capabilities: p.capabilities.clone().unwrap_or(Value::Null),
     };
-    Ok(gw.open_session(conn, tenant, info))
+    Ok(gw.open_session(conn, caller, info))
 }
 
 fn connect_result(gw: &Gateway, active: &Active, draft: bool, p: &ConnectParams) -> Value {
@@ -213,7 +226,7 @@ fn connect_result(gw: &Gateway, active: &Active, draft: bool, p: &ConnectParams)
         "participantId": active.participant_id,
         "capabilities": capabilities(&active.tenant),
         "systemInfo": {"name": gw.config.server.name, "version": env!("CARGO_PKG_VERSION")},
-        "principal": principal(&active.tenant, &active.participant_id),
+        "principal": principal(active),
     });
     if draft {
         result["mode"] = json!(p.mode.clone().unwrap_or_else(|| "full".into()));
@@ -225,10 +238,10 @@ fn connect_result(gw: &Gateway, active: &Active, draft: bool, p: &ConnectParams)
 pub fn authenticate(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out, RpcError> {
     let a: AuthParams = req.params()?;
     let method = a.method.clone().ok_or_else(|| RpcError::invalid_params("method is required"))?;
-    let tenant = gw.tenants.authenticate(&method, a.secret())?;
+    let caller = gw.authenticate(conn, &method, a.secret())?;
     match std::mem::replace(&mut conn.state, ConnState::Fresh) {
         ConnState::Pending(params, session_id) => {
-            let active = match start_session(gw, conn, tenant, &params, session_id.clone()) {
+            let active = match start_session(gw, conn, caller, &params, session_id.clone()) {
                 Ok(a) => a,
                 Err(e) => {
                     conn.state = ConnState::Pending(params, session_id);
@@ -240,22 +253,22 @@ pub fn authenticate(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result
                 "success": true,
                 "sessionId": active.session_id,
                 "participantId": active.participant_id,
-                "principal": principal(&active.tenant, &active.participant_id),
+                "principal": principal(&active),
                 "resumeToken": token,
             })
             .into())
         }
         ConnState::Active(active) => {
-            let same = Arc::ptr_eq(&active.tenant, &tenant);
+            let same = Arc::ptr_eq(&active.tenant, &caller.tenant) && ids::secrets_equal(&active.principal, &caller.principal);
             let result = json!({
                 "success": true,
                 "sessionId": active.session_id,
                 "participantId": active.participant_id,
-                "principal": principal(&active.tenant, &active.participant_id),
+                "principal": principal(&active),
             });
             conn.state = ConnState::Active(active);
             if !same {
-                return Err(RpcError::new(codes::AUTH_FAILED, "The credential belongs to another tenant than this session"));
+                return Err(RpcError::new(codes::AUTH_FAILED, "The credential belongs to another principal than this session's"));
             }
             Ok(result.into())
         }
@@ -271,18 +284,24 @@ struct RefreshParams {
     credential: Option<String>,
 }
 
-/// Credentials here are static (configured keys and tokens): a refresh
-/// re-validates one and answers with it.
+/// Issue a fresh access token (a JWT signed by this gateway, with an
+/// expiry) for the session's principal. A credential given here must be the
+/// same principal's; the answer never contains it.
 pub fn refresh(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out, RpcError> {
-    let active = conn.active()?;
+    let active = conn.active()?.clone();
     let p: RefreshParams = req.params()?;
-    let method = p.method.as_deref().unwrap_or("bearer");
-    let token = p.refresh_token.or(p.credential).ok_or_else(|| RpcError::invalid_params("refreshToken is required"))?;
-    let tenant = gw.tenants.authenticate(method, Some(&token))?;
-    if !Arc::ptr_eq(&tenant, &active.tenant) {
-        return Err(RpcError::new(codes::AUTH_FAILED, "The credential belongs to another tenant than this session"));
+    if let Some(presented) = p.refresh_token.or(p.credential) {
+        let method = p.method.as_deref().unwrap_or("bearer");
+        let who = gw.authenticate(conn, method, Some(&presented))?;
+        if !Arc::ptr_eq(&who.tenant, &active.tenant) || !ids::secrets_equal(&who.principal, &active.principal) {
+            return Err(RpcError::new(codes::AUTH_FAILED, "The credential belongs to another principal than this session's"));
+        }
     }
-    Ok(json!({"accessToken": token, "expiresAt": ids::now_ms() + 24 * 3600 * 1000}).into())
+    if &*active.principal == crate::tenants::ANONYMOUS {
+        return Err(RpcError::new(codes::PERMISSION_DENIED, "Anonymous sessions get no access token: connect with a credential"));
+    }
+    let (token, expires_at) = gw.tenants.tokens.issue(&active.tenant.id, &active.principal);
+    Ok(json!({"accessToken": token, "tokenType": "Bearer", "expiresAt": expires_at, "principal": principal(&active)}).into())
 }
 
 #[derive(Deserialize, Default)]
@@ -305,6 +324,10 @@ pub fn disconnect(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<O
     };
     for e in events {
         active.tenant.fabric.publish(e);
+    }
+    // The session id stops admitting HTTP requests; its resume token still resumes it.
+    if let Some(live) = gw.live(&active.session_id) {
+        live.disconnected.store(true, std::sync::atomic::Ordering::SeqCst);
     }
     let token = gw.connection_closed(conn);
     let mut session = json!(info);
