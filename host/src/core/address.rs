@@ -4,7 +4,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use super::registry::Registry;
+use super::registry::{Registry, Viewer};
 use crate::rpc::{codes, RpcError};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -125,6 +125,8 @@ impl Address {
 pub struct Sender<'a> {
     pub session: &'a str,
     pub agent: Option<&'a str>,
+    /// The sending session's participant type (agent visibility depends on it).
+    pub participant_type: &'a str,
 }
 
 /// One resolved recipient: the id reported in `delivered`, the session to deliver to.
@@ -151,9 +153,13 @@ struct Resolver<'a> {
 }
 
 impl Resolver<'_> {
+    fn viewer(&self) -> Viewer<'_> {
+        Viewer { session: self.sender.session, participant_type: self.sender.participant_type }
+    }
+
     /// Add an agent named explicitly: it must exist and be reachable.
     fn explicit_agent(&mut self, id: &str) -> Result<(), RpcError> {
-        let agent = self.reg.agent(id)?;
+        let agent = self.reg.visible_agent(id, &self.viewer())?;
         if agent.state == "stopped" {
             return Err(RpcError::new(codes::AGENT_TERMINATED, format!("Agent {id} is stopped")));
         }
@@ -174,7 +180,7 @@ impl Resolver<'_> {
                 continue;
             }
             let Some(agent) = self.reg.agents.get(id) else { continue };
-            if agent.state == "stopped" || !self.reg.sessions.contains_key(&agent.session) {
+            if agent.state == "stopped" || !self.reg.sessions.contains_key(&agent.session) || !self.reg.visible(agent, &self.viewer()) {
                 continue;
             }
             matched = true;

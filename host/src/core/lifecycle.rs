@@ -9,9 +9,9 @@ use serde_json::{json, Value};
 use super::events::{NewEvent, Source};
 use super::model::Agent;
 use super::outbox::Outbox;
-use super::registry::{Registry, SessionInfo};
+use super::registry::SessionInfo;
 use super::{ids, Active, Conn, ConnState, Gateway, Live};
-use crate::tenants::Authenticated;
+use crate::tenants::{Authenticated, Tenant};
 
 /// Why `attach_stream` refused.
 #[derive(Debug, PartialEq, Eq)]
@@ -42,26 +42,39 @@ fn participant_event(kind: &'static str, s: &SessionInfo, extra: Value) -> NewEv
     NewEvent::new(kind, source, data)
 }
 
-/// Unregister every agent of a session (or orphan them), returning the events to emit.
-pub(crate) fn release_agents(reg: &mut Registry, session_id: &str, orphan: bool, reason: &str) -> Vec<NewEvent> {
-    let owned = reg.sessions.get(session_id).map(|s| s.agents.clone()).unwrap_or_default();
-    let mut events = Vec::new();
-    for id in owned {
-        if orphan {
-            if let Some(a) = reg.agents.get_mut(&id) {
-                a.state = "orphaned".into();
-                a.lifecycle.last_state_change = ids::now_ms();
-                a.session = String::new();
-                events.push(agent_event("agent_orphaned", a, json!({"agentId": id, "agent": a, "reason": reason})));
+/// Agents released per hold of the registry lock: a session with very many
+/// agents must not stall the tenant (or the process) while it ends.
+const RELEASE_BATCH: usize = 1024;
+
+/// Unregister every agent of a session (or orphan them) and publish the
+/// events, in batches, each in time linear in its size.
+pub(crate) fn release_agents(tenant: &Tenant, session_id: &str, orphan: bool, reason: &str) {
+    let owned = match tenant.registry.lock().sessions.get_mut(session_id) {
+        Some(s) => std::mem::take(&mut s.agents),
+        None => return,
+    };
+    for batch in owned.chunks(RELEASE_BATCH) {
+        let events: Vec<NewEvent> = {
+            let mut reg = tenant.registry.lock();
+            if orphan {
+                batch
+                    .iter()
+                    .filter_map(|id| {
+                        let a = reg.agents.get_mut(id)?;
+                        a.state = "orphaned".into();
+                        a.lifecycle.last_state_change = ids::now_ms();
+                        a.session = String::new();
+                        Some(agent_event("agent_orphaned", a, json!({"agentId": id, "agent": a, "reason": reason})))
+                    })
+                    .collect()
+            } else {
+                reg.remove_agents(batch).into_iter().map(|a| agent_event("agent_unregistered", &a, json!({"agentId": a.id, "agent": a, "reason": reason}))).collect()
             }
-        } else if let Some(a) = reg.remove_agent(&id) {
-            events.push(agent_event("agent_unregistered", &a, json!({"agentId": id, "agent": a, "reason": reason})));
+        };
+        for e in events {
+            tenant.fabric.publish(e);
         }
     }
-    if let Some(s) = reg.sessions.get_mut(session_id) {
-        s.agents.clear();
-    }
-    events
 }
 
 impl Gateway {
@@ -246,19 +259,13 @@ impl Gateway {
         live.outbox.close();
         let tenant = &live.tenant;
         tenant.fabric.leave(session_id);
-        let events = {
-            let mut reg = tenant.registry.lock();
-            let orphan = reg.sessions.get(session_id).is_some_and(|s| s.agent_behavior == "orphan");
-            let events = release_agents(&mut reg, session_id, orphan, reason);
-            if let Some(info) = reg.sessions.remove(session_id) {
-                if reg.participants.get(&info.participant_id).is_some_and(|s| s == session_id) {
-                    reg.participants.remove(&info.participant_id);
-                }
+        let orphan = tenant.registry.lock().sessions.get(session_id).is_some_and(|s| s.agent_behavior == "orphan");
+        release_agents(tenant, session_id, orphan, reason);
+        let mut reg = tenant.registry.lock();
+        if let Some(info) = reg.sessions.remove(session_id) {
+            if reg.participants.get(&info.participant_id).is_some_and(|s| s == session_id) {
+                reg.participants.remove(&info.participant_id);
             }
-            events
-        };
-        for e in events {
-            tenant.fabric.publish(e);
         }
     }
 }

@@ -118,6 +118,13 @@ pub struct Conn {
     pub deferred: Vec<Frame>,
 }
 
+impl Active {
+    /// This session as a viewer of agents.
+    pub fn viewer(&self) -> registry::Viewer<'_> {
+        registry::Viewer { session: &self.session_id, participant_type: &self.participant_type }
+    }
+}
+
 impl Conn {
     pub fn new(tx: FrameTx, loopback: bool, transport: &'static str) -> Conn {
         Conn { tx, loopback, peer_ip: None, auth_failures: 0, transport, preset_auth: None, streams: true, state: ConnState::Fresh, deferred: Vec::new() }

@@ -30,6 +30,12 @@ pub struct SessionInfo {
     pub capabilities: Value,
 }
 
+/// Who is looking, for agent visibility.
+pub struct Viewer<'a> {
+    pub session: &'a str,
+    pub participant_type: &'a str,
+}
+
 /// Looked up on every send: foldhash (seeded per process) instead of SipHash.
 #[derive(Default)]
 pub struct Registry {
@@ -57,6 +63,30 @@ impl Registry {
 
     pub fn scope_mut(&mut self, id: &str) -> Result<&mut Scope, RpcError> {
         self.scopes.get_mut(id).ok_or_else(|| RpcError::new(codes::SCOPE_NOT_FOUND, format!("Scope not found: {id}")))
+    }
+
+    /// Whether a session may see an agent, by the agent's `visibility`:
+    /// `public` (or none) everyone; `parent-only` the sessions owning it or
+    /// its parent; `scope` sessions owning an agent in one of its scopes;
+    /// `system` system and gateway participants. The owner and system
+    /// participants always see it.
+    pub fn visible(&self, agent: &Agent, viewer: &Viewer) -> bool {
+        let rule = agent.visibility.as_deref().unwrap_or("public");
+        if rule == "public" || agent.session == viewer.session || matches!(viewer.participant_type, "system" | "gateway") {
+            return true;
+        }
+        match rule {
+            "parent-only" => agent.parent.as_ref().and_then(|p| self.agents.get(p)).is_some_and(|p| p.session == viewer.session),
+            "scope" => self.sessions.get(viewer.session).is_some_and(|s| {
+                s.agents.iter().filter_map(|a| self.agents.get(a)).any(|mine| mine.scopes.iter().any(|sc| agent.scopes.contains(sc)))
+            }),
+            _ => false,
+        }
+    }
+
+    /// An agent the viewer may see; a hidden one is "not found" (2001).
+    pub fn visible_agent(&self, id: &str, viewer: &Viewer) -> Result<&Agent, RpcError> {
+        self.agent(id).ok().filter(|a| self.visible(a, viewer)).ok_or_else(|| RpcError::new(codes::AGENT_NOT_FOUND, format!("Agent not found: {id}")))
     }
 
     /// Agents in a stable order: by creation time, then id.
@@ -98,6 +128,42 @@ impl Registry {
             level = next;
         }
         out
+    }
+
+    /// Remove agents and every trace of them, in time linear in their number
+    /// and the sizes of the scopes and families they touch.
+    pub fn remove_agents(&mut self, ids: &[String]) -> Vec<Agent> {
+        let gone: std::collections::HashSet<&str> = ids.iter().map(String::as_str).collect();
+        let removed: Vec<Agent> = ids.iter().filter_map(|id| self.agents.remove(id)).collect();
+        let mut scopes = std::collections::HashSet::new();
+        let mut parents = std::collections::HashSet::new();
+        let mut sessions = std::collections::HashSet::new();
+        for a in &removed {
+            scopes.extend(a.scopes.iter().map(String::as_str));
+            parents.extend(a.parent.as_deref().filter(|p| !gone.contains(p)));
+            sessions.insert(a.session.as_str());
+            for c in a.children.iter().filter(|c| !gone.contains(c.as_str())) {
+                if let Some(child) = self.agents.get_mut(c) {
+                    child.parent = None;
+                }
+            }
+        }
+        for s in scopes {
+            if let Some(scope) = self.scopes.get_mut(s) {
+                scope.members.retain(|m| !gone.contains(m.as_str()));
+            }
+        }
+        for p in parents {
+            if let Some(parent) = self.agents.get_mut(p) {
+                parent.children.retain(|c| !gone.contains(c.as_str()));
+            }
+        }
+        for s in sessions {
+            if let Some(session) = self.sessions.get_mut(s) {
+                session.agents.retain(|a| !gone.contains(a.as_str()));
+            }
+        }
+        removed
     }
 
     /// Remove an agent and every trace of it (scopes, parent's children, owner's list).

@@ -206,6 +206,7 @@ pub fn control(active: &Active, req: &Request, target: &str) -> Result<Out, RpcE
     let mut events = Vec::new();
     let agent = {
         let mut reg = active.tenant.registry.lock();
+        reg.visible_agent(id, &active.viewer())?;
         let agent = reg.agent_mut(id)?;
         if agent.session != active.session_id && active.participant_type == "agent" {
             return Err(RpcError::new(codes::PERMISSION_DENIED, format!("Agent {id} belongs to another session")));
@@ -281,9 +282,11 @@ pub fn list(active: &Active, req: &Request) -> Result<Out, RpcError> {
     let parent = f.parent.clone().or(p.parent.clone());
     let owner = f.owner_id.clone().or(p.owner_id.clone());
     let reg = active.tenant.registry.lock();
+    let viewer = active.viewer();
     let matching: Vec<&Agent> = reg
         .agents_sorted()
         .into_iter()
+        .filter(|a| reg.visible(a, &viewer))
         .filter(|a| states.is_empty() || states.contains(&a.state))
         .filter(|a| roles.is_empty() || a.role.as_deref().is_some_and(|r| roles.iter().any(|want| want == r)))
         .filter(|a| scopes.is_empty() || a.scopes.iter().any(|s| scopes.contains(s)))
@@ -321,12 +324,14 @@ pub fn get(active: &Active, req: &Request) -> Result<Out, RpcError> {
     let p: GetParams = req.params()?;
     let id = p.agent_id.as_deref().ok_or_else(|| RpcError::invalid_params("agentId is required"))?;
     let reg = active.tenant.registry.lock();
-    let agent = reg.agent(id)?;
-    let many = |ids: Vec<String>| ids.iter().filter_map(|i| reg.agents.get(i)).cloned().collect::<Vec<Agent>>();
+    let viewer = active.viewer();
+    let agent = reg.visible_agent(id, &viewer)?;
+    let see = |i: &String| reg.agents.get(i).filter(|a| reg.visible(a, &viewer));
+    let many = |ids: Vec<String>| ids.iter().filter_map(see).cloned().collect::<Vec<Agent>>();
     let depth = p.include.max_depth.unwrap_or(usize::MAX).max(1);
     let mut result = json!({"agent": agent});
     if p.include.parent {
-        if let Some(parent) = agent.parent.as_ref().and_then(|x| reg.agents.get(x)) {
+        if let Some(parent) = agent.parent.as_ref().and_then(see) {
             result["parent"] = json!(parent);
         }
     }
@@ -357,14 +362,16 @@ struct GraphParams {
 pub fn graph(active: &Active, req: &Request) -> Result<Out, RpcError> {
     let p: GraphParams = req.params()?;
     let reg = active.tenant.registry.lock();
+    let viewer = active.viewer();
     let ids: Vec<String> = match &p.root_agent_id {
         Some(root) => {
-            reg.agent(root)?;
+            reg.visible_agent(root, &viewer)?;
             std::iter::once(root.clone()).chain(reg.descendants(root, p.depth.unwrap_or(usize::MAX).max(1))).collect()
         }
         None => reg.agents_sorted().into_iter().map(|a| a.id.clone()).collect(),
     };
-    let nodes: Vec<&Agent> = ids.iter().filter_map(|i| reg.agents.get(i)).collect();
+    let nodes: Vec<&Agent> = ids.iter().filter_map(|i| reg.agents.get(i)).filter(|a| reg.visible(a, &viewer)).collect();
+    let ids: Vec<&String> = nodes.iter().map(|a| &a.id).collect();
     let mut edges = Vec::new();
     for a in &nodes {
         if let Some(parent) = a.parent.as_ref().filter(|p| ids.contains(p)) {
@@ -402,7 +409,7 @@ pub fn inject(active: &Active, req: &Request) -> Result<Out, RpcError> {
     }
     let (session, from) = {
         let reg = active.tenant.registry.lock();
-        let agent = reg.agent(id)?;
+        let agent = reg.visible_agent(id, &active.viewer())?;
         if agent.state == "stopped" {
             return Err(RpcError::new(codes::AGENT_TERMINATED, format!("Agent {id} is stopped")));
         }

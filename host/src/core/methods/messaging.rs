@@ -65,7 +65,7 @@ fn route(active: &Active, addr: &Address, from: Option<&str>) -> Result<Routing,
         Some(a) => return Err(RpcError::new(codes::PERMISSION_DENIED, format!("Agent {a} is not owned by this session"))),
         None => session.and_then(|s| s.agents.first().cloned()),
     };
-    let sender = Sender { session: &active.session_id, agent: agent.as_deref() };
+    let sender = Sender { session: &active.session_id, agent: agent.as_deref(), participant_type: &active.participant_type };
     let recipients = address::resolve(&reg, addr, &sender)?;
     let me = agent.as_ref().and_then(|a| reg.agents.get(a));
     let role = me.and_then(|a| a.role.clone());

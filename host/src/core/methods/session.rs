@@ -316,15 +316,11 @@ pub fn disconnect(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<O
     let active = conn.active()?.clone();
     let p: DisconnectParams = req.params()?;
     let reason = p.reason.unwrap_or_else(|| "disconnected".into());
-    let (info, events) = {
-        let mut reg = active.tenant.registry.lock();
-        let unregister = p.cascade || reg.sessions.get(&active.session_id).is_some_and(|s| s.agent_behavior == "unregister");
-        let events = if unregister { release_agents(&mut reg, &active.session_id, false, &reason) } else { Vec::new() };
-        (reg.sessions.get(&active.session_id).cloned(), events)
-    };
-    for e in events {
-        active.tenant.fabric.publish(e);
+    let unregister = p.cascade || active.tenant.registry.lock().sessions.get(&active.session_id).is_some_and(|s| s.agent_behavior == "unregister");
+    if unregister {
+        release_agents(&active.tenant, &active.session_id, false, &reason);
     }
+    let info = active.tenant.registry.lock().sessions.get(&active.session_id).cloned();
     // The session id stops admitting HTTP requests; its resume token still resumes it.
     if let Some(live) = gw.live(&active.session_id) {
         live.disconnected.store(true, std::sync::atomic::Ordering::SeqCst);
