@@ -448,3 +448,35 @@ fn config_prints_toml_without_secrets() {
     let parsed: toml::Value = toml::from_str(&text).expect("real TOML");
     assert_eq!(parsed["tenants"][0]["api_keys"][0]["principal"].as_str(), Some("alice"));
 }
+
+#[tokio::test]
+async fn a_tenant_checks_jwts_from_its_issuer() {
+    use jsonwebtoken::{encode, EncodingKey, Header};
+    let gw = Gateway::start_with(
+        65536,
+        "[auth]\nanonymous_tenant = \"\"\n[[tenants]]\nid = \"idp\"\njwt = { secret = \"0123456789abcdef-idp\", audience = \"map\", issuer = \"https://idp.example\" }\n",
+    );
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let sign = |claims: Value, secret: &str| encode(&Header::default(), &claims, &EncodingKey::from_secret(secret.as_bytes())).unwrap();
+    let good = json!({"sub": "carol", "aud": "map", "iss": "https://idp.example", "exp": now + 600});
+    let connect = |token: String| {
+        let url = gw.ws_url();
+        async move {
+            let mut ws = Ws::connect(&url).await;
+            ws.call("map/connect", json!({"protocolVersion": 1, "auth": {"method": "bearer", "token": token}})).await
+        }
+    };
+    let r = connect(sign(good.clone(), "0123456789abcdef-idp")).await;
+    assert_eq!(ok(&r)["principal"]["id"], "carol");
+    assert_eq!(ok(&r)["principal"]["claims"]["tenant"], "idp");
+    assert_eq!(err_code(&connect(sign(good.clone(), "another-secret-of-16")).await), 1001, "wrong signature");
+    let mut expired = good.clone();
+    expired["exp"] = json!(now - 600);
+    assert_eq!(err_code(&connect(sign(expired, "0123456789abcdef-idp")).await), 1002, "expired");
+    let mut audience = good.clone();
+    audience["aud"] = json!("other");
+    assert_eq!(err_code(&connect(sign(audience, "0123456789abcdef-idp")).await), 1001, "wrong audience");
+    let mut issuer = good;
+    issuer["iss"] = json!("https://evil.example");
+    assert_eq!(err_code(&connect(sign(issuer, "0123456789abcdef-idp")).await), 1001, "wrong issuer");
+}
