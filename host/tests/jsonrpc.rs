@@ -210,8 +210,11 @@ async fn errors_carry_data_category_by_code_range() {
     assert_error(&resp, &resp["id"].clone(), 3000, "agent");
     let resp = ws.call("map/send", json!({"to": {"scope": "no-such-scope"}, "payload": 1})).await;
     assert_error(&resp, &resp["id"].clone(), 2002, "routing");
-    let resp = ws.call("map/send", json!({"to": {"role": "nobody-has-this"}, "payload": 1})).await;
+    let resp = ws.call("map/send", json!({"to": {"participant": "nobody-is-called-this"}, "payload": 1})).await;
     assert_error(&resp, &resp["id"].clone(), 2000, "routing");
+    // A group that holds no one right now is not an error: it reaches no one.
+    let resp = ws.call_ok("map/send", json!({"to": {"role": "nobody-has-this"}, "payload": 1})).await;
+    assert_eq!(resp["delivered"], json!([]));
 
     let mut bad = gw.ws().await;
     let resp = bad.call("map/connect", json!({"protocolVersion": 1, "auth": {"method": "api-key", "credential": "wrong"}})).await;

@@ -171,10 +171,10 @@ impl Resolver<'_> {
         Ok(())
     }
 
-    /// Add agents selected by a group address; the sender and unreachable agents are left out.
-    fn group<'b>(&mut self, ids: impl IntoIterator<Item = &'b String>, what: &str) -> Result<(), RpcError> {
-        let before = self.out.len();
-        let mut matched = false;
+    /// Add agents selected by a group address; the sender, hidden and
+    /// unreachable agents are left out. A group that holds no one right now
+    /// reaches no one: that is not an error.
+    fn group<'b>(&mut self, ids: impl IntoIterator<Item = &'b String>) {
         for id in ids {
             if Some(id.as_str()) == self.sender.agent {
                 continue;
@@ -183,13 +183,8 @@ impl Resolver<'_> {
             if agent.state == "stopped" || !self.reg.sessions.contains_key(&agent.session) || !self.reg.visible(agent, &self.viewer()) {
                 continue;
             }
-            matched = true;
             push(&mut self.out, id, &agent.session);
         }
-        if !matched && self.out.len() == before {
-            return Err(none_reached(what));
-        }
-        Ok(())
     }
 
     fn sender_agent(&self) -> Result<&str, RpcError> {
@@ -201,7 +196,8 @@ impl Resolver<'_> {
         if scope.send_policy == "members" && !self.sender.agent.is_some_and(|a| scope.members.iter().any(|m| m == a)) {
             return Err(RpcError::new(codes::PERMISSION_DENIED, format!("Only members may send to scope {id}")));
         }
-        self.group(scope.members.iter(), &format!("scope {id} has no other members"))
+        self.group(scope.members.iter());
+        Ok(())
     }
 
     fn resolve(&mut self, addr: &Address) -> Result<(), RpcError> {
@@ -229,7 +225,8 @@ impl Resolver<'_> {
                     None => reg.agents_sorted().into_iter().map(|a| a.id.clone()).collect(),
                 };
                 let ids: Vec<String> = members.into_iter().filter(|id| reg.agents.get(id).and_then(|a| a.role.as_deref()) == Some(role)).collect();
-                self.group(ids.iter(), &format!("no agent with role {role:?}"))
+                self.group(ids.iter());
+                Ok(())
             }
             Address::Relative { relation, depth } => {
                 let me = self.sender_agent()?.to_string();
@@ -244,15 +241,17 @@ impl Resolver<'_> {
                         None => Vec::new(),
                     },
                 };
-                self.group(ids.iter(), &format!("{relation:?} of {me}").to_lowercase())
+                self.group(ids.iter());
+                Ok(())
             }
             Address::Broadcast => {
                 let ids: Vec<String> = reg.agents_sorted().into_iter().map(|a| a.id.clone()).collect();
-                self.group(ids.iter(), "no other agent is registered")
+                self.group(ids.iter());
+                Ok(())
             }
             // The router itself is always reachable: connected `system` participants get a copy.
             Address::System => {
-                let _ = self.participants(|t| t == "system", "");
+                self.participants(|t| t == "system");
                 Ok(())
             }
             Address::Participant(p) => {
@@ -260,11 +259,14 @@ impl Resolver<'_> {
                 push(&mut self.out, p, session);
                 Ok(())
             }
-            Address::Participants(kind) => match kind.as_str() {
-                "agents" => self.participants(|t| t == "agent", "no other agent participant is connected"),
-                "clients" => self.participants(|t| t == "client", "no other client is connected"),
-                _ => self.participants(|_| true, "no other participant is connected"),
-            },
+            Address::Participants(kind) => {
+                match kind.as_str() {
+                    "agents" => self.participants(|t| t == "agent"),
+                    "clients" => self.participants(|t| t == "client"),
+                    _ => self.participants(|_| true),
+                }
+                Ok(())
+            }
             Address::Federated { system, .. } => {
                 Err(RpcError::new(codes::FEDERATION_UNAVAILABLE, format!("Federation is not configured: system {system:?} is unreachable")))
             }
@@ -272,20 +274,18 @@ impl Resolver<'_> {
         }
     }
 
-    fn participants(&mut self, kind: impl Fn(&str) -> bool, what: &str) -> Result<(), RpcError> {
+    fn participants(&mut self, kind: impl Fn(&str) -> bool) {
         let mut sessions: Vec<_> = self.reg.sessions.values().filter(|s| s.id != self.sender.session && kind(&s.participant_type)).collect();
         sessions.sort_by_key(|s| s.created_at);
-        if sessions.is_empty() {
-            return Err(none_reached(what));
-        }
         for s in sessions {
             push(&mut self.out, &s.participant_id, &s.id);
         }
-        Ok(())
     }
 }
 
-/// Resolve an address to its recipients; an address that reaches no one is an error.
+/// Resolve an address to its recipients. A named target that does not exist
+/// is an error (2001 agent, 2002 scope, 2000 participant); a group or
+/// relative address that holds no one resolves to no recipients.
 pub fn resolve(reg: &Registry, addr: &Address, sender: &Sender) -> Result<Vec<Recipient>, RpcError> {
     let mut r = Resolver { reg, sender, out: Vec::new() };
     r.resolve(addr)?;

@@ -6,16 +6,20 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-/// Who an event is about, as the wire shows it in `event.source`.
-#[derive(Debug, Clone, Default, Serialize)]
-#[serde(rename_all = "camelCase")]
+/// Who caused an event. On the wire `event.source` is one id, as the
+/// schema's `ParticipantId` says: the agent, else the participant (null
+/// when neither); the scope is a filter facet only.
+#[derive(Debug, Clone, Default)]
 pub struct Source {
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub agent_id: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub participant_id: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub scope_id: Option<String>,
+}
+
+impl Serialize for Source {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.agent_id.as_ref().or(self.participant_id.as_ref()).serialize(s)
+    }
 }
 
 /// Facts about an event that filters match on, captured when it is emitted
@@ -199,8 +203,17 @@ impl Filter {
     }
 }
 
+/// The SDK's names for core event types that differ by more than the
+/// separator (`agent.registered` already equals `agent_registered`).
+const ALIASES: &[(&[u8], &[u8])] = &[
+    (b"session.connected", b"participant_connected"),
+    (b"session.disconnected", b"participant_disconnected"),
+    (b"session.*", b"participant.*"),
+];
+
 /// A filter's type pattern (`*`, `prefix.*` or a type) against an event type; `_` and `.` are one separator.
 fn type_matches(pattern: &[u8], kind: &[u8]) -> bool {
+    let pattern = ALIASES.iter().find(|(alias, _)| same_type(alias, pattern)).map_or(pattern, |(_, core)| *core);
     match pattern.strip_suffix(b".*").or_else(|| pattern.strip_suffix(b"_*")) {
         Some(prefix) => kind.len() > prefix.len() && same_type(prefix, &kind[..prefix.len()]) && norm(kind[prefix.len()]) == b'.',
         None => pattern == b"*" || same_type(pattern, kind),
@@ -239,6 +252,13 @@ mod tests {
         let f = filter(json!({"eventTypes": ["message_sent"]}));
         assert!(f.matches(&ev("message.sent", None)));
         assert!(!f.matches(&ev("message_delivered", None)));
+        let f = filter(json!({"eventTypes": ["session.connected"]}));
+        assert!(f.matches(&ev("participant_connected", None)));
+        assert!(!f.matches(&ev("participant_disconnected", None)));
+        assert!(filter(json!({"eventTypes": ["session.*"]})).matches(&ev("participant_disconnected", None)));
+        for (alias, core) in [("agent.state.changed", "agent_state_changed"), ("scope.member.joined", "scope_member_joined"), ("message.delivered", "message_delivered")] {
+            assert!(filter(json!({"eventTypes": [alias]})).matches(&ev(core, None)), "{alias}");
+        }
     }
 
     #[test]

@@ -23,7 +23,20 @@ pub enum StreamRefused {
 }
 
 /// An event about an agent, with the facets filters need.
-pub(crate) fn agent_event(kind: &'static str, agent: &Agent, data: Value) -> NewEvent {
+///
+/// `data` keeps its nested objects and also gets the flat fields clients of
+/// the SDK's own server read (`agentId`, `ownerId`, `name`, `role`).
+pub(crate) fn agent_event(kind: &'static str, agent: &Agent, mut data: Value) -> NewEvent {
+    if let Value::Object(d) = &mut data {
+        d.entry("agentId").or_insert_with(|| json!(agent.id));
+        d.entry("ownerId").or_insert_with(|| json!(agent.owner_id));
+        if let Some(name) = &agent.name {
+            d.entry("name").or_insert_with(|| json!(name));
+        }
+        if let Some(role) = &agent.role {
+            d.entry("role").or_insert_with(|| json!(&**role));
+        }
+    }
     let source = Source { agent_id: Some(agent.id.clone()), participant_id: Some(agent.owner_id.clone()), scope_id: None };
     let mut ev = NewEvent::new(kind, source, data);
     ev.facets.source_role = agent.role.clone();

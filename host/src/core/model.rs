@@ -37,6 +37,9 @@ pub struct Agent {
     /// The owning session (not on the wire).
     #[serde(skip)]
     pub session: String,
+    /// The state before `map/agents/suspend`, which resume restores.
+    #[serde(skip)]
+    pub suspended_from: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -67,6 +70,24 @@ pub struct Scope {
     /// Member agent ids, in join order (on the wire through `members`).
     #[serde(skip)]
     pub members: Vec<String>,
+}
+
+impl Scope {
+    /// A scope with the default policy: anyone joins, anyone sees, anyone sends.
+    pub fn open(id: &str, created_by: &str) -> Scope {
+        Scope {
+            id: id.to_string(),
+            name: None,
+            parent: None,
+            join_policy: "open".into(),
+            visibility: "public".into(),
+            send_policy: "anyone".into(),
+            metadata: None,
+            created_at: crate::core::ids::now_ms(),
+            created_by: Some(created_by.to_string()),
+            members: Vec::new(),
+        }
+    }
 }
 
 const STATES: &[&str] = &["registered", "active", "busy", "idle", "suspended", "stopping", "stopped", "failed", "orphaned"];

@@ -6,7 +6,7 @@ use serde_json::{json, Map, Value};
 
 use crate::core::events::NewEvent;
 use crate::core::lifecycle::agent_event;
-use crate::core::model::{check_transition, Agent, Lifecycle, RegisterParams};
+use crate::core::model::{check_transition, Agent, Lifecycle, RegisterParams, Scope};
 use crate::core::registry::Registry;
 use crate::core::outbox::Frame;
 use crate::core::{ids, Active, Out};
@@ -55,8 +55,16 @@ pub fn register(active: &Active, req: &Request, spawn: bool) -> Result<Out, RpcE
                 return Err(RpcError::new(codes::PERMISSION_DENIED, "Only the parent's own session may spawn children under it"));
             }
         }
+        // Scopes that do not exist yet are created with the default policy.
         for s in &p.scopes {
-            reg.scope(s)?;
+            if s.is_empty() || s.len() > 256 {
+                return Err(RpcError::invalid_params("scope ids must be 1 to 256 characters"));
+            }
+            if !reg.scopes.contains_key(s) {
+                let scope = Scope::open(s, &active.participant_id);
+                events.push(super::scopes::scope_only_event("scope_created", &scope, active, json!({"scope": scope})));
+                reg.scopes.insert(s.clone(), scope);
+            }
         }
         let agent = Agent {
             id: id.clone(),
@@ -73,6 +81,7 @@ pub fn register(active: &Active, req: &Request, spawn: bool) -> Result<Out, RpcE
             metadata: p.metadata,
             lifecycle: Lifecycle { created_at: now, last_state_change: now, exit_reason: None },
             session: active.session_id.clone(),
+            suspended_from: None,
         };
         if let Some(parent) = p.parent.as_ref().and_then(|pid| reg.agents.get_mut(pid)) {
             parent.children.push(id.clone());
@@ -217,10 +226,19 @@ pub fn control(active: &Active, req: &Request, target: &str) -> Result<Out, RpcE
             ("active", s) if s != "suspended" => return Err(RpcError::new(codes::STATE_INVALID, format!("Agent {id} is {s}, not suspended"))),
             _ => {}
         }
+        // Resume goes back to the state the agent had before suspend.
+        let target = match target {
+            "suspended" if previous != "suspended" => {
+                agent.suspended_from = Some(previous.clone());
+                target.to_string()
+            }
+            "active" => agent.suspended_from.take().unwrap_or_else(|| target.to_string()),
+            _ => target.to_string(),
+        };
         if previous != target {
-            agent.state = target.to_string();
+            agent.state = target;
             agent.lifecycle.last_state_change = ids::now_ms();
-            if target == "stopped" {
+            if agent.state == "stopped" {
                 agent.lifecycle.exit_reason = p.reason.clone();
             }
             events.push(state_event(agent, &previous, p.reason.as_deref()));

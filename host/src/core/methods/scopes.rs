@@ -31,7 +31,13 @@ fn one_of(value: Option<String>, allowed: &[&str], field: &str) -> Result<String
     }
 }
 
-fn scope_only_event(kind: &'static str, scope: &Scope, active: &Active, data: Value) -> NewEvent {
+pub(crate) fn scope_only_event(kind: &'static str, scope: &Scope, active: &Active, mut data: Value) -> NewEvent {
+    if let Value::Object(d) = &mut data {
+        d.entry("scopeId").or_insert_with(|| json!(scope.id));
+        if let Some(name) = &scope.name {
+            d.entry("name").or_insert_with(|| json!(name));
+        }
+    }
     let source = Source { participant_id: Some(active.participant_id.clone()), scope_id: Some(scope.id.clone()), agent_id: None };
     NewEvent::new(kind, source, data)
 }
