@@ -184,12 +184,27 @@ test('"agent:unknown" → 2001', async () => { await noOne(C1, `agent:${uid('gho
 test('{agents: [unknown…]} → 2001/2000', async () => { await noOne(C1, { agents: [uid('g1'), uid('g2')] }, [2000, 2001], 'unknown agents'); });
 test('{scope: unknown} → 2002', async () => { await noOne(C1, { scope: uid('nope') }, 2002, 'unknown scope'); });
 test('"scope:unknown" → 2002', async () => { await noOne(C1, `scope:${uid('nope')}`, 2002, 'unknown scope: prefix'); });
-test('{scope: empty scope} → 2000/2002, not a silent queue', async () => { await noOne(C1, { scope: EMPTY }, [2000, 2002], 'empty scope'); });
-test('{role: nobody} → 2000/2001', async () => { await noOne(C1, { role: uid('no-role') }, [2000, 2001], 'unknown role'); });
 test('{role, within: unknown scope} → 2002/2000', async () => { await noOne(R, { role: 'worker', within: uid('nope') }, [2000, 2002], 'role within unknown scope'); });
-test('{parent: true} from a root agent → 2000/2001', async () => { await noOne(R, { parent: true }, [2000, 2001], 'root has no parent'); });
-test('{children: true} from a leaf → 2000/2001', async () => { await noOne(U, { children: true }, [2000, 2001], 'leaf has no children'); });
-test('{siblings: true} without parent → 2000/2001', async () => { await noOne(U, { siblings: true }, [2000, 2001], 'no siblings'); });
+// A group or relative address that holds no one right now succeeds and reaches no one.
+async function emptyGroup(from, to, ctx) {
+  const marker = uid('empty');
+  const res = await from.conn.send(to, { marker });
+  assert.deepEqual(res.delivered, [], `${ctx}: delivered is empty, got ${JSON.stringify(res)}`);
+  assert.equal(typeof res.messageId, 'string', ctx);
+  await expectNobodyGot(everyone, marker);
+}
+
+test('{scope: empty scope} → delivered [], nothing queued', async () => { await emptyGroup(C1, { scope: EMPTY }, 'empty scope'); });
+test('{role: nobody} → delivered []', async () => { await emptyGroup(C1, { role: uid('no-role') }, 'unknown role'); });
+test('{parent: true} from a root agent → delivered []', async () => { await emptyGroup(R, { parent: true }, 'root has no parent'); });
+test('sendToParent() from a root agent resolves with delivered []', async () => {
+  const marker = uid('to-parent');
+  const res = await R.conn.sendToParent({ marker });
+  assert.deepEqual(res.delivered, []);
+  await expectNobodyGot(everyone, marker);
+});
+test('{children: true} from a leaf → delivered []', async () => { await emptyGroup(U, { children: true }, 'leaf has no children'); });
+test('{siblings: true} without parent → delivered []', async () => { await emptyGroup(U, { siblings: true }, 'no siblings'); });
 // The spec does not say whether a relative address from a session without an agent is
 // "resolves to no one" (2000/2001) or invalid params (-32602); both are accepted.
 test('{parent: true} from a client (no agent) → 2000/2001/-32602', async () => { await noOne(K, { parent: true }, [2000, 2001, -32602], 'client has no agent'); });
