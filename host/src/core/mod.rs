@@ -175,19 +175,27 @@ impl Gateway {
         Ok(host.status().await)
     }
 
-    /// Check a credential for this connection: failures count against the
-    /// connection and its source address, and an address over its limit is
-    /// refused before the credential is even looked at.
-    pub fn authenticate(&self, conn: &mut Conn, method: &str, secret: Option<&str>) -> Result<crate::tenants::Authenticated, RpcError> {
-        if let Some(ip) = conn.peer_ip {
+    /// Check a credential from a source address: failures count against
+    /// the address, and an address over its limit is refused before the
+    /// credential is even looked at.
+    pub fn check_credential(&self, peer: Option<IpAddr>, method: &str, secret: Option<&str>) -> Result<crate::tenants::Authenticated, RpcError> {
+        if let Some(ip) = peer {
             self.tenants.throttle.check(ip)?;
         }
         let result = self.tenants.authenticate(method, secret);
-        if let (Err(e), Some(ip)) = (&result, conn.peer_ip) {
+        if let (Err(e), Some(ip)) = (&result, peer) {
             if matches!(e.code, codes::AUTH_FAILED | codes::TOKEN_EXPIRED) {
                 self.tenants.throttle.failed(ip);
-                conn.auth_failures += 1;
             }
+        }
+        result
+    }
+
+    /// `check_credential` for a connection, whose failures are counted too.
+    pub fn authenticate(&self, conn: &mut Conn, method: &str, secret: Option<&str>) -> Result<crate::tenants::Authenticated, RpcError> {
+        let result = self.check_credential(conn.peer_ip, method, secret);
+        if result.as_ref().is_err_and(|e| matches!(e.code, codes::AUTH_FAILED | codes::TOKEN_EXPIRED)) {
+            conn.auth_failures += 1;
         }
         result
     }

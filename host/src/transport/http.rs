@@ -171,10 +171,7 @@ fn caller(gw: &Gateway, peer: SocketAddr, headers: &hyper::HeaderMap) -> Result<
     let Some((method, secret)) = super::header_credentials(headers) else {
         return Ok(gw.tenants.anonymous(super::is_loopback(&peer)));
     };
-    let (tx, _rx) = crate::core::outbox::channel(1, 1);
-    let mut conn = Conn::new(tx, super::is_loopback(&peer), "http");
-    conn.peer_ip = Some(peer.ip());
-    match gw.authenticate(&mut conn, &method, Some(&secret)) {
+    match gw.check_credential(Some(peer.ip()), &method, Some(&secret)) {
         Ok(who) => Ok(Some(who)),
         Err(e) if e.code == crate::rpc::codes::RESOURCE_EXHAUSTED => Err((StatusCode::TOO_MANY_REQUESTS, e)),
         Err(e) => Err((StatusCode::UNAUTHORIZED, e)),
