@@ -480,3 +480,36 @@ async fn a_tenant_checks_jwts_from_its_issuer() {
     issuer["iss"] = json!("https://evil.example");
     assert_eq!(err_code(&connect(sign(issuer, "0123456789abcdef-idp")).await), 1001, "wrong issuer");
 }
+
+#[tokio::test]
+async fn out_of_descriptors_the_gateway_refuses_cleanly_and_recovers() {
+    let dir = TempDir::new("fds");
+    let config = write_config_server(dir.path(), "idle_timeout_secs = 2\nheader_timeout_ms = 60000", TENANTS);
+    // 100 descriptors: the connection cap drops to 36, leaving room for the rest.
+    let gw = Gateway::launch_limited(dir, config, Some(100));
+    let addr = gw.addr();
+    let mut idle = Vec::new();
+    for _ in 0..80 {
+        idle.push(TcpStream::connect(&addr).await.unwrap());
+    }
+    // A new client is answered at once (503), not left to time out.
+    let started = Instant::now();
+    let busy = http(&addr, "GET", "/healthz", &[], b"").await;
+    assert_eq!(busy.status, 503, "{}", busy.text());
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert!(gw.log().contains("max_connections lowered"), "{}", gw.log());
+    // The idle sockets are closed after the idle timeout, and service comes back.
+    let deadline = Instant::now() + Duration::from_secs(8);
+    loop {
+        let mut s = TcpStream::connect(&addr).await.unwrap();
+        s.write_all(format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
+        let mut a = Vec::new();
+        let _ = s.read_to_end(&mut a).await;
+        if String::from_utf8_lossy(&a).starts_with("HTTP/1.1 200") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "service must resume once idle sockets are closed");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(idle);
+}

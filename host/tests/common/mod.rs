@@ -116,8 +116,21 @@ impl Gateway {
 
     /// Start on a config file in `dir`; the log goes to `dir/gateway.log` (appended).
     pub fn launch(dir: TempDir, config: PathBuf) -> Gateway {
+        Gateway::launch_limited(dir, config, None)
+    }
+
+    /// `launch`, with the process's open-file limit (soft and hard) set to `files`.
+    pub fn launch_limited(dir: TempDir, config: PathBuf, files: Option<u32>) -> Gateway {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.path().join("gateway.log")).expect("log file");
-        let mut child = Command::new(BIN)
+        let mut command = match files {
+            None => Command::new(BIN),
+            Some(n) => {
+                let mut c = Command::new("bash");
+                c.args(["-c", &format!("ulimit -n {n} && exec \"$0\" \"$@\""), BIN]);
+                c
+            }
+        };
+        let mut child = command
             .args(["serve", "--config"])
             .arg(&config)
             .args(["--listen", "127.0.0.1:0"])
