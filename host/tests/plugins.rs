@@ -91,6 +91,39 @@ async fn each_misbehaviour_costs_only_its_own_call() {
 }
 
 #[tokio::test]
+async fn an_instance_that_broke_the_contract_is_discarded() {
+    let gw = Gateway::start_with(1 << 20, &config(&misbehave_and_echo(), r#"["bad"]"#, r#"["echo"]"#, ""));
+    let (mut ws, _) = gw.ws_connected("client", None).await;
+    for (method, reason) in [
+        ("bad/malformed", "malformed JSON"),
+        ("bad/oversized", "oversized result"),
+        ("bad/wrong-code", "outside its range"),
+        ("bad/deep", "nested deeper than 128"),
+        ("bad/huge-error", "oversized error"),
+    ] {
+        // Calls run one after another here, so they share one pooled instance …
+        ws.call_ok("bad/count", json!({})).await;
+        assert!(ws.call_ok("bad/count", json!({})).await["calls"].as_u64().unwrap() >= 2, "{method}: the instance is reused between good calls");
+        let resp = ws.call(method, json!({})).await;
+        plugin_failure(&resp, reason);
+        assert!(resp.to_string().len() < 64 << 10, "{method}: the failure stays small");
+        // … until it breaks the contract: the next call gets a fresh one.
+        assert_eq!(ws.call_ok("bad/count", json!({})).await["calls"], 1, "after {method}");
+    }
+}
+
+#[test]
+fn an_error_range_over_the_core_codes_is_refused() {
+    let dir = TempDir::new("wide");
+    let extra = format!("[plugins.bad]\npath = {:?}\nconfig = {{ wide = \"yes\" }}\n", fixture("misbehave.wasm"));
+    let path = write_config(dir.path(), 65536, &extra);
+    let out = std::process::Command::new(BIN).args(["serve", "--listen", "127.0.0.1:0", "--config"]).arg(&path).output().unwrap();
+    assert!(!out.status.success());
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(log.contains("overlaps codes reserved"), "{log}");
+}
+
+#[tokio::test]
 async fn a_looping_plugin_does_not_stall_other_tenants() {
     let gw = start(&config(&misbehave_and_echo(), r#"["bad"]"#, r#"["echo"]"#, ""));
     let (mut looping, _) = tenant_ws(&gw, "acme-key").await;

@@ -19,6 +19,38 @@ use crate::core::outbox::Frame;
 use crate::core::Active;
 use crate::rpc::{codes, RpcError};
 
+/// Deepest JSON nesting a plugin may answer with: many clients cannot parse more.
+const MAX_JSON_DEPTH: usize = 128;
+
+/// The deepest nesting of arrays and objects in JSON text (strings skipped).
+fn json_depth(text: &str) -> usize {
+    let (mut depth, mut max, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for b in text.bytes() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                max = max.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    max
+}
+
+/// Error codes a plugin may not claim: JSON-RPC's, and the MAP core's.
+const RESERVED_CODES: &[(i64, i64)] = &[(-32768, -32000), (1000, 9999), (16000, 16999)];
+
 /// Per-call limits of a plugin.
 #[derive(Debug, Clone)]
 pub struct Limits {
@@ -174,6 +206,10 @@ impl Plugin {
                 if let Some(bad) = methods.iter().find(|m| m.starts_with("map/") || m.is_empty()) {
                     anyhow::bail!("plugin {name} may not serve {bad:?}: map/ belongs to the core");
                 }
+                let (lo, hi) = error_range;
+                if lo > hi || RESERVED_CODES.iter().any(|&(a, b)| lo <= b && a <= hi) {
+                    anyhow::bail!("plugin {name} declares error range {lo}..={hi}, which is empty or overlaps codes reserved for JSON-RPC and the MAP core ({RESERVED_CODES:?})");
+                }
                 Some(Descriptor { name: d_name, version, uri, capability_group, capabilities, methods, error_range })
             }
         };
@@ -311,16 +347,22 @@ impl TenantPlugin {
         let result = match outcome {
             Err(_) => Err(self.failure(format!("timed out after {} ms", limits.deadline.as_millis()))),
             Ok(Err(trap)) => Err(self.failure(self.classify(&trap))),
-            Ok(Ok(Ok(text))) => {
-                let deferred = std::mem::take(&mut inst.store.data_mut().deferred);
-                let checked = self.check_result(text);
-                self.give_back(inst);
-                return checked.map(|r| (r, deferred));
-            }
-            Ok(Ok(Err(e))) => {
-                self.give_back(inst);
-                return Err(self.check_error(e));
-            }
+            // An instance that broke the contract is not trusted with another call.
+            Ok(Ok(Ok(text))) => match self.check_result(text) {
+                Ok(r) => {
+                    let deferred = std::mem::take(&mut inst.store.data_mut().deferred);
+                    self.give_back(inst);
+                    return Ok((r, deferred));
+                }
+                Err(e) => Err(e),
+            },
+            Ok(Ok(Err(e))) => match self.check_error(e) {
+                Ok(e) => {
+                    self.give_back(inst);
+                    return Err(e);
+                }
+                Err(e) => Err(e),
+            },
         };
         tracing::warn!(plugin = self.plugin.name, tenant = self.ctx.scope.tenant, method, error = ?result.as_ref().err().map(|e| &e.message), "plugin call failed; instance discarded");
         result
@@ -330,21 +372,33 @@ impl TenantPlugin {
         if text.len() > self.plugin.limits.max_result_bytes {
             return Err(self.failure(format!("returned an oversized result ({} bytes; the limit is {})", text.len(), self.plugin.limits.max_result_bytes)));
         }
+        if json_depth(&text) > MAX_JSON_DEPTH {
+            return Err(self.failure(format!("returned JSON nested deeper than {MAX_JSON_DEPTH} levels")));
+        }
         RawValue::from_string(text).map_err(|e| self.failure(format!("returned malformed JSON ({e})")))
     }
 
-    /// Keep a plugin's error only if its code is its own (or a JSON-RPC one).
-    fn check_error(&self, e: super::bindings::RpcError) -> RpcError {
+    /// Keep a plugin's error only if its code is its own (or a JSON-RPC
+    /// one) and it fits the message limit; `Err` is the failure it becomes.
+    fn check_error(&self, e: super::bindings::RpcError) -> Result<RpcError, RpcError> {
         let (lo, hi) = self.descriptor.as_ref().map(|d| d.error_range).unwrap_or((0, -1));
         let standard = (-32700..=-32600).contains(&e.code) && e.code != codes::INTERNAL_ERROR;
         if !standard && !(lo..=hi).contains(&e.code) {
-            return self.failure(format!("returned error code {} outside its range {lo}..={hi}: {}", e.code, e.message));
+            let head: String = e.message.chars().take(200).collect();
+            return Err(self.failure(format!("returned error code {} outside its range {lo}..={hi}: {head}", e.code)));
+        }
+        let size = e.message.len() + e.data.as_ref().map_or(0, String::len);
+        if size > self.plugin.limits.max_result_bytes {
+            return Err(self.failure(format!("returned an oversized error ({size} bytes; the limit is {})", self.plugin.limits.max_result_bytes)));
+        }
+        if e.data.as_deref().is_some_and(|d| json_depth(d) > MAX_JSON_DEPTH) {
+            return Err(self.failure(format!("returned error data nested deeper than {MAX_JSON_DEPTH} levels")));
         }
         let mut err = RpcError::new(e.code, e.message);
         if let Some(data) = e.data.and_then(|d| serde_json::from_str::<Value>(&d).ok()) {
             err.data = Some(data);
         }
-        err
+        Ok(err)
     }
 
     /// Call `http-handler.handle`. Failures are the caller's to turn into a 5xx.
