@@ -50,6 +50,9 @@ pub struct PluginConfig {
     pub memory_mb: u64,
     /// Ready instances kept per tenant.
     pub instances: usize,
+    /// Calls of one tenant running at once; more wait up to `deadline_ms`,
+    /// then get 4000 with `retryAfterMs`.
+    pub max_concurrency: usize,
     /// For plugins of the `http-extension` world: the path prefix they serve (e.g. `/mamp`).
     pub http_prefix: String,
 }
@@ -178,7 +181,7 @@ impl Credential {
 
 impl Default for PluginConfig {
     fn default() -> Self {
-        PluginConfig { path: PathBuf::new(), config: serde_json::json!({}), deadline_ms: 1000, memory_mb: 64, instances: 4, http_prefix: String::new() }
+        PluginConfig { path: PathBuf::new(), config: serde_json::json!({}), deadline_ms: 1000, memory_mb: 64, instances: 4, max_concurrency: 16, http_prefix: String::new() }
     }
 }
 
@@ -281,8 +284,8 @@ impl Config {
             bail!("storage.sync must be normal or full");
         }
         for (name, p) in self.plugins.iter().flatten() {
-            if p.deadline_ms == 0 || p.memory_mb == 0 || p.memory_mb > 1024 {
-                bail!("plugin {name}: deadline_ms must be positive and memory_mb between 1 and 1024");
+            if p.deadline_ms == 0 || p.memory_mb == 0 || p.memory_mb > 1024 || p.max_concurrency == 0 {
+                bail!("plugin {name}: deadline_ms and max_concurrency must be positive and memory_mb between 1 and 1024");
             }
             if !p.config.is_object() {
                 bail!("plugin {name}: config must be a table");

@@ -112,6 +112,37 @@ async fn an_instance_that_broke_the_contract_is_discarded() {
     }
 }
 
+#[tokio::test]
+async fn one_tenant_gets_a_bounded_share_of_a_plugin() {
+    let plugins = misbehave_and_echo().replace("memory_mb = 32\n", "memory_mb = 32\nmax_concurrency = 2\n");
+    let gw = start(&config(&plugins, r#"["bad"]"#, r#"["bad"]"#, ""));
+    let mut flood = Vec::new();
+    for _ in 0..8 {
+        flood.push(tenant_ws(&gw, "acme-key").await.0);
+    }
+    let (mut other, _) = tenant_ws(&gw, "globex-key").await;
+    for (i, ws) in flood.iter_mut().enumerate() {
+        ws.send_text(&request(i, "bad/loop", json!({})).to_string()).await;
+    }
+    // Another tenant of the same plugin is not held up.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let started = Instant::now();
+    assert_eq!(other.call_ok("bad/ok", json!({})).await["tenant"], "globex");
+    assert!(started.elapsed() < Duration::from_millis(250), "globex waited {:?}", started.elapsed());
+    let mut exhausted = 0;
+    for ws in &mut flood {
+        let resp = ws.answer().await;
+        match err(&resp)["code"].as_i64() {
+            Some(4000) => {
+                exhausted += 1;
+                assert!(err(&resp)["data"]["retryAfterMs"].as_u64().unwrap() > 0, "{resp}");
+            }
+            _ => plugin_failure(&resp, "timed out"),
+        }
+    }
+    assert!(exhausted >= 4, "two run, the rest wait a deadline at most: {exhausted} of 8 got 4000");
+}
+
 #[test]
 fn an_error_range_over_the_core_codes_is_refused() {
     let dir = TempDir::new("wide");

@@ -104,6 +104,7 @@ impl PluginHost {
             memory_bytes: (settings.memory_mb as usize) << 20,
             idle_instances: settings.instances,
             max_result_bytes: self.max_result_bytes,
+            max_concurrency: settings.max_concurrency,
         };
         let ctx = self.context(self.scratch.clone(), name, settings.config.clone());
         let plugin = Plugin::load(name, &component, &self.linker, ctx, limits).await.with_context(|| format!("loading plugin {name}"))?;

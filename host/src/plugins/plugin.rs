@@ -60,6 +60,8 @@ pub struct Limits {
     pub idle_instances: usize,
     /// Largest result accepted, in bytes.
     pub max_result_bytes: usize,
+    /// Calls of one tenant running at once; more wait up to the deadline.
+    pub max_concurrency: usize,
 }
 
 /// What an `rpc` export declares.
@@ -247,6 +249,8 @@ pub struct TenantPlugin {
     engine: Engine,
     ctx: Arc<Context>,
     idle: Mutex<Vec<Instance>>,
+    /// This tenant's share of the engine: calls running at once.
+    slots: Arc<tokio::sync::Semaphore>,
     observer: Option<mpsc::Sender<(Active, SentMessage)>>,
 }
 
@@ -263,7 +267,8 @@ impl TenantPlugin {
         } else {
             (None, None)
         };
-        let tp = Arc::new(TenantPlugin { plugin, descriptor, interest, engine, ctx, idle: Mutex::new(Vec::new()), observer: tx });
+        let slots = Arc::new(tokio::sync::Semaphore::new(plugin.limits.max_concurrency.max(1)));
+        let tp = Arc::new(TenantPlugin { plugin, descriptor, interest, engine, ctx, idle: Mutex::new(Vec::new()), slots, observer: tx });
         if let Some(rx) = rx {
             // One worker per tenant plugin keeps messages in send order.
             tokio::spawn(observe_loop(Arc::downgrade(&tp), rx));
@@ -304,6 +309,22 @@ impl TenantPlugin {
         Ok(took)
     }
 
+    /// A place among this tenant's running calls, waiting at most one
+    /// deadline: one tenant cannot take every instance of the engine.
+    async fn slot(&self) -> Result<tokio::sync::OwnedSemaphorePermit, RpcError> {
+        let wait = self.plugin.limits.deadline;
+        let started = Instant::now();
+        // The elapsed check holds the bound even when timers fire late.
+        match tokio::time::timeout(wait, self.slots.clone().acquire_owned()).await {
+            Ok(Ok(permit)) if started.elapsed() <= wait => Ok(permit),
+            _ => Err(RpcError::new(
+                codes::RESOURCE_EXHAUSTED,
+                format!("Plugin {} is running {} calls of this tenant already; try again later", self.plugin.name, self.plugin.limits.max_concurrency),
+            )
+            .with_data(json!({"retryAfterMs": wait.as_millis() as u64, "plugin": self.plugin.name}))),
+        }
+    }
+
     async fn take(&self) -> Result<Instance, RpcError> {
         if let Some(i) = self.idle.lock().pop() {
             return Ok(i);
@@ -329,6 +350,7 @@ impl TenantPlugin {
     /// to be written after the response.
     pub async fn call_rpc(&self, active: &Active, caller: Caller, method: &str, params: &str) -> Result<(Box<RawValue>, Vec<Frame>), RpcError> {
         let (method_s, params_s) = (method.to_string(), params.to_string());
+        let _slot = self.slot().await?;
         let mut inst = self.take().await?;
         let limits = &self.plugin.limits;
         arm(&mut inst.store, limits, Some(active.clone()));
@@ -403,6 +425,7 @@ impl TenantPlugin {
 
     /// Call `http-handler.handle`. Failures are the caller's to turn into a 5xx.
     pub async fn call_http(&self, req: HttpRequest) -> Result<HttpResponse, RpcError> {
+        let _slot = self.slot().await?;
         let mut inst = self.take().await?;
         let limits = &self.plugin.limits;
         arm(&mut inst.store, limits, None);
@@ -442,6 +465,7 @@ impl TenantPlugin {
     }
 
     async fn call_observer(&self, active: Active, caller: Caller, msg: SentMessage) {
+        let Ok(_slot) = self.slot().await else { return };
         let Ok(mut inst) = self.take().await else { return };
         arm(&mut inst.store, &self.plugin.limits, Some(active));
         let sent = super::bindings::exports::map_gateway::plugin::interceptor::SentMessage {
