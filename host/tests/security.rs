@@ -192,11 +192,20 @@ async fn refresh_issues_a_token_and_never_echoes_the_secret() {
 #[tokio::test]
 async fn hidden_agents_are_invisible_and_unaddressable() {
     let gw = Gateway::start();
+    let (mut stranger, _) = gw.ws_connected("client", None).await;
+    stranger.call_ok("map/subscribe", json!({"filter": {"eventTypes": ["agent.*"]}})).await;
     let (mut owner, _) = gw.ws_connected("agent", None).await;
     owner.call_ok("map/agents/register", json!({"agentId": "boss"})).await;
     owner.call_ok("map/agents/register", json!({"agentId": "hidden", "visibility": "system"})).await;
     owner.call_ok("map/agents/register", json!({"agentId": "kid", "parent": "boss", "visibility": "parent-only"})).await;
-    let (mut stranger, _) = gw.ws_connected("client", None).await;
+    owner.call_ok("map/agents/update", json!({"agentId": "hidden", "state": "busy"})).await;
+    owner.call_ok("map/agents/unregister", json!({"agentId": "kid"})).await;
+    // Its events stay hidden too, live and in replay.
+    let seen: Vec<Value> = stranger.drain(Duration::from_millis(300)).await.into_iter().map(|n| n["params"]["event"]["data"]["agentId"].clone()).collect();
+    assert_eq!(seen, vec![json!("boss")], "{seen:?}");
+    let replayed = stranger.call_ok("map/replay", json!({"filter": {"eventTypes": ["agent.*"]}})).await;
+    assert!(!replayed.to_string().contains("\"hidden\"") && !replayed.to_string().contains("\"kid\""), "{replayed}");
+    owner.call_ok("map/agents/register", json!({"agentId": "kid", "parent": "boss", "visibility": "parent-only"})).await;
     let listed: Vec<Value> = stranger.call_ok("map/agents/list", json!({})).await["agents"].as_array().unwrap().iter().map(|a| a["id"].clone()).collect();
     assert_eq!(listed, vec![json!("boss")]);
     for id in ["hidden", "kid"] {

@@ -52,6 +52,9 @@ pub struct NewEvent {
     pub audience: Option<Vec<String>>,
     /// Kept for `map/replay` (false: only pushed to current subscribers).
     pub recorded: bool,
+    /// The agent the event is about, when its visibility hides it from some:
+    /// its audience is then set from the registry before publishing.
+    pub hidden_agent: Option<Box<super::model::Agent>>,
 }
 
 impl NewEvent {
@@ -62,7 +65,7 @@ impl NewEvent {
 
     pub fn new(kind: impl Into<Cow<'static, str>>, source: Source, data: Value) -> NewEvent {
         let facets = Facets { scopes: source.scope_id.iter().cloned().collect(), ..Facets::default() };
-        NewEvent { kind: kind.into(), source, data, data_text: None, caused_by: None, facets, audience: None, recorded: true }
+        NewEvent { kind: kind.into(), source, data, data_text: None, caused_by: None, facets, audience: None, recorded: true, hidden_agent: None }
     }
 
     /// An event whose `data` is given as JSON text.

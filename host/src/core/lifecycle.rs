@@ -39,6 +39,9 @@ pub(crate) fn agent_event(kind: &'static str, agent: &Agent, mut data: Value) ->
     }
     let source = Source { agent_id: Some(agent.id.clone()), participant_id: Some(agent.owner_id.clone()), scope_id: None };
     let mut ev = NewEvent::new(kind, source, data);
+    if agent.visibility.as_deref().is_some_and(|v| v != "public") {
+        ev.hidden_agent = Some(Box::new(agent.clone()));
+    }
     ev.facets.source_role = agent.role.clone();
     ev.facets.roles = agent.role.iter().cloned().collect();
     ev.facets.scopes = agent.scopes.clone();
@@ -53,6 +56,22 @@ fn participant_event(kind: &'static str, s: &SessionInfo, extra: Value) -> NewEv
         d.extend(e);
     }
     NewEvent::new(kind, source, data)
+}
+
+/// Publish events about agents: those about a hidden agent go only to the
+/// sessions that may see it now. Never call with the registry locked.
+pub(crate) fn publish_agent_events(tenant: &Tenant, mut events: Vec<NewEvent>) {
+    if events.iter().any(|e| e.hidden_agent.is_some()) {
+        let reg = tenant.registry.lock();
+        for e in &mut events {
+            if let Some(agent) = e.hidden_agent.take() {
+                e.audience = Some(reg.audience_of(&agent));
+            }
+        }
+    }
+    for e in events {
+        tenant.fabric.publish(e);
+    }
 }
 
 /// Agents released per hold of the registry lock: a session with very many
@@ -84,9 +103,7 @@ pub(crate) fn release_agents(tenant: &Tenant, session_id: &str, orphan: bool, re
                 reg.remove_agents(batch).into_iter().map(|a| agent_event("agent_unregistered", &a, json!({"agentId": a.id, "agent": a, "reason": reason}))).collect()
             }
         };
-        for e in events {
-            tenant.fabric.publish(e);
-        }
+        publish_agent_events(tenant, events);
     }
 }
 

@@ -84,6 +84,15 @@ impl Registry {
         }
     }
 
+    /// The sessions that may see an agent now (its events' audience).
+    pub fn audience_of(&self, agent: &Agent) -> Vec<String> {
+        self.sessions
+            .values()
+            .filter(|s| self.visible(agent, &Viewer { session: &s.id, participant_type: &s.participant_type }))
+            .map(|s| s.id.clone())
+            .collect()
+    }
+
     /// An agent the viewer may see; a hidden one is "not found" (2001).
     pub fn visible_agent(&self, id: &str, viewer: &Viewer) -> Result<&Agent, RpcError> {
         self.agent(id).ok().filter(|a| self.visible(a, viewer)).ok_or_else(|| RpcError::new(codes::AGENT_NOT_FOUND, format!("Agent not found: {id}")))

@@ -211,7 +211,7 @@ async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, BodyError> {
         }
         Ok(())
     };
-    tokio::time::timeout(Duration::from_secs(5).max(Duration::from_millis(1)), drain).await.map_err(|_| BodyError::Unreadable)??;
+    tokio::time::timeout(Duration::from_secs(5), drain).await.map_err(|_| BodyError::Unreadable)??;
     if seen > limit {
         return Err(BodyError::TooLarge);
     }

@@ -13,9 +13,7 @@ use crate::core::{ids, Active, Out};
 use crate::rpc::{codes, encode_notification, Request, RpcError};
 
 fn publish(active: &Active, events: Vec<NewEvent>) {
-    for e in events {
-        active.tenant.fabric.publish(e);
-    }
+    crate::core::lifecycle::publish_agent_events(&active.tenant, events);
 }
 
 fn scope_event(kind: &'static str, scope: &str, agent: &Agent) -> NewEvent {

@@ -171,7 +171,7 @@ pub fn join(active: &Active, req: &Request, joining: bool) -> Result<Out, RpcErr
         ev.source.scope_id = Some(id.to_string());
         // A scope event concerns its own scope, not the agent's other memberships.
         ev.facets.scopes = vec![id.to_string()];
-        active.tenant.fabric.publish(ev);
+        crate::core::lifecycle::publish_agent_events(&active.tenant, vec![ev]);
     }
     let flag = if joining { "joined" } else { "left" };
     Ok(json!({"scope": scope, "agent": agent, flag: true}).into())

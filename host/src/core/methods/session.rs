@@ -172,9 +172,7 @@ fn reclaim(active: &Active, ids: &[String]) -> Vec<crate::core::model::Agent> {
             }
         }
     }
-    for e in events {
-        active.tenant.fabric.publish(e);
-    }
+    crate::core::lifecycle::publish_agent_events(&active.tenant, events);
     reclaimed
 }
 
