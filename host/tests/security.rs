@@ -264,38 +264,33 @@ async fn browsers_of_other_origins_are_refused() {
     assert_eq!(get.header("allow"), Some("POST"));
 }
 
+/// The next text frame (`Ok`) or close frame's code (`Err`) of a raw client socket.
+async fn next_ws_frame<S>(stream: &mut S) -> Result<Value, Option<u16>>
+where
+    S: futures_util::Stream<Item = Result<Message, tokio_tungstenite::tungstenite::Error>> + Unpin,
+{
+    loop {
+        match tokio::time::timeout(WAIT, stream.next()).await.expect("a frame in time") {
+            Some(Ok(Message::Text(t))) => return Ok(serde_json::from_str(t.as_str()).unwrap()),
+            Some(Ok(Message::Close(c))) => return Err(c.map(|c| u16::from(c.code))),
+            Some(Ok(_)) => continue,
+            other => panic!("expected a frame, got {other:?}"),
+        }
+    }
+}
+
 #[tokio::test]
 async fn failed_authentications_are_throttled() {
     let gw = Gateway::start_with(65536, &format!("{WALLED}\n").replace("[auth]\n", "[auth]\nfailures_per_minute = 8\nfailures_per_connection = 3\n"));
     // One connection: closed with 1008 after three failures.
     let (mut stream, _) = tokio_tungstenite::connect_async(gw.ws_url()).await.unwrap();
-    let mut closed = None;
-    for i in 0..10 {
+    for i in 0..3 {
         let frame = request(i, "map/connect", json!({"protocolVersion": 1, "auth": api_key("wrong")})).to_string();
-        if stream.send(Message::text(frame)).await.is_err() {
-            break;
-        }
-        loop {
-            match tokio::time::timeout(WAIT, stream.next()).await {
-                Ok(Some(Ok(Message::Text(t)))) => {
-                    let v: Value = serde_json::from_str(t.as_str()).unwrap();
-                    assert_eq!(err_code(&v), 1001);
-                    break;
-                }
-                Ok(Some(Ok(Message::Close(c)))) => {
-                    closed = c;
-                    break;
-                }
-                Ok(Some(Ok(_))) => continue,
-                _ => break,
-            }
-        }
-        if closed.is_some() {
-            assert_eq!(i, 2, "closed after the third failure");
-            break;
-        }
+        stream.send(Message::text(frame)).await.unwrap();
+        let answer = next_ws_frame(&mut stream).await.expect("an answer before the close");
+        assert_eq!(err_code(&answer), 1001);
     }
-    assert_eq!(u16::from(closed.expect("closed").code), 1008);
+    assert_eq!(next_ws_frame(&mut stream).await.expect_err("closed after the third failure"), Some(1008));
     // The address: past 8 failures a minute even the right key waits, with retryAfterMs.
     for _ in 0..6 {
         let mut ws = gw.ws().await;

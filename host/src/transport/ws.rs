@@ -21,7 +21,7 @@ use tokio_tungstenite::tungstenite::{self, Message, Utf8Bytes};
 use tokio_tungstenite::WebSocketStream;
 
 use super::http::Body;
-use crate::core::outbox::channel;
+use crate::core::outbox::{channel, Frame};
 use crate::core::{Conn, Gateway};
 
 pub fn is_upgrade(req: &Request<Incoming>) -> bool {
@@ -65,6 +65,11 @@ pub fn upgrade(gw: Arc<Gateway>, peer: SocketAddr, mut req: Request<Incoming>) -
     r
 }
 
+fn text_message(f: Frame) -> Message {
+    // SAFETY: a Frame is always UTF-8 (see `Frame`).
+    Message::Text(unsafe { Utf8Bytes::from_bytes_unchecked(f.into_bytes()) })
+}
+
 /// Why the reader stopped, and the close code to send.
 fn close_for(e: &tungstenite::Error) -> Option<CloseFrame> {
     let (code, reason) = match e {
@@ -89,6 +94,12 @@ where
                 biased;
                 m = control_rx.recv() => match m {
                     Some(m @ Message::Close(_)) => {
+                        // Answers already queued go out before the close.
+                        while let Some(f) = rx.try_recv() {
+                            if sink.feed(text_message(f)).await.is_err() {
+                                return;
+                            }
+                        }
                         let _ = sink.send(m).await;
                         return;
                     }
@@ -108,9 +119,7 @@ where
             // Write everything already queued, then flush once.
             let mut next = Some(frame);
             while let Some(f) = next {
-                // SAFETY: a Frame is always UTF-8 (see `Frame`).
-                let text = unsafe { Utf8Bytes::from_bytes_unchecked(f.into_bytes()) };
-                if sink.feed(Message::Text(text)).await.is_err() {
+                if sink.feed(text_message(f)).await.is_err() {
                     return;
                 }
                 next = rx.try_recv();
