@@ -425,17 +425,22 @@ async fn slow_idle_and_surplus_connections_are_cut() {
     for ws in held {
         ws.close().await;
     }
-    let deadline = Instant::now() + WAIT;
+    healthy_within(&addr, WAIT, "slots come back when connections close").await;
+}
+
+/// Poll `/healthz` on fresh connections until it answers 200, or fail with `why`.
+async fn healthy_within(addr: &str, within: Duration, why: &str) {
+    let deadline = Instant::now() + within;
     loop {
-        let mut s = TcpStream::connect(&addr).await.unwrap();
+        let mut s = TcpStream::connect(addr).await.unwrap();
         s.write_all(format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
         let mut a = Vec::new();
         let _ = s.read_to_end(&mut a).await;
         if String::from_utf8_lossy(&a).starts_with("HTTP/1.1 200") {
-            break;
+            return;
         }
-        assert!(Instant::now() < deadline, "slots come back when connections close");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(Instant::now() < deadline, "{why}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -503,17 +508,6 @@ async fn out_of_descriptors_the_gateway_refuses_cleanly_and_recovers() {
     assert!(started.elapsed() < Duration::from_secs(2));
     assert!(gw.log().contains("max_connections lowered"), "{}", gw.log());
     // The idle sockets are closed after the idle timeout, and service comes back.
-    let deadline = Instant::now() + Duration::from_secs(8);
-    loop {
-        let mut s = TcpStream::connect(&addr).await.unwrap();
-        s.write_all(format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
-        let mut a = Vec::new();
-        let _ = s.read_to_end(&mut a).await;
-        if String::from_utf8_lossy(&a).starts_with("HTTP/1.1 200") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "service must resume once idle sockets are closed");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    healthy_within(&addr, Duration::from_secs(8), "service must resume once idle sockets are closed").await;
     drop(idle);
 }
