@@ -42,7 +42,7 @@ options:
   --pid PID           with --url: the server's pid (VmRSS, CPU)
   --gateway-bin P     gateway binary (default target/release/map-gateway, built by cargo first)
   --plugin-dir P      gateway plugin_dir (default plugins/dist of the workspace)
-  --reference-dir P   reference server folder (default ../shared/reference/map-sdk beside the workspace)
+  --reference-dir P   reference server folder (default tests/bench/reference of the workspace)
   --no-build          do not run `cargo build --release -p map-gateway` (and map-ceiling) first
 ";
 
@@ -131,7 +131,7 @@ fn paths(o: &Opts) -> Paths {
             .reference_dir
             .clone()
             .or_else(|| std::env::var_os("MAP_BENCH_REFERENCE").map(PathBuf::from))
-            .unwrap_or_else(|| workspace.join("../shared/reference/map-sdk")),
+            .unwrap_or_else(|| workspace.join("tests/bench/reference")),
         workspace,
         scratch,
     }

@@ -215,7 +215,8 @@ pub fn self_cpu() -> Option<Duration> {
     cpu_of("/proc/self/stat")
 }
 
-/// `npm install` in the reference folder when its node_modules is missing.
+/// `npm ci` (or `npm install` without a lock file) in the reference folder
+/// when its node_modules is missing.
 pub fn ensure_reference(dir: &Path) -> Result<(), String> {
     if !dir.join("serve.mjs").exists() {
         return Err(format!("no reference server at {} (set --reference-dir)", dir.display()));
@@ -223,15 +224,16 @@ pub fn ensure_reference(dir: &Path) -> Result<(), String> {
     if dir.join("node_modules/@multi-agent-protocol/sdk").exists() && dir.join("node_modules/ws").exists() {
         return Ok(());
     }
-    eprintln!("# npm install in {} (node_modules missing; takes a few minutes once)", dir.display());
+    let verb = if dir.join("package-lock.json").exists() { "ci" } else { "install" };
+    eprintln!("# npm {verb} in {} (node_modules missing; takes a minute once)", dir.display());
     let status = Command::new("npm")
-        .args(["install", "--no-audit", "--no-fund", "--loglevel=error"])
+        .args([verb, "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error"])
         .current_dir(dir)
         .stdin(Stdio::null())
         .status()
         .map_err(|e| format!("npm: {e}"))?;
     if !status.success() {
-        return Err(format!("npm install in {} failed ({status})", dir.display()));
+        return Err(format!("npm {verb} in {} failed ({status})", dir.display()));
     }
     Ok(())
 }
