@@ -326,6 +326,10 @@ async fn single(o: &Opts, p: &Paths) -> Result<Vec<Row>, String> {
 }
 
 fn main() {
+    if std::env::args().skip(1).any(|a| matches!(a.as_str(), "--help" | "-h" | "help")) {
+        print!("{USAGE}");
+        return;
+    }
     let o = match parse() {
         Ok(o) => o,
         Err(e) => {
