@@ -355,6 +355,11 @@ impl Config {
     /// The plugins in effect: the `[plugins]` table, or every component in `plugin_dir`.
     pub fn plugin_settings(&self) -> anyhow::Result<BTreeMap<String, PluginConfig>> {
         if let Some(p) = &self.plugins {
+            tracing::warn!(
+                plugin_dir = %self.server.plugin_dir.display(),
+                configured = ?p.keys().collect::<Vec<_>>(),
+                "a [plugins] table is given: only those plugins load, none from plugin_dir (name each plugin you want, the standard ones too)"
+            );
             return Ok(p.clone());
         }
         let mut found = BTreeMap::new();

@@ -110,6 +110,8 @@ async fn an_instance_that_broke_the_contract_is_discarded() {
         // … until it breaks the contract: the next call gets a fresh one.
         assert_eq!(ws.call_ok("bad/count", json!({})).await["calls"], 1, "after {method}");
     }
+    // A [plugins] table replaces plugin_dir, and the log says so.
+    assert!(gw.log().contains("none from plugin_dir"), "{}", gw.log());
 }
 
 #[tokio::test]

@@ -511,3 +511,14 @@ async fn out_of_descriptors_the_gateway_refuses_cleanly_and_recovers() {
     healthy_within(&addr, Duration::from_secs(8), "service must resume once idle sockets are closed").await;
     drop(idle);
 }
+
+#[tokio::test]
+async fn unknown_paths_are_404_even_without_credentials() {
+    let gw = walled();
+    for path in ["/metrics", "/nothing/here"] {
+        let r = http(&gw.addr(), "GET", path, &[], b"").await;
+        assert_eq!(r.status, 404, "{path}: {}", r.text());
+    }
+    // Logs written to a file carry no terminal colours.
+    assert!(gw.log().contains("gateway ready") && !gw.log().contains('\u{1b}'), "{}", gw.log());
+}

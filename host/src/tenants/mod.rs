@@ -128,6 +128,10 @@ impl Tenants {
         self.by_id.get(id).cloned()
     }
 
+    pub fn all(&self) -> impl Iterator<Item = &Arc<Tenant>> {
+        self.by_id.values()
+    }
+
     /// Who a peer that presents no credentials is, if it may come in.
     pub fn anonymous(&self, loopback: bool) -> Option<Authenticated> {
         if loopback || self.anonymous_remote {

@@ -131,9 +131,11 @@ async fn plugin_http(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>)
     let path = req.uri().path().to_string();
     let route = tenant.as_ref().and_then(|t| t.tenant.plugins().http_route(&path).map(|(tp, rest)| (tp, rest.to_string())));
     let Some((plugin, rest)) = route else {
+        // Credentials only matter for a path some tenant's plugin serves.
+        let served_somewhere = gw.tenants.all().any(|t| t.plugins().http_route(&path).is_some());
         return match tenant {
-            None => full(StatusCode::UNAUTHORIZED, "application/json", json!({"error": "credentials required"}).to_string()),
-            Some(_) => full(StatusCode::NOT_FOUND, "text/plain", "not found\n"),
+            None if served_somewhere => full(StatusCode::UNAUTHORIZED, "application/json", json!({"error": "credentials required"}).to_string()),
+            _ => full(StatusCode::NOT_FOUND, "text/plain", "not found\n"),
         };
     };
     let method = req.method().to_string();
