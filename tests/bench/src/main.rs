@@ -326,7 +326,7 @@ async fn single(o: &Opts, p: &Paths) -> Result<Vec<Row>, String> {
 }
 
 fn main() {
-    if std::env::args().skip(1).any(|a| matches!(a.as_str(), "--help" | "-h" | "help")) {
+    if std::env::args().any(|a| matches!(a.as_str(), "--help" | "-h" | "help")) {
         print!("{USAGE}");
         return;
     }
