@@ -36,9 +36,9 @@ async fn post_with(addr: &str, headers: &[(&str, &str)], body: &Value) -> HttpRe
     http(addr, "POST", "/map/rpc", &h, body.to_string().as_bytes()).await
 }
 
-/// `map/connect` over HTTP with an API key header; returns the session id.
-async fn http_session(gw: &Gateway, key: &str) -> String {
-    let r = post_with(&gw.addr(), &[("X-Api-Key", key)], &request(1, "map/connect", json!({"protocolVersion": 1}))).await;
+/// `map/connect` over HTTP with these headers (credentials, or none); returns the session id.
+async fn http_session(addr: &str, headers: &[(&str, &str)]) -> String {
+    let r = post_with(addr, headers, &request(1, "map/connect", json!({"protocolVersion": 1}))).await;
     assert_eq!(r.status, 200, "{}", r.text());
     r.header("map-session-id").expect("session header").to_string()
 }
@@ -47,7 +47,7 @@ async fn http_session(gw: &Gateway, key: &str) -> String {
 async fn a_session_id_without_its_credentials_is_refused_over_http() {
     let gw = walled();
     let addr = gw.addr();
-    let session = http_session(&gw, "alice-key").await;
+    let session = http_session(&addr, &[("X-Api-Key", "alice-key")]).await;
     let reg = post_with(&addr, &[("X-Api-Key", "alice-key"), ("map-session-id", &session)], &request(2, "map/agents/register", json!({"agentId": "secret-agent"}))).await;
     assert_eq!(reg.status, 200, "{}", reg.text());
     let list = request(3, "map/agents/list", json!({}));
@@ -70,8 +70,7 @@ async fn session_ids_in_a_burst_are_unrelated() {
     let gw = Gateway::start();
     let mut ids = Vec::new();
     for _ in 0..40 {
-        let r = post_rpc(&gw.addr(), None, &request(1, "map/connect", json!({"protocolVersion": 1}))).await;
-        ids.push(r.header("map-session-id").unwrap().to_string());
+        ids.push(http_session(&gw.addr(), &[]).await);
     }
     let (mut ws, _) = gw.ws_connected("client", None).await;
     let sub = ws.call_ok("map/subscribe", json!({})).await["subscriptionId"].as_str().unwrap().to_string();
@@ -90,8 +89,7 @@ async fn session_ids_in_a_burst_are_unrelated() {
 async fn a_second_event_stream_is_refused_and_the_first_keeps_receiving() {
     let gw = Gateway::start();
     let addr = gw.addr();
-    let r = post_rpc(&addr, None, &request(1, "map/connect", json!({"protocolVersion": 1}))).await;
-    let session = r.header("map-session-id").unwrap().to_string();
+    let session = http_session(&addr, &[]).await;
     post_rpc(&addr, Some(&session), &request(2, "map/agents/register", json!({"agentId": "sse-owner"}))).await;
     let mut first = Sse::open(&addr, &session).await;
     assert_eq!(first.status, 200);
@@ -116,15 +114,14 @@ async fn a_second_event_stream_is_refused_and_the_first_keeps_receiving() {
 async fn after_disconnect_the_session_id_admits_no_http_call() {
     let gw = Gateway::start();
     let addr = gw.addr();
-    let r = post_rpc(&addr, None, &request(1, "map/connect", json!({"protocolVersion": 1}))).await;
-    let session = r.header("map-session-id").unwrap().to_string();
+    let session = http_session(&addr, &[]).await;
     let bye = post_rpc(&addr, Some(&session), &request(2, "map/disconnect", json!({}))).await;
     assert_eq!(bye.status, 200);
     let token = ok(&bye.json())["resumeToken"].as_str().unwrap().to_string();
     let late = post_rpc(&addr, Some(&session), &request(3, "map/agents/register", json!({"agentId": "ghost"}))).await;
     assert_eq!(late.status, 404, "{}", late.text());
     // The resume token still resumes it.
-    let (mut ws, _) = (gw.ws().await, ());
+    let mut ws = gw.ws().await;
     let back = ws.call_ok("map/connect", json!({"protocolVersion": 1, "resumeToken": token})).await;
     assert_eq!(back["sessionId"], session.as_str());
     assert_eq!(back["reconnected"], true);
@@ -339,8 +336,9 @@ async fn websocket_protocol_faults_close_with_their_codes() {
 #[tokio::test]
 async fn oversized_bodies_get_their_413() {
     let gw = Gateway::start_with(4096, TENANTS);
-    for _ in 0..5 {
-        let big = vec![b' '; 200_000];
+    // Up to 16× the limit the body is read and discarded; beyond, refused unread.
+    for size in [20_000, 60_000, 200_000, 20_000, 60_000] {
+        let big = vec![b' '; size];
         let r = post(&gw.addr(), "/map/rpc", None, &big).await;
         assert_eq!(r.status, 413);
         assert_eq!(err_code(&r.json()), -32600);

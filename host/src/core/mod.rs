@@ -118,6 +118,11 @@ pub struct Conn {
     pub deferred: Vec<Frame>,
 }
 
+/// A credential was refused (as opposed to malformed or throttled).
+fn is_auth_failure<T>(result: &Result<T, RpcError>) -> bool {
+    result.as_ref().is_err_and(|e| matches!(e.code, codes::AUTH_FAILED | codes::TOKEN_EXPIRED))
+}
+
 impl Active {
     /// This session as a viewer of agents.
     pub fn viewer(&self) -> registry::Viewer<'_> {
@@ -183,10 +188,8 @@ impl Gateway {
             self.tenants.throttle.check(ip)?;
         }
         let result = self.tenants.authenticate(method, secret);
-        if let (Err(e), Some(ip)) = (&result, peer) {
-            if matches!(e.code, codes::AUTH_FAILED | codes::TOKEN_EXPIRED) {
-                self.tenants.throttle.failed(ip);
-            }
+        if let (true, Some(ip)) = (is_auth_failure(&result), peer) {
+            self.tenants.throttle.failed(ip);
         }
         result
     }
@@ -194,7 +197,7 @@ impl Gateway {
     /// `check_credential` for a connection, whose failures are counted too.
     pub fn authenticate(&self, conn: &mut Conn, method: &str, secret: Option<&str>) -> Result<crate::tenants::Authenticated, RpcError> {
         let result = self.check_credential(conn.peer_ip, method, secret);
-        if result.as_ref().is_err_and(|e| matches!(e.code, codes::AUTH_FAILED | codes::TOKEN_EXPIRED)) {
+        if is_auth_failure(&result) {
             conn.auth_failures += 1;
         }
         result

@@ -28,6 +28,8 @@ pub mod codes {
     pub const FEDERATION_UNAVAILABLE: i64 = 5000;
 
     pub const SESSION_NOT_FOUND: i64 = 16000;
+    /// Another connection holds the session.
+    pub const SESSION_IN_USE: i64 = 16001;
 }
 
 /// A JSON-RPC error object. `data.category` is derived from the code so that

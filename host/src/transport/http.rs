@@ -188,15 +188,10 @@ enum BodyError {
 /// Read a body up to `limit` bytes. A larger one is read on and discarded
 /// (up to 16× the limit, for at most 5 s) before the 413 goes out: closing
 /// with unread bytes would reset the connection and lose the answer.
-async fn read_body(body: Incoming, limit: usize) -> Result<Bytes, BodyError> {
-    let declared = hyper::body::Body::size_hint(&body).exact();
-    if declared.is_some_and(|n| n > limit as u64) {
-        if declared.is_some_and(|n| n <= 16 * limit as u64) {
-            let _ = tokio::time::timeout(Duration::from_secs(5), body.collect()).await;
-        }
+async fn read_body(mut body: Incoming, limit: usize) -> Result<Bytes, BodyError> {
+    if hyper::body::Body::size_hint(&body).exact().is_some_and(|n| n > 16 * limit as u64) {
         return Err(BodyError::TooLarge);
     }
-    let mut body = body;
     let mut out = Vec::new();
     let mut seen = 0usize;
     let drain = async {
@@ -316,7 +311,7 @@ fn events(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Respons
         Ok(()) => {}
         Err(StreamRefused::NotFound) => return session_refused(&session),
         Err(StreamRefused::InUse) => {
-            let err = RpcError::new(crate::rpc::codes::SESSION_NOT_FOUND + 1, format!("Session {session} already has a live connection receiving its frames"));
+            let err = RpcError::new(crate::rpc::codes::SESSION_IN_USE, format!("Session {session} already has a live connection receiving its frames"));
             return rpc_error(StatusCode::CONFLICT, err);
         }
     }

@@ -357,7 +357,7 @@ pub fn load(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out, Rp
     }
     let live = gw.live(&id).filter(|l| Arc::ptr_eq(&l.tenant, &active.tenant) && l.participant_id == active.participant_id).ok_or_else(|| not_found(&id))?;
     if active.tenant.registry.lock().sessions.get(&id).is_none_or(|s| s.connected) {
-        return Err(RpcError::new(codes::SESSION_NOT_FOUND + 1, format!("Session {id} is in use by another connection")));
+        return Err(RpcError::new(codes::SESSION_IN_USE, format!("Session {id} is in use by another connection")));
     }
     // Leave the current (empty-handed) session, then resume the old one.
     let current = active.session_id.clone();
