@@ -24,7 +24,9 @@ if [ "${1:-}" = "--fixtures" ]; then
     mkdir -p target/fixtures
     build tests/fixtures
     cp "$guests/wasm32-wasip2/release/misbehave.wasm" target/fixtures/misbehave.wasm
-    cp "$guests/wasm32-wasip2/release/webhook.wasm" target/fixtures/webhook.wasm
+    for fixture in webhook legacy stateful; do
+        cp "$guests/wasm32-wasip2/release/$fixture.wasm" "target/fixtures/$fixture.wasm"
+    done
     cp "$guests/wasm32-wasip2/release/echo.wasm" target/fixtures/echo-v1.wasm
     build tests/fixtures -p echo --features v2
     cp "$guests/wasm32-wasip2/release/echo.wasm" target/fixtures/echo-v2.wasm

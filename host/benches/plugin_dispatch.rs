@@ -1,13 +1,14 @@
-//! Plugin dispatch overhead: `echo/call` through the echo component against
-//! the same gateway path with a native handler, per call (p50/p99), plus the
-//! cost of one fresh instantiation.
+//! Plugin dispatch overhead: `echo/call` through the echo component (pooled)
+//! and `state/count` through a singleton, against the same gateway path with
+//! a native handler, per call (p50/p99), plus the cost of one fresh
+//! instantiation.
 //!
 //! Run: `scripts/build-plugins.sh --fixtures && cargo bench -p map-gateway --bench plugin_dispatch`
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use map_gateway::config::{Config, PluginConfig};
+use map_gateway::config::{Config, InstanceMode, PluginConfig};
 use map_gateway::core::{Conn, Gateway};
 
 const CALLS: usize = 20_000;
@@ -39,11 +40,15 @@ async fn measure(gw: &std::sync::Arc<Gateway>, conn: &mut Conn, frame: &str) -> 
 fn main() -> anyhow::Result<()> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let echo = root.join("target/fixtures/echo-v1.wasm");
-    anyhow::ensure!(echo.exists(), "{} is missing: run scripts/build-plugins.sh --fixtures", echo.display());
+    let state = root.join("target/fixtures/stateful.wasm");
+    for f in [&echo, &state] {
+        anyhow::ensure!(f.exists(), "{} is missing: run scripts/build-plugins.sh --fixtures", f.display());
+    }
     let data = std::env::temp_dir().join(format!("map-gateway-bench-{}", std::process::id()));
     let mut config = Config::default();
     config.server.data_dir = data.clone();
-    config.plugins = Some([("echo".to_string(), PluginConfig { path: echo, ..PluginConfig::default() })].into());
+    let singleton = PluginConfig { path: state, mode: InstanceMode::Singleton, ..PluginConfig::default() };
+    config.plugins = Some([("echo".to_string(), PluginConfig { path: echo, ..PluginConfig::default() }), ("state".to_string(), singleton)].into());
 
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async {
@@ -55,6 +60,7 @@ fn main() -> anyhow::Result<()> {
 
         let params = r#"{"text":"hello","n":42,"tags":["a","b","c"],"nested":{"ok":true}}"#;
         let plugin = measure(&gw, &mut conn, &format!(r#"{{"jsonrpc":"2.0","id":1,"method":"echo/call","params":{params}}}"#)).await;
+        let single = measure(&gw, &mut conn, r#"{"jsonrpc":"2.0","id":1,"method":"state/count","params":{}}"#).await;
         let native = measure(&gw, &mut conn, &format!(r#"{{"jsonrpc":"2.0","id":1,"method":"map/subscribe.ack","params":{params}}}"#)).await;
 
         let tenant = gw.tenants.get("default").expect("default tenant");
@@ -70,8 +76,9 @@ fn main() -> anyhow::Result<()> {
         println!("|---|---|---|");
         println!("| native handler (map/subscribe.ack) | {:.1} | {:.1} |", micros(percentile(&native, 0.5)), micros(percentile(&native, 0.99)));
         println!("| echo plugin (echo/call) | {:.1} | {:.1} |", micros(percentile(&plugin, 0.5)), micros(percentile(&plugin, 0.99)));
+        println!("| singleton plugin (state/count) | {:.1} | {:.1} |", micros(percentile(&single, 0.5)), micros(percentile(&single, 0.99)));
         println!(
-            "| plugin overhead | {:.1} | {:.1} |",
+            "| plugin overhead (echo) | {:.1} | {:.1} |",
             micros(percentile(&plugin, 0.5)) - micros(percentile(&native, 0.5)),
             micros(percentile(&plugin, 0.99)) - micros(percentile(&native, 0.99))
         );

@@ -53,8 +53,20 @@ pub struct PluginConfig {
     /// Calls of one tenant running at once; more wait up to `deadline_ms`,
     /// then get 4000 with `retryAfterMs`.
     pub max_concurrency: usize,
-    /// For plugins of the `http-extension` world: the path prefix they serve (e.g. `/mamp`).
+    /// For plugins that export `http-handler`: the path prefix they serve (e.g. `/mamp`).
     pub http_prefix: String,
+    /// `pooled`: interchangeable instances, no state between calls.
+    /// `singleton`: one long-lived instance per tenant receives every call, in order.
+    pub mode: InstanceMode,
+}
+
+/// How a plugin's calls are spread over instances.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum InstanceMode {
+    #[default]
+    Pooled,
+    Singleton,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -82,6 +94,9 @@ pub struct ServerConfig {
     pub idle_timeout_secs: u64,
     /// Open connections at most; more are answered 503 and closed.
     pub max_connections: usize,
+    /// Threads that run plugin code, apart from the ones serving connections
+    /// (0: one per CPU, at least 2), so a busy plugin cannot starve the core.
+    pub plugin_threads: usize,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -181,7 +196,7 @@ impl Credential {
 
 impl Default for PluginConfig {
     fn default() -> Self {
-        PluginConfig { path: PathBuf::new(), config: serde_json::json!({}), deadline_ms: 1000, memory_mb: 64, instances: 4, max_concurrency: 16, http_prefix: String::new() }
+        PluginConfig { path: PathBuf::new(), config: serde_json::json!({}), deadline_ms: 1000, memory_mb: 64, instances: 4, max_concurrency: 16, http_prefix: String::new(), mode: InstanceMode::Pooled }
     }
 }
 
@@ -204,6 +219,7 @@ impl Default for ServerConfig {
             header_timeout_ms: 10_000,
             idle_timeout_secs: 120,
             max_connections: 10_000,
+            plugin_threads: 0,
         }
     }
 }

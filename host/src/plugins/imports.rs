@@ -1,10 +1,11 @@
-//! The host side of the imports every plugin gets: store, events, router,
-//! log, config. Each acts only inside the instance's (tenant, plugin).
+//! The host side of the imports every plugin gets (0.2.0): store, events,
+//! router, log, config, timers, grpc-stream. Each acts only inside the
+//! instance's (tenant, plugin).
 
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use super::bindings::map_gateway::plugin::{config, events, log, router, store, types};
+use super::bindings::map_gateway::plugin::{config, events, grpc_stream, grpc_types, log, router, store, timers, types};
 use super::state::PluginState;
 use crate::core::events::{NewEvent, Source};
 use crate::core::methods::messaging;
@@ -38,7 +39,9 @@ impl store::Host for PluginState {
 
     async fn scan(&mut self, collection: String, o: store::ScanOptions) -> Wt<Result<Vec<store::Entry>, store::StoreError>> {
         let opts = ScanOptions { prefix: o.prefix, after: o.after, before: o.before, limit: o.limit, reverse: o.reverse };
-        let rows = self.ctx.db.scan(&self.ctx.scope, &collection, &opts).await.map_err(store_err);
+        // What the host buffers for the plugin counts against its memory cap.
+        let budget = self.ctx.host_bytes.saturating_sub(self.deferred_bytes);
+        let rows = self.ctx.db.scan(&self.ctx.scope, &collection, &opts, budget).await.map_err(store_err);
         Ok(rows.map(|rows| rows.into_iter().map(|(key, value)| store::Entry { key, value }).collect()))
     }
 
@@ -133,7 +136,7 @@ impl router::Host for PluginState {
                 Some(m) => Some(serde_json::from_str(m).map_err(|e| RpcError::invalid_params(format!("`meta` is not a JSON object: {e}")))?),
                 None => None,
             };
-            Ok(messaging::Outgoing { to, payload: Some(payload), meta, from: None })
+            Ok(messaging::Outgoing { to, payload: Some(payload), meta, from: None, hops: self.hops })
         })();
         let result = parsed.and_then(|msg| messaging::send_message(&self.acting(), msg));
         Ok(result.map_err(to_wit))
@@ -148,13 +151,15 @@ impl router::Host for PluginState {
         let Some(session) = session else {
             return Ok(Err(to_wit(RpcError::new(crate::rpc::codes::ADDRESS_NOT_FOUND, format!("Participant {participant_id} has no session")))));
         };
-        let frame = crate::rpc::encode_notification(&method, &params).into();
+        let frame: crate::core::outbox::Frame = crate::rpc::encode_notification(&method, &params).into();
         let full = || to_wit(RpcError::new(crate::rpc::codes::DELIVERY_FAILED, format!("Participant {participant_id} cannot take more notifications now")));
         // The caller's own notifications follow the response to its request.
         if let Some(caller) = self.caller.as_ref().filter(|c| c.session_id == session) {
-            if self.deferred.len() >= caller.outbox.capacity() {
+            let bytes = frame.len();
+            if self.deferred.len() >= caller.outbox.capacity() || self.deferred_bytes + bytes > self.ctx.host_bytes {
                 return Ok(Err(full()));
             }
+            self.deferred_bytes += bytes;
             self.deferred.push(frame);
             return Ok(Ok(()));
         }
@@ -183,5 +188,39 @@ impl config::Host for PluginState {
 
     async fn get(&mut self, key: String) -> Wt<Option<String>> {
         Ok(self.ctx.config.get(&key).map(Value::to_string))
+    }
+}
+
+impl timers::Host for PluginState {
+    async fn schedule(&mut self, delay_ms: u64, tag: String) -> Wt<Result<u64, String>> {
+        if !self.ctx.receives_timers {
+            return Ok(Err("the plugin does not export map-gateway:plugin/lifecycle, so it cannot receive timers".into()));
+        }
+        Ok(self.ctx.timers.schedule(delay_ms, tag))
+    }
+
+    async fn cancel(&mut self, timer: u64) -> Wt<bool> {
+        Ok(self.ctx.timers.cancel(timer))
+    }
+}
+
+impl grpc_types::Host for PluginState {}
+
+impl grpc_stream::Host for PluginState {
+    async fn write(&mut self, call: u64, body: Vec<u8>) -> Wt<Result<(), String>> {
+        if body.len() > self.ctx.max_message_bytes {
+            return Ok(Err(format!("the message has {} bytes; the limit is {}", body.len(), self.ctx.max_message_bytes)));
+        }
+        Ok(self.ctx.grpc.write(call, body, self.deadline).await)
+    }
+
+    async fn finish(&mut self, call: u64, status: grpc_types::Status) -> Wt<Result<(), String>> {
+        if status.code > 16 {
+            return Ok(Err(format!("{} is not a gRPC status code", status.code)));
+        }
+        Ok(match self.ctx.grpc.end(call, status) {
+            true => Ok(()),
+            false => Err(format!("gRPC call {call} is not open")),
+        })
     }
 }

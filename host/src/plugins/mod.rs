@@ -1,13 +1,27 @@
 //! Protocol handlers as WebAssembly components: loading, per-tenant plugin
 //! sets, limits, hot swap. The contract is `wit/` (package
-//! `map-gateway:plugin@0.1.0`).
+//! `map-gateway:plugin@0.2.0`; components built against 0.1.0 still load).
+//!
+//! One job per file: `engine` (wasmtime and the artifact cache), `exports`
+//! (binding each exported interface), `plugin` (a loaded component),
+//! `instance` (one instance and failure classification), `pool` (pooled
+//! and singleton instances), `calls` (calls into a tenant's plugin),
+//! `imports`/`compat` (the host side of the imports), `timers`, `grpc`,
+//! `set` (a tenant's plugins), `state` (what an instance's store holds).
 
 mod bindings;
+mod calls;
+mod compat;
 mod engine;
+mod exports;
+mod grpc;
 mod imports;
+mod instance;
 mod plugin;
+mod pool;
 mod set;
 mod state;
+mod timers;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -21,10 +35,14 @@ use wasmtime::component::{HasSelf, Linker};
 use wasmtime::Engine;
 
 pub use bindings::Caller;
-pub use plugin::{HttpRequest, HttpResponse, Limits, Plugin, TenantPlugin};
+pub use calls::TenantPlugin;
+pub use exports::{HttpRequest, HttpResponse};
+pub use grpc::{code as grpc_code, status as grpc_status, Response as GrpcResponse, Status as GrpcStatus};
+pub use plugin::{Limits, Plugin};
 pub use set::TenantPlugins;
 
 use crate::config::{Config, PluginConfig};
+use timers::Timers;
 use crate::core::Active;
 use crate::store::{Scope, Store};
 use crate::tenants::{Tenant, Tenants};
@@ -61,6 +79,26 @@ pub struct PluginHost {
     /// A tenant no one connects to, for calls made while loading (`describe`).
     scratch: Arc<Tenant>,
     last_error: Mutex<Option<String>>,
+    /// Timers by (tenant, plugin): they outlive versions of the plugin.
+    timers: Mutex<HashMap<(String, String), Arc<Timers>>>,
+    runtime: tokio::runtime::Handle,
+}
+
+/// The threads plugin code runs on, apart from the connection workers.
+fn plugin_runtime(threads: usize) -> anyhow::Result<tokio::runtime::Handle> {
+    static RUNTIME: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    if let Some(rt) = RUNTIME.get() {
+        return Ok(rt.handle().clone());
+    }
+    let threads = match threads {
+        0 => std::thread::available_parallelism().map_or(2, |n| n.get()).max(2),
+        n => n,
+    };
+    // Calls arrive from the connection threads through the global queue; a
+    // worker looks there every other task, so a new call waits behind at
+    // most a few epoch slices of busy plugins, not dozens.
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(threads).thread_name("plugin").global_queue_interval(2).enable_all().build()?;
+    Ok(RUNTIME.get_or_init(|| rt).handle().clone())
 }
 
 impl PluginHost {
@@ -68,7 +106,8 @@ impl PluginHost {
         let engine = engine::build()?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
-        bindings::InterceptingExtension::add_to_linker::<PluginState, HasSelf<PluginState>>(&mut linker, |s| s)?;
+        bindings::Plugin::add_to_linker::<PluginState, HasSelf<PluginState>>(&mut linker, |s| s)?;
+        bindings::v1::InterceptingExtension::add_to_linker::<PluginState, HasSelf<PluginState>>(&mut linker, |s| s)?;
         Ok(PluginHost {
             engine,
             linker,
@@ -78,16 +117,24 @@ impl PluginHost {
             loaded: tokio::sync::Mutex::new(HashMap::new()),
             scratch: Arc::new(Tenant::new("~loader", &crate::config::LimitsConfig { replay_events: 1, ..Default::default() })),
             last_error: Mutex::new(None),
+            timers: Mutex::new(HashMap::new()),
+            runtime: plugin_runtime(config.server.plugin_threads)?,
         })
     }
 
-    fn context(&self, tenant: Arc<Tenant>, plugin: &str, config: Value) -> Arc<Context> {
+    fn context(&self, tenant: Arc<Tenant>, plugin: &str, config: Value, settings: &PluginConfig, receives_timers: bool) -> Arc<Context> {
+        let timers = self.timers.lock().entry((tenant.id.clone(), plugin.to_string())).or_insert_with(|| Timers::new(&tenant, plugin, self.runtime.clone())).clone();
         Arc::new(Context {
             scope: Scope { tenant: tenant.id.clone(), plugin: plugin.to_string() },
             tenant,
             plugin: plugin.to_string(),
             db: self.db.clone(),
             config: Arc::new(config),
+            timers,
+            grpc: Default::default(),
+            host_bytes: (settings.memory_mb as usize) << 20,
+            max_message_bytes: self.max_result_bytes,
+            receives_timers,
         })
     }
 
@@ -105,8 +152,9 @@ impl PluginHost {
             idle_instances: settings.instances,
             max_result_bytes: self.max_result_bytes,
             max_concurrency: settings.max_concurrency,
+            mode: settings.mode,
         };
-        let ctx = self.context(self.scratch.clone(), name, settings.config.clone());
+        let ctx = self.context(self.scratch.clone(), name, settings.config.clone(), settings, false);
         let plugin = Plugin::load(name, &component, &self.linker, ctx, limits).await.with_context(|| format!("loading plugin {name}"))?;
         tracing::info!(plugin = name, version = plugin.version(), "plugin loaded");
         Ok((digest, Arc::new(plugin)))
@@ -144,19 +192,34 @@ impl PluginHost {
                 if let (Some(Value::Object(over)), Value::Object(base)) = (t.plugin_config.get(&name), &mut cfg) {
                     base.extend(over.clone());
                 }
-                if l.plugin.serves_http() && l.settings.http_prefix.is_empty() {
+                let serves_http = l.plugin.exports.http();
+                if serves_http && l.settings.http_prefix.is_empty() {
                     anyhow::bail!("plugin {name} serves HTTP: give it an http_prefix");
                 }
-                let prefix = Some(l.settings.http_prefix.clone()).filter(|p| !p.is_empty() && l.plugin.serves_http());
-                let tp = TenantPlugin::new(l.plugin.clone(), self.engine.clone(), self.context(tenant.clone(), &name, cfg))
-                    .await
-                    .with_context(|| format!("plugin {name} for tenant {}", t.id))?;
+                let prefix = Some(l.settings.http_prefix.clone()).filter(|p| !p.is_empty() && serves_http);
+                // An unchanged plugin keeps its instances (a singleton its state, gRPC calls stay open).
+                let current = tenant.plugins().named(&name).filter(|tp| Arc::ptr_eq(&tp.plugin, &l.plugin) && *tp.config() == cfg);
+                let tp = match current {
+                    Some(tp) => tp,
+                    None => {
+                        let ctx = self.context(tenant.clone(), &name, cfg, &l.settings, l.plugin.exports.lifecycle());
+                        TenantPlugin::new(l.plugin.clone(), ctx, self.runtime.clone()).await.with_context(|| format!("plugin {name} for tenant {}", t.id))?
+                    }
+                };
                 list.push((tp, prefix));
             }
             sets.push((tenant, TenantPlugins::new(list).with_context(|| format!("tenant {}", t.id))?));
         }
         for (tenant, set) in sets {
+            let old = tenant.plugins();
             tenant.set_plugins(set);
+            // gRPC calls of replaced versions end; their clients reconnect to the new one.
+            let now = tenant.plugins();
+            for tp in old.all() {
+                if !now.all().iter().any(|n| Arc::ptr_eq(n, tp)) {
+                    tp.retire();
+                }
+            }
         }
         *loaded = next;
         *self.last_error.lock() = None;

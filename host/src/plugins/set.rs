@@ -1,13 +1,14 @@
-//! A tenant's plugin set: which plugin serves which method, who observes
-//! `map/send`, and what the tenant's `map/connect` advertises.
+//! A tenant's plugin set: which plugin serves which method, HTTP prefix and
+//! gRPC service, who observes `map/send`, and what the tenant's
+//! `map/connect` advertises.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
-use super::plugin::TenantPlugin;
-use crate::core::methods::messaging::SentMessage;
+use super::calls::TenantPlugin;
+use crate::core::methods::messaging::Observed;
 use crate::core::Active;
 
 #[derive(Default)]
@@ -17,6 +18,8 @@ pub struct TenantPlugins {
     observers: Vec<Arc<TenantPlugin>>,
     /// HTTP plugins by path prefix, longest first.
     http: Vec<(String, Arc<TenantPlugin>)>,
+    /// gRPC plugins (each path is served by one).
+    grpc: Vec<Arc<TenantPlugin>>,
     /// Some observer wants every message.
     observe_all: bool,
     observe_keys: Vec<String>,
@@ -45,6 +48,14 @@ impl TenantPlugins {
                     }
                 }
             }
+            if let Some(services) = &tp.services {
+                for s in services {
+                    if let Some(other) = set.grpc.iter().find(|o| o.services.iter().flatten().any(|x| x.name == s.name)) {
+                        anyhow::bail!("gRPC service {} is served by both {} and {}", s.name, other.name(), tp.name());
+                    }
+                }
+                set.grpc.push(tp.clone());
+            }
             if let Some(interest) = &tp.interest {
                 set.observers.push(tp.clone());
                 set.observe_all |= interest.is_empty();
@@ -59,6 +70,21 @@ impl TenantPlugins {
         self.methods.get(name).cloned()
     }
 
+    /// The plugin of this name, if the tenant runs it.
+    pub fn named(&self, name: &str) -> Option<Arc<TenantPlugin>> {
+        self.plugins.iter().find(|tp| tp.name() == name).cloned()
+    }
+
+    /// The gRPC plugin serving `/package.Service/Method`.
+    pub fn grpc_route(&self, path: &str) -> Option<Arc<TenantPlugin>> {
+        self.grpc.iter().find(|tp| tp.grpc_method(path).is_some()).cloned()
+    }
+
+    /// Every plugin of the set.
+    pub fn all(&self) -> &[Arc<TenantPlugin>] {
+        &self.plugins
+    }
+
     /// The HTTP plugin whose prefix covers `path`, with the path below the prefix.
     pub fn http_route<'p>(&self, path: &'p str) -> Option<(Arc<TenantPlugin>, &'p str)> {
         self.http.iter().find_map(|(prefix, tp)| {
@@ -67,22 +93,22 @@ impl TenantPlugins {
         })
     }
 
-    /// Whether any interceptor could want a message: with `meta` (some keys) or without.
+    /// Whether any observer could want a message: with `meta` (some keys) or without.
     pub fn observes_any(&self, has_meta: bool) -> bool {
         !self.observers.is_empty() && (self.observe_all || has_meta)
     }
 
-    /// Whether any interceptor wants a message with this `meta`.
+    /// Whether any observer wants a message with this `meta`.
     pub fn observes(&self, meta: &Map<String, Value>) -> bool {
         !self.observers.is_empty() && (self.observe_all || self.observe_keys.iter().any(|k| meta.contains_key(k)))
     }
 
-    pub fn observe(&self, active: &Active, msg: SentMessage) {
+    pub fn observe(&self, active: &Active, msg: &Observed) {
         let meta = msg.meta.as_object();
         for tp in &self.observers {
             let interest = tp.interest.as_deref().unwrap_or_default();
             if interest.is_empty() || meta.is_some_and(|m| interest.iter().any(|k| m.contains_key(k))) {
-                tp.observe(active, msg.clone());
+                tp.observe(active, msg);
             }
         }
     }

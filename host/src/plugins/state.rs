@@ -6,9 +6,11 @@ use std::time::Instant;
 
 use serde_json::Value;
 use wasmtime::component::ResourceTable;
-use wasmtime::StoreLimits;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
+use super::grpc::GrpcCalls;
+use super::instance::Limiter;
+use super::timers::Timers;
 use crate::core::outbox::Frame;
 use crate::core::Active;
 use crate::store::{Scope, Store};
@@ -22,27 +24,60 @@ pub struct Context {
     pub db: Store,
     /// The plugin's configuration for this tenant (a JSON object).
     pub config: Arc<Value>,
+    /// The (tenant, plugin)'s timers; they outlive instances and versions.
+    pub timers: Arc<Timers>,
+    /// Open gRPC calls of this tenant plugin (of this version).
+    pub grpc: Arc<GrpcCalls>,
+    /// Bytes the host may hold for one call (results of imports, queued
+    /// notifications): the plugin's memory cap, so `memory_mb` bounds both sides.
+    pub host_bytes: usize,
+    /// Largest message the gateway sends or accepts.
+    pub max_message_bytes: usize,
+    /// Whether the component exports `lifecycle` (timers need `on-timer`).
+    pub receives_timers: bool,
 }
 
 pub struct PluginState {
     wasi: WasiCtx,
     table: ResourceTable,
-    pub limits: StoreLimits,
+    pub limiter: Limiter,
     /// When the current call must have finished.
     pub deadline: Instant,
     pub ctx: Arc<Context>,
     /// The session of the current call (none for calls not made by a participant).
     pub caller: Option<Active>,
+    /// Observer calls this call descends from: messages it sends carry it.
+    pub hops: u8,
     /// Notifications for the caller, written after the call's response.
     pub deferred: Vec<Frame>,
+    /// Bytes of `deferred`, held against `Context::host_bytes`.
+    pub deferred_bytes: usize,
 }
 
 impl PluginState {
     pub fn new(ctx: Arc<Context>, memory_bytes: usize) -> PluginState {
         // No preopened directories, environment, network or inherited stdio.
         let wasi = WasiCtx::builder().build();
-        let limits = wasmtime::StoreLimitsBuilder::new().memory_size(memory_bytes).instances(64).trap_on_grow_failure(true).build();
-        PluginState { wasi, table: ResourceTable::new(), limits, deadline: Instant::now(), ctx, caller: None, deferred: Vec::new() }
+        PluginState {
+            wasi,
+            table: ResourceTable::new(),
+            limiter: Limiter { memory_bytes },
+            deadline: Instant::now(),
+            ctx,
+            caller: None,
+            hops: 0,
+            deferred: Vec::new(),
+            deferred_bytes: 0,
+        }
+    }
+
+    /// Prepare for the next call.
+    pub fn reset(&mut self, deadline: Instant, caller: Option<Active>, hops: u8) {
+        self.deadline = deadline;
+        self.caller = caller;
+        self.hops = hops;
+        self.deferred.clear();
+        self.deferred_bytes = 0;
     }
 }
 

@@ -176,7 +176,9 @@ impl Store {
         Ok(n > 0)
     }
 
-    pub async fn scan(&self, scope: &Scope, collection: &str, o: &ScanOptions) -> Result<Vec<(String, String)>, StoreError> {
+    /// Keys in order. Rows are read one at a time, and a result that would
+    /// hold more than `max_bytes` of keys and values fails instead of being buffered.
+    pub async fn scan(&self, scope: &Scope, collection: &str, o: &ScanOptions, max_bytes: usize) -> Result<Vec<(String, String)>, StoreError> {
         check_key(collection, &o.prefix)?;
         let lower = match &o.after {
             Some(a) if a.as_str() >= o.prefix.as_str() => a.clone(),
@@ -194,8 +196,19 @@ impl Store {
             if o.reverse { "DESC" } else { "ASC" }
         );
         let limit = i64::from(o.limit.clamp(1, 1000));
-        let rows = on_pool!(self, pool => sqlx::query(&sql).bind(&scope.tenant).bind(&scope.plugin).bind(collection).bind(&lower).bind(&upper).bind(limit).fetch_all(pool).await?
-            .into_iter().map(|r| (r.get::<String, _>(0), r.get::<String, _>(1))).collect());
+        let mut rows = Vec::new();
+        let mut bytes = 0usize;
+        on_pool!(self, pool => {
+            let mut stream = sqlx::query(&sql).bind(&scope.tenant).bind(&scope.plugin).bind(collection).bind(&lower).bind(&upper).bind(limit).fetch(pool);
+            while let Some(row) = futures_util::TryStreamExt::try_next(&mut stream).await? {
+                let (key, value) = (row.get::<String, _>(0), row.get::<String, _>(1));
+                bytes += key.len() + value.len();
+                if bytes > max_bytes {
+                    return Err(StoreError::Invalid(format!("the scan's result would exceed {max_bytes} bytes (the plugin's memory allowance); ask for fewer entries")));
+                }
+                rows.push((key, value));
+            }
+        });
         Ok(rows)
     }
 

@@ -21,7 +21,7 @@ pub struct Tenant {
     pub registry: Mutex<Registry>,
     pub fabric: Arc<dyn Fabric>,
     plugins: RwLock<Arc<TenantPlugins>>,
-    /// Which sends the interceptors may want (see `may_observe`), kept beside
+    /// Which sends the observers may want (see `may_observe`), kept beside
     /// the set so a send without interest skips the lock.
     observed: AtomicU8,
 }
@@ -57,7 +57,7 @@ impl Tenant {
         *current = Arc::new(set);
     }
 
-    /// Whether an interceptor may want a send (with or without `meta`); when
+    /// Whether an observer may want a send (with or without `meta`); when
     /// true, `plugins().observes(meta)` decides.
     pub fn may_observe(&self, has_meta: bool) -> bool {
         match self.observed.load(Ordering::Relaxed) {

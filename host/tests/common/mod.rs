@@ -41,6 +41,13 @@ api_keys = ["globex-key"]
 // Temporary directories and configs
 
 /// A fresh directory under the system temp dir, removed on drop.
+/// A fixture component built by `scripts/build-plugins.sh --fixtures`.
+pub fn fixture(name: &str) -> PathBuf {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/fixtures").join(name);
+    assert!(p.exists(), "fixture {} is missing: run scripts/build-plugins.sh --fixtures", p.display());
+    p
+}
+
 pub struct TempDir(pub PathBuf);
 
 impl TempDir {

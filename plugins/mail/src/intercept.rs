@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 
 use crate::access::{self, Actor};
 use crate::error::MailResult;
-use crate::exports::map_gateway::plugin::interceptor::SentMessage;
+use crate::exports::map_gateway::plugin::send_observer::SentMessage;
 use crate::map_gateway::plugin::types::Caller;
 use crate::model::{Turn, TurnSource, TurnStatus, Visibility};
 use crate::turns::{self, TurnSpec};

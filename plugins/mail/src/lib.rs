@@ -20,7 +20,7 @@ mod summary;
 mod threads;
 mod turns;
 
-use exports::map_gateway::plugin::interceptor::{Guest as Interceptor, SentMessage};
+use exports::map_gateway::plugin::send_observer::{Guest as SendObserver, SentMessage};
 use exports::map_gateway::plugin::rpc::{Descriptor, Guest as Rpc};
 use map_gateway::plugin::log::{self, Level};
 use map_gateway::plugin::types::{Caller, RpcError};
@@ -90,7 +90,7 @@ impl Rpc for Mail {
     }
 }
 
-impl Interceptor for Mail {
+impl SendObserver for Mail {
     fn interest() -> Vec<String> {
         vec!["mail".into()]
     }

@@ -36,12 +36,14 @@ pub struct Outgoing<'a> {
     pub meta: Option<Map<String, Value>>,
     /// Which of the session's agents sends (default: its first).
     pub from: Option<&'a str>,
+    /// Nested observer calls this send comes from (0 for a client's).
+    pub hops: u8,
 }
 
 pub fn send(active: &Active, req: &Request) -> Result<Out, RpcError> {
     let p: SendParams = req.params()?;
     let to = p.to.ok_or_else(|| RpcError::invalid_params("`to` is required"))?;
-    let msg = Outgoing { to, payload: p.payload, meta: p.meta, from: p.from.as_deref() };
+    let msg = Outgoing { to, payload: p.payload, meta: p.meta, from: p.from.as_deref(), hops: 0 };
     Ok(Out::Text(send_message(active, msg)?))
 }
 
@@ -83,7 +85,7 @@ fn route(active: &Active, addr: &Address, from: Option<&str>) -> Result<Routing,
 }
 
 /// `map/send` for a session (or a plugin acting as one): resolve, deliver,
-/// record events, hand the message to interested interceptors. Returns the
+/// record events, hand the message to interested observers. Returns the
 /// result as JSON text: `{"messageId": …, "delivered": […], "failed"?: […]}`.
 pub fn send_message(active: &Active, msg: Outgoing) -> Result<String, RpcError> {
     let addr = Address::from_json(msg.to)?;
@@ -196,7 +198,7 @@ pub fn send_message(active: &Active, msg: Outgoing) -> Result<String, RpcError> 
         let plugins = active.tenant.plugins();
         let no_meta = Map::new();
         if plugins.observes(meta.as_ref().unwrap_or(&no_meta)) {
-            let sent = SentMessage {
+            let sent = Observed {
                 id: message_id.clone(),
                 from: from.to_string(),
                 to: msg.to.get().to_string(),
@@ -204,8 +206,9 @@ pub fn send_message(active: &Active, msg: Outgoing) -> Result<String, RpcError> 
                 payload: payload.unwrap_or("null").to_string(),
                 meta: Value::Object(meta.clone().unwrap_or_default()),
                 delivered: recipients.iter().filter(|r| !failed.contains(&r.id.as_str())).map(|r| r.id.clone()).collect(),
+                hops: msg.hops,
             };
-            plugins.observe(active, sent);
+            plugins.observe(active, &sent);
         }
     }
     let mut result = String::with_capacity(64 + delivered.len());
@@ -221,9 +224,9 @@ pub fn send_message(active: &Active, msg: Outgoing) -> Result<String, RpcError> 
     Ok(result)
 }
 
-/// A delivered message, as interceptors see it.
+/// A delivered message, as observers see it.
 #[derive(Debug, Clone)]
-pub struct SentMessage {
+pub struct Observed {
     pub id: String,
     pub from: String,
     /// JSON text of the address as sent.
@@ -233,4 +236,6 @@ pub struct SentMessage {
     pub payload: String,
     pub meta: Value,
     pub delivered: Vec<String>,
+    /// Nested observer calls it comes from.
+    pub hops: u8,
 }

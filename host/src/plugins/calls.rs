@@ -1,0 +1,437 @@
+//! A plugin bound to one tenant (`TenantPlugin`) and every call into it:
+//! JSON-RPC, HTTP, observed sends, timers and gRPC callbacks. Calls run on
+//! the plugin threads, under a deadline and a memory cap; a failure is that
+//! call's error, and an instance that failed or broke the contract is
+//! never used again.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+use tokio::runtime::Handle;
+use tokio::sync::mpsc;
+
+use super::bindings::{Caller, RpcError as WitError};
+use super::exports::{CallInfo, HttpRequest, HttpResponse, Invocation, Outcome, SentMessage, Service};
+use super::grpc::{code, status, Response, Status};
+use super::instance::classify;
+use super::plugin::{Descriptor, Plugin};
+use super::pool::{Pool, Refused};
+use super::state::Context;
+use crate::core::methods::messaging::Observed;
+use crate::core::outbox::Frame;
+use crate::core::Active;
+use crate::rpc::{codes, RpcError};
+
+/// Deepest JSON nesting a plugin may answer with: many clients cannot parse more.
+const MAX_JSON_DEPTH: usize = 128;
+
+/// Observed messages waiting for an observer, per tenant plugin.
+const OBSERVER_QUEUE: usize = 10_000;
+
+/// A message sent from this many nested observer calls is not observed again.
+pub const MAX_OBSERVER_HOPS: u8 = 4;
+
+/// How long a unary or client-streaming gRPC call may stay unanswered
+/// without `grpc-timeout`.
+const UNARY_GRPC_DEADLINE: Duration = Duration::from_secs(30);
+
+/// The deepest nesting of arrays and objects in JSON text (strings skipped).
+fn json_depth(text: &str) -> usize {
+    let (mut depth, mut max, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for b in text.bytes() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                max = max.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    max
+}
+
+/// A log line that may repeat often: written at most once a second, with a count.
+struct Throttled {
+    state: parking_lot::Mutex<(Option<Instant>, u64)>,
+}
+
+impl Throttled {
+    fn new() -> Throttled {
+        Throttled { state: parking_lot::Mutex::new((None, 0)) }
+    }
+
+    /// Count one occurrence; `Some(n)` when a line for `n` occurrences is due.
+    fn hit(&self) -> Option<u64> {
+        let mut s = self.state.lock();
+        s.1 += 1;
+        let due = s.0.is_none_or(|at| at.elapsed() >= Duration::from_secs(1));
+        due.then(|| {
+            s.0 = Some(Instant::now());
+            std::mem::take(&mut s.1)
+        })
+    }
+}
+
+/// A plugin bound to one tenant: its own instances, configuration and storage scope.
+pub struct TenantPlugin {
+    pub plugin: Arc<Plugin>,
+    /// What the plugin declared in this tenant's context.
+    pub descriptor: Option<Descriptor>,
+    pub interest: Option<Vec<String>>,
+    pub services: Option<Vec<Service>>,
+    ctx: Arc<Context>,
+    pool: Pool,
+    runtime: Handle,
+    observer: Option<mpsc::Sender<(Active, SentMessage, u8)>>,
+    dropped: Throttled,
+}
+
+impl TenantPlugin {
+    /// Bind a plugin to a tenant, asking it what it serves there.
+    pub async fn new(plugin: Arc<Plugin>, ctx: Arc<Context>, runtime: Handle) -> anyhow::Result<Arc<TenantPlugin>> {
+        let declared = plugin.declarations(ctx.clone()).await?;
+        let (tx, rx) = match declared.interest {
+            Some(_) => {
+                let (tx, rx) = mpsc::channel(OBSERVER_QUEUE);
+                (Some(tx), Some(rx))
+            }
+            None => (None, None),
+        };
+        let pool = Pool::new(plugin.limits.mode, plugin.limits.max_concurrency);
+        let tp = Arc::new(TenantPlugin {
+            plugin,
+            descriptor: declared.descriptor,
+            interest: declared.interest,
+            services: declared.services,
+            ctx,
+            pool,
+            runtime: runtime.clone(),
+            observer: tx,
+            dropped: Throttled::new(),
+        });
+        if let Some(rx) = rx {
+            // One worker per tenant plugin keeps messages in send order.
+            runtime.spawn(observe_loop(Arc::downgrade(&tp), rx));
+        }
+        Ok(tp)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.plugin.name
+    }
+
+    /// Time one fresh instantiation and `init` (benchmarks; the instance is dropped).
+    #[doc(hidden)]
+    pub async fn time_instantiation(&self) -> anyhow::Result<Duration> {
+        let started = Instant::now();
+        let instance = self.plugin.start(self.ctx.clone()).await.map_err(anyhow::Error::msg)?;
+        let took = started.elapsed();
+        drop(instance);
+        Ok(took)
+    }
+
+    /// The plugin's configuration for this tenant.
+    pub fn config(&self) -> &Value {
+        &self.ctx.config
+    }
+
+    /// The singleton's state for the operator (`None` for pooled plugins).
+    pub fn health(&self) -> Option<Value> {
+        self.pool.health()
+    }
+
+    /// This version was replaced by a hot swap: its gRPC calls end with
+    /// UNAVAILABLE so that clients reconnect to the new one.
+    pub fn retire(&self) {
+        self.ctx.grpc.end_all(status(code::UNAVAILABLE, format!("plugin {} was replaced; reconnect", self.plugin.name)));
+    }
+
+    fn failure(&self, reason: String) -> RpcError {
+        RpcError::new(codes::INTERNAL_ERROR, format!("Plugin {} failed: {reason}", self.plugin.name))
+            .with_details(json!({"plugin": self.plugin.name, "version": self.plugin.version(), "reason": reason}))
+    }
+
+    /// Run one invocation on the plugin threads. `accept` turns the outcome
+    /// into the answer, or names how it broke the contract (the instance is
+    /// then discarded, and the call fails).
+    async fn run<T: Send + 'static>(
+        self: &Arc<Self>,
+        caller: Option<Active>,
+        hops: u8,
+        invocation: Invocation,
+        accept: impl FnOnce(&TenantPlugin, Outcome) -> Result<T, String> + Send + 'static,
+    ) -> Result<(T, Vec<Frame>), RpcError> {
+        let this = self.clone();
+        // The task runs to the end even if the caller stops waiting, so an
+        // instance is never dropped in the middle of a call.
+        let task = self.runtime.spawn(async move { this.run_here(caller, hops, invocation, accept).await });
+        task.await.unwrap_or_else(|e| Err(self.failure(format!("crashed the host task: {e}"))))
+    }
+
+    async fn run_here<T>(
+        &self,
+        caller: Option<Active>,
+        hops: u8,
+        invocation: Invocation,
+        accept: impl FnOnce(&TenantPlugin, Outcome) -> Result<T, String>,
+    ) -> Result<(T, Vec<Frame>), RpcError> {
+        let limits = &self.plugin.limits;
+        let mut lease = match self.pool.acquire(&self.plugin, &self.ctx).await {
+            Ok(l) => l,
+            Err(Refused::Busy { retry_after, why }) => {
+                return Err(RpcError::new(codes::RESOURCE_EXHAUSTED, format!("Plugin {} cannot take the call now: {why}; try again later", self.plugin.name))
+                    .with_data(json!({"retryAfterMs": retry_after.as_millis() as u64, "plugin": self.plugin.name})));
+            }
+            Err(Refused::Failed(reason)) => {
+                tracing::warn!(plugin = self.plugin.name, tenant = self.ctx.scope.tenant, reason, "plugin instance could not start");
+                return Err(self.failure(reason));
+            }
+        };
+        let instance = lease.instance();
+        instance.arm(Instant::now() + limits.deadline, caller, hops);
+        let outcome = {
+            let super::instance::Instance { store, bound } = instance;
+            // The epoch check interrupts wasm code; the outer timeout also bounds host calls.
+            tokio::time::timeout(limits.deadline + Duration::from_millis(500), bound.invoke(store, invocation)).await
+        };
+        let answer = match outcome {
+            Err(_) => Err(format!("timed out after {} ms", limits.deadline.as_millis())),
+            Ok(Err(e)) => Err(classify(&e, limits.deadline.as_millis(), limits.memory_bytes)),
+            Ok(Ok(outcome)) => accept(self, outcome),
+        };
+        match answer {
+            Ok(value) => {
+                let data = lease.instance().store.data_mut();
+                let deferred = std::mem::take(&mut data.deferred);
+                data.caller = None;
+                self.pool.release(lease, None, &self.plugin, &self.ctx);
+                Ok((value, deferred))
+            }
+            Err(reason) => {
+                tracing::warn!(plugin = self.plugin.name, tenant = self.ctx.scope.tenant, reason, "plugin call failed; instance discarded");
+                self.pool.release(lease, Some(&reason), &self.plugin, &self.ctx);
+                Err(self.failure(reason))
+            }
+        }
+    }
+
+    /// Call `rpc.handle`. With the result come the notifications the plugin
+    /// sent to its caller, to be written after the response.
+    pub async fn call_rpc(self: &Arc<Self>, active: &Active, caller: Caller, method: &str, params: &str) -> Result<(Box<RawValue>, Vec<Frame>), RpcError> {
+        let invocation = Invocation::Rpc { caller, method: method.to_string(), params: params.to_string() };
+        let (answer, deferred) = self
+            .run(Some(active.clone()), 0, invocation, |tp, outcome| match outcome {
+                Outcome::Rpc(Ok(text)) => tp.check_result(text).map(Ok),
+                Outcome::Rpc(Err(e)) => tp.check_error(e).map(Err),
+                _ => Err("answered a call with something else".into()),
+            })
+            .await?;
+        answer.map(|r| (r, deferred))
+    }
+
+    fn check_result(&self, text: String) -> Result<Box<RawValue>, String> {
+        let max = self.plugin.limits.max_result_bytes;
+        if text.len() > max {
+            return Err(format!("returned an oversized result ({} bytes; the limit is {max})", text.len()));
+        }
+        if json_depth(&text) > MAX_JSON_DEPTH {
+            return Err(format!("returned JSON nested deeper than {MAX_JSON_DEPTH} levels"));
+        }
+        RawValue::from_string(text).map_err(|e| format!("returned malformed JSON ({e})"))
+    }
+
+    /// Keep a plugin's error only if its code is its own (or a JSON-RPC
+    /// one) and it fits the message limit; `Err` names how it broke the contract.
+    fn check_error(&self, e: WitError) -> Result<RpcError, String> {
+        let (lo, hi) = self.descriptor.as_ref().map(|d| d.error_range).unwrap_or((0, -1));
+        let standard = (-32700..=-32600).contains(&e.code) && e.code != codes::INTERNAL_ERROR;
+        if !standard && !(lo..=hi).contains(&e.code) {
+            let head: String = e.message.chars().take(200).collect();
+            return Err(format!("returned error code {} outside its range {lo}..={hi}: {head}", e.code));
+        }
+        let size = e.message.len() + e.data.as_ref().map_or(0, String::len);
+        let max = self.plugin.limits.max_result_bytes;
+        if size > max {
+            return Err(format!("returned an oversized error ({size} bytes; the limit is {max})"));
+        }
+        if e.data.as_deref().is_some_and(|d| json_depth(d) > MAX_JSON_DEPTH) {
+            return Err(format!("returned error data nested deeper than {MAX_JSON_DEPTH} levels"));
+        }
+        let mut err = RpcError::new(e.code, e.message);
+        if let Some(data) = e.data.and_then(|d| serde_json::from_str::<Value>(&d).ok()) {
+            err.data = Some(data);
+        }
+        Ok(err)
+    }
+
+    /// Call `http-handler.handle`. Failures are the caller's to turn into a 5xx.
+    pub async fn call_http(self: &Arc<Self>, req: HttpRequest) -> Result<HttpResponse, RpcError> {
+        let (response, _) = self
+            .run(None, 0, Invocation::Http(req), |tp, outcome| match outcome {
+                Outcome::Http(r) if r.body.len() <= tp.plugin.limits.max_result_bytes => Ok(r),
+                Outcome::Http(r) => Err(format!("returned an oversized body ({} bytes)", r.body.len())),
+                _ => Err("answered a request with something else".into()),
+            })
+            .await?;
+        Ok(response)
+    }
+
+    /// Queue a delivered message for the observer; never blocks the sender.
+    pub fn observe(&self, active: &Active, msg: &Observed) {
+        let Some(tx) = &self.observer else { return };
+        if msg.hops >= MAX_OBSERVER_HOPS {
+            if let Some(n) = self.dropped.hit() {
+                tracing::warn!(plugin = self.plugin.name, tenant = self.ctx.scope.tenant, messages = n, "messages sent from {MAX_OBSERVER_HOPS} nested observer calls are not observed (a loop?)");
+            }
+            return;
+        }
+        let sent = SentMessage {
+            id: msg.id.clone(),
+            from: msg.from.clone(),
+            to: msg.to.clone(),
+            timestamp: msg.timestamp,
+            payload: msg.payload.clone(),
+            meta: msg.meta.to_string(),
+            delivered: msg.delivered.clone(),
+        };
+        if tx.try_send((active.clone(), sent, msg.hops)).is_err() {
+            if let Some(n) = self.dropped.hit() {
+                tracing::warn!(plugin = self.plugin.name, tenant = self.ctx.scope.tenant, messages = n, "observer queue full; messages not observed");
+            }
+        }
+    }
+
+    async fn call_observer(self: &Arc<Self>, active: Active, message: SentMessage, hops: u8) {
+        let caller = super::caller_of(&active);
+        let invocation = Invocation::Observe { caller, message };
+        // Calls the observer makes carry the hop count on to what they send.
+        if let Err(e) = self.run(Some(active), hops + 1, invocation, |_, _| Ok(())).await {
+            tracing::debug!(plugin = self.plugin.name, error = e.message, "observer call failed");
+        }
+    }
+
+    /// Deliver a due timer to `lifecycle.on-timer`.
+    pub async fn fire_timer(self: &Arc<Self>, id: u64, tag: String) {
+        if let Err(e) = self.run(None, 0, Invocation::Timer { id, tag }, |_, _| Ok(())).await {
+            tracing::warn!(plugin = self.plugin.name, tenant = self.ctx.scope.tenant, timer = id, error = e.message, "timer callback failed");
+        }
+    }
+
+    /// Whether this plugin serves a gRPC path; `Some(streams_responses)`.
+    pub fn grpc_method(&self, path: &str) -> Option<(bool, bool)> {
+        let (service, method) = path.strip_prefix('/')?.split_once('/')?;
+        let s = self.services.as_ref()?.iter().find(|s| s.name == service)?;
+        let m = s.methods.iter().find(|m| m.name == method)?;
+        Some((m.client_streaming, m.server_streaming))
+    }
+
+    /// Start a gRPC call: the plugin's callbacks run in order on the plugin
+    /// threads as request messages arrive on `requests` (its end is the
+    /// client's half-close). The response carries messages, then the status.
+    pub fn grpc_call(
+        self: &Arc<Self>,
+        path: String,
+        metadata: Vec<(String, String)>,
+        principal: String,
+        timeout: Option<Duration>,
+        requests: mpsc::Receiver<Result<Vec<u8>, Status>>,
+    ) -> Response {
+        let (id, response, ended) = self.ctx.grpc.open();
+        let streams_out = self.grpc_method(&path).is_some_and(|(_, server_streaming)| server_streaming);
+        let timeout = timeout.or((!streams_out).then_some(UNARY_GRPC_DEADLINE));
+        let info = CallInfo { id, path, metadata, principal, timeout_ms: timeout.map(|t| t.as_millis() as u64) };
+        let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+        let this = self.clone();
+        self.runtime.spawn(async move { this.drive_grpc(info, requests, ended, deadline).await });
+        response
+    }
+
+    async fn drive_grpc(
+        self: Arc<Self>,
+        info: CallInfo,
+        mut requests: mpsc::Receiver<Result<Vec<u8>, Status>>,
+        ended: Arc<tokio::sync::Notify>,
+        deadline: Option<tokio::time::Instant>,
+    ) {
+        let id = info.id;
+        let calls = self.ctx.grpc.clone();
+        if let Err(s) = self.grpc_step(Invocation::GrpcOpen(info)).await {
+            calls.end(id, s);
+            return;
+        }
+        let expired = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(expired);
+        let mut half_closed = false;
+        loop {
+            tokio::select! {
+                biased;
+                _ = ended.notified() => break,
+                _ = &mut expired => {
+                    calls.end(id, status(code::DEADLINE_EXCEEDED, "the call's deadline passed"));
+                    break;
+                }
+                next = requests.recv(), if !half_closed => {
+                    let step = match next {
+                        Some(Ok(body)) => Invocation::GrpcMessage(id, body),
+                        Some(Err(s)) => {
+                            calls.end(id, s);
+                            break;
+                        }
+                        None => {
+                            half_closed = true;
+                            Invocation::GrpcHalfClose(id)
+                        }
+                    };
+                    if let Err(s) = self.grpc_step(step).await {
+                        calls.end(id, s);
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = self.grpc_step(Invocation::GrpcClosed(id)).await;
+    }
+
+    /// One gRPC callback; a plugin failure is INTERNAL, no free instance UNAVAILABLE.
+    async fn grpc_step(self: &Arc<Self>, invocation: Invocation) -> Result<(), Status> {
+        let ran = self
+            .run(None, 0, invocation, |_, outcome| match outcome {
+                Outcome::Grpc(r) => Ok(r),
+                Outcome::Done => Ok(Ok(())),
+                _ => Err("answered a gRPC callback with something else".into()),
+            })
+            .await;
+        match ran {
+            Ok((Ok(()), _)) => Ok(()),
+            Ok((Err(s), _)) if s.code > 16 => Err(status(code::UNKNOWN_STATUS, s.message)),
+            Ok((Err(s), _)) => Err(s),
+            Err(e) if e.code == codes::RESOURCE_EXHAUSTED => Err(status(code::UNAVAILABLE, e.message)),
+            Err(e) => Err(status(code::INTERNAL, e.message)),
+        }
+    }
+}
+
+async fn observe_loop(tp: std::sync::Weak<TenantPlugin>, mut rx: mpsc::Receiver<(Active, SentMessage, u8)>) {
+    while let Some((active, msg, hops)) = rx.recv().await {
+        let Some(tp) = tp.upgrade() else { return };
+        tp.call_observer(active, msg, hops).await;
+    }
+}

@@ -1,0 +1,314 @@
+//! What a component exports, found and bound per interface (of the 0.2.0
+//! contract or the frozen 0.1.0 one), and one way to call any of it.
+
+use wasmtime::component::{Instance, InstancePre};
+use wasmtime::Store;
+
+use super::bindings::{guest, map_gateway::plugin::grpc_types, v1, Caller, RpcError};
+use super::state::PluginState;
+
+pub use grpc_types::{CallInfo, Service, Status};
+pub use guest::send_observer::SentMessage;
+
+/// Interfaces of the contract a component may export, by version.
+const V2: &str = "@0.2.";
+const V1: &str = "@0.1.";
+const PACKAGE: &str = "map-gateway:plugin/";
+
+/// What an `rpc` export declares (either version).
+#[derive(Debug, Clone)]
+pub struct Described {
+    pub name: String,
+    pub version: String,
+    pub uri: String,
+    pub capability_group: String,
+    pub capabilities: String,
+    pub methods: Vec<String>,
+    pub error_range: (i64, i64),
+}
+
+/// One HTTP request for an `http-handler` export (path below the plugin's prefix).
+pub struct HttpRequest {
+    pub method: String,
+    pub path: String,
+    pub query: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+/// The plugin's answer.
+pub struct HttpResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+/// One call into a component.
+pub enum Invocation {
+    Describe,
+    Interest,
+    Services,
+    Init,
+    Rpc { caller: Caller, method: String, params: String },
+    Observe { caller: Caller, message: SentMessage },
+    Http(HttpRequest),
+    Timer { id: u64, tag: String },
+    GrpcOpen(CallInfo),
+    GrpcMessage(u64, Vec<u8>),
+    GrpcHalfClose(u64),
+    GrpcClosed(u64),
+}
+
+/// What the component answered.
+pub enum Outcome {
+    Described(Described),
+    Interest(Vec<String>),
+    Services(Vec<Service>),
+    Init(Result<(), String>),
+    Rpc(Result<String, RpcError>),
+    Http(HttpResponse),
+    Grpc(Result<(), Status>),
+    Done,
+}
+
+/// An interface bound from one version of the contract or the other.
+enum Either<A, B> {
+    V2(A),
+    V1(B),
+}
+
+/// The export indices of a component, looked up once at load.
+pub struct Exports {
+    rpc: Option<Either<guest::rpc::GuestIndices, v1::guest::rpc::GuestIndices>>,
+    observer: Option<Either<guest::send_observer::GuestIndices, v1::guest::interceptor::GuestIndices>>,
+    http: Option<Either<guest::http_handler::GuestIndices, v1::http::exports::map_gateway::plugin::http_handler::GuestIndices>>,
+    grpc: Option<guest::grpc_handler::GuestIndices>,
+    lifecycle: Option<guest::lifecycle::GuestIndices>,
+}
+
+/// The exports loaded from one instance.
+pub struct Bound {
+    rpc: Option<Either<guest::rpc::Guest, v1::guest::rpc::Guest>>,
+    observer: Option<Either<guest::send_observer::Guest, v1::guest::interceptor::Guest>>,
+    http: Option<Either<guest::http_handler::Guest, v1::http::exports::map_gateway::plugin::http_handler::Guest>>,
+    grpc: Option<guest::grpc_handler::Guest>,
+    lifecycle: Option<guest::lifecycle::Guest>,
+}
+
+macro_rules! load {
+    ($field:expr, $store:expr, $instance:expr) => {
+        match &$field {
+            None => None,
+            Some(Either::V2(i)) => Some(Either::V2(i.load(&mut *$store, $instance)?)),
+            Some(Either::V1(i)) => Some(Either::V1(i.load(&mut *$store, $instance)?)),
+        }
+    };
+}
+
+impl Exports {
+    /// Bind every interface of the contract the component exports. An
+    /// export of the package that is unknown, or that does not have the
+    /// functions its interface names, is an error: nothing is ignored.
+    pub fn find(pre: &InstancePre<PluginState>) -> anyhow::Result<Exports> {
+        let mut exports = Exports { rpc: None, observer: None, http: None, grpc: None, lifecycle: None };
+        let component = pre.component();
+        let names: Vec<String> = component.component_type().exports(component.engine()).map(|(name, _)| name.to_string()).collect();
+        for name in names {
+            let Some(rest) = name.strip_prefix(PACKAGE) else { continue };
+            let (interface, version) = rest.split_once('@').map(|(i, v)| (i, format!("@{v}"))).unwrap_or((rest, String::new()));
+            let v2 = version.starts_with(V2);
+            let v1 = version.starts_with(V1);
+            let bad = |e: wasmtime::Error| anyhow::anyhow!("export {name}: {e:#}");
+            match (interface, v2, v1) {
+                ("rpc", true, _) => exports.rpc = Some(Either::V2(guest::rpc::GuestIndices::new(pre).map_err(bad)?)),
+                ("rpc", _, true) => exports.rpc = Some(Either::V1(v1::guest::rpc::GuestIndices::new(pre).map_err(bad)?)),
+                ("send-observer", true, _) => exports.observer = Some(Either::V2(guest::send_observer::GuestIndices::new(pre).map_err(bad)?)),
+                ("interceptor", _, true) => exports.observer = Some(Either::V1(v1::guest::interceptor::GuestIndices::new(pre).map_err(bad)?)),
+                ("http-handler", true, _) => exports.http = Some(Either::V2(guest::http_handler::GuestIndices::new(pre).map_err(bad)?)),
+                ("http-handler", _, true) => {
+                    exports.http = Some(Either::V1(v1::http::exports::map_gateway::plugin::http_handler::GuestIndices::new(pre).map_err(bad)?))
+                }
+                ("grpc-handler", true, _) => exports.grpc = Some(guest::grpc_handler::GuestIndices::new(pre).map_err(bad)?),
+                ("lifecycle", true, _) => exports.lifecycle = Some(guest::lifecycle::GuestIndices::new(pre).map_err(bad)?),
+                _ => anyhow::bail!("the component exports {name}, which this gateway does not know (it serves map-gateway:plugin 0.1 and 0.2)"),
+            }
+        }
+        if exports.rpc.is_none() && exports.observer.is_none() && exports.http.is_none() && exports.grpc.is_none() {
+            anyhow::bail!("the component exports none of map-gateway:plugin/rpc, send-observer, http-handler or grpc-handler");
+        }
+        Ok(exports)
+    }
+
+    pub fn load(&self, store: &mut Store<PluginState>, instance: &Instance) -> wasmtime::Result<Bound> {
+        Ok(Bound {
+            rpc: load!(self.rpc, store, instance),
+            observer: load!(self.observer, store, instance),
+            http: load!(self.http, store, instance),
+            grpc: self.grpc.as_ref().map(|i| i.load(&mut *store, instance)).transpose()?,
+            lifecycle: self.lifecycle.as_ref().map(|i| i.load(&mut *store, instance)).transpose()?,
+        })
+    }
+
+    pub fn rpc(&self) -> bool {
+        self.rpc.is_some()
+    }
+    pub fn observer(&self) -> bool {
+        self.observer.is_some()
+    }
+    pub fn http(&self) -> bool {
+        self.http.is_some()
+    }
+    pub fn grpc(&self) -> bool {
+        self.grpc.is_some()
+    }
+    pub fn lifecycle(&self) -> bool {
+        self.lifecycle.is_some()
+    }
+
+    /// The interfaces found, for logs (`rpc@0.2`, `interceptor@0.1`, …).
+    pub fn names(&self) -> Vec<&'static str> {
+        let mut names = Vec::new();
+        let mut push = |present: bool, v1: bool, name: &'static str, old: &'static str| {
+            if present {
+                names.push(if v1 { old } else { name });
+            }
+        };
+        push(self.rpc.is_some(), matches!(self.rpc, Some(Either::V1(_))), "rpc@0.2", "rpc@0.1");
+        push(self.observer.is_some(), matches!(self.observer, Some(Either::V1(_))), "send-observer@0.2", "interceptor@0.1");
+        push(self.http.is_some(), matches!(self.http, Some(Either::V1(_))), "http-handler@0.2", "http-handler@0.1");
+        push(self.grpc.is_some(), false, "grpc-handler@0.2", "");
+        push(self.lifecycle.is_some(), false, "lifecycle@0.2", "");
+        names
+    }
+}
+
+/// The component does not export what a call needs.
+#[derive(Debug)]
+pub struct NotExported(pub &'static str);
+
+impl std::fmt::Display for NotExported {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the plugin does not export {}", self.0)
+    }
+}
+
+impl std::error::Error for NotExported {}
+
+fn missing<T>(what: &'static str) -> wasmtime::Result<T> {
+    Err(NotExported(what).into())
+}
+
+/// Each version's bindings have their own descriptor type; the fields are the same.
+macro_rules! described {
+    ($d:expr) => {{
+        let d = $d;
+        Described {
+            name: d.name,
+            version: d.version,
+            uri: d.uri,
+            capability_group: d.capability_group,
+            capabilities: d.capabilities,
+            methods: d.methods,
+            error_range: d.error_range,
+        }
+    }};
+}
+
+impl Bound {
+    /// Make one call; the store must be armed (deadline, caller) beforehand.
+    pub async fn invoke(&self, store: &mut Store<PluginState>, invocation: Invocation) -> wasmtime::Result<Outcome> {
+        use Invocation as I;
+        Ok(match invocation {
+            I::Describe => Outcome::Described(match &self.rpc {
+                Some(Either::V2(g)) => described!(g.call_describe(&mut *store).await?),
+                Some(Either::V1(g)) => described!(g.call_describe(&mut *store).await?),
+                None => return missing("rpc"),
+            }),
+            I::Interest => Outcome::Interest(match &self.observer {
+                Some(Either::V2(g)) => g.call_interest(&mut *store).await?,
+                Some(Either::V1(g)) => g.call_interest(&mut *store).await?,
+                None => return missing("send-observer"),
+            }),
+            I::Services => Outcome::Services(match &self.grpc {
+                Some(g) => g.call_services(&mut *store).await?,
+                None => return missing("grpc-handler"),
+            }),
+            I::Init => Outcome::Init(match &self.lifecycle {
+                Some(g) => g.call_init(&mut *store).await?,
+                None => Ok(()),
+            }),
+            I::Rpc { caller, method, params } => Outcome::Rpc(match &self.rpc {
+                Some(Either::V2(g)) => g.call_handle(&mut *store, &caller, &method, &params).await?,
+                Some(Either::V1(g)) => g.call_handle(&mut *store, &v1_caller(caller), &method, &params).await?.map_err(from_v1_error),
+                None => return missing("rpc"),
+            }),
+            I::Observe { caller, message: m } => {
+                match &self.observer {
+                    Some(Either::V2(g)) => g.call_on_send(&mut *store, &caller, &m).await?,
+                    Some(Either::V1(g)) => {
+                        let m = v1::guest::interceptor::SentMessage {
+                            id: m.id,
+                            from: m.from,
+                            to: m.to,
+                            timestamp: m.timestamp,
+                            payload: m.payload,
+                            meta: m.meta,
+                            delivered: m.delivered,
+                        };
+                        g.call_on_send(&mut *store, &v1_caller(caller), &m).await?
+                    }
+                    None => return missing("send-observer"),
+                }
+                Outcome::Done
+            }
+            I::Http(r) => Outcome::Http(match &self.http {
+                Some(Either::V2(g)) => {
+                    let req = guest::http_handler::Request { method: r.method, path: r.path, query: r.query, headers: r.headers, body: r.body };
+                    let resp = g.call_handle(&mut *store, &req).await?;
+                    HttpResponse { status: resp.status, headers: resp.headers, body: resp.body }
+                }
+                Some(Either::V1(g)) => {
+                    use v1::http::exports::map_gateway::plugin::http_handler::Request;
+                    let req = Request { method: r.method, path: r.path, query: r.query, headers: r.headers, body: r.body };
+                    let resp = g.call_handle(&mut *store, &req).await?;
+                    HttpResponse { status: resp.status, headers: resp.headers, body: resp.body }
+                }
+                None => return missing("http-handler"),
+            }),
+            I::Timer { id, tag } => {
+                match &self.lifecycle {
+                    Some(g) => g.call_on_timer(&mut *store, id, &tag).await?,
+                    None => return missing("lifecycle"),
+                }
+                Outcome::Done
+            }
+            I::GrpcOpen(info) => Outcome::Grpc(self.grpc()?.call_open(&mut *store, &info).await?),
+            I::GrpcMessage(call, body) => Outcome::Grpc(self.grpc()?.call_message(&mut *store, call, &body).await?),
+            I::GrpcHalfClose(call) => Outcome::Grpc(self.grpc()?.call_half_close(&mut *store, call).await?),
+            I::GrpcClosed(call) => {
+                self.grpc()?.call_closed(&mut *store, call).await?;
+                Outcome::Done
+            }
+        })
+    }
+
+    fn grpc(&self) -> wasmtime::Result<&guest::grpc_handler::Guest> {
+        self.grpc.as_ref().ok_or_else(|| NotExported("grpc-handler").into())
+    }
+}
+
+
+fn v1_caller(c: Caller) -> v1::map_gateway::plugin::types::Caller {
+    v1::map_gateway::plugin::types::Caller {
+        tenant: c.tenant,
+        participant_id: c.participant_id,
+        participant_type: c.participant_type,
+        session_id: c.session_id,
+        agent_ids: c.agent_ids,
+        capabilities: c.capabilities,
+    }
+}
+
+fn from_v1_error(e: v1::map_gateway::plugin::types::RpcError) -> RpcError {
+    RpcError { code: e.code, message: e.message, data: e.data }
+}

@@ -1,0 +1,107 @@
+//! The host side of a plugin's open gRPC calls: where `grpc-stream.write`
+//! and `finish` go, with a bounded queue per call for backpressure. The
+//! transport turns a call's messages and final status into HTTP/2.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::Mutex;
+use tokio::sync::{mpsc, oneshot, Notify};
+
+pub use super::exports::Status;
+
+/// Response messages a call holds that the client has not read yet.
+pub const QUEUED_MESSAGES: usize = 16;
+
+pub mod code {
+    pub const OK: u32 = 0;
+    pub const CANCELLED: u32 = 1;
+    pub const UNKNOWN_STATUS: u32 = 2;
+    pub const DEADLINE_EXCEEDED: u32 = 4;
+    pub const RESOURCE_EXHAUSTED: u32 = 8;
+    pub const UNIMPLEMENTED: u32 = 12;
+    pub const INTERNAL: u32 = 13;
+    pub const UNAVAILABLE: u32 = 14;
+    pub const UNAUTHENTICATED: u32 = 16;
+}
+
+pub fn status(code: u32, message: impl Into<String>) -> Status {
+    Status { code, message: message.into() }
+}
+
+static NEXT_CALL: AtomicU64 = AtomicU64::new(1);
+
+struct Open {
+    messages: mpsc::Sender<Vec<u8>>,
+    status: oneshot::Sender<Status>,
+    ended: Arc<Notify>,
+}
+
+/// The open calls of one tenant plugin.
+#[derive(Default)]
+pub struct GrpcCalls {
+    open: Mutex<HashMap<u64, Open>>,
+}
+
+/// What the client receives: messages, then one status.
+pub struct Response {
+    pub messages: mpsc::Receiver<Vec<u8>>,
+    pub status: oneshot::Receiver<Status>,
+    /// Ends the call (CANCELLED) when the response is dropped: the client went away.
+    pub guard: CallGuard,
+}
+
+pub struct CallGuard {
+    calls: Arc<GrpcCalls>,
+    id: u64,
+}
+
+impl Drop for CallGuard {
+    fn drop(&mut self) {
+        self.calls.end(self.id, status(code::CANCELLED, "the client went away"));
+    }
+}
+
+impl GrpcCalls {
+    /// Register a call; `ended` fires when it is over, however it ends.
+    pub fn open(self: &Arc<Self>) -> (u64, Response, Arc<Notify>) {
+        let id = NEXT_CALL.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::channel(QUEUED_MESSAGES);
+        let (status_tx, status_rx) = oneshot::channel();
+        let ended = Arc::new(Notify::new());
+        self.open.lock().insert(id, Open { messages: tx, status: status_tx, ended: ended.clone() });
+        (id, Response { messages: rx, status: status_rx, guard: CallGuard { calls: self.clone(), id } }, ended)
+    }
+
+    /// Queue one message, waiting for the client until `deadline` when the queue is full.
+    pub async fn write(&self, id: u64, body: Vec<u8>, deadline: Instant) -> Result<(), String> {
+        let tx = self.open.lock().get(&id).map(|o| o.messages.clone()).ok_or_else(|| format!("gRPC call {id} is not open"))?;
+        match tokio::time::timeout_at(deadline.into(), tx.send(body)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err(format!("gRPC call {id} is closed")),
+            Err(_) => Err(format!("gRPC call {id}: the client did not read in time")),
+        }
+    }
+
+    /// End a call with a status, after the messages queued before it.
+    pub fn end(&self, id: u64, status: Status) -> bool {
+        let Some(open) = self.open.lock().remove(&id) else { return false };
+        let _ = open.status.send(status);
+        open.ended.notify_one();
+        true
+    }
+
+    /// End every open call (a hot swap retired this version): clients reconnect.
+    pub fn end_all(&self, status: Status) {
+        let ids: Vec<u64> = self.open.lock().keys().copied().collect();
+        for id in ids {
+            self.end(id, status.clone());
+        }
+    }
+
+    pub fn is_open(&self, id: u64) -> bool {
+        self.open.lock().contains_key(&id)
+    }
+}

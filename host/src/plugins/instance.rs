@@ -1,0 +1,116 @@
+//! One plugin instance: its wasmtime store (limits, deadline) and the
+//! exports bound from it. Failures carry types the host classifies.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use wasmtime::component::InstancePre;
+use wasmtime::{Engine, ResourceLimiter, Store, UpdateDeadline};
+
+use super::exports::{Bound, Exports};
+use super::state::{Context, PluginState};
+use crate::core::Active;
+
+/// The call ran past its deadline.
+#[derive(Debug)]
+pub struct DeadlineExceeded;
+
+impl std::fmt::Display for DeadlineExceeded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("deadline exceeded")
+    }
+}
+
+impl std::error::Error for DeadlineExceeded {}
+
+/// The plugin asked for more linear memory than `memory_mb` allows.
+#[derive(Debug)]
+pub struct MemoryCapReached {
+    pub desired: usize,
+    pub limit: usize,
+}
+
+impl std::fmt::Display for MemoryCapReached {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "memory would grow to {} bytes; the cap is {}", self.desired, self.limit)
+    }
+}
+
+impl std::error::Error for MemoryCapReached {}
+
+/// Caps linear memory; growing past the cap traps with `MemoryCapReached`
+/// (a plugin that cannot grow is rarely able to recover).
+pub struct Limiter {
+    pub memory_bytes: usize,
+}
+
+impl ResourceLimiter for Limiter {
+    fn memory_growing(&mut self, _current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
+        let limit = maximum.map_or(self.memory_bytes, |m| m.min(self.memory_bytes));
+        if desired > limit {
+            return Err(MemoryCapReached { desired, limit }.into());
+        }
+        Ok(true)
+    }
+
+    fn memory_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
+        Err(error.context(MemoryCapReached { desired: 0, limit: self.memory_bytes }))
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
+        Ok(maximum.is_none_or(|m| desired <= m) && desired <= 1_000_000)
+    }
+
+    fn instances(&self) -> usize {
+        64
+    }
+}
+
+/// What a failed call did, for the client's error and the log.
+pub fn classify(e: &wasmtime::Error, deadline_ms: u128, memory_bytes: usize) -> String {
+    if e.downcast_ref::<DeadlineExceeded>().is_some() {
+        return format!("timed out after {deadline_ms} ms");
+    }
+    if e.downcast_ref::<MemoryCapReached>().is_some() {
+        return format!("exceeded its memory limit of {} MiB", memory_bytes >> 20);
+    }
+    if let Some(n) = e.downcast_ref::<super::exports::NotExported>() {
+        return n.to_string();
+    }
+    match e.downcast_ref::<wasmtime::Trap>() {
+        Some(trap) => format!("trapped: {trap}"),
+        None => format!("trapped: {}", format!("{e:#}").lines().next().unwrap_or("unknown error")),
+    }
+}
+
+pub struct Instance {
+    pub store: Store<PluginState>,
+    pub bound: Bound,
+}
+
+impl Instance {
+    /// A new instance in `ctx`; `init` has not run yet.
+    pub async fn start(engine: &Engine, pre: &InstancePre<PluginState>, exports: &Exports, ctx: Arc<Context>, memory_bytes: usize, deadline: Instant) -> wasmtime::Result<Instance> {
+        let mut store = Store::new(engine, PluginState::new(ctx, memory_bytes));
+        store.limiter(|s| &mut s.limiter);
+        store.epoch_deadline_callback(|ctx| {
+            if Instant::now() >= ctx.data().deadline {
+                Err(DeadlineExceeded.into())
+            } else {
+                // Yield at every tick: plugin calls share their threads fairly.
+                Ok(UpdateDeadline::Yield(1))
+            }
+        });
+        store.data_mut().reset(deadline, None, 0);
+        store.set_epoch_deadline(1);
+        let instance = pre.instantiate_async(&mut store).await?;
+        let bound = exports.load(&mut store, &instance)?;
+        Ok(Instance { store, bound })
+    }
+
+    /// Prepare for the next call: its deadline, caller and hop count.
+    pub fn arm(&mut self, deadline: Instant, caller: Option<Active>, hops: u8) {
+        self.store.data_mut().reset(deadline, caller, hops);
+        self.store.set_epoch_deadline(1);
+    }
+}

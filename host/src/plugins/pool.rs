@@ -1,0 +1,152 @@
+//! Where a tenant plugin's calls find an instance. `pooled`: ready
+//! instances are reused, and at most `max_concurrency` calls run at once.
+//! `singleton`: one instance takes every call in arrival order; one that
+//! failed is replaced by a fresh one (with `init` again), with backoff when
+//! failures repeat.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tokio::sync::{OwnedMutexGuard, OwnedSemaphorePermit, Semaphore};
+
+use super::instance::Instance;
+use super::plugin::Plugin;
+use super::state::Context;
+use crate::config::InstanceMode;
+
+/// Why no instance could take a call.
+pub enum Refused {
+    /// Over the tenant's share, or a singleton backing off: try again later.
+    Busy { retry_after: Duration, why: String },
+    /// A fresh instance failed to start (instantiation or `init`).
+    Failed(String),
+}
+
+pub struct Singleton {
+    instance: Option<Instance>,
+    /// Failures in a row (calls or starts); reset by a call that succeeds.
+    failures: u32,
+    retry_at: Option<Instant>,
+    last_error: Option<String>,
+}
+
+pub enum Pool {
+    Pooled { idle: Mutex<Vec<Instance>>, slots: Arc<Semaphore> },
+    Singleton(Arc<tokio::sync::Mutex<Singleton>>),
+}
+
+/// An instance lent to one call; `release` says how the call went.
+pub enum Lease {
+    Pooled { instance: Instance, _slot: OwnedSemaphorePermit },
+    Singleton(OwnedMutexGuard<Singleton>),
+}
+
+impl Lease {
+    pub fn instance(&mut self) -> &mut Instance {
+        match self {
+            Lease::Pooled { instance, .. } => instance,
+            Lease::Singleton(guard) => guard.instance.as_mut().expect("a leased singleton has an instance"),
+        }
+    }
+}
+
+/// Delay before starting a singleton again after `failures` failures in a row.
+fn backoff(failures: u32) -> Duration {
+    match failures {
+        0 | 1 => Duration::ZERO,
+        n => Duration::from_millis(100u64 << (n - 2).min(9)).min(Duration::from_secs(30)),
+    }
+}
+
+impl Pool {
+    pub fn new(mode: InstanceMode, max_concurrency: usize) -> Pool {
+        match mode {
+            InstanceMode::Pooled => Pool::Pooled { idle: Mutex::new(Vec::new()), slots: Arc::new(Semaphore::new(max_concurrency.max(1))) },
+            InstanceMode::Singleton => {
+                Pool::Singleton(Arc::new(tokio::sync::Mutex::new(Singleton { instance: None, failures: 0, retry_at: None, last_error: None })))
+            }
+        }
+    }
+
+    /// An instance for one call, waiting at most one deadline for a turn.
+    pub async fn acquire(&self, plugin: &Plugin, ctx: &Arc<Context>) -> Result<Lease, Refused> {
+        let wait = plugin.limits.deadline;
+        let busy = |why: String| Refused::Busy { retry_after: wait, why };
+        let started = Instant::now();
+        match self {
+            Pool::Pooled { idle, slots } => {
+                // The elapsed check holds the bound even when timers fire late.
+                let slot = match tokio::time::timeout(wait, slots.clone().acquire_owned()).await {
+                    Ok(Ok(permit)) if started.elapsed() <= wait => permit,
+                    _ => return Err(busy(format!("it is running {} calls of this tenant already", plugin.limits.max_concurrency))),
+                };
+                let ready = idle.lock().pop();
+                let instance = match ready {
+                    Some(i) => i,
+                    None => plugin.start(ctx.clone()).await.map_err(Refused::Failed)?,
+                };
+                Ok(Lease::Pooled { instance, _slot: slot })
+            }
+            Pool::Singleton(cell) => {
+                let mut guard = match tokio::time::timeout(wait, cell.clone().lock_owned()).await {
+                    Ok(g) if started.elapsed() <= wait => g,
+                    _ => return Err(busy("its instance is still busy with earlier calls".into())),
+                };
+                if guard.instance.is_none() {
+                    if let Some(at) = guard.retry_at.filter(|at| *at > Instant::now()) {
+                        let why = format!("it is restarting after failing: {}", guard.last_error.as_deref().unwrap_or("unknown"));
+                        return Err(Refused::Busy { retry_after: at - Instant::now(), why });
+                    }
+                    match plugin.start(ctx.clone()).await {
+                        Ok(i) => guard.instance = Some(i),
+                        Err(reason) => {
+                            record_failure(&mut guard, plugin, ctx, &reason);
+                            return Err(Refused::Failed(reason));
+                        }
+                    }
+                }
+                Ok(Lease::Singleton(guard))
+            }
+        }
+    }
+
+    /// Return an instance after its call: kept when the call went well,
+    /// dropped (and, for a singleton, replaced on next use) when it did not.
+    pub fn release(&self, lease: Lease, failure: Option<&str>, plugin: &Plugin, ctx: &Context) {
+        match (self, lease) {
+            (Pool::Pooled { idle, .. }, Lease::Pooled { instance, .. }) => {
+                let mut idle = idle.lock();
+                if failure.is_none() && idle.len() < plugin.limits.idle_instances {
+                    idle.push(instance);
+                }
+            }
+            (Pool::Singleton(_), Lease::Singleton(mut guard)) => match failure {
+                None => {
+                    guard.failures = 0;
+                    guard.retry_at = None;
+                }
+                Some(reason) => {
+                    guard.instance = None;
+                    record_failure(&mut guard, plugin, ctx, reason);
+                }
+            },
+            _ => unreachable!("a lease comes from its own pool"),
+        }
+    }
+
+    /// The singleton's state, for the operator: `{failures, lastError, running}`.
+    pub fn health(&self) -> Option<serde_json::Value> {
+        let Pool::Singleton(cell) = self else { return None };
+        let guard = cell.try_lock().ok()?;
+        Some(serde_json::json!({"running": guard.instance.is_some(), "failures": guard.failures, "lastError": guard.last_error}))
+    }
+}
+
+fn record_failure(s: &mut Singleton, plugin: &Plugin, ctx: &Context, reason: &str) {
+    s.failures += 1;
+    let delay = backoff(s.failures);
+    s.retry_at = Some(Instant::now() + delay);
+    s.last_error = Some(reason.to_string());
+    tracing::error!(plugin = plugin.name, tenant = ctx.scope.tenant, failures = s.failures, retry_in_ms = delay.as_millis() as u64, reason, "singleton failed; a fresh instance will take the next call");
+}

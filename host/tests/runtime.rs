@@ -1,0 +1,149 @@
+//! Plugin runtime v2, black-box: a component of the 0.1.0 contract still
+//! loading, singletons that keep state and survive their own traps, timers,
+//! observers that cannot loop, and plugin work that cannot starve the core.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::json;
+
+fn stateful(mode: &str) -> String {
+    format!("[plugins.state]\npath = {:?}\nmode = {mode:?}\ndeadline_ms = 500\n", fixture("stateful.wasm"))
+}
+
+fn legacy() -> String {
+    format!("[plugins.legacy]\npath = {:?}\n", fixture("legacy.wasm"))
+}
+
+#[tokio::test]
+async fn a_component_built_against_0_1_0_still_loads_and_works() {
+    let gw = Gateway::start_with(1 << 20, &legacy());
+    let (mut ws, connected) = gw.ws_connected("agent", None).await;
+    let uris: Vec<&str> = connected["capabilities"]["extensions"].as_array().unwrap().iter().filter_map(|e| e["uri"].as_str()).collect();
+    assert!(uris.contains(&"urn:map:ext:legacy:1"), "{connected}");
+    assert_eq!(ws.call_ok("legacy/echo", json!({"hello": "old"})).await, json!({"hello": "old"}));
+    // Its 0.1.0 interceptor export observes sends, through its 0.1.0 store import.
+    ws.call_ok("map/agents/register", json!({"agentId": "old-inbox"})).await;
+    let sent = ws.call_ok("map/send", json!({"to": "old-inbox", "payload": 1, "meta": {"legacy": "note"}})).await;
+    let id = sent["messageId"].clone();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let seen = ws.call_ok("legacy/seen", json!({})).await;
+        if seen["last"] == id {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the 0.1.0 interceptor never saw {id}: {seen}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn an_observer_that_resends_what_it_sees_stops_after_four_hops() {
+    let gw = Gateway::start_with(1 << 20, &legacy());
+    let (mut ws, _) = gw.ws_connected("agent", None).await;
+    ws.call_ok("map/agents/register", json!({"agentId": "echo-chamber"})).await;
+    ws.call_ok("map/send", json!({"to": "echo-chamber", "payload": "ping", "meta": {"legacy": "loop"}})).await;
+    // The original and four re-sends arrive; the fourth re-send is not observed again.
+    for n in 0..5 {
+        let note = ws.notification("map/message", WAIT).await.unwrap_or_else(|| panic!("message {n} of 5 never came"));
+        assert_eq!(note["params"]["message"]["payload"], "ping");
+    }
+    // A marker behind them in the observer's queue: once it is seen, no loop message is pending.
+    let marker = ws.call_ok("map/send", json!({"to": "echo-chamber", "payload": "marker", "meta": {"legacy": "note"}})).await;
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let seen = ws.call_ok("legacy/seen", json!({})).await;
+        if seen["last"] == marker["messageId"] {
+            assert_eq!(seen["loops"], 4, "{seen}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the marker was never observed: {seen}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let next = ws.notification("map/message", WAIT).await.expect("the marker arrives");
+    assert_eq!(next["params"]["message"]["payload"], "marker", "no sixth loop message: {next}");
+}
+
+#[tokio::test]
+async fn a_singleton_keeps_state_and_reinitialises_after_its_own_trap() {
+    let gw = Gateway::start_with(1 << 20, &stateful("singleton"));
+    let (mut a, _) = gw.ws_connected("client", None).await;
+    let (mut b, _) = gw.ws_connected("client", None).await;
+    // One instance serves every session of the tenant: the count carries across them.
+    assert_eq!(a.call_ok("state/count", json!({})).await, json!({"calls": 1, "boots": 1}));
+    assert_eq!(b.call_ok("state/count", json!({})).await, json!({"calls": 2, "boots": 1}));
+    assert_eq!(a.call_ok("state/count", json!({})).await, json!({"calls": 3, "boots": 1}));
+    let trapped = b.call("state/trap", json!({})).await;
+    assert_eq!(err(&trapped)["code"], -32603, "{trapped}");
+    // A fresh instance: memory is gone, `init` ran again (it counts boots in the store).
+    assert_eq!(a.call_ok("state/count", json!({})).await, json!({"calls": 1, "boots": 2}));
+    assert!(gw.log().contains("singleton failed"), "the failure is logged");
+}
+
+#[tokio::test]
+async fn pooled_instances_do_not_share_memory_but_run_init() {
+    let gw = Gateway::start_with(1 << 20, &stateful("pooled"));
+    let (mut ws, _) = gw.ws_connected("client", None).await;
+    let first = ws.call_ok("state/count", json!({})).await;
+    assert_eq!(first["calls"], 1, "{first}");
+    assert!(first["boots"].as_u64().unwrap() >= 1, "init ran before the first call: {first}");
+}
+
+#[tokio::test]
+async fn timers_fire_and_cancelled_ones_do_not() {
+    let gw = Gateway::start_with(1 << 20, &stateful("singleton"));
+    let (mut ws, _) = gw.ws_connected("client", None).await;
+    ws.call_ok("map/subscribe", json!({"filter": {"eventTypes": ["state.timer"]}})).await;
+    ws.call_ok("state/timer", json!({"delayMs": 20, "tag": "first"})).await;
+    let doomed = ws.call_ok("state/timer", json!({"delayMs": 150, "tag": "cancelled"})).await;
+    assert_eq!(ws.call_ok("state/cancel", json!({"timer": doomed["timer"]})).await, json!({"cancelled": true}));
+    assert_eq!(ws.call_ok("state/cancel", json!({"timer": doomed["timer"]})).await, json!({"cancelled": false}));
+    // Due after the cancelled one would have been.
+    ws.call_ok("state/timer", json!({"delayMs": 300, "tag": "last"})).await;
+    let mut tags = Vec::new();
+    while tags.len() < 2 {
+        let (event, _) = ws.notification_where(WAIT, |n| n["method"] == "map/event").await;
+        let event = event.expect("a timer event");
+        tags.push(event["params"]["event"]["data"]["tag"].as_str().unwrap_or_default().to_string());
+    }
+    assert_eq!(tags, ["first", "last"]);
+    assert_eq!(ws.call_ok("state/fired", json!({})).await, json!({"fired": ["first", "last"]}));
+    // A delay beyond seven days is refused with the plugin's own error.
+    let far = ws.call("state/timer", json!({"delayMs": 8u64 * 24 * 3600 * 1000, "tag": "far"})).await;
+    assert_eq!(err(&far)["code"], 31000, "{far}");
+}
+
+#[tokio::test]
+async fn a_plugin_spinning_in_one_tenant_does_not_slow_the_core_of_another() {
+    let plugins = format!(
+        "[plugins.bad]\npath = {:?}\ndeadline_ms = 1500\nmemory_mb = 32\n",
+        fixture("misbehave.wasm")
+    );
+    let text = format!(
+        "{plugins}\n[auth]\nanonymous_tenant = \"\"\n[[tenants]]\nid = \"acme\"\napi_keys = [\"acme-key\"]\n[[tenants]]\nid = \"globex\"\napi_keys = [\"globex-key\"]\n"
+    );
+    let gw = Gateway::start_with(1 << 20, &text);
+    let mut flood = Vec::new();
+    for _ in 0..16 {
+        flood.push(gw.ws_connected("client", Some(api_key("acme-key"))).await.0);
+    }
+    for (i, ws) in flood.iter_mut().enumerate() {
+        ws.send_text(&request(i, "bad/loop", json!({})).to_string()).await;
+    }
+    let (mut other, _) = gw.ws_connected("agent", Some(api_key("globex-key"))).await;
+    other.call_ok("map/agents/register", json!({"agentId": "steady"})).await;
+    let mut slowest = Duration::ZERO;
+    for i in 0..50 {
+        let started = Instant::now();
+        other.call_ok("map/send", json!({"to": "steady", "payload": i})).await;
+        slowest = slowest.max(started.elapsed());
+    }
+    // Plugin code runs on threads of its own: the core answers as if idle.
+    assert!(slowest < Duration::from_millis(150), "slowest map/send took {slowest:?} while another tenant's plugin spun");
+    for ws in &mut flood {
+        let resp = ws.answer().await;
+        assert!(resp.get("error").is_some(), "{resp}");
+    }
+}
