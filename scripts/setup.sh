@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the build needs beyond rustup and cargo: the wasm32-wasip2
-# target for plugins, and the npm packages of the interop suite.
+# target for plugins; with --tests, the npm packages of the interop suite and
+# the Python gRPC client (grpcio) in target/pyenv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,4 +13,15 @@ fi
 if [ "${1:-}" = "--tests" ]; then
     echo "==> installing the interop suite's npm packages"
     (cd tests/interop && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+    if ! cmp -s tests/grpc/requirements.txt target/pyenv/requirements.txt; then
+        echo "==> installing the Python gRPC client (target/pyenv)"
+        rm -rf target/pyenv
+        if ! python3 -m venv target/pyenv 2>/dev/null; then
+            # Debian's python3 keeps venv in a package of its own.
+            apt-get install -y -q python3-venv >/dev/null || sudo apt-get install -y -q python3-venv >/dev/null
+            python3 -m venv target/pyenv
+        fi
+        target/pyenv/bin/pip install --quiet --disable-pip-version-check -r tests/grpc/requirements.txt
+        cp tests/grpc/requirements.txt target/pyenv/requirements.txt
+    fi
 fi

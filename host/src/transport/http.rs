@@ -169,7 +169,7 @@ async fn plugin_http(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>)
 
 /// Who an HTTP request is: its `Authorization` / `X-Api-Key` credentials,
 /// or the anonymous tenant. `Ok(None)`: no credentials and none needed is not allowed.
-fn caller(gw: &Gateway, peer: SocketAddr, headers: &hyper::HeaderMap) -> Result<Option<Authenticated>, (StatusCode, RpcError)> {
+pub(crate) fn caller(gw: &Gateway, peer: SocketAddr, headers: &hyper::HeaderMap) -> Result<Option<Authenticated>, (StatusCode, RpcError)> {
     let Some((method, secret)) = super::header_credentials(headers) else {
         return Ok(gw.tenants.anonymous(super::is_loopback(&peer)));
     };

@@ -1,7 +1,9 @@
 //! Transports: bytes in, JSON-RPC frames through `Gateway::handle_frame`, bytes out.
-//! One listener serves HTTP (`/map/rpc`, `/map/events`, `/healthz`) and
-//! WebSocket upgrades; stdio is served on its own.
+//! One listener serves HTTP/1.1 (`/map/rpc`, `/map/events`, `/healthz`,
+//! plugin routes), WebSocket upgrades and, over HTTP/2, gRPC for plugins;
+//! stdio is served on its own.
 
+mod grpc;
 mod http;
 pub mod stdio;
 mod ws;
@@ -59,12 +61,19 @@ pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener) -> std::io::Res
         };
         let gateway = gateway.clone();
         tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| http::route(gateway.clone(), peer, req));
+            let service = hyper::service::service_fn(move |req| serve_request(gateway.clone(), peer, req));
             let io = IdleIo { inner: stream, last_active: Arc::new(AtomicU64::new(crate::core::ids::now_ms())), _slot: slot };
             let last_active = io.last_active.clone();
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(header_timeout);
-            let conn = builder.serve_connection(TokioIo::new(io), service).with_upgrades();
+            // HTTP/1.1, or HTTP/2 when the client opens with its preface (gRPC).
+            let mut builder = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+            builder.http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(header_timeout);
+            builder
+                .http2()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .max_concurrent_streams(MAX_STREAMS)
+                .keep_alive_interval(Some(idle / 4))
+                .keep_alive_timeout(Duration::from_secs(20));
+            let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
             tokio::pin!(conn);
             // Close a connection whose bytes stopped flowing for the idle time.
             // Upgraded WebSockets keep their own ping-based check; SSE streams
@@ -87,6 +96,18 @@ pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener) -> std::io::Res
             }
         });
     }
+}
+
+/// Concurrent HTTP/2 streams (gRPC calls) on one connection.
+const MAX_STREAMS: u32 = 256;
+
+/// gRPC goes to the plugins' gRPC service, everything else to the HTTP routes.
+async fn serve_request(gw: Arc<Gateway>, peer: std::net::SocketAddr, req: hyper::Request<hyper::body::Incoming>) -> Result<hyper::Response<tonic::body::Body>, std::convert::Infallible> {
+    if grpc::is_grpc(&req) {
+        return Ok(grpc::serve(gw, peer, req).await);
+    }
+    let resp = http::route(gw, peer, req).await?;
+    Ok(resp.map(tonic::body::Body::new))
 }
 
 /// A connection over the cap: a short 503, then close.

@@ -1,0 +1,138 @@
+"""gRPC client checks against a running gateway serving the `stateful` fixture.
+
+Stubs are generated from echo.proto at start (grpc_tools.protoc), so the
+client is what any Python gRPC user would write. Usage:
+
+    python echo_client.py HOST:PORT API_KEY CONFIG_PATH
+
+CONFIG_PATH is the gateway's config file: the last check edits the plugin's
+config there and reloads, to see open streams end with UNAVAILABLE.
+Exits non-zero on the first failed check.
+"""
+
+import http.client
+import importlib
+import json
+import os
+import queue
+import sys
+import tempfile
+import time
+
+import grpc
+from grpc_tools import protoc
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def stubs():
+    out = tempfile.mkdtemp(prefix="echo-stubs-")
+    code = protoc.main(["protoc", f"-I{HERE}", f"--python_out={out}", f"--grpc_python_out={out}", os.path.join(HERE, "echo.proto")])
+    assert code == 0, f"protoc failed with {code}"
+    sys.path.insert(0, out)
+    return importlib.import_module("echo_pb2"), importlib.import_module("echo_pb2_grpc")
+
+
+def expect_error(code, fn, message=None):
+    try:
+        fn()
+    except grpc.RpcError as e:
+        assert e.code() == code, f"expected {code}, got {e.code()}: {e.details()}"
+        if message is not None:
+            assert message in (e.details() or ""), f"{e.details()!r} should mention {message!r}"
+        return e
+    raise AssertionError(f"expected {code}, the call succeeded")
+
+
+def rpc(addr, api_key, method, params):
+    """A JSON-RPC call over HTTP POST /map/rpc (map/connect first)."""
+    conn = http.client.HTTPConnection(addr, timeout=10)
+    headers = {"content-type": "application/json", "x-api-key": api_key}
+    def post(body, session=None):
+        h = dict(headers)
+        if session:
+            h["map-session-id"] = session
+        conn.request("POST", "/map/rpc", json.dumps(body), h)
+        resp = conn.getresponse()
+        return resp, json.loads(resp.read())
+    resp, connected = post({"jsonrpc": "2.0", "id": 1, "method": "map/connect", "params": {"protocolVersion": 1, "participant": {"type": "client"}}})
+    session = resp.getheader("map-session-id")
+    _, answer = post({"jsonrpc": "2.0", "id": 2, "method": method, "params": params}, session)
+    assert "result" in answer, answer
+    return answer["result"]
+
+
+def main():
+    addr, api_key, config_path = sys.argv[1], sys.argv[2], sys.argv[3]
+    pb, pb_grpc = stubs()
+    creds = [("x-api-key", api_key)]
+    channel = grpc.insecure_channel(addr)
+    echo = pb_grpc.EchoStub(channel)
+    Msg = pb.Msg
+
+    # Each stream kind.
+    assert echo.Unary(Msg(text="hi"), metadata=creds, timeout=10).text == "hi"
+    assert [m.text for m in echo.ServerStream(Msg(text="s"), metadata=creds, timeout=10)] == ["s-1", "s-2", "s-3"]
+    assert echo.ClientStream(iter([Msg(text=t) for t in "abc"]), metadata=creds, timeout=10).text == "a+b+c"
+    assert [m.text for m in echo.Bidi(iter([Msg(text=t) for t in "xyz"]), metadata=creds, timeout=10)] == ["x", "y", "z"]
+    print("stream kinds: ok")
+
+    # Every call that opened was closed on the plugin's side.
+    deadline = time.monotonic() + 5
+    while True:
+        state = rpc(addr, api_key, "state/grpc", {})
+        if state["open"] == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert state["open"] == 0 and state["closed"] == 4, state
+    print("closed callbacks: ok", state)
+
+
+    # Status codes: a path no plugin serves, a refusal, a plugin failure, bad credentials.
+    unknown = channel.unary_unary("/echo.v1.Echo/Nope", request_serializer=None, response_deserializer=None)
+    expect_error(grpc.StatusCode.UNIMPLEMENTED, lambda: unknown(b"", metadata=creds, timeout=10))
+    other = channel.unary_unary("/other.v1.Service/Call", request_serializer=None, response_deserializer=None)
+    expect_error(grpc.StatusCode.UNIMPLEMENTED, lambda: other(b"", metadata=creds, timeout=10))
+    expect_error(grpc.StatusCode.FAILED_PRECONDITION, lambda: echo.Fail(Msg(text="x"), metadata=creds, timeout=10), "refused to open")
+    expect_error(grpc.StatusCode.INTERNAL, lambda: echo.Crash(Msg(text="x"), metadata=creds, timeout=10), "trapped")
+    expect_error(grpc.StatusCode.UNAUTHENTICATED, lambda: echo.Unary(Msg(text="x"), metadata=[("x-api-key", "wrong")], timeout=10))
+    print("status codes: ok")
+
+    # A plugin that never answers: the client gets a status within its deadline.
+    started = time.monotonic()
+    expect_error(grpc.StatusCode.DEADLINE_EXCEEDED, lambda: echo.Silent(Msg(text="x"), metadata=creds, timeout=0.5))
+    assert time.monotonic() - started < 3, "the deadline held"
+    print("deadline: ok")
+
+    # A large message within the limit passes through whole.
+    big = "b" * 300_000
+    assert echo.Unary(Msg(text=big), metadata=creds, timeout=10).text == big
+    print("large message: ok")
+
+    # A hot swap ends open streams with UNAVAILABLE; a new call reaches the new version.
+    q = queue.Queue()
+    def gen():
+        while True:
+            item = q.get()
+            if item is None:
+                return
+            yield item
+    responses = echo.Bidi(gen(), metadata=creds, timeout=20)
+    q.put(Msg(text="before"))
+    assert next(responses).text == "before"
+    with open(config_path) as f:
+        text = f.read()
+    with open(config_path, "w") as f:
+        f.write(text.replace('generation = "1"', 'generation = "2"'))
+    conn = http.client.HTTPConnection(addr, timeout=30)
+    conn.request("POST", "/admin/reload", b"")
+    reload = conn.getresponse()
+    assert reload.status == 200, (reload.status, reload.read())
+    expect_error(grpc.StatusCode.UNAVAILABLE, lambda: next(responses), "replaced")
+    q.put(None)
+    assert echo.Unary(Msg(text="after"), metadata=creds, timeout=10).text == "after"
+    print("hot swap: ok")
+
+
+if __name__ == "__main__":
+    main()
