@@ -25,10 +25,11 @@ const { component } = await componentize({
   // A folder: every .wit file in it is one package (map-gateway:plugin@0.2.0).
   witPath: join(HERE, '..', '..', 'wit'),
   worldName: 'extension',
-  // The gateway links WASI 0.2 (wasmtime-wasi) and its own interfaces, but not
-  // wasi:http. The `http` feature (fetch) and `fetch-event` would import
-  // wasi:http and the component would not link. stdio (console.* and error
-  // reports, discarded by the host), random and clocks (Date.now) stay.
+  // The gateway links WASI 0.2 (wasmtime-wasi), wasi:http/outgoing-handler
+  // (reaching only the hosts a deployment lists in `outbound_hosts`) and its
+  // own interfaces. These notes make no HTTP requests, so `fetch` (the `http`
+  // feature) and `fetch-event` stay out; stdio (console.* and error reports,
+  // discarded by the host), random and clocks (Date.now) stay.
   disableFeatures: ['http', 'fetch-event'],
 });
 await writeFile(out, component);

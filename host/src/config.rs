@@ -58,6 +58,15 @@ pub struct PluginConfig {
     /// `pooled`: interchangeable instances, no state between calls.
     /// `singleton`: one long-lived instance per tenant receives every call, in order.
     pub mode: InstanceMode,
+    /// Hosts the plugin may reach with `wasi:http/outgoing-handler`:
+    /// `api.example.com` (any port) or `api.example.com:8443`. Nothing else is
+    /// reachable. A host that resolves to a loopback or private address is
+    /// refused unless that address itself is listed (`127.0.0.1:9000`).
+    pub outbound_hosts: Vec<String>,
+    /// An outbound request must have its response headers within this time.
+    pub outbound_timeout_ms: u64,
+    /// Largest outbound response body a plugin may read.
+    pub outbound_max_bytes: usize,
 }
 
 /// How a plugin's calls are spread over instances.
@@ -146,6 +155,9 @@ pub struct TenantConfig {
     pub plugin_config: BTreeMap<String, serde_json::Value>,
     /// Bearer tokens that are JWTs issued by someone else, checked with this key.
     pub jwt: Option<JwtConfig>,
+    /// Hosts each plugin may reach over HTTP for this tenant, besides the
+    /// plugin's own `outbound_hosts` (same form).
+    pub outbound_hosts: BTreeMap<String, Vec<String>>,
 }
 
 /// How a tenant checks JWT bearer tokens: signature, expiry, audience, issuer.
@@ -196,7 +208,7 @@ impl Credential {
 
 impl Default for PluginConfig {
     fn default() -> Self {
-        PluginConfig { path: PathBuf::new(), config: serde_json::json!({}), deadline_ms: 1000, memory_mb: 64, instances: 4, max_concurrency: 16, http_prefix: String::new(), mode: InstanceMode::Pooled }
+        PluginConfig { path: PathBuf::new(), config: serde_json::json!({}), deadline_ms: 1000, memory_mb: 64, instances: 4, max_concurrency: 16, http_prefix: String::new(), mode: InstanceMode::Pooled, outbound_hosts: Vec::new(), outbound_timeout_ms: 10_000, outbound_max_bytes: 8 << 20 }
     }
 }
 

@@ -147,3 +147,49 @@ async fn a_plugin_spinning_in_one_tenant_does_not_slow_the_core_of_another() {
         assert!(resp.get("error").is_some(), "{resp}");
     }
 }
+
+/// A one-route-per-path HTTP/1.1 server for outbound requests: `/small`
+/// answers a short text, `/big` 5,000 bytes. Returns its address.
+async fn http_server() -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                let mut got = Vec::new();
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let body = if String::from_utf8_lossy(&got).starts_with("GET /big ") { "x".repeat(5000) } else { "hello outbound".to_string() };
+                let head = format!("HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n", body.len());
+                let _ = s.write_all(head.as_bytes()).await;
+                let _ = s.write_all(body.as_bytes()).await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn outbound_http_reaches_allowed_hosts_only() {
+    let allowed = http_server().await;
+    let other = http_server().await;
+    let plugins = format!("{}outbound_hosts = [{allowed:?}]\noutbound_max_bytes = 1000\n", stateful("singleton"));
+    let gw = Gateway::start_with(1 << 20, &plugins);
+    let (mut ws, _) = gw.ws_connected("client", None).await;
+    let fetched = ws.call_ok("state/fetch", json!({"authority": allowed, "path": "/small"})).await;
+    assert_eq!(fetched, json!({"status": 200, "body": "hello outbound"}));
+    // Another port on the same host is not listed: denied, and logged.
+    let denied = ws.call("state/fetch", json!({"authority": other, "path": "/small"})).await;
+    assert_eq!(err(&denied)["code"], 31002, "{denied}");
+    assert!(err(&denied)["message"].as_str().unwrap().contains("HttpRequestDenied"), "{denied}");
+    assert!(gw.log().contains("outbound request denied"), "{}", gw.log());
+    // A response over outbound_max_bytes is refused.
+    let big = ws.call("state/fetch", json!({"authority": allowed, "path": "/big"})).await;
+    assert!(err(&big)["message"].as_str().unwrap().contains("HttpResponseBodySize"), "{big}");
+}

@@ -148,6 +148,11 @@ impl TenantPlugin {
         &self.ctx.config
     }
 
+    /// Where the plugin may send HTTP requests for this tenant.
+    pub fn outbound(&self) -> &super::outbound::Policy {
+        &self.ctx.outbound
+    }
+
     /// The singleton's state for the operator (`None` for pooled plugins).
     pub fn health(&self) -> Option<Value> {
         self.pool.health()

@@ -17,6 +17,7 @@ mod exports;
 mod grpc;
 mod imports;
 mod instance;
+mod outbound;
 mod plugin;
 mod pool;
 mod set;
@@ -106,6 +107,7 @@ impl PluginHost {
         let engine = engine::build()?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
         bindings::Plugin::add_to_linker::<PluginState, HasSelf<PluginState>>(&mut linker, |s| s)?;
         bindings::v1::InterceptingExtension::add_to_linker::<PluginState, HasSelf<PluginState>>(&mut linker, |s| s)?;
         Ok(PluginHost {
@@ -122,7 +124,7 @@ impl PluginHost {
         })
     }
 
-    fn context(&self, tenant: Arc<Tenant>, plugin: &str, config: Value, settings: &PluginConfig, receives_timers: bool) -> Arc<Context> {
+    fn context(&self, tenant: Arc<Tenant>, plugin: &str, config: Value, settings: &PluginConfig, receives_timers: bool, outbound: outbound::Policy) -> Arc<Context> {
         let timers = self.timers.lock().entry((tenant.id.clone(), plugin.to_string())).or_insert_with(|| Timers::new(&tenant, plugin, self.runtime.clone())).clone();
         Arc::new(Context {
             scope: Scope { tenant: tenant.id.clone(), plugin: plugin.to_string() },
@@ -135,6 +137,7 @@ impl PluginHost {
             host_bytes: (settings.memory_mb as usize) << 20,
             max_message_bytes: self.max_result_bytes,
             receives_timers,
+            outbound,
         })
     }
 
@@ -154,7 +157,8 @@ impl PluginHost {
             max_concurrency: settings.max_concurrency,
             mode: settings.mode,
         };
-        let ctx = self.context(self.scratch.clone(), name, settings.config.clone(), settings, false);
+        let none = outbound::Policy::new(&[], Duration::ZERO, 0, "~loader", name)?;
+        let ctx = self.context(self.scratch.clone(), name, settings.config.clone(), settings, false, none);
         let plugin = Plugin::load(name, &component, &self.linker, ctx, limits).await.with_context(|| format!("loading plugin {name}"))?;
         tracing::info!(plugin = name, version = plugin.version(), "plugin loaded");
         Ok((digest, Arc::new(plugin)))
@@ -197,12 +201,15 @@ impl PluginHost {
                     anyhow::bail!("plugin {name} serves HTTP: give it an http_prefix");
                 }
                 let prefix = Some(l.settings.http_prefix.clone()).filter(|p| !p.is_empty() && serves_http);
+                let hosts: Vec<String> = l.settings.outbound_hosts.iter().chain(t.outbound_hosts.get(&name).into_iter().flatten()).cloned().collect();
+                let s = &l.settings;
+                let outbound = outbound::Policy::new(&hosts, Duration::from_millis(s.outbound_timeout_ms), s.outbound_max_bytes, &t.id, &name)?;
                 // An unchanged plugin keeps its instances (a singleton its state, gRPC calls stay open).
-                let current = tenant.plugins().named(&name).filter(|tp| Arc::ptr_eq(&tp.plugin, &l.plugin) && *tp.config() == cfg);
+                let current = tenant.plugins().named(&name).filter(|tp| Arc::ptr_eq(&tp.plugin, &l.plugin) && *tp.config() == cfg && *tp.outbound() == outbound);
                 let tp = match current {
                     Some(tp) => tp,
                     None => {
-                        let ctx = self.context(tenant.clone(), &name, cfg, &l.settings, l.plugin.exports.lifecycle());
+                        let ctx = self.context(tenant.clone(), &name, cfg, &l.settings, l.plugin.exports.lifecycle(), outbound);
                         TenantPlugin::new(l.plugin.clone(), ctx, self.runtime.clone()).await.with_context(|| format!("plugin {name} for tenant {}", t.id))?
                     }
                 };

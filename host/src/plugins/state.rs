@@ -7,9 +7,11 @@ use std::time::Instant;
 use serde_json::Value;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::grpc::GrpcCalls;
 use super::instance::Limiter;
+use super::outbound::Policy;
 use super::timers::Timers;
 use crate::core::outbox::Frame;
 use crate::core::Active;
@@ -35,11 +37,15 @@ pub struct Context {
     pub max_message_bytes: usize,
     /// Whether the component exports `lifecycle` (timers need `on-timer`).
     pub receives_timers: bool,
+    /// Where the plugin may send HTTP requests.
+    pub outbound: Policy,
 }
 
 pub struct PluginState {
     wasi: WasiCtx,
     table: ResourceTable,
+    http: WasiHttpCtx,
+    outbound: Policy,
     pub limiter: Limiter,
     /// When the current call must have finished.
     pub deadline: Instant,
@@ -61,6 +67,8 @@ impl PluginState {
         PluginState {
             wasi,
             table: ResourceTable::new(),
+            http: WasiHttpCtx::new(),
+            outbound: ctx.outbound.clone(),
             limiter: Limiter { memory_bytes },
             deadline: Instant::now(),
             ctx,
@@ -84,5 +92,11 @@ impl PluginState {
 impl WasiView for PluginState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+impl WasiHttpView for PluginState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView { ctx: &mut self.http, table: &mut self.table, hooks: &mut self.outbound }
     }
 }
