@@ -52,7 +52,7 @@ fn main() -> anyhow::Result<()> {
 
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async {
-        let gw = Gateway::start(config, None).await?;
+        let gw = map_gateway::app::start(config, None).await?;
         let (tx, mut rx) = map_gateway::core::outbox::channel(1024, 1 << 30);
         tokio::spawn(async move { while rx.recv().await.is_some() {} });
         let mut conn = Conn::new(tx, true, "bench");
@@ -64,7 +64,7 @@ fn main() -> anyhow::Result<()> {
         let native = measure(&gw, &mut conn, &format!(r#"{{"jsonrpc":"2.0","id":1,"method":"map/subscribe.ack","params":{params}}}"#)).await;
 
         let tenant = gw.tenants.get("default").expect("default tenant");
-        let tp = tenant.plugins().method("echo/call").expect("echo is loaded");
+        let tp = map_gateway::plugins::of(&tenant).method("echo/call").expect("echo is loaded");
         let mut inst = Vec::new();
         for _ in 0..200 {
             inst.push(tp.time_instantiation().await?);

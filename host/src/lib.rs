@@ -1,13 +1,22 @@
 //! map-gateway: a WebAssembly-extensible gateway for multi-agent protocols.
 //!
-//! Rooms, in the direction requests flow: `transport` (bytes ↔ JSON-RPC) →
-//! `rpc` (codec, errors) → `core` (MAP sessions, agents, scopes, routing,
-//! events) with `tenants` (walls and credentials), all configured by `config`.
+//! Modules, each depending only on those after it (a test in
+//! `host/tests/layers.rs` keeps it so): `app` (the composition root) →
+//! `transport` (bytes ↔ JSON-RPC, HTTP/2 gRPC) → `plugins` (Wasm components
+//! serving extensions) → `core` (MAP: sessions, agents, scopes, routing,
+//! events; the traits it needs from extensions) → `tenants` (credentials
+//! into tenants) → `store` (durable storage) → `rpc` (codec, errors) →
+//! `ids`, `config`.
 
+// What an embedder uses: start a gateway (`app`), configure it (`config`),
+// serve it (`transport`), drive the core directly (`core`) and reach a
+// tenant's plugins (`plugins`). The rest is internal.
+pub mod app;
 pub mod config;
 pub mod core;
+mod ids;
 pub mod plugins;
-pub mod rpc;
-pub mod store;
-pub mod tenants;
+mod rpc;
+mod store;
+mod tenants;
 pub mod transport;

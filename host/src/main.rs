@@ -84,7 +84,7 @@ fn main() -> anyhow::Result<()> {
 
 async fn serve(config: Config, config_path: Option<PathBuf>, stdio: bool) -> anyhow::Result<()> {
     let listen = config.server.listen;
-    let gateway = Gateway::start(config, config_path).await?;
+    let gateway = map_gateway::app::start(config, config_path).await?;
     spawn_reload_on_hangup(gateway.clone());
     if stdio {
         transport::stdio::serve(gateway).await?;

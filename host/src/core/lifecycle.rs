@@ -11,7 +11,7 @@ use super::model::Agent;
 use super::outbox::Outbox;
 use super::registry::SessionInfo;
 use super::{ids, Active, Conn, ConnState, Gateway, Live};
-use crate::tenants::{Authenticated, Tenant};
+use crate::core::{Authenticated, Tenant};
 
 /// Why `attach_stream` refused.
 #[derive(Debug, PartialEq, Eq)]

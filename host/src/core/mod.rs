@@ -4,11 +4,14 @@
 
 pub mod address;
 pub mod events;
+pub mod extensions;
 pub mod fabric;
-pub mod ids;
+pub(crate) use crate::ids;
 pub mod model;
 pub mod outbox;
 pub mod registry;
+mod tenant;
+pub use tenant::Tenant;
 
 mod lifecycle;
 pub use lifecycle::StreamRefused;
@@ -25,11 +28,14 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::config::Config;
-use crate::plugins::PluginHost;
-use crate::store::Store;
 use crate::rpc::{self, codes, Decoded, Request, RpcError};
-use crate::tenants::{Tenant, Tenants};
+use extensions::ExtensionHost;
 use outbox::{Frame, FrameTx, Outbox};
+
+/// The tenants of this gateway and the credentials that lead into them.
+pub type Tenants = crate::tenants::Tenants<Tenant>;
+/// A principal in one of this gateway's tenants.
+pub type Authenticated = crate::tenants::Authenticated<Tenant>;
 
 pub const PROTOCOL_VERSION: u64 = 1;
 
@@ -69,7 +75,8 @@ pub struct Live {
 pub struct Gateway {
     pub config: Config,
     pub tenants: Tenants,
-    pub plugins: Option<PluginHost>,
+    /// What loads extensions (the plugin host); none in a bare core.
+    pub extensions: Option<Arc<dyn ExtensionHost>>,
     /// The file `config` came from, re-read on reload.
     config_path: Option<PathBuf>,
     sessions: Mutex<HashMap<String, Live>>,
@@ -145,30 +152,26 @@ impl Conn {
 }
 
 impl Gateway {
+    /// The configured tenants, each a fresh wall.
+    pub fn tenants_of(config: &Config) -> anyhow::Result<Tenants> {
+        Tenants::from_config(config, |t| Tenant::new(&t.id, &config.limits))
+    }
+
+    /// A core without extensions.
     pub fn new(config: Config) -> Arc<Gateway> {
-        let tenants = Tenants::from_config(&config).expect("a valid configuration");
+        let tenants = Gateway::tenants_of(&config).expect("a valid configuration");
         Arc::new(Gateway::assemble(config, tenants, None, None))
     }
 
-    fn assemble(config: Config, tenants: Tenants, plugins: Option<PluginHost>, config_path: Option<PathBuf>) -> Gateway {
-        Gateway { config, tenants, plugins, config_path, sessions: Mutex::new(HashMap::new()), resume_tokens: Mutex::new(HashMap::new()) }
+    /// A core whose tenants already hold what `extensions` gave them.
+    pub fn assemble(config: Config, tenants: Tenants, extensions: Option<Arc<dyn ExtensionHost>>, config_path: Option<PathBuf>) -> Gateway {
+        Gateway { config, tenants, extensions, config_path, sessions: Mutex::new(HashMap::new()), resume_tokens: Mutex::new(HashMap::new()) }
     }
 
-    /// Open storage, load the plugins and bind them to their tenants.
-    pub async fn start(config: Config, config_path: Option<PathBuf>) -> anyhow::Result<Arc<Gateway>> {
-        std::fs::create_dir_all(&config.server.data_dir)
-            .map_err(|e| anyhow::anyhow!("creating the data directory {}: {e}", config.server.data_dir.display()))?;
-        let db = Store::open(&config.storage_url(), config.storage.sync == "full").await?;
-        let host = PluginHost::new(&config, db)?;
-        let tenants = Tenants::from_config(&config)?;
-        host.apply(&config, &tenants).await?;
-        Ok(Arc::new(Gateway::assemble(config, tenants, Some(host), config_path)))
-    }
-
-    /// Re-read the configuration file and swap in its plugins. Connections
-    /// stay open; calls in flight finish on the plugins they started with.
+    /// Re-read the configuration file and swap in its extensions. Connections
+    /// stay open; calls in flight finish on the extensions they started with.
     pub async fn reload(&self) -> anyhow::Result<serde_json::Value> {
-        let Some(host) = &self.plugins else { anyhow::bail!("this gateway runs without plugins") };
+        let Some(host) = &self.extensions else { anyhow::bail!("this gateway runs without plugins") };
         let config = match &self.config_path {
             Some(p) => Config::load(p)?,
             None => self.config.clone(),
@@ -183,7 +186,7 @@ impl Gateway {
     /// Check a credential from a source address: failures count against
     /// the address, and an address over its limit is refused before the
     /// credential is even looked at.
-    pub fn check_credential(&self, peer: Option<IpAddr>, method: &str, secret: Option<&str>) -> Result<crate::tenants::Authenticated, RpcError> {
+    pub fn check_credential(&self, peer: Option<IpAddr>, method: &str, secret: Option<&str>) -> Result<Authenticated, RpcError> {
         if let Some(ip) = peer {
             self.tenants.throttle.check(ip)?;
         }
@@ -195,7 +198,7 @@ impl Gateway {
     }
 
     /// `check_credential` for a connection, whose failures are counted too.
-    pub fn authenticate(&self, conn: &mut Conn, method: &str, secret: Option<&str>) -> Result<crate::tenants::Authenticated, RpcError> {
+    pub fn authenticate(&self, conn: &mut Conn, method: &str, secret: Option<&str>) -> Result<Authenticated, RpcError> {
         let result = self.check_credential(conn.peer_ip, method, secret);
         if is_auth_failure(&result) {
             conn.auth_failures += 1;
@@ -245,7 +248,7 @@ impl Gateway {
     pub async fn handle(self: &Arc<Self>, conn: &mut Conn, req: Request<'_>) -> Option<String> {
         let result = match methods::dispatch(self, conn, &req) {
             Some(r) => r,
-            None => self.call_plugin(conn, &req).await,
+            None => self.call_extension(conn, &req).await,
         };
         let id = req.id?;
         Some(match result {
@@ -256,18 +259,20 @@ impl Gateway {
         })
     }
 
-    /// A method outside the core: the tenant's plugin that declared it, if any.
-    async fn call_plugin(&self, conn: &mut Conn, req: &Request<'_>) -> Result<Out, RpcError> {
+    /// A method outside the core: the tenant's extension that declared it, if any.
+    async fn call_extension(&self, conn: &mut Conn, req: &Request<'_>) -> Result<Out, RpcError> {
         let not_found = || RpcError::method_not_found(&req.method);
         let active = conn.active().map_err(|_| not_found())?;
-        let plugin = active.tenant.plugins().method(&req.method).ok_or_else(not_found)?;
+        let extensions = active.tenant.extensions();
+        if !extensions.serves(&req.method) {
+            return Err(not_found());
+        }
         let params = match &req.params {
             Some(raw) if raw.get().starts_with('[') => return Err(RpcError::invalid_params("Extension methods take named params (an object)")),
             Some(raw) if raw.get() != "null" => raw.get(),
             _ => "{}",
         };
-        let caller = crate::plugins::caller_of(active);
-        let (result, deferred) = plugin.call_rpc(active, caller, &req.method, params).await?;
+        let (result, deferred) = extensions.call(active, &req.method, params).await?;
         conn.deferred.extend(deferred);
         Ok(Out::Raw(result))
     }

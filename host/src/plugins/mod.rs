@@ -46,8 +46,14 @@ use crate::config::{Config, PluginConfig};
 use timers::Timers;
 use crate::core::Active;
 use crate::store::{Scope, Store};
-use crate::tenants::{Tenant, Tenants};
+use crate::core::extensions::{BoxFuture, ExtensionHost};
+use crate::core::{Tenant, Tenants};
 use state::{Context, PluginState};
+
+/// A tenant's plugin set (empty when it has none).
+pub fn of(tenant: &Tenant) -> Arc<TenantPlugins> {
+    tenant.extensions().into_any().downcast::<TenantPlugins>().unwrap_or_default()
+}
 
 /// The caller record a plugin receives for a session.
 pub fn caller_of(active: &Active) -> Caller {
@@ -205,7 +211,7 @@ impl PluginHost {
                 let s = &l.settings;
                 let outbound = outbound::Policy::new(&hosts, Duration::from_millis(s.outbound_timeout_ms), s.outbound_max_bytes, &t.id, &name)?;
                 // An unchanged plugin keeps its instances (a singleton its state, gRPC calls stay open).
-                let current = tenant.plugins().named(&name).filter(|tp| Arc::ptr_eq(&tp.plugin, &l.plugin) && *tp.config() == cfg && *tp.outbound() == outbound);
+                let current = of(&tenant).named(&name).filter(|tp| Arc::ptr_eq(&tp.plugin, &l.plugin) && *tp.config() == cfg && *tp.outbound() == outbound);
                 let tp = match current {
                     Some(tp) => tp,
                     None => {
@@ -218,10 +224,10 @@ impl PluginHost {
             sets.push((tenant, TenantPlugins::new(list).with_context(|| format!("tenant {}", t.id))?));
         }
         for (tenant, set) in sets {
-            let old = tenant.plugins();
-            tenant.set_plugins(set);
+            let old = of(&tenant);
+            tenant.set_extensions(Arc::new(set));
             // gRPC calls of replaced versions end; their clients reconnect to the new one.
-            let now = tenant.plugins();
+            let now = of(&tenant);
             for tp in old.all() {
                 if !now.all().iter().any(|n| Arc::ptr_eq(n, tp)) {
                     tp.retire();
@@ -246,5 +252,19 @@ impl PluginHost {
             .collect();
         plugins.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
         serde_json::json!({"plugins": plugins, "lastError": *self.last_error.lock()})
+    }
+}
+
+impl ExtensionHost for PluginHost {
+    fn apply<'a>(&'a self, config: &'a Config, tenants: &'a Tenants) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(PluginHost::apply(self, config, tenants))
+    }
+
+    fn note_error(&self, error: &anyhow::Error) {
+        PluginHost::note_error(self, error)
+    }
+
+    fn status(&self) -> BoxFuture<'_, Value> {
+        Box::pin(PluginHost::status(self))
     }
 }

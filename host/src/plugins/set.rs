@@ -7,6 +7,9 @@ use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
+use crate::core::extensions::{Answer, BoxFuture, Extensions};
+use crate::rpc::RpcError;
+
 use super::calls::TenantPlugin;
 use crate::core::methods::messaging::Observed;
 use crate::core::Active;
@@ -124,5 +127,38 @@ impl TenantPlugins {
                 list.push(json!({"uri": d.uri, "name": d.name, "version": d.version, "methods": d.methods}));
             }
         }
+    }
+}
+
+impl Extensions for TenantPlugins {
+    fn serves(&self, method: &str) -> bool {
+        self.methods.contains_key(method)
+    }
+
+    fn call<'a>(&'a self, active: &'a Active, method: &'a str, params: &'a str) -> BoxFuture<'a, Result<Answer, RpcError>> {
+        Box::pin(async move {
+            let plugin = self.method(method).ok_or_else(|| RpcError::method_not_found(method))?;
+            plugin.call_rpc(active, super::caller_of(active), method, params).await
+        })
+    }
+
+    fn observes_any(&self, has_meta: bool) -> bool {
+        TenantPlugins::observes_any(self, has_meta)
+    }
+
+    fn observes(&self, meta: &Map<String, Value>) -> bool {
+        TenantPlugins::observes(self, meta)
+    }
+
+    fn observe(&self, active: &Active, message: &Observed) {
+        TenantPlugins::observe(self, active, message)
+    }
+
+    fn advertise(&self, capabilities: &mut Value) {
+        TenantPlugins::advertise(self, capabilities)
+    }
+
+    fn into_any(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync> {
+        self
     }
 }

@@ -16,7 +16,7 @@ use super::timers::Timers;
 use crate::core::outbox::Frame;
 use crate::core::Active;
 use crate::store::{Scope, Store};
-use crate::tenants::Tenant;
+use crate::core::Tenant;
 
 /// The (tenant, plugin) an instance belongs to, for its whole life.
 pub struct Context {

@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 use tokio::runtime::Handle;
 use tokio::task::AbortHandle;
 
-use crate::tenants::Tenant;
+use crate::core::Tenant;
 
 /// Timers one (tenant, plugin) may have pending.
 pub const MAX_PENDING: usize = 10_000;
@@ -51,7 +51,7 @@ impl Timers {
                 return;
             }
             let Some(tenant) = timers.tenant.upgrade() else { return };
-            match tenant.plugins().named(&timers.plugin) {
+            match super::of(&tenant).named(&timers.plugin) {
                 Some(tp) => tp.fire_timer(id, tag).await,
                 None => tracing::warn!(tenant = tenant.id, plugin = timers.plugin, timer = id, "timer fired for a plugin the tenant no longer runs"),
             }

@@ -148,7 +148,7 @@ impl Store {
                 sqlx::raw_sql(if postgres { pg } else { sqlite }).execute(&mut *tx).await?;
                 sqlx::query("INSERT INTO gateway_migrations (version, applied_at) VALUES ($1, $2)")
                     .bind(*version)
-                    .bind(crate::core::ids::now_ms() as i64)
+                    .bind(crate::ids::now_ms() as i64)
                     .execute(&mut *tx)
                     .await?;
                 tx.commit().await?;

@@ -8,7 +8,7 @@ use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::Tenant;
+
 use crate::config::{Config, JwtConfig};
 use crate::rpc::{codes, RpcError};
 
@@ -85,7 +85,7 @@ fn rejected(e: jsonwebtoken::errors::Error) -> RpcError {
 impl Tokens {
     pub fn from_config(config: &Config) -> anyhow::Result<Tokens> {
         let secret = if config.auth.token_secret.is_empty() {
-            crate::core::ids::secret().into_bytes()
+            crate::ids::secret().into_bytes()
         } else {
             anyhow::ensure!(config.auth.token_secret.len() >= 16, "auth.token_secret must be at least 16 bytes");
             config.auth.token_secret.clone().into_bytes()
@@ -96,15 +96,15 @@ impl Tokens {
 
     /// A fresh access token for a principal: `(token, expiresAt in ms)`.
     pub fn issue(&self, tenant: &str, principal: &str) -> (String, u64) {
-        let now = crate::core::ids::now_ms() / 1000;
-        let claims = Issued { iss: ISSUER.into(), sub: principal.into(), tenant: tenant.into(), iat: now, exp: now + self.ttl_secs, jti: crate::core::ids::secret() };
+        let now = crate::ids::now_ms() / 1000;
+        let claims = Issued { iss: ISSUER.into(), sub: principal.into(), tenant: tenant.into(), iat: now, exp: now + self.ttl_secs, jti: crate::ids::secret() };
         let token = jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding).expect("HS256 signing does not fail");
         (token, claims.exp * 1000)
     }
 
     /// The tenant and principal a JWT names, once its signature, expiry,
     /// audience and issuer hold.
-    pub fn verify(&self, token: &str, tenant_by_id: impl Fn(&str) -> Option<Arc<Tenant>>) -> Result<(Arc<Tenant>, String), RpcError> {
+    pub fn verify<T>(&self, token: &str, tenant_by_id: impl Fn(&str) -> Option<Arc<T>>) -> Result<(Arc<T>, String), RpcError> {
         let mut own = Validation::new(Algorithm::HS256);
         own.set_issuer(&[ISSUER]);
         own.validate_aud = false;

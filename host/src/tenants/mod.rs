@@ -1,78 +1,21 @@
-//! Tenants and the credentials that lead into them. A tenant is a wall:
-//! each has its own directory and fabric, so nothing is shared across tenants.
+//! The credentials that lead into tenants: configured keys and principals,
+//! access tokens and JWTs (`jwt`), failed-login throttling (`throttle`).
+//! Generic over what a tenant is (`T`), so it depends on nothing of the core.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
-
-use parking_lot::{Mutex, RwLock};
 
 pub mod jwt;
 pub mod throttle;
 
-use crate::config::{Config, LimitsConfig};
-use crate::core::fabric::{Fabric, LocalFabric};
-use crate::core::registry::Registry;
-use crate::plugins::TenantPlugins;
+use crate::config::{Config, TenantConfig};
 use crate::rpc::{codes, RpcError};
 
-pub struct Tenant {
-    pub id: String,
-    pub registry: Mutex<Registry>,
-    pub fabric: Arc<dyn Fabric>,
-    plugins: RwLock<Arc<TenantPlugins>>,
-    /// Which sends the observers may want (see `may_observe`), kept beside
-    /// the set so a send without interest skips the lock.
-    observed: AtomicU8,
-}
-
-const OBSERVE_NONE: u8 = 0;
-const OBSERVE_WITH_META: u8 = 1;
-const OBSERVE_ALL: u8 = 2;
-
-impl Tenant {
-    pub fn new(id: &str, limits: &LimitsConfig) -> Tenant {
-        Tenant {
-            id: id.to_string(),
-            registry: Mutex::new(Registry::default()),
-            fabric: Arc::new(LocalFabric::new(limits.replay_events, limits.replay_bytes)),
-            plugins: RwLock::new(Arc::new(TenantPlugins::default())),
-            observed: AtomicU8::new(OBSERVE_NONE),
-        }
-    }
-
-    /// The tenant's current plugin set (a snapshot: a swap does not affect it).
-    pub fn plugins(&self) -> Arc<TenantPlugins> {
-        self.plugins.read().clone()
-    }
-
-    pub fn set_plugins(&self, set: TenantPlugins) {
-        let mut current = self.plugins.write();
-        let observed = match (set.observes_any(false), set.observes_any(true)) {
-            (true, _) => OBSERVE_ALL,
-            (false, true) => OBSERVE_WITH_META,
-            _ => OBSERVE_NONE,
-        };
-        self.observed.store(observed, Ordering::Relaxed);
-        *current = Arc::new(set);
-    }
-
-    /// Whether an observer may want a send (with or without `meta`); when
-    /// true, `plugins().observes(meta)` decides.
-    pub fn may_observe(&self, has_meta: bool) -> bool {
-        match self.observed.load(Ordering::Relaxed) {
-            OBSERVE_ALL => true,
-            OBSERVE_WITH_META => has_meta,
-            _ => false,
-        }
-    }
-}
-
-pub struct Tenants {
-    by_id: HashMap<String, Arc<Tenant>>,
+pub struct Tenants<T> {
+    by_id: HashMap<String, Arc<T>>,
     /// (auth method, SHA-256 of the credential) → who it is. Looked up by
     /// digest, so the lookup's timing says nothing about a guessed secret.
-    credentials: HashMap<(&'static str, [u8; 32]), Authenticated>,
+    credentials: HashMap<(&'static str, [u8; 32]), Authenticated<T>>,
     anonymous: Option<String>,
     pub anonymous_remote: bool,
     /// Signs and checks the access tokens `map/auth/refresh` issues, and checks tenants' JWTs.
@@ -82,10 +25,15 @@ pub struct Tenants {
 }
 
 /// Who a credential is: a principal in a tenant.
-#[derive(Clone)]
-pub struct Authenticated {
-    pub tenant: Arc<Tenant>,
+pub struct Authenticated<T> {
+    pub tenant: Arc<T>,
     pub principal: Arc<str>,
+}
+
+impl<T> Clone for Authenticated<T> {
+    fn clone(&self) -> Self {
+        Authenticated { tenant: self.tenant.clone(), principal: self.principal.clone() }
+    }
 }
 
 /// The principal of peers admitted without credentials.
@@ -99,12 +47,13 @@ fn digest(secret: &str) -> [u8; 32] {
     sha2::Sha256::digest(secret.as_bytes()).into()
 }
 
-impl Tenants {
-    pub fn from_config(config: &Config) -> anyhow::Result<Tenants> {
+impl<T> Tenants<T> {
+    /// The configured tenants, each made by `make`, and their credentials.
+    pub fn from_config(config: &Config, make: impl Fn(&TenantConfig) -> T) -> anyhow::Result<Tenants<T>> {
         let mut by_id = HashMap::new();
         let mut credentials = HashMap::new();
         for t in &config.tenants {
-            let tenant = Arc::new(Tenant::new(&t.id, &config.limits));
+            let tenant = Arc::new(make(t));
             by_id.insert(t.id.clone(), tenant.clone());
             for (method, list) in [("api-key", &t.api_keys), ("bearer", &t.bearer_tokens)] {
                 for (i, c) in list.iter().enumerate() {
@@ -124,16 +73,16 @@ impl Tenants {
         })
     }
 
-    pub fn get(&self, id: &str) -> Option<Arc<Tenant>> {
+    pub fn get(&self, id: &str) -> Option<Arc<T>> {
         self.by_id.get(id).cloned()
     }
 
-    pub fn all(&self) -> impl Iterator<Item = &Arc<Tenant>> {
+    pub fn all(&self) -> impl Iterator<Item = &Arc<T>> {
         self.by_id.values()
     }
 
     /// Who a peer that presents no credentials is, if it may come in.
-    pub fn anonymous(&self, loopback: bool) -> Option<Authenticated> {
+    pub fn anonymous(&self, loopback: bool) -> Option<Authenticated<T>> {
         if loopback || self.anonymous_remote {
             let tenant = self.anonymous.as_deref().and_then(|t| self.get(t))?;
             Some(Authenticated { tenant, principal: ANONYMOUS.into() })
@@ -153,7 +102,7 @@ impl Tenants {
 
     /// Map `auth {method, credential}` to a principal: a configured key or
     /// token, an access token this gateway issued, or a JWT a tenant trusts.
-    pub fn authenticate(&self, method: &str, credential: Option<&str>) -> Result<Authenticated, RpcError> {
+    pub fn authenticate(&self, method: &str, credential: Option<&str>) -> Result<Authenticated<T>, RpcError> {
         if !KNOWN_METHODS.contains(&method) && !method.starts_with("x-") {
             return Err(RpcError::invalid_params(format!("Unknown auth method {method:?}")));
         }

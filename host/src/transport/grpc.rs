@@ -167,7 +167,7 @@ pub async fn serve(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -
         Err((_, e)) => return refuse(Code::Unauthenticated, e.message),
     };
     let path = req.uri().path().to_string();
-    let Some(plugin) = who.tenant.plugins().grpc_route(&path) else {
+    let Some(plugin) = crate::plugins::of(&who.tenant).grpc_route(&path) else {
         return refuse(Code::Unimplemented, format!("no plugin of this tenant serves {path}"));
     };
     let limit = gw.config.server.max_message_bytes;

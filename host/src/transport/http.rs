@@ -15,7 +15,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
 
 use crate::core::{Conn, Gateway, StreamRefused};
-use crate::tenants::Authenticated;
+use crate::core::Authenticated;
 use crate::rpc::{encode_error, RpcError};
 
 pub type Body = BoxBody<Bytes, Infallible>;
@@ -108,7 +108,7 @@ async fn admin(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Re
         let why = if token.is_empty() { "the admin API answers loopback peers only (set admin.token to open it)" } else { "admin token required" };
         return error_json(StatusCode::UNAUTHORIZED, why);
     }
-    let Some(host) = &gw.plugins else {
+    let Some(host) = &gw.extensions else {
         return full(StatusCode::CONFLICT, "application/json", json!({"error": "this gateway runs without plugins"}).to_string());
     };
     match (req.method(), req.uri().path()) {
@@ -129,10 +129,10 @@ async fn plugin_http(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>)
         Err((status, e)) => return error_json(status, &e.message),
     };
     let path = req.uri().path().to_string();
-    let route = tenant.as_ref().and_then(|t| t.tenant.plugins().http_route(&path).map(|(tp, rest)| (tp, rest.to_string())));
+    let route = tenant.as_ref().and_then(|t| crate::plugins::of(&t.tenant).http_route(&path).map(|(tp, rest)| (tp, rest.to_string())));
     let Some((plugin, rest)) = route else {
         // Credentials only matter for a path some tenant's plugin serves.
-        let served_somewhere = gw.tenants.all().any(|t| t.plugins().http_route(&path).is_some());
+        let served_somewhere = gw.tenants.all().any(|t| crate::plugins::of(t).http_route(&path).is_some());
         return match tenant {
             None if served_somewhere => full(StatusCode::UNAUTHORIZED, "application/json", json!({"error": "credentials required"}).to_string()),
             _ => full(StatusCode::NOT_FOUND, "text/plain", "not found\n"),

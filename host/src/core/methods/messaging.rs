@@ -195,7 +195,7 @@ pub fn send_message(active: &Active, msg: Outgoing) -> Result<String, RpcError> 
         fabric.publish(NewEvent { recorded: false, ..event("message_delivered", source, done, facets) });
     }
     if active.tenant.may_observe(meta.is_some()) {
-        let plugins = active.tenant.plugins();
+        let plugins = active.tenant.extensions();
         let no_meta = Map::new();
         if plugins.observes(meta.as_ref().unwrap_or(&no_meta)) {
             let sent = Observed {

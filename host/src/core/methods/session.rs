@@ -9,7 +9,7 @@ use crate::core::lifecycle::release_agents;
 use crate::core::registry::SessionInfo;
 use crate::core::{ids, Active, Conn, ConnState, Gateway, Out, PROTOCOL_VERSION};
 use crate::rpc::{codes, Request, RpcError};
-use crate::tenants::{Authenticated, Tenant};
+use crate::core::{Authenticated, Tenant};
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
@@ -68,7 +68,7 @@ fn granted_capabilities() -> Value {
 /// What this tenant's participants get: the core's grants plus each plugin's.
 fn capabilities(tenant: &Tenant) -> Value {
     let mut caps = granted_capabilities();
-    tenant.plugins().advertise(&mut caps);
+    tenant.extensions().advertise(&mut caps);
     caps
 }
 

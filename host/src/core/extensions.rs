@@ -1,0 +1,81 @@
+//! What the core needs from extensions (the plugins, or anything else that
+//! serves methods of its own): defined here, implemented outside, so the
+//! core knows no extension by name.
+
+use std::any::Any;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use super::methods::messaging::Observed;
+use super::outbox::Frame;
+use super::{Active, Tenants};
+use crate::config::Config;
+use crate::rpc::RpcError;
+
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A result, and notifications for the caller to write right after it.
+pub type Answer = (Box<RawValue>, Vec<Frame>);
+
+/// One tenant's extensions.
+pub trait Extensions: Send + Sync + 'static {
+    /// Whether an extension serves this (non-`map/`) method.
+    fn serves(&self, method: &str) -> bool;
+
+    /// Call a method for a session; `params` is a JSON object's text.
+    fn call<'a>(&'a self, active: &'a Active, method: &'a str, params: &'a str) -> BoxFuture<'a, Result<Answer, RpcError>>;
+
+    /// Whether any observer could want a send with (or without) `meta`.
+    fn observes_any(&self, has_meta: bool) -> bool;
+
+    /// Whether any observer wants a send with this `meta`.
+    fn observes(&self, meta: &Map<String, Value>) -> bool;
+
+    /// Hand a delivered message to the observers that want it; never blocks.
+    fn observe(&self, active: &Active, message: &Observed);
+
+    /// Add the extensions' capabilities to a `map/connect` result.
+    fn advertise(&self, capabilities: &mut Value);
+
+    /// The concrete set, for the layer that built it.
+    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
+}
+
+/// No extensions at all.
+pub struct NoExtensions;
+
+impl Extensions for NoExtensions {
+    fn serves(&self, _: &str) -> bool {
+        false
+    }
+    fn call<'a>(&'a self, _: &'a Active, method: &'a str, _: &'a str) -> BoxFuture<'a, Result<Answer, RpcError>> {
+        Box::pin(async move { Err(RpcError::method_not_found(method)) })
+    }
+    fn observes_any(&self, _: bool) -> bool {
+        false
+    }
+    fn observes(&self, _: &Map<String, Value>) -> bool {
+        false
+    }
+    fn observe(&self, _: &Active, _: &Observed) {}
+    fn advertise(&self, _: &mut Value) {}
+    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+        self
+    }
+}
+
+/// What loads extensions and binds them to tenants (the plugin host).
+pub trait ExtensionHost: Send + Sync + 'static {
+    /// Load what `config` names and give every tenant its new set.
+    fn apply<'a>(&'a self, config: &'a Config, tenants: &'a Tenants) -> BoxFuture<'a, anyhow::Result<()>>;
+
+    /// Remember a failed reload, for `status`.
+    fn note_error(&self, error: &anyhow::Error);
+
+    /// What is loaded, for the admin API.
+    fn status(&self) -> BoxFuture<'_, Value>;
+}
