@@ -80,6 +80,12 @@ async fn a_singleton_keeps_state_and_reinitialises_after_its_own_trap() {
     // A fresh instance: memory is gone, `init` ran again (it counts boots in the store).
     assert_eq!(a.call_ok("state/count", json!({})).await, json!({"calls": 1, "boots": 2}));
     assert!(gw.log().contains("singleton failed"), "the failure is logged");
+    // And shown to the operator.
+    let status = http(&gw.addr(), "GET", "/admin/plugins", &[], b"").await.json();
+    let health = &status["singletons"][0];
+    assert_eq!(health["plugin"], "state", "{status}");
+    assert_eq!(health["health"]["failures"], 0, "the call after the trap succeeded: {status}");
+    assert!(health["health"]["lastError"].as_str().unwrap().contains("trapped"), "{status}");
 }
 
 #[tokio::test]

@@ -11,11 +11,12 @@ pub mod model;
 pub mod outbox;
 pub mod registry;
 mod tenant;
+pub use methods::messaging::{Observed, Outgoing};
 pub use tenant::Tenant;
 
 mod lifecycle;
 pub use lifecycle::StreamRefused;
-pub(crate) mod methods;
+mod methods;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

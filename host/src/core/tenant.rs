@@ -1,12 +1,18 @@
 //! A tenant: a wall with its own directory, fabric and extensions. Nothing
-//! is shared across tenants.
+//! is shared across tenants. Also the facade through which anything acting
+//! in a tenant (method handlers, plugin imports) sends, emits and notifies.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
+use super::events::NewEvent;
 use super::extensions::{Extensions, NoExtensions};
+use super::methods::messaging::{self, Outgoing};
+use super::outbox::{Frame, Outbox};
+use super::Active;
+use crate::rpc::RpcError;
 use super::fabric::{Fabric, LocalFabric};
 use super::registry::Registry;
 use crate::config::LimitsConfig;
@@ -60,5 +66,57 @@ impl Tenant {
             OBSERVE_WITH_META => has_meta,
             _ => false,
         }
+    }
+}
+
+impl Tenant {
+    /// An identity for acting in this tenant outside any session (`plugin:<name>`, say).
+    pub fn system_actor(self: &Arc<Self>, name: &str) -> Active {
+        Active {
+            tenant: self.clone(),
+            session_id: name.to_string(),
+            participant_id: name.to_string(),
+            participant_type: "system".into(),
+            principal: name.into(),
+            outbox: Arc::new(Outbox::new(1, 1)),
+        }
+    }
+
+    /// Send a message as `actor`, exactly like `map/send`: the JSON text of its result.
+    pub fn send(&self, actor: &Active, message: Outgoing) -> Result<String, RpcError> {
+        messaging::send_message(actor, message)
+    }
+
+    /// Record an event and push it to matching subscriptions.
+    pub fn emit(&self, event: NewEvent) {
+        self.fabric.publish(event);
+    }
+
+    /// The sessions that speak for these participant or agent ids now.
+    pub fn sessions_of(&self, ids: &[String]) -> Vec<String> {
+        let reg = self.registry.lock();
+        let mut sessions: Vec<String> = ids
+            .iter()
+            .filter_map(|id| reg.participants.get(id).cloned().or_else(|| reg.agents.get(id).map(|a| a.session.clone())))
+            .filter(|s| !s.is_empty())
+            .collect();
+        sessions.sort();
+        sessions.dedup();
+        sessions
+    }
+
+    /// The session of a participant, if it has one.
+    pub fn session_of_participant(&self, participant_id: &str) -> Option<String> {
+        self.registry.lock().participants.get(participant_id).cloned()
+    }
+
+    /// The first agent a session owns.
+    pub fn first_agent(&self, session_id: &str) -> Option<String> {
+        self.registry.lock().sessions.get(session_id).and_then(|s| s.agents.first().cloned())
+    }
+
+    /// Queue a frame for a session; `Err` when its queue is full or gone.
+    pub fn notify(&self, session_id: &str, frame: Frame) -> Result<(), ()> {
+        self.fabric.deliver(session_id, frame).map_err(|_| ())
     }
 }

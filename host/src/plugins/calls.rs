@@ -19,7 +19,7 @@ use super::instance::classify;
 use super::plugin::{Descriptor, Plugin};
 use super::pool::{Pool, Refused};
 use super::state::Context;
-use crate::core::methods::messaging::Observed;
+use crate::core::Observed;
 use crate::core::outbox::Frame;
 use crate::core::Active;
 use crate::rpc::{codes, RpcError};

@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 use super::bindings::map_gateway::plugin::{config, events, grpc_stream, grpc_types, log, router, store, timers, types};
 use super::state::PluginState;
 use crate::core::events::{NewEvent, Source};
-use crate::core::methods::messaging;
+use crate::core::Outgoing;
 use crate::core::Active;
 use crate::rpc::RpcError;
 use crate::store::{ScanOptions, StoreError, Write};
@@ -58,20 +58,11 @@ impl store::Host for PluginState {
 impl PluginState {
     /// Who the plugin acts as: the caller's session, else `plugin:<name>`.
     fn acting(&self) -> Active {
-        self.caller.clone().unwrap_or_else(|| Active {
-            tenant: self.ctx.tenant.clone(),
-            session_id: format!("plugin:{}", self.ctx.plugin),
-            participant_id: format!("plugin:{}", self.ctx.plugin),
-            participant_type: "system".into(),
-            principal: format!("plugin:{}", self.ctx.plugin).into(),
-            outbox: std::sync::Arc::new(crate::core::outbox::Outbox::new(1, 1)),
-        })
+        self.caller.clone().unwrap_or_else(|| self.ctx.tenant.system_actor(&format!("plugin:{}", self.ctx.plugin)))
     }
 
     fn caller_agent(&self) -> Option<String> {
-        let caller = self.caller.as_ref()?;
-        let reg = self.ctx.tenant.registry.lock();
-        reg.sessions.get(&caller.session_id).and_then(|s| s.agents.first().cloned())
+        self.ctx.tenant.first_agent(&self.caller.as_ref()?.session_id)
     }
 }
 
@@ -99,9 +90,7 @@ impl PluginState {
 
 impl events::Host for PluginState {
     async fn emit(&mut self, event_type: String, data: String) -> Wt<Result<(), String>> {
-        Ok(self.event(event_type, data).map(|e| {
-            self.ctx.tenant.fabric.publish(e);
-        }))
+        Ok(self.event(event_type, data).map(|e| self.ctx.tenant.emit(e)))
     }
 
     async fn emit_to(&mut self, event_type: String, data: String, audience: Vec<String>) -> Wt<Result<(), String>> {
@@ -109,20 +98,8 @@ impl events::Host for PluginState {
             Ok(e) => e,
             Err(e) => return Ok(Err(e)),
         };
-        // Participant or agent ids → the sessions that speak for them now.
-        let sessions = {
-            let reg = self.ctx.tenant.registry.lock();
-            let mut sessions: Vec<String> = audience
-                .iter()
-                .filter_map(|id| reg.participants.get(id).cloned().or_else(|| reg.agents.get(id).map(|a| a.session.clone())))
-                .filter(|s| !s.is_empty())
-                .collect();
-            sessions.sort();
-            sessions.dedup();
-            sessions
-        };
-        event.audience = Some(sessions);
-        self.ctx.tenant.fabric.publish(event);
+        event.audience = Some(self.ctx.tenant.sessions_of(&audience));
+        self.ctx.tenant.emit(event);
         Ok(Ok(()))
     }
 }
@@ -136,9 +113,9 @@ impl router::Host for PluginState {
                 Some(m) => Some(serde_json::from_str(m).map_err(|e| RpcError::invalid_params(format!("`meta` is not a JSON object: {e}")))?),
                 None => None,
             };
-            Ok(messaging::Outgoing { to, payload: Some(payload), meta, from: None, hops: self.hops })
+            Ok(Outgoing { to, payload: Some(payload), meta, from: None, hops: self.hops })
         })();
-        let result = parsed.and_then(|msg| messaging::send_message(&self.acting(), msg));
+        let result = parsed.and_then(|msg| self.ctx.tenant.send(&self.acting(), msg));
         Ok(result.map_err(to_wit))
     }
 
@@ -147,8 +124,7 @@ impl router::Host for PluginState {
             Ok(p) if p.get().starts_with('{') => p,
             _ => return Ok(Err(to_wit(RpcError::invalid_params("params must be a JSON object")))),
         };
-        let session = self.ctx.tenant.registry.lock().participants.get(&participant_id).cloned();
-        let Some(session) = session else {
+        let Some(session) = self.ctx.tenant.session_of_participant(&participant_id) else {
             return Ok(Err(to_wit(RpcError::new(crate::rpc::codes::ADDRESS_NOT_FOUND, format!("Participant {participant_id} has no session")))));
         };
         let frame: crate::core::outbox::Frame = crate::rpc::encode_notification(&method, &params).into();
@@ -163,7 +139,7 @@ impl router::Host for PluginState {
             self.deferred.push(frame);
             return Ok(Ok(()));
         }
-        Ok(self.ctx.tenant.fabric.deliver(&session, frame).map_err(|_| full()))
+        Ok(self.ctx.tenant.notify(&session, frame).map_err(|_| full()))
     }
 }
 

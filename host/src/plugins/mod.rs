@@ -86,6 +86,8 @@ pub struct PluginHost {
     /// A tenant no one connects to, for calls made while loading (`describe`).
     scratch: Arc<Tenant>,
     last_error: Mutex<Option<String>>,
+    /// Each tenant's plugins as the last reload bound them, for `status`.
+    bound: Mutex<Vec<(String, Arc<TenantPlugin>)>>,
     /// Timers by (tenant, plugin): they outlive versions of the plugin.
     timers: Mutex<HashMap<(String, String), Arc<Timers>>>,
     runtime: tokio::runtime::Handle,
@@ -125,6 +127,7 @@ impl PluginHost {
             loaded: tokio::sync::Mutex::new(HashMap::new()),
             scratch: Arc::new(Tenant::new("~loader", &crate::config::LimitsConfig { replay_events: 1, ..Default::default() })),
             last_error: Mutex::new(None),
+            bound: Mutex::new(Vec::new()),
             timers: Mutex::new(HashMap::new()),
             runtime: plugin_runtime(config.server.plugin_threads)?,
         })
@@ -223,7 +226,9 @@ impl PluginHost {
             }
             sets.push((tenant, TenantPlugins::new(list).with_context(|| format!("tenant {}", t.id))?));
         }
+        let mut bound = Vec::new();
         for (tenant, set) in sets {
+            bound.extend(set.all().iter().map(|tp| (tenant.id.clone(), tp.clone())));
             let old = of(&tenant);
             tenant.set_extensions(Arc::new(set));
             // gRPC calls of replaced versions end; their clients reconnect to the new one.
@@ -235,6 +240,7 @@ impl PluginHost {
             }
         }
         *loaded = next;
+        *self.bound.lock() = bound;
         *self.last_error.lock() = None;
         Ok(())
     }
@@ -251,7 +257,17 @@ impl PluginHost {
             .map(|(name, l)| serde_json::json!({"name": name, "version": l.plugin.version(), "digest": l.digest, "path": l.settings.path}))
             .collect();
         plugins.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
-        serde_json::json!({"plugins": plugins, "lastError": *self.last_error.lock()})
+        // Singletons: whether each runs, and its failures in a row.
+        let singletons: Vec<Value> = self
+            .bound
+            .lock()
+            .iter()
+            .filter_map(|(tenant, tp)| {
+                let health = tp.health()?;
+                Some(serde_json::json!({"tenant": tenant, "plugin": tp.name(), "health": health}))
+            })
+            .collect();
+        serde_json::json!({"plugins": plugins, "singletons": singletons, "lastError": *self.last_error.lock()})
     }
 }
 

@@ -135,11 +135,14 @@ impl Pool {
         }
     }
 
-    /// The singleton's state, for the operator: `{failures, lastError, running}`.
+    /// The singleton's state, for the operator: `{running, failures, lastError}`
+    /// (`{busy: true}` while a call holds it).
     pub fn health(&self) -> Option<serde_json::Value> {
         let Pool::Singleton(cell) = self else { return None };
-        let guard = cell.try_lock().ok()?;
-        Some(serde_json::json!({"running": guard.instance.is_some(), "failures": guard.failures, "lastError": guard.last_error}))
+        Some(match cell.try_lock() {
+            Ok(s) => serde_json::json!({"running": s.instance.is_some(), "failures": s.failures, "lastError": s.last_error}),
+            Err(_) => serde_json::json!({"busy": true}),
+        })
     }
 }
 

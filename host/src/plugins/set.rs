@@ -11,7 +11,7 @@ use crate::core::extensions::{Answer, BoxFuture, Extensions};
 use crate::rpc::RpcError;
 
 use super::calls::TenantPlugin;
-use crate::core::methods::messaging::Observed;
+use crate::core::Observed;
 use crate::core::Active;
 
 #[derive(Default)]

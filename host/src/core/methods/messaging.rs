@@ -44,7 +44,7 @@ pub fn send(active: &Active, req: &Request) -> Result<Out, RpcError> {
     let p: SendParams = req.params()?;
     let to = p.to.ok_or_else(|| RpcError::invalid_params("`to` is required"))?;
     let msg = Outgoing { to, payload: p.payload, meta: p.meta, from: p.from.as_deref(), hops: 0 };
-    Ok(Out::Text(send_message(active, msg)?))
+    Ok(Out::Text(active.tenant.send(active, msg)?))
 }
 
 /// What the registry says about the sender and the recipients of one send.
