@@ -239,6 +239,8 @@ export const rpc = {
       capabilities: JSON.stringify({ enabled: true, maxTextBytes: settings().maxTextBytes }),
       methods: Object.keys(METHODS),
       errorRange: ERROR_RANGE,
+      // Subscription filter keys over notes.* event data: none.
+      eventFilters: [],
     };
   },
 

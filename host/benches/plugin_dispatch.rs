@@ -1,7 +1,8 @@
 //! Plugin dispatch overhead: `echo/call` through the echo component (pooled)
 //! and `state/count` through a singleton, against the same gateway path with
 //! a native handler, per call (p50/p99), plus the cost of one fresh
-//! instantiation.
+//! instantiation, and a gRPC unary call through the singleton's
+//! `grpc-handler` over a real HTTP/2 connection (the `h2` client).
 //!
 //! Run: `scripts/build-plugins.sh --fixtures && cargo bench -p map-gateway --bench plugin_dispatch`
 
@@ -35,6 +36,49 @@ async fn measure(gw: &std::sync::Arc<Gateway>, conn: &mut Conn, frame: &str) -> 
     }
     out.sort();
     out
+}
+
+const GRPC_CALLS: usize = 5_000;
+
+/// Serve the gateway on a loopback port and time unary gRPC calls with a
+/// plain HTTP/2 client: request headers, one length-prefixed message, the
+/// reply and its `grpc-status` trailer.
+async fn grpc_unary(gw: std::sync::Arc<Gateway>) -> anyhow::Result<Vec<Duration>> {
+    use bytes::{BufMut, BytesMut};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(map_gateway::transport::serve(gw, listener));
+    let (client, conn) = h2::client::handshake(tokio::net::TcpStream::connect(addr).await?).await?;
+    tokio::spawn(conn);
+    let mut client = client.ready().await?;
+    // Msg { text: "hello" }
+    let message = b"\x0a\x05hello";
+    let mut times = Vec::with_capacity(GRPC_CALLS);
+    for i in 0..WARMUP + GRPC_CALLS {
+        let started = Instant::now();
+        let request = http::Request::post(format!("http://{addr}/echo.v1.Echo/Unary")).header("content-type", "application/grpc").header("te", "trailers").body(())?;
+        let (response, mut send) = client.send_request(request, false)?;
+        let mut frame = BytesMut::with_capacity(5 + message.len());
+        frame.put_u8(0);
+        frame.put_u32(message.len() as u32);
+        frame.put_slice(message);
+        send.send_data(frame.freeze(), true)?;
+        let mut body = response.await?.into_body();
+        let mut got = 0;
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk?;
+            got += chunk.len();
+            body.flow_control().release_capacity(chunk.len())?;
+        }
+        let trailers = body.trailers().await?.unwrap_or_default();
+        anyhow::ensure!(trailers.get("grpc-status").is_some_and(|s| s == "0") && got == 5 + message.len(), "gRPC call failed: {trailers:?}");
+        if i >= WARMUP {
+            times.push(started.elapsed());
+        }
+        client = client.ready().await?;
+    }
+    times.sort();
+    Ok(times)
 }
 
 fn main() -> anyhow::Result<()> {
@@ -71,7 +115,9 @@ fn main() -> anyhow::Result<()> {
         }
         inst.sort();
 
-        println!("plugin dispatch, {CALLS} calls each, in-process (no socket)");
+        let grpc = grpc_unary(gw.clone()).await?;
+
+        println!("plugin dispatch, {CALLS} calls each, in-process (no socket); gRPC {GRPC_CALLS} calls over loopback HTTP/2");
         println!("| path | p50 µs | p99 µs |");
         println!("|---|---|---|");
         println!("| native handler (map/subscribe.ack) | {:.1} | {:.1} |", micros(percentile(&native, 0.5)), micros(percentile(&native, 0.99)));
@@ -82,6 +128,7 @@ fn main() -> anyhow::Result<()> {
             micros(percentile(&plugin, 0.5)) - micros(percentile(&native, 0.5)),
             micros(percentile(&plugin, 0.99)) - micros(percentile(&native, 0.99))
         );
+        println!("| gRPC unary through a plugin (echo.v1.Echo/Unary, singleton, loopback HTTP/2) | {:.1} | {:.1} |", micros(percentile(&grpc, 0.5)), micros(percentile(&grpc, 0.99)));
         println!("| fresh instantiation (pooling allocator) | {:.1} | {:.1} |", micros(percentile(&inst, 0.5)), micros(percentile(&inst, 0.99)));
         anyhow::Ok(())
     })?;

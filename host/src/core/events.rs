@@ -74,22 +74,22 @@ impl NewEvent {
     }
 }
 
-/// `mail` part of a subscription filter.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct MailFilter {
-    pub conversation_id: Option<String>,
-    pub thread_id: Option<String>,
-    pub participant_id: Option<String>,
-    pub content_type: Option<String>,
+/// A filter key an extension declares over its events' `data`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DataFilterSpec {
+    pub key: String,
+    /// A type or `prefix.*`.
+    pub event_types: String,
+    /// Field name → paths in `data` (each a list of keys), tried in order.
+    pub fields: Vec<(String, Vec<Vec<String>>)>,
 }
 
-/// `trajectory` part of a subscription filter.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct TrajectoryFilter {
-    pub agent_id: Option<String>,
-    pub session_id: Option<String>,
+/// A data filter of one subscription, resolved against its tenant's declarations.
+#[derive(Debug, Clone)]
+struct DataFilter {
+    event_types: String,
+    /// Paths, and the string the first present one must hold.
+    conditions: Vec<(Vec<Vec<String>>, String)>,
 }
 
 /// A subscription filter: AND across fields, OR within a field. Absent or
@@ -107,8 +107,11 @@ pub struct Filter {
     pub priorities: Vec<String>,
     pub correlation_ids: Vec<String>,
     pub metadata_match: Map<String, Value>,
-    pub mail: Option<MailFilter>,
-    pub trajectory: Option<TrajectoryFilter>,
+    /// Keys of no core field: extension filters, resolved by `resolve`.
+    #[serde(flatten)]
+    pub other: Map<String, Value>,
+    #[serde(skip)]
+    data: Vec<DataFilter>,
 }
 
 /// One byte of a normalised event type: `agent_registered` and
@@ -146,10 +149,10 @@ fn any_in(list: &[String], value: Option<&str>) -> bool {
     list.is_empty() || value.is_some_and(|v| list.iter().any(|x| x == v))
 }
 
-fn str_at<'a>(data: &'a Value, paths: &[&[&str]]) -> Option<&'a str> {
+fn str_at<'a>(data: &'a Value, paths: &[Vec<String>]) -> Option<&'a str> {
     paths.iter().find_map(|path| {
         let mut v = data;
-        for key in *path {
+        for key in path {
             v = v.get(key)?;
         }
         v.as_str()
@@ -157,6 +160,30 @@ fn str_at<'a>(data: &'a Value, paths: &[&[&str]]) -> Option<&'a str> {
 }
 
 impl Filter {
+    /// Turn extension keys into data filters with the tenant's declarations
+    /// (`spec_of(key)`). A key no extension declares is ignored, as unknown
+    /// keys are; a declared field given a non-string value is an error.
+    pub fn resolve(mut self, spec_of: impl Fn(&str) -> Option<DataFilterSpec>) -> Result<Filter, String> {
+        for (key, wanted) in std::mem::take(&mut self.other) {
+            let Some(spec) = spec_of(&key) else { continue };
+            let wanted = match wanted {
+                Value::Object(m) => m,
+                Value::Null => Map::new(),
+                _ => return Err(format!("filter.{key} must be an object")),
+            };
+            let mut conditions = Vec::new();
+            for (name, paths) in &spec.fields {
+                match wanted.get(name) {
+                    None | Some(Value::Null) => {}
+                    Some(Value::String(v)) => conditions.push((paths.clone(), v.clone())),
+                    Some(_) => return Err(format!("filter.{key}.{name} must be a string")),
+                }
+            }
+            self.data.push(DataFilter { event_types: spec.event_types.clone(), conditions });
+        }
+        Ok(self)
+    }
+
     pub fn matches(&self, event: &NewEvent) -> bool {
         let f = &event.facets;
         let kind = event.kind.as_bytes();
@@ -187,18 +214,8 @@ impl Filter {
                 return false;
             }
         }
-        if let Some(m) = &self.mail {
-            if !type_matches(b"mail.*", kind) || !mail_matches(m, &event.data) {
-                return false;
-            }
-        }
-        if let Some(t) = &self.trajectory {
-            if !type_matches(b"trajectory.*", kind) {
-                return false;
-            }
-            let agent = str_at(&event.data, &[&["checkpoint", "agentId"], &["agentId"]]);
-            let session = str_at(&event.data, &[&["checkpoint", "sessionId"], &["sessionId"]]);
-            if t.agent_id.as_deref().is_some_and(|a| agent != Some(a)) || t.session_id.as_deref().is_some_and(|s| session != Some(s)) {
+        for d in &self.data {
+            if !type_matches(d.event_types.as_bytes(), kind) || !d.conditions.iter().all(|(paths, want)| str_at(&event.data, paths) == Some(want.as_str())) {
                 return false;
             }
         }
@@ -221,15 +238,6 @@ fn type_matches(pattern: &[u8], kind: &[u8]) -> bool {
         Some(prefix) => kind.len() > prefix.len() && same_type(prefix, &kind[..prefix.len()]) && norm(kind[prefix.len()]) == b'.',
         None => pattern == b"*" || same_type(pattern, kind),
     }
-}
-
-fn mail_matches(m: &MailFilter, data: &Value) -> bool {
-    let conversation = str_at(data, &[&["conversationId"], &["conversation", "id"], &["turn", "conversationId"]]);
-    let thread = str_at(data, &[&["turn", "threadId"], &["thread", "id"], &["threadId"]]);
-    let participant = str_at(data, &[&["participant", "id"], &["participantId"], &["turn", "participant"], &["createdBy"]]);
-    let content_type = str_at(data, &[&["turn", "contentType"], &["contentType"]]);
-    let ok = |want: &Option<String>, got: Option<&str>| want.as_deref().is_none_or(|w| got == Some(w));
-    ok(&m.conversation_id, conversation) && ok(&m.thread_id, thread) && ok(&m.participant_id, participant) && ok(&m.content_type, content_type)
 }
 
 #[cfg(test)]
@@ -274,15 +282,38 @@ mod tests {
         assert!(f.matches(&ev("x", Some("b"))));
     }
 
+    /// A declaration like mail's.
+    fn mail_spec(key: &str) -> Option<DataFilterSpec> {
+        let path = |p: &str| p.split('.').map(String::from).collect::<Vec<_>>();
+        (key == "mail").then(|| DataFilterSpec {
+            key: "mail".into(),
+            event_types: "mail.*".into(),
+            fields: vec![
+                ("conversationId".into(), vec![path("conversationId"), path("turn.conversationId")]),
+                ("threadId".into(), vec![path("turn.threadId"), path("threadId")]),
+                ("contentType".into(), vec![path("turn.contentType")]),
+            ],
+        })
+    }
+
     #[test]
-    fn metadata_and_mail() {
+    fn undeclared_keys_are_ignored_and_bad_values_refused() {
+        let f = filter(json!({"nobody": {"x": "y"}})).resolve(mail_spec).unwrap();
+        assert!(f.matches(&ev("agent.registered", None)));
+        assert!(filter(json!({"mail": {"conversationId": 7}})).resolve(mail_spec).is_err());
+        assert!(filter(json!({"mail": "c1"})).resolve(mail_spec).is_err());
+    }
+
+    #[test]
+    fn metadata_and_extension_data() {
         let mut e = ev("mail.turn.added", None);
         e.facets.metadata = Some(json!({"team": "red", "n": 1}));
         e.data = json!({"conversationId": "c1", "turn": {"threadId": "t1", "participant": "p", "contentType": "text"}});
         assert!(filter(json!({"metadataMatch": {"team": "red"}})).matches(&e));
         assert!(!filter(json!({"metadataMatch": {"team": "blue"}})).matches(&e));
-        assert!(filter(json!({"mail": {"conversationId": "c1", "threadId": "t1", "contentType": "text"}})).matches(&e));
-        assert!(!filter(json!({"mail": {"conversationId": "c2"}})).matches(&e));
-        assert!(!filter(json!({"mail": {}})).matches(&ev("agent.registered", None)));
+        let data = |v: Value| filter(v).resolve(mail_spec).unwrap();
+        assert!(data(json!({"mail": {"conversationId": "c1", "threadId": "t1", "contentType": "text"}})).matches(&e));
+        assert!(!data(json!({"mail": {"conversationId": "c2"}})).matches(&e));
+        assert!(!data(json!({"mail": {}})).matches(&ev("agent.registered", None)));
     }
 }

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use super::events::DataFilterSpec;
 use super::methods::messaging::Observed;
 use super::outbox::Frame;
 use super::{Active, Tenants};
@@ -41,6 +42,9 @@ pub trait Extensions: Send + Sync + 'static {
     /// Add the extensions' capabilities to a `map/connect` result.
     fn advertise(&self, capabilities: &mut Value);
 
+    /// The subscription filter key an extension declared over its events' data.
+    fn data_filter(&self, key: &str) -> Option<DataFilterSpec>;
+
     /// The concrete set, for the layer that built it.
     fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
 }
@@ -63,6 +67,9 @@ impl Extensions for NoExtensions {
     }
     fn observe(&self, _: &Active, _: &Observed) {}
     fn advertise(&self, _: &mut Value) {}
+    fn data_filter(&self, _: &str) -> Option<DataFilterSpec> {
+        None
+    }
     fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
         self
     }

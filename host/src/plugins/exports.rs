@@ -25,6 +25,8 @@ pub struct Described {
     pub capabilities: String,
     pub methods: Vec<String>,
     pub error_range: (i64, i64),
+    /// (key, event types, [(field, [dot paths])]).
+    pub event_filters: Vec<(String, String, Vec<(String, Vec<String>)>)>,
 }
 
 /// One HTTP request for an `http-handler` export (path below the plugin's prefix).
@@ -210,6 +212,7 @@ macro_rules! described {
             capabilities: d.capabilities,
             methods: d.methods,
             error_range: d.error_range,
+            event_filters: Vec::new(),
         }
     }};
 }
@@ -220,7 +223,11 @@ impl Bound {
         use Invocation as I;
         Ok(match invocation {
             I::Describe => Outcome::Described(match &self.rpc {
-                Some(Either::V2(g)) => described!(g.call_describe(&mut *store).await?),
+                Some(Either::V2(g)) => {
+                let d = g.call_describe(&mut *store).await?;
+                let filters = d.event_filters.iter().map(|f| (f.key.clone(), f.event_types.clone(), f.fields.iter().map(|x| (x.name.clone(), x.paths.clone())).collect())).collect();
+                Described { event_filters: filters, ..described!(d) }
+            }
                 Some(Either::V1(g)) => described!(g.call_describe(&mut *store).await?),
                 None => return missing("rpc"),
             }),

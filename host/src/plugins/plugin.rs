@@ -12,6 +12,7 @@ use super::exports::{Described, Exports, Invocation, Outcome, Service};
 use super::instance::{classify, Instance};
 use super::state::{Context, PluginState};
 use crate::config::InstanceMode;
+use crate::core::events::DataFilterSpec;
 
 /// Error codes a plugin may not claim: JSON-RPC's, and the MAP core's.
 const RESERVED_CODES: &[(i64, i64)] = &[(-32768, -32000), (1000, 9999), (16000, 16999)];
@@ -40,7 +41,12 @@ pub struct Descriptor {
     pub capabilities: Value,
     pub methods: Vec<String>,
     pub error_range: (i64, i64),
+    /// Subscription filter keys over its events' data.
+    pub event_filters: Vec<DataFilterSpec>,
 }
+
+/// Filter keys of the core, which no extension may take.
+const CORE_FILTER_KEYS: &[&str] = &["eventTypes", "fromAgents", "agents", "fromRoles", "roles", "scopes", "priorities", "correlationIds", "metadataMatch"];
 
 /// What a component declares in one tenant's context.
 pub struct Declarations {
@@ -161,7 +167,24 @@ fn check_descriptor(name: &str, d: Described) -> anyhow::Result<Descriptor> {
     if lo > hi || RESERVED_CODES.iter().any(|&(a, b)| lo <= b && a <= hi) {
         anyhow::bail!("plugin {name} declares error range {lo}..={hi}, which is empty or overlaps codes reserved for JSON-RPC and the MAP core ({RESERVED_CODES:?})");
     }
-    Ok(Descriptor { name: d.name, version: d.version, uri: d.uri, capability_group: d.capability_group, capabilities, methods: d.methods, error_range: d.error_range })
+    let mut event_filters = Vec::new();
+    for (key, event_types, fields) in d.event_filters {
+        if key.is_empty() || CORE_FILTER_KEYS.contains(&key.as_str()) || event_types.is_empty() {
+            anyhow::bail!("plugin {name} declares the event filter {key:?} for {event_types:?}: the key must be new and the event types given");
+        }
+        let fields = fields.into_iter().map(|(field, paths)| (field, paths.iter().map(|p| p.split('.').map(String::from).collect()).collect())).collect();
+        event_filters.push(DataFilterSpec { key, event_types, fields });
+    }
+    Ok(Descriptor {
+        name: d.name,
+        version: d.version,
+        uri: d.uri,
+        capability_group: d.capability_group,
+        capabilities,
+        methods: d.methods,
+        error_range: d.error_range,
+        event_filters,
+    })
 }
 
 fn check_services(name: &str, services: Vec<Service>) -> anyhow::Result<Vec<Service>> {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
+use crate::core::events::DataFilterSpec;
 use crate::core::extensions::{Answer, BoxFuture, Extensions};
 use crate::rpc::RpcError;
 
@@ -45,6 +46,12 @@ impl TenantPlugins {
         set.http.sort_by_key(|(prefix, _)| std::cmp::Reverse(prefix.len()));
         for tp in &plugins {
             if let Some(d) = &tp.descriptor {
+                for f in &d.event_filters {
+                    let taken = plugins.iter().filter(|o| !Arc::ptr_eq(o, tp)).filter_map(|o| o.descriptor.as_ref()).any(|o| o.event_filters.iter().any(|x| x.key == f.key));
+                    if taken {
+                        anyhow::bail!("the event filter {} is declared by {} and another plugin", f.key, tp.name());
+                    }
+                }
                 for m in &d.methods {
                     if let Some(other) = set.methods.insert(m.clone(), tp.clone()) {
                         anyhow::bail!("method {m} is served by both {} and {}", other.name(), tp.name());
@@ -156,6 +163,10 @@ impl Extensions for TenantPlugins {
 
     fn advertise(&self, capabilities: &mut Value) {
         TenantPlugins::advertise(self, capabilities)
+    }
+
+    fn data_filter(&self, key: &str) -> Option<DataFilterSpec> {
+        self.plugins.iter().filter_map(|tp| tp.descriptor.as_ref()).flat_map(|d| &d.event_filters).find(|f| f.key == key).cloned()
     }
 
     fn into_any(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync> {

@@ -21,7 +21,7 @@ mod threads;
 mod turns;
 
 use exports::map_gateway::plugin::send_observer::{Guest as SendObserver, SentMessage};
-use exports::map_gateway::plugin::rpc::{Descriptor, Guest as Rpc};
+use exports::map_gateway::plugin::rpc::{Descriptor, EventFilter, FilterField, Guest as Rpc};
 use map_gateway::plugin::log::{self, Level};
 use map_gateway::plugin::types::{Caller, RpcError};
 
@@ -77,6 +77,20 @@ impl Rpc for Mail {
             .to_string(),
             methods: METHODS.iter().map(|(m, _)| m.to_string()).collect(),
             error_range: (10000, 10999),
+            // `map/subscribe {filter: {mail: {conversationId, threadId, participantId, contentType}}}`.
+            event_filters: vec![EventFilter {
+                key: "mail".into(),
+                event_types: "mail.*".into(),
+                fields: [
+                    ("conversationId", &["conversationId", "conversation.id", "turn.conversationId"][..]),
+                    ("threadId", &["turn.threadId", "thread.id", "threadId"][..]),
+                    ("participantId", &["participant.id", "participantId", "turn.participant", "createdBy"][..]),
+                    ("contentType", &["turn.contentType", "contentType"][..]),
+                ]
+                .iter()
+                .map(|(name, paths)| FilterField { name: name.to_string(), paths: paths.iter().map(|p| p.to_string()).collect() })
+                .collect(),
+            }],
         }
     }
 

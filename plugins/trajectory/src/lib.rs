@@ -23,7 +23,7 @@ mod repo;
 mod report;
 mod settings;
 
-use exports::map_gateway::plugin::rpc::{Descriptor, Guest};
+use exports::map_gateway::plugin::rpc::{Descriptor, EventFilter, FilterField, Guest};
 use map_gateway::plugin::types::{Caller, RpcError};
 
 use error::Error;
@@ -53,6 +53,15 @@ impl Guest for Trajectory {
             .to_string(),
             methods: [CHECKPOINT, LIST, GET, CONTENT].map(String::from).to_vec(),
             error_range: (13000, 13999),
+            // `map/subscribe {filter: {trajectory: {agentId, sessionId}}}`.
+            event_filters: vec![EventFilter {
+                key: "trajectory".into(),
+                event_types: "trajectory.*".into(),
+                fields: [("agentId", ["checkpoint.agentId", "agentId"]), ("sessionId", ["checkpoint.sessionId", "sessionId"])]
+                    .iter()
+                    .map(|(name, paths)| FilterField { name: name.to_string(), paths: paths.iter().map(|p| p.to_string()).collect() })
+                    .collect(),
+            }],
         }
     }
 

@@ -24,7 +24,9 @@ pub fn subscribe(active: &Active, req: &Request) -> Result<Out, RpcError> {
         Some(Value::String(s)) => Some(ReplayFrom::EventId(s)),
         Some(_) => return Err(RpcError::invalid_params("replayFrom must be a timestamp or an event id")),
     };
-    let id = active.tenant.fabric.subscribe(&active.session_id, p.filter.unwrap_or_default(), from);
+    let extensions = active.tenant.extensions();
+    let filter = p.filter.unwrap_or_default().resolve(|key| extensions.data_filter(key)).map_err(RpcError::invalid_params)?;
+    let id = active.tenant.fabric.subscribe(&active.session_id, filter, from);
     Ok(json!({"subscriptionId": id}).into())
 }
 
@@ -51,6 +53,10 @@ pub fn ack(active: &Active, req: &Request) -> Result<Out, RpcError> {
 pub fn replay(active: &Active, req: &Request) -> Result<Out, RpcError> {
     let mut q: ReplayQuery = req.params()?;
     q.session = active.session_id.clone();
+    if let Some(f) = q.filter.take() {
+        let extensions = active.tenant.extensions();
+        q.filter = Some(f.resolve(|key| extensions.data_filter(key)).map_err(RpcError::invalid_params)?);
+    }
     if q.limit.is_some_and(|l| l == 0 || l > 1000) {
         return Err(RpcError::invalid_params("limit must be between 1 and 1000"));
     }
