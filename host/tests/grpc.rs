@@ -44,5 +44,6 @@ api_keys = ["acme-key"]
     let (out, gw) = out;
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "the grpcio client failed:\n{stdout}\n{stderr}\ngateway log:\n{}", gw.log());
-    assert!(stdout.contains("hot swap: ok"), "{stdout}");
+    assert!(stdout.contains("backpressure: ok") && stdout.contains("hot swap: ok"), "{stdout}");
+    eprintln!("{stdout}");
 }

@@ -109,6 +109,23 @@ def main():
     assert echo.Unary(Msg(text=big), metadata=creds, timeout=10).text == big
     print("large message: ok")
 
+    # Backpressure: a client that stops reading holds the plugin's writes back;
+    # the host queues a bounded number, and the plugin's write gives up at its deadline.
+    flood = echo.Flood(Msg(text="go"), metadata=creds, timeout=30)
+    assert len(next(flood).text) == 64 << 10
+    time.sleep(2.5)
+    received = 1
+    error = None
+    try:
+        for _ in flood:
+            received += 1
+    except grpc.RpcError as e:
+        error = e
+    assert error is not None and error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, error
+    flooded = rpc(addr, api_key, "state/grpc", {})["flooded"]
+    assert flooded < 1000 and received == flooded, (flooded, received)
+    print("backpressure: ok", flooded, "of 1000 written before the client read")
+
     # A hot swap ends open streams with UNAVAILABLE; a new call reaches the new version.
     q = queue.Queue()
     def gen():

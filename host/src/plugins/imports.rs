@@ -187,7 +187,7 @@ impl grpc_stream::Host for PluginState {
         if body.len() > self.ctx.max_message_bytes {
             return Ok(Err(format!("the message has {} bytes; the limit is {}", body.len(), self.ctx.max_message_bytes)));
         }
-        Ok(self.ctx.grpc.write(call, body, self.deadline).await)
+        Ok(self.ctx.grpc.write(call, body, self.deadline.checked_sub(self.ctx.grace).unwrap_or(self.deadline)).await)
     }
 
     async fn finish(&mut self, call: u64, status: grpc_types::Status) -> Wt<Result<(), String>> {

@@ -147,6 +147,7 @@ impl PluginHost {
             max_message_bytes: self.max_result_bytes,
             receives_timers,
             outbound,
+            grace: Duration::from_millis(settings.deadline_ms / 10),
         })
     }
 

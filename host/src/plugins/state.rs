@@ -39,6 +39,9 @@ pub struct Context {
     pub receives_timers: bool,
     /// Where the plugin may send HTTP requests.
     pub outbound: Policy,
+    /// How long before a call's deadline a waiting import gives up, so the
+    /// plugin still has time to handle the failure (a tenth of `deadline_ms`).
+    pub grace: std::time::Duration,
 }
 
 pub struct PluginState {
