@@ -323,14 +323,15 @@ impl TenantPlugin {
         let caller = super::caller_of(&active);
         let invocation = Invocation::Observe { caller, message };
         // Calls the observer makes carry the hop count on to what they send.
-        if let Err(e) = self.run(Some(active), hops + 1, invocation, |_, _| Ok(())).await {
+        // Already on the plugin threads: no second hop.
+        if let Err(e) = self.run_here(Some(active), hops + 1, invocation, |_, _| Ok(())).await {
             tracing::debug!(plugin = self.plugin.name, error = e.message, "observer call failed");
         }
     }
 
-    /// Deliver a due timer to `lifecycle.on-timer`.
+    /// Deliver a due timer to `lifecycle.on-timer` (from a task on the plugin threads).
     pub async fn fire_timer(self: &Arc<Self>, id: u64, tag: String) {
-        if let Err(e) = self.run(None, 0, Invocation::Timer { id, tag }, |_, _| Ok(())).await {
+        if let Err(e) = self.run_here(None, 0, Invocation::Timer { id, tag }, |_, _| Ok(())).await {
             tracing::warn!(plugin = self.plugin.name, tenant = self.ctx.scope.tenant, timer = id, error = e.message, "timer callback failed");
         }
     }
@@ -415,10 +416,11 @@ impl TenantPlugin {
         let _ = self.grpc_step(Invocation::GrpcClosed(id)).await;
     }
 
-    /// One gRPC callback; a plugin failure is INTERNAL, no free instance UNAVAILABLE.
-    async fn grpc_step(self: &Arc<Self>, invocation: Invocation) -> Result<(), Status> {
+    /// One gRPC callback (on the plugin threads already); a plugin failure is
+    /// INTERNAL, no free instance UNAVAILABLE.
+    async fn grpc_step(&self, invocation: Invocation) -> Result<(), Status> {
         let ran = self
-            .run(None, 0, invocation, |_, outcome| match outcome {
+            .run_here(None, 0, invocation, |_, outcome| match outcome {
                 Outcome::Grpc(r) => Ok(r),
                 Outcome::Done => Ok(Ok(())),
                 _ => Err("answered a gRPC callback with something else".into()),
