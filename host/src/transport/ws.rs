@@ -173,12 +173,14 @@ where
             break;
         }
     }
-    gw.connection_closed(&mut conn);
-    drop(conn);
-    drop(tx);
+    // The close goes to the writer before the frame queue ends: otherwise the
+    // writer could see the queue end first and close without the code.
     if let Some(frame) = close {
         let _ = control.send(Message::Close(Some(frame)));
     }
+    gw.connection_closed(&mut conn);
+    drop(conn);
+    drop(tx);
     drop(control);
     let _ = writer.await;
 }
