@@ -107,6 +107,8 @@ def main():
     # A large message within the limit passes through whole.
     big = "b" * 300_000
     assert echo.Unary(Msg(text=big), metadata=creds, timeout=10).text == big
+    # Over the gateway's max_message_bytes (1 MiB here): refused before the plugin sees it.
+    expect_error(grpc.StatusCode.RESOURCE_EXHAUSTED, lambda: echo.Unary(Msg(text="o" * (1 << 20)), metadata=creds, timeout=10))
     print("large message: ok")
 
     # Backpressure: a client that stops reading holds the plugin's writes back;

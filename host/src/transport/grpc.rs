@@ -97,7 +97,11 @@ impl StreamingService<Bytes> for Call {
             let (tx, rx) = tokio::sync::mpsc::channel(READ_AHEAD);
             tokio::spawn(async move {
                 while let Some(item) = incoming.next().await {
-                    let item = item.map(|b| b.to_vec()).map_err(|s| GrpcStatus { code: s.code() as u32, message: s.message().to_string() });
+                    let item = item.map(|b| b.to_vec()).map_err(|s| {
+                        // tonic reports a message over the size limit as OUT_OF_RANGE; gRPC says RESOURCE_EXHAUSTED.
+                        let code = if s.code() == Code::OutOfRange { Code::ResourceExhausted } else { s.code() };
+                        GrpcStatus { code: code as u32, message: s.message().to_string() }
+                    });
                     let stop = item.is_err();
                     if tx.send(item).await.is_err() || stop {
                         break;
