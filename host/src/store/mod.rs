@@ -259,3 +259,26 @@ fn redact(url: &str) -> String {
         _ => url.to_string(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_scan_over_its_byte_allowance_fails_instead_of_buffering() {
+        let dir = std::env::temp_dir().join(format!("map-gateway-store-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let db = Store::open(&format!("sqlite://{}", dir.join("t.db").display()), false).await.unwrap();
+        let scope = Scope { tenant: "t".into(), plugin: "p".into() };
+        for key in ["a", "b", "c"] {
+            db.put(&scope, "big", key, &"v".repeat(1000)).await.unwrap();
+        }
+        let all = ScanOptions { prefix: String::new(), after: None, before: None, limit: 100, reverse: false };
+        assert_eq!(db.scan(&scope, "big", &all, 10_000).await.unwrap().len(), 3);
+        match db.scan(&scope, "big", &all, 1_500).await {
+            Err(StoreError::Invalid(m)) => assert!(m.contains("1500 bytes"), "{m}"),
+            other => panic!("expected a refusal, got {:?}", other.map(|rows| rows.len())),
+        }
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
