@@ -103,8 +103,9 @@ pub struct ServerConfig {
     pub idle_timeout_secs: u64,
     /// Open connections at most; more are answered 503 and closed.
     pub max_connections: usize,
-    /// Threads that run plugin code, apart from the ones serving connections
-    /// (0: one per CPU, at least 2), so a busy plugin cannot starve the core.
+    /// Threads for plugin calls that run past their first 5 ms slice or wait,
+    /// apart from the ones serving connections (0: one per CPU, at least 2),
+    /// so a busy plugin cannot starve the core.
     pub plugin_threads: usize,
 }
 
