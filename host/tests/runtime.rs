@@ -199,3 +199,30 @@ async fn outbound_http_reaches_allowed_hosts_only() {
     let big = ws.call("state/fetch", json!({"authority": allowed, "path": "/big"})).await;
     assert!(err(&big)["message"].as_str().unwrap().contains("HttpResponseBodySize"), "{big}");
 }
+
+#[tokio::test]
+async fn calls_holding_much_memory_keep_their_deadline_and_spare_other_tenants() {
+    let plugins = format!("[plugins.bad]\npath = {:?}\ndeadline_ms = 800\nmemory_mb = 128\n", fixture("misbehave.wasm"));
+    let text = format!(
+        "{plugins}\n[auth]\nanonymous_tenant = \"\"\n[[tenants]]\nid = \"acme\"\napi_keys = [\"acme-key\"]\n[[tenants]]\nid = \"globex\"\napi_keys = [\"globex-key\"]\n"
+    );
+    let gw = Gateway::start_with(1 << 20, &text);
+    let mut hogs = Vec::new();
+    for _ in 0..6 {
+        hogs.push(gw.ws_connected("client", Some(api_key("acme-key"))).await.0);
+    }
+    let started = Instant::now();
+    for (i, ws) in hogs.iter_mut().enumerate() {
+        ws.send_text(&request(i, "bad/hog", json!({})).to_string()).await;
+    }
+    let (mut other, _) = gw.ws_connected("client", Some(api_key("globex-key"))).await;
+    let asked = Instant::now();
+    assert_eq!(other.call_ok("bad/ok", json!({})).await["tenant"], "globex");
+    assert!(asked.elapsed() < Duration::from_millis(400), "globex waited {:?} beside the memory hogs", asked.elapsed());
+    for ws in &mut hogs {
+        let resp = ws.answer().await;
+        assert!(err(&resp)["data"]["details"]["reason"].as_str().unwrap_or_default().contains("timed out"), "{resp}");
+    }
+    // 800 ms each, in parallel: the deadline holds, give or take scheduling.
+    assert!(started.elapsed() < Duration::from_millis(1800), "the hogs took {:?}", started.elapsed());
+}
