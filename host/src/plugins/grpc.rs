@@ -20,11 +20,8 @@ pub mod code {
     pub const CANCELLED: u32 = 1;
     pub const UNKNOWN_STATUS: u32 = 2;
     pub const DEADLINE_EXCEEDED: u32 = 4;
-    pub const RESOURCE_EXHAUSTED: u32 = 8;
-    pub const UNIMPLEMENTED: u32 = 12;
     pub const INTERNAL: u32 = 13;
     pub const UNAVAILABLE: u32 = 14;
-    pub const UNAUTHENTICATED: u32 = 16;
 }
 
 pub fn status(code: u32, message: impl Into<String>) -> Status {
@@ -99,9 +96,5 @@ impl GrpcCalls {
         for id in ids {
             self.end(id, status.clone());
         }
-    }
-
-    pub fn is_open(&self, id: u64) -> bool {
-        self.open.lock().contains_key(&id)
     }
 }

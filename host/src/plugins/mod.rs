@@ -38,7 +38,7 @@ use wasmtime::Engine;
 pub use bindings::Caller;
 pub use calls::TenantPlugin;
 pub use exports::{HttpRequest, HttpResponse};
-pub use grpc::{code as grpc_code, status as grpc_status, Response as GrpcResponse, Status as GrpcStatus};
+pub use grpc::{code as grpc_code, Response as GrpcResponse, Status as GrpcStatus};
 pub use plugin::{Limits, Plugin};
 pub use set::TenantPlugins;
 
