@@ -121,16 +121,19 @@ async fn timers_fire_and_cancelled_ones_do_not() {
     assert_eq!(err(&far)["code"], 31000, "{far}");
 }
 
-#[tokio::test]
-async fn a_plugin_spinning_in_one_tenant_does_not_slow_the_core_of_another() {
-    let plugins = format!(
-        "[plugins.bad]\npath = {:?}\ndeadline_ms = 1500\nmemory_mb = 32\n",
+/// The misbehaving fixture with these limits, for tenants acme and globex (credentials required).
+fn misbehave_for_two_tenants(deadline_ms: u64, memory_mb: u64) -> Gateway {
+    let text = format!(
+        "[plugins.bad]\npath = {:?}\ndeadline_ms = {deadline_ms}\nmemory_mb = {memory_mb}\n\
+         [auth]\nanonymous_tenant = \"\"\n[[tenants]]\nid = \"acme\"\napi_keys = [\"acme-key\"]\n[[tenants]]\nid = \"globex\"\napi_keys = [\"globex-key\"]\n",
         fixture("misbehave.wasm")
     );
-    let text = format!(
-        "{plugins}\n[auth]\nanonymous_tenant = \"\"\n[[tenants]]\nid = \"acme\"\napi_keys = [\"acme-key\"]\n[[tenants]]\nid = \"globex\"\napi_keys = [\"globex-key\"]\n"
-    );
-    let gw = Gateway::start_with(1 << 20, &text);
+    Gateway::start_with(1 << 20, &text)
+}
+
+#[tokio::test]
+async fn a_plugin_spinning_in_one_tenant_does_not_slow_the_core_of_another() {
+    let gw = misbehave_for_two_tenants(1500, 32);
     let mut flood = Vec::new();
     for _ in 0..16 {
         flood.push(gw.ws_connected("client", Some(api_key("acme-key"))).await.0);
@@ -202,11 +205,7 @@ async fn outbound_http_reaches_allowed_hosts_only() {
 
 #[tokio::test]
 async fn calls_holding_much_memory_keep_their_deadline_and_spare_other_tenants() {
-    let plugins = format!("[plugins.bad]\npath = {:?}\ndeadline_ms = 800\nmemory_mb = 128\n", fixture("misbehave.wasm"));
-    let text = format!(
-        "{plugins}\n[auth]\nanonymous_tenant = \"\"\n[[tenants]]\nid = \"acme\"\napi_keys = [\"acme-key\"]\n[[tenants]]\nid = \"globex\"\napi_keys = [\"globex-key\"]\n"
-    );
-    let gw = Gateway::start_with(1 << 20, &text);
+    let gw = misbehave_for_two_tenants(800, 128);
     let mut hogs = Vec::new();
     for _ in 0..6 {
         hogs.push(gw.ws_connected("client", Some(api_key("acme-key"))).await.0);
