@@ -175,6 +175,7 @@ impl Gateway {
             let mut reg = live.tenant.registry.lock();
             let info = reg.sessions.get_mut(&session_id)?;
             info.connected = true;
+            info.connected_at = ids::now_ms();
             info.disconnected_at = None;
             let owned = info.agents.clone();
             (owned, participant_event("participant_connected", info, json!({"reconnected": true})))

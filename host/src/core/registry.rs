@@ -20,6 +20,10 @@ pub struct SessionInfo {
     pub agents: Vec<String>,
     pub connected: bool,
     pub created_at: u64,
+    /// When a connection last took the session up: its creation, or its
+    /// latest resume (presence counts from here).
+    #[serde(skip)]
+    pub connected_at: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub disconnected_at: Option<u64>,
     /// What happens to the agents when the session ends: unregister, orphan or
@@ -28,6 +32,18 @@ pub struct SessionInfo {
     pub agent_behavior: String,
     #[serde(skip)]
     pub capabilities: Value,
+}
+
+/// Whether declared capabilities hold `true` at a dotted path (no empty segments).
+pub fn declares(capabilities: &Value, path: &str) -> bool {
+    let mut at = capabilities;
+    for key in path.split('.') {
+        match at.get(key) {
+            Some(next) if !key.is_empty() => at = next,
+            _ => return false,
+        }
+    }
+    at == &Value::Bool(true)
 }
 
 /// Who is looking, for agent visibility.
@@ -103,6 +119,28 @@ impl Registry {
         let mut all: Vec<&Agent> = self.agents.values().collect();
         all.sort_by(|a, b| (a.lifecycle.created_at, &a.id).cmp(&(b.lifecycle.created_at, &b.id)));
         all
+    }
+
+    /// The sessions whose capabilities, as declared at `map/connect`, hold
+    /// `true` at a dotted path (`mail.canObserve`), detached ones included
+    /// (their frames wait for a resume), in id order.
+    pub fn sessions_with_capability(&self, path: &str) -> Vec<String> {
+        let mut found: Vec<String> = self.sessions.values().filter(|s| declares(&s.capabilities, path)).map(|s| s.id.clone()).collect();
+        found.sort();
+        found
+    }
+
+    /// Since when (Unix ms) a participant or agent id has had a live,
+    /// connected session: a participant since its session was last taken up,
+    /// an agent since it registered (or since its session resumed, if later).
+    /// `None` for unknown ids, orphaned agents and detached sessions.
+    pub fn connected_since(&self, id: &str) -> Option<u64> {
+        let live = |session: &str| self.sessions.get(session).filter(|s| s.connected);
+        if let Some(session) = self.participants.get(id) {
+            return live(session).map(|s| s.connected_at);
+        }
+        let agent = self.agents.get(id)?;
+        live(&agent.session).map(|s| agent.lifecycle.created_at.max(s.connected_at))
     }
 
     /// Ancestors of an agent, nearest first, at most `depth` levels.
@@ -195,5 +233,100 @@ impl Registry {
             session.agents.retain(|a| a != id);
         }
         Some(agent)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::model::Lifecycle;
+    use serde_json::json;
+
+    fn session(id: &str, participant: &str, capabilities: Value, connected_at: u64) -> SessionInfo {
+        SessionInfo {
+            id: id.into(),
+            participant_id: participant.into(),
+            participant_type: "client".into(),
+            name: None,
+            agents: Vec::new(),
+            connected: true,
+            created_at: 1,
+            connected_at,
+            disconnected_at: None,
+            agent_behavior: "grace-period".into(),
+            capabilities,
+        }
+    }
+
+    fn agent(id: &str, session: &str, registered: u64) -> Agent {
+        Agent {
+            id: id.into(),
+            owner_id: "p".into(),
+            name: None,
+            description: None,
+            role: None,
+            parent: None,
+            children: Vec::new(),
+            state: "active".into(),
+            scopes: Vec::new(),
+            visibility: None,
+            capabilities: None,
+            metadata: None,
+            lifecycle: Lifecycle { created_at: registered, last_state_change: registered, exit_reason: None },
+            session: session.into(),
+            suspended_from: None,
+        }
+    }
+
+    fn registry(sessions: Vec<SessionInfo>) -> Registry {
+        let mut reg = Registry::default();
+        for s in sessions {
+            reg.participants.insert(s.participant_id.clone(), s.id.clone());
+            reg.sessions.insert(s.id.clone(), s);
+        }
+        reg
+    }
+
+    #[test]
+    fn a_capability_counts_only_when_true_at_its_path() {
+        let caps = json!({"mail": {"canObserve": true, "canJoin": "yes"}, "flat": true});
+        assert!(declares(&caps, "mail.canObserve"));
+        assert!(declares(&caps, "flat"));
+        assert!(!declares(&caps, "mail.canJoin"), "only the boolean true counts");
+        assert!(!declares(&caps, "mail"), "an object is not true");
+        assert!(!declares(&caps, "mail.canObserve.more"));
+        assert!(!declares(&caps, "mail..canObserve"));
+        assert!(!declares(&caps, ""));
+        assert!(!declares(&Value::Null, "mail.canObserve"));
+    }
+
+    #[test]
+    fn sessions_with_a_capability_include_detached_ones() {
+        let mut detached = session("s3", "p3", json!({"mail": {"canObserve": true}}), 5);
+        detached.connected = false;
+        let reg = registry(vec![
+            session("s2", "p2", json!({"mail": {"canObserve": true}}), 5),
+            session("s1", "p1", json!({"mail": {"canObserve": false}}), 5),
+            detached,
+            session("s0", "p0", Value::Null, 5),
+        ]);
+        assert_eq!(reg.sessions_with_capability("mail.canObserve"), ["s2", "s3"]);
+        assert!(reg.sessions_with_capability("mail.canCreate").is_empty());
+    }
+
+    #[test]
+    fn connected_since_by_participant_and_agent() {
+        let mut reg = registry(vec![session("s1", "p1", Value::Null, 100), session("s2", "p2", Value::Null, 500)]);
+        reg.agents.insert("a1".into(), agent("a1", "s1", 150));
+        reg.agents.insert("a2".into(), agent("a2", "s2", 300));
+        reg.agents.insert("orphan".into(), agent("orphan", "", 50));
+        assert_eq!(reg.connected_since("p1"), Some(100), "a participant: when its session connected");
+        assert_eq!(reg.connected_since("a1"), Some(150), "an agent: when it registered");
+        assert_eq!(reg.connected_since("a2"), Some(500), "…or when its session resumed, if later");
+        assert_eq!(reg.connected_since("orphan"), None);
+        assert_eq!(reg.connected_since("nobody"), None);
+        reg.sessions.get_mut("s1").unwrap().connected = false;
+        assert_eq!(reg.connected_since("p1"), None, "a dropped session awaiting resume is not connected");
+        assert_eq!(reg.connected_since("a1"), None);
     }
 }

@@ -94,15 +94,32 @@ impl Tenant {
 
     /// The sessions that speak for these participant or agent ids now.
     pub fn sessions_of(&self, ids: &[String]) -> Vec<String> {
+        self.sessions_for(ids, None)
+    }
+
+    /// `sessions_of(ids)` plus every session that declared `true` at the
+    /// capability path (see `Registry::sessions_with_capability`), read in
+    /// one hold of the directory.
+    pub fn sessions_for(&self, ids: &[String], capability: Option<&str>) -> Vec<String> {
         let reg = self.registry.lock();
         let mut sessions: Vec<String> = ids
             .iter()
             .filter_map(|id| reg.participants.get(id).cloned().or_else(|| reg.agents.get(id).map(|a| a.session.clone())))
             .filter(|s| !s.is_empty())
             .collect();
+        if let Some(path) = capability {
+            sessions.extend(reg.sessions_with_capability(path));
+        }
         sessions.sort();
         sessions.dedup();
         sessions
+    }
+
+    /// For each participant or agent id, since when it has been connected
+    /// (see `Registry::connected_since`).
+    pub fn connected_since(&self, ids: &[String]) -> Vec<Option<u64>> {
+        let reg = self.registry.lock();
+        ids.iter().map(|id| reg.connected_since(id)).collect()
     }
 
     /// The session of a participant, if it has one.

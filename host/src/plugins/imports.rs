@@ -1,4 +1,4 @@
-//! The host side of the imports every plugin gets (0.2.0): store, events,
+//! The host side of the imports every plugin gets (0.2.1): store, events,
 //! router, log, config, timers, grpc-stream. Each acts only inside the
 //! instance's (tenant, plugin).
 
@@ -11,7 +11,7 @@ use crate::core::events::{NewEvent, Source};
 use crate::core::Outgoing;
 use crate::core::Active;
 use crate::rpc::RpcError;
-use crate::store::{ScanOptions, StoreError, Write};
+use crate::store::{Item, Op, Outcome, ScanOptions, StoreError, Write};
 
 type Wt<T> = wasmtime::Result<T>;
 
@@ -20,7 +20,28 @@ impl types::Host for PluginState {}
 fn store_err(e: StoreError) -> store::StoreError {
     match e {
         StoreError::Invalid(m) => store::StoreError::Invalid(m),
-        StoreError::Unavailable(m) => store::StoreError::Unavailable(m),
+        StoreError::Unavailable(m) | StoreError::Contended(m) => store::StoreError::Unavailable(m),
+    }
+}
+
+fn item(i: Item) -> store::Item {
+    store::Item { value: i.value, version: i.version }
+}
+
+fn op(o: store::Op) -> Op {
+    match o {
+        store::Op::Put(p) => Op::Put { collection: p.collection, key: p.key, value: p.value },
+        store::Op::Delete(k) => Op::Delete { collection: k.collection, key: k.key },
+        store::Op::Add(a) => Op::Add { collection: a.collection, key: a.key, delta: a.delta },
+        store::Op::ExpectVersion(c) => Op::ExpectVersion { collection: c.collection, key: c.key, version: c.version },
+        store::Op::ExpectValue(c) => Op::ExpectValue { collection: c.collection, key: c.key, value: c.value },
+    }
+}
+
+impl PluginState {
+    /// What the host may still buffer for the plugin: it counts against its memory cap.
+    fn read_budget(&self) -> usize {
+        self.ctx.host_bytes.saturating_sub(self.deferred_bytes)
     }
 }
 
@@ -39,9 +60,7 @@ impl store::Host for PluginState {
 
     async fn scan(&mut self, collection: String, o: store::ScanOptions) -> Wt<Result<Vec<store::Entry>, store::StoreError>> {
         let opts = ScanOptions { prefix: o.prefix, after: o.after, before: o.before, limit: o.limit, reverse: o.reverse };
-        // What the host buffers for the plugin counts against its memory cap.
-        let budget = self.ctx.host_bytes.saturating_sub(self.deferred_bytes);
-        let rows = self.ctx.db.scan(&self.ctx.scope, &collection, &opts, budget).await.map_err(store_err);
+        let rows = self.ctx.db.scan(&self.ctx.scope, &collection, &opts, self.read_budget()).await.map_err(store_err);
         Ok(rows.map(|rows| rows.into_iter().map(|(key, value)| store::Entry { key, value }).collect()))
     }
 
@@ -52,6 +71,31 @@ impl store::Host for PluginState {
     async fn batch(&mut self, writes: Vec<store::Write>) -> Wt<Result<(), store::StoreError>> {
         let writes = writes.into_iter().map(|w| Write { collection: w.collection, key: w.key, value: w.value }).collect();
         Ok(self.ctx.db.batch(&self.ctx.scope, writes).await.map_err(store_err))
+    }
+
+    async fn get_many(&mut self, keys: Vec<store::KeyRef>) -> Wt<Result<Vec<Option<store::Item>>, store::StoreError>> {
+        let keys: Vec<(String, String)> = keys.into_iter().map(|k| (k.collection, k.key)).collect();
+        let found = self.ctx.db.get_many(&self.ctx.scope, &keys, self.read_budget()).await;
+        Ok(found.map(|items| items.into_iter().map(|i| i.map(item)).collect()).map_err(store_err))
+    }
+
+    async fn scan_page(&mut self, collection: String, o: store::PageOptions) -> Wt<Result<store::Page, store::StoreError>> {
+        let opts = ScanOptions { prefix: o.prefix, after: o.after, before: o.before, limit: o.limit, reverse: o.reverse };
+        let hard = self.read_budget();
+        let soft = if o.max_bytes == 0 { hard } else { (o.max_bytes as usize).min(hard) };
+        let page = self.ctx.db.scan_page(&self.ctx.scope, &collection, &opts, soft, hard).await.map_err(store_err);
+        Ok(page.map(|p| store::Page {
+            entries: p.entries.into_iter().map(|(key, i)| store::KeyedItem { key, item: item(i) }).collect(),
+            next: p.next,
+        }))
+    }
+
+    async fn commit(&mut self, ops: Vec<store::Op>) -> Wt<Result<store::Outcome, store::StoreError>> {
+        let outcome = self.ctx.db.commit(&self.ctx.scope, ops.into_iter().map(op).collect()).await.map_err(store_err);
+        Ok(outcome.map(|o| match o {
+            Outcome::Committed { version, counters, .. } => store::Outcome::Committed(store::Committed { version, counters }),
+            Outcome::Conflict(i) => store::Outcome::Conflict(i),
+        }))
     }
 }
 
@@ -102,6 +146,19 @@ impl events::Host for PluginState {
         self.ctx.tenant.emit(event);
         Ok(Ok(()))
     }
+
+    async fn emit_for(&mut self, event_type: String, data: String, audience: events::Audience) -> Wt<Result<(), String>> {
+        if let Some(path) = audience.capability.as_deref().filter(|p| p.split('.').any(str::is_empty)) {
+            return Ok(Err(format!("capability {path:?} is not a dotted path")));
+        }
+        let mut event = match self.event(event_type, data) {
+            Ok(e) => e,
+            Err(e) => return Ok(Err(e)),
+        };
+        event.audience = Some(self.ctx.tenant.sessions_for(&audience.ids, audience.capability.as_deref()));
+        self.ctx.tenant.emit(event);
+        Ok(Ok(()))
+    }
 }
 
 impl router::Host for PluginState {
@@ -140,6 +197,10 @@ impl router::Host for PluginState {
             return Ok(Ok(()));
         }
         Ok(self.ctx.tenant.notify(&session, frame).map_err(|_| full()))
+    }
+
+    async fn connected_since(&mut self, ids: Vec<String>) -> Wt<Vec<Option<u64>>> {
+        Ok(self.ctx.tenant.connected_since(&ids))
     }
 }
 

@@ -202,6 +202,7 @@ fn start_session(gw: &Arc<Gateway>, conn: &mut Conn, caller: Authenticated, p: &
         _ => ids::prefixed(&participant_type),
     };
     let behavior = p.disconnect_policy.as_ref().and_then(|d| d.agent_behavior.clone()).unwrap_or_else(|| "grace-period".into());
+    let now = ids::now_ms();
     let info = SessionInfo {
         id: session_id,
         participant_id,
@@ -209,7 +210,8 @@ fn start_session(gw: &Arc<Gateway>, conn: &mut Conn, caller: Authenticated, p: &
         name: p.name.clone(),
         agents: Vec::new(),
         connected: true,
-        created_at: ids::now_ms(),
+        created_at: now,
+        connected_at: now,
         disconnected_at: None,
         agent_behavior: behavior,
         capabilities: p.capabilities.clone().unwrap_or(Value::Null),
