@@ -15,6 +15,8 @@ if [ -f plugins/Cargo.toml ]; then
     build plugins
     mkdir -p plugins/dist
     for crate in $(sed -n 's/^members = \[\(.*\)\]/\1/p' plugins/Cargo.toml | tr -d '" ' | tr ',' ' '); do
+        # Components are cdylibs; library crates (the SDK) have no .wasm.
+        grep -q '"cdylib"' "plugins/$crate/Cargo.toml" || continue
         cp "$guests/wasm32-wasip2/release/${crate//-/_}.wasm" "plugins/dist/$crate.wasm"
     done
 fi

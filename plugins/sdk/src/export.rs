@@ -1,0 +1,344 @@
+//! What a plugin implements, one trait per exported interface, and the
+//! macros that export a type as a component of one of the contract's worlds.
+//!
+//! | trait | interface | what the host calls |
+//! |---|---|---|
+//! | [`Extension`] | `rpc` | `describe`, then `handle` for every call of a declared method |
+//! | [`Observer`] | `send-observer` | `interest`, then `on-send` for each delivered `map/send` |
+//! | [`Lifecycle`] | `lifecycle` | `init` in every new instance, `on-timer` for due timers |
+//! | [`HttpHandler`] | `http-handler` | `handle` for each request under the plugin's prefix |
+//! | [`GrpcHandler`] | `grpc-handler` | `services`, then `open`/`message`/`half-close`/`closed` per call |
+//!
+//! | macro | world | traits the type implements |
+//! |---|---|---|
+//! | [`export_extension!`](crate::export_extension) | `extension` | `Extension` |
+//! | [`export_stateful_extension!`](crate::export_stateful_extension) | `stateful-extension` | `Extension`, `Lifecycle` |
+//! | [`export_observer!`](crate::export_observer) | `observer` | `Observer` |
+//! | [`export_intercepting_extension!`](crate::export_intercepting_extension) | `intercepting-extension` | `Extension`, `Observer` |
+//! | [`export_http_extension!`](crate::export_http_extension) | `http-extension` | `HttpHandler` |
+//! | [`export_http_service!`](crate::export_http_service) | `http-service` | `HttpHandler`, `Extension`, `Lifecycle` |
+//! | [`export_grpc_extension!`](crate::export_grpc_extension) | `grpc-extension` | `GrpcHandler`, `Extension`, `Lifecycle` |
+
+use crate::bindings::map_gateway::plugin::grpc_types::{CallInfo, Service, Status};
+use crate::bindings::map_gateway::plugin::types::{Caller, RpcError};
+use crate::error::{ErrorRange, Result};
+use crate::rpc::{Call, Describe, Methods, Reply};
+
+/// A JSON-RPC extension: methods of its own namespace.
+///
+/// Guarantees of the glue: `describe` declares `ERRORS` as the error range
+/// and, unless [`Describe::methods`] set a list, the names of `METHODS`;
+/// an [`Error`](crate::Error) returned by `handle` is answered with its code
+/// (storage failures with `ERRORS.storage()`), `data.details` and
+/// `data.retryable`, and a code outside the range becomes -32603.
+pub trait Extension {
+    /// The error codes the extension answers with.
+    const ERRORS: ErrorRange;
+    /// The methods served.
+    const METHODS: Methods;
+
+    /// What the extension serves; runs at load and once per tenant, with that
+    /// tenant's configuration (no caller).
+    fn describe() -> Describe;
+
+    /// One call of a declared method. The default routes it through
+    /// `METHODS`; override it to check something first (a tenant switch,
+    /// say) and then call `Self::METHODS.dispatch(call)`.
+    fn handle(call: &Call<'_>) -> Result<Reply> {
+        Self::METHODS.dispatch(call)
+    }
+}
+
+/// A delivered `map/send` message, as an observer sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SentMessage {
+    /// The message id returned to the sender.
+    pub id: String,
+    /// The sending agent (or participant) id.
+    pub from: String,
+    /// The address as the sender gave it (JSON).
+    pub to: String,
+    /// Unix milliseconds.
+    pub timestamp: u64,
+    /// The payload (JSON, `null` when none).
+    pub payload: String,
+    /// The `meta` object (JSON, `{}` when none).
+    pub meta: String,
+    /// Ids that received it.
+    pub delivered: Vec<String>,
+}
+
+/// Observes `map/send` traffic: after delivery, at most once, in send order.
+pub trait Observer {
+    /// Top-level `meta` keys of interest (e.g. `["mail"]`); empty: every message.
+    fn interest() -> Vec<String> {
+        Vec::new()
+    }
+
+    /// One delivered message; `caller` is the sender's session.
+    fn on_send(caller: &Caller, message: SentMessage);
+}
+
+/// Instance start and timers (see `timers` for scheduling).
+pub trait Lifecycle {
+    /// Runs once in every new instance before anything else; `Err` means the
+    /// instance is not used (and the call that needed it gets -32603).
+    fn init() -> Result<(), String> {
+        Ok(())
+    }
+
+    /// A timer this (tenant, plugin) scheduled is due.
+    fn on_timer(timer: u64, tag: String) {
+        crate::log::warn(&format!("timer {timer} ({tag}) fired, but the plugin does not handle timers"));
+    }
+}
+
+/// One HTTP request under the plugin's prefix, with its whole body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpRequest {
+    pub method: String,
+    /// Below the plugin's prefix, starting with `/`.
+    pub path: String,
+    /// Without `?` ("" when none).
+    pub query: String,
+    /// Lower-case names.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+/// The answer to an [`HttpRequest`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl HttpResponse {
+    /// `status` with a JSON body (`content-type: application/json`).
+    pub fn json(status: u16, body: &serde_json::Value) -> HttpResponse {
+        HttpResponse { status, headers: vec![("content-type".into(), "application/json".into())], body: body.to_string().into_bytes() }
+    }
+
+    /// `status` with a plain-text body.
+    pub fn text(status: u16, body: &str) -> HttpResponse {
+        HttpResponse { status, headers: vec![("content-type".into(), "text/plain; charset=utf-8".into())], body: body.as_bytes().to_vec() }
+    }
+}
+
+/// Plain HTTP endpoints under the prefix the deployment assigns.
+pub trait HttpHandler {
+    fn handle(request: HttpRequest) -> HttpResponse;
+}
+
+/// gRPC services on the gateway's listener; answers go out through
+/// [`crate::grpc`] (`write`, `finish`).
+pub trait GrpcHandler {
+    fn services() -> Vec<Service>;
+    fn open(call: CallInfo) -> Result<(), Status>;
+    fn message(call: u64, body: Vec<u8>) -> Result<(), Status>;
+    fn half_close(call: u64) -> Result<(), Status>;
+    fn closed(call: u64);
+}
+
+/// `Extension::handle` on the wire types.
+#[doc(hidden)]
+pub fn handle<T: Extension>(caller: &Caller, method: &str, params: &str) -> Result<String, RpcError> {
+    T::handle(&Call::new(caller, method, params)).map(Reply::into_string).map_err(|e| e.into_rpc(&T::ERRORS))
+}
+
+mod glue {
+    //! The generated `Guest` traits, implemented for every type that
+    //! implements the SDK's trait of the same interface.
+
+    use super::*;
+    use crate::bindings::exports::map_gateway::plugin::{grpc_handler, http_handler, lifecycle, rpc, send_observer};
+
+    impl<T: Extension> rpc::Guest for T {
+        fn describe() -> rpc::Descriptor {
+            let d = T::describe();
+            rpc::Descriptor {
+                name: d.name,
+                version: d.version,
+                uri: d.uri,
+                capability_group: d.capability_group,
+                capabilities: d.capabilities.to_string(),
+                methods: if d.methods.is_empty() { T::METHODS.names() } else { d.methods },
+                error_range: (T::ERRORS.first(), T::ERRORS.last()),
+                event_filters: d
+                    .event_filters
+                    .into_iter()
+                    .map(|f| rpc::EventFilter {
+                        key: f.key,
+                        event_types: f.event_types,
+                        fields: f.fields.into_iter().map(|(name, paths)| rpc::FilterField { name, paths }).collect(),
+                    })
+                    .collect(),
+            }
+        }
+
+        fn handle(caller: Caller, method: String, params: String) -> Result<String, RpcError> {
+            handle::<T>(&caller, &method, &params)
+        }
+    }
+
+    impl<T: Observer> send_observer::Guest for T {
+        fn interest() -> Vec<String> {
+            T::interest()
+        }
+
+        fn on_send(caller: Caller, m: send_observer::SentMessage) {
+            let message =
+                SentMessage { id: m.id, from: m.from, to: m.to, timestamp: m.timestamp, payload: m.payload, meta: m.meta, delivered: m.delivered };
+            T::on_send(&caller, message)
+        }
+    }
+
+    impl<T: Lifecycle> lifecycle::Guest for T {
+        fn init() -> Result<(), String> {
+            T::init()
+        }
+
+        fn on_timer(timer: u64, tag: String) {
+            T::on_timer(timer, tag)
+        }
+    }
+
+    impl<T: HttpHandler> http_handler::Guest for T {
+        fn handle(r: http_handler::Request) -> http_handler::Response {
+            let response = T::handle(HttpRequest { method: r.method, path: r.path, query: r.query, headers: r.headers, body: r.body });
+            http_handler::Response { status: response.status, headers: response.headers, body: response.body }
+        }
+    }
+
+    impl<T: GrpcHandler> grpc_handler::Guest for T {
+        fn services() -> Vec<Service> {
+            T::services()
+        }
+
+        fn open(call: CallInfo) -> Result<(), Status> {
+            T::open(call)
+        }
+
+        fn message(call: u64, body: Vec<u8>) -> Result<(), Status> {
+            T::message(call, body)
+        }
+
+        fn half_close(call: u64) -> Result<(), Status> {
+            T::half_close(call)
+        }
+
+        fn closed(call: u64) {
+            T::closed(call)
+        }
+    }
+}
+
+// The export macros. Each exports the interfaces of its world (through the
+// per-interface macros wit-bindgen made public) and embeds the world's
+// component type, which tells `wit-component` what the component exports.
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __export_interface {
+    (rpc, $ty:ident) => {
+        $crate::bindings::exports::map_gateway::plugin::rpc::__export_map_gateway_plugin_rpc_0_2_1_cabi!(
+            $ty with_types_in $crate::bindings::exports::map_gateway::plugin::rpc
+        );
+    };
+    (send_observer, $ty:ident) => {
+        $crate::bindings::exports::map_gateway::plugin::send_observer::__export_map_gateway_plugin_send_observer_0_2_1_cabi!(
+            $ty with_types_in $crate::bindings::exports::map_gateway::plugin::send_observer
+        );
+    };
+    (lifecycle, $ty:ident) => {
+        $crate::bindings::exports::map_gateway::plugin::lifecycle::__export_map_gateway_plugin_lifecycle_0_2_1_cabi!(
+            $ty with_types_in $crate::bindings::exports::map_gateway::plugin::lifecycle
+        );
+    };
+    (http_handler, $ty:ident) => {
+        $crate::bindings::exports::map_gateway::plugin::http_handler::__export_map_gateway_plugin_http_handler_0_2_1_cabi!(
+            $ty with_types_in $crate::bindings::exports::map_gateway::plugin::http_handler
+        );
+    };
+    (grpc_handler, $ty:ident) => {
+        $crate::bindings::exports::map_gateway::plugin::grpc_handler::__export_map_gateway_plugin_grpc_handler_0_2_1_cabi!(
+            $ty with_types_in $crate::bindings::exports::map_gateway::plugin::grpc_handler
+        );
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __export_world {
+    ($ty:ident, $section:literal, $world:ident, [$($interface:ident),+]) => {
+        $( $crate::__export_interface!($interface, $ty); )+
+        const _: () = {
+            #[cfg(target_arch = "wasm32")]
+            #[unsafe(link_section = $section)]
+            #[doc(hidden)]
+            pub static __MAP_PLUGIN_SDK_COMPONENT_TYPE: [u8; $crate::bindings::worlds::$world.len()] = $crate::bindings::worlds::$world;
+        };
+    };
+}
+
+/// Export a type implementing [`Extension`] as a component of the world
+/// `extension`: `map_plugin_sdk::export_extension!(Notes);`
+#[macro_export]
+macro_rules! export_extension {
+    ($ty:ident) => {
+        $crate::__export_world!($ty, "component-type:map-plugin-sdk:extension", EXTENSION, [rpc]);
+    };
+}
+
+/// Export a type implementing [`Extension`] and [`Lifecycle`] (world
+/// `stateful-extension`; run it as a `singleton` to keep memory between calls).
+#[macro_export]
+macro_rules! export_stateful_extension {
+    ($ty:ident) => {
+        $crate::__export_world!($ty, "component-type:map-plugin-sdk:stateful-extension", STATEFUL_EXTENSION, [rpc, lifecycle]);
+    };
+}
+
+/// Export a type implementing [`Observer`] (world `observer`).
+#[macro_export]
+macro_rules! export_observer {
+    ($ty:ident) => {
+        $crate::__export_world!($ty, "component-type:map-plugin-sdk:observer", OBSERVER, [send_observer]);
+    };
+}
+
+/// Export a type implementing [`Extension`] and [`Observer`] (world
+/// `intercepting-extension`).
+#[macro_export]
+macro_rules! export_intercepting_extension {
+    ($ty:ident) => {
+        $crate::__export_world!($ty, "component-type:map-plugin-sdk:intercepting-extension", INTERCEPTING_EXTENSION, [rpc, send_observer]);
+    };
+}
+
+/// Export a type implementing [`HttpHandler`] (world `http-extension`).
+#[macro_export]
+macro_rules! export_http_extension {
+    ($ty:ident) => {
+        $crate::__export_world!($ty, "component-type:map-plugin-sdk:http-extension", HTTP_EXTENSION, [http_handler]);
+    };
+}
+
+/// Export a type implementing [`HttpHandler`], [`Extension`] and
+/// [`Lifecycle`] (world `http-service`).
+#[macro_export]
+macro_rules! export_http_service {
+    ($ty:ident) => {
+        $crate::__export_world!($ty, "component-type:map-plugin-sdk:http-service", HTTP_SERVICE, [http_handler, rpc, lifecycle]);
+    };
+}
+
+/// Export a type implementing [`GrpcHandler`], [`Extension`] and
+/// [`Lifecycle`] (world `grpc-extension`).
+#[macro_export]
+macro_rules! export_grpc_extension {
+    ($ty:ident) => {
+        $crate::__export_world!($ty, "component-type:map-plugin-sdk:grpc-extension", GRPC_EXTENSION, [grpc_handler, rpc, lifecycle]);
+    };
+}

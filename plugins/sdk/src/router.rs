@@ -1,0 +1,30 @@
+//! MAP messages and notifications from the plugin.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::bindings::map_gateway::plugin::router as wit;
+use crate::bindings::map_gateway::plugin::types::RpcError;
+
+/// Push the notification `method` with `params` (serialised to a JSON
+/// object) to a participant's session. To the current caller, notifications
+/// are written right after the response, in order, only if the call
+/// succeeds. Fails with 2000 (no session) or 2003 (its queue is full).
+pub fn notify<T: Serialize + ?Sized>(participant_id: &str, method: &str, params: &T) -> Result<(), RpcError> {
+    let params = serde_json::to_string(params).map_err(|e| RpcError { code: -32603, message: format!("Notification params cannot be written as JSON: {e}"), data: None })?;
+    wit::notify(participant_id, method, &params)
+}
+
+/// Send a MAP message as `map/send` would, as the current caller (outside a
+/// call, as the participant `plugin:<name>`); the `map/send` result.
+pub fn send(to: &Value, payload: &Value, meta: Option<&Value>) -> Result<Value, RpcError> {
+    let meta = meta.map(Value::to_string);
+    let result = wit::send(&to.to_string(), &payload.to_string(), meta.as_deref())?;
+    Ok(serde_json::from_str(&result).unwrap_or(Value::Null))
+}
+
+/// For each participant or agent id, since when (Unix ms) it has been
+/// connected; `None` when it has no live session.
+pub fn connected_since(ids: &[String]) -> Vec<Option<u64>> {
+    wit::connected_since(ids)
+}
