@@ -3,10 +3,10 @@
 //! `map/connect`. Reporting is for agents only, and only about agents their
 //! own session registered.
 
+use map_plugin_sdk::{Caller, Result};
 use serde_json::{json, Value};
 
-use crate::error::{Error, Result};
-use crate::map_gateway::plugin::types::Caller;
+use crate::error::permission_denied;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Capability {
@@ -29,11 +29,11 @@ impl Capability {
 pub fn require(caller: &Caller, capability: Capability) -> Result<()> {
     let name = format!("trajectory.{}", capability.key());
     if capability == Capability::Report && caller.participant_type != "agent" {
-        return Err(Error::permission_denied(format!("Only agents report checkpoints; this session is a {}", caller.participant_type))
+        return Err(permission_denied(format!("Only agents report checkpoints; this session is a {}", caller.participant_type))
             .with_details(json!({ "capability": name, "participantType": caller.participant_type })));
     }
     if declined(&caller.capabilities, capability) {
-        return Err(Error::permission_denied(format!("The participant declared {name}: false")).with_details(json!({ "capability": name })));
+        return Err(permission_denied(format!("The participant declared {name}: false")).with_details(json!({ "capability": name })));
     }
     Ok(())
 }
@@ -50,10 +50,10 @@ pub fn reporting_agent(caller: &Caller, named: Option<&str>) -> Result<String> {
     let owned = || json!({ "ownedAgents": caller.agent_ids });
     match named {
         Some(agent) if caller.agent_ids.iter().any(|a| a == agent) => Ok(agent.to_string()),
-        Some(agent) => Err(Error::permission_denied(format!("This session does not own agent {agent}"))
+        Some(agent) => Err(permission_denied(format!("This session does not own agent {agent}"))
             .with_details(json!({ "agentId": agent, "ownedAgents": caller.agent_ids }))),
         None => {
-            caller.agent_ids.first().cloned().ok_or_else(|| Error::permission_denied("Register an agent before reporting checkpoints").with_details(owned()))
+            caller.agent_ids.first().cloned().ok_or_else(|| permission_denied("Register an agent before reporting checkpoints").with_details(owned()))
         }
     }
 }
@@ -63,7 +63,7 @@ pub fn require_owner(caller: &Caller, id: &str, agent: &str) -> Result<()> {
     if caller.agent_ids.iter().any(|a| a == agent) {
         return Ok(());
     }
-    Err(Error::permission_denied(format!("Checkpoint {id} belongs to agent {agent}, which this session does not own"))
+    Err(permission_denied(format!("Checkpoint {id} belongs to agent {agent}, which this session does not own"))
         .with_details(json!({ "checkpointId": id, "agentId": agent })))
 }
 
@@ -86,14 +86,14 @@ mod tests {
     #[test]
     fn declared_false_refuses_only_that_capability() {
         let c = caller("client", &[], r#"{"trajectory":{"canQuery":false}}"#);
-        assert_eq!(require(&c, Capability::Query).unwrap_err().code, codes::PERMISSION_DENIED);
+        assert_eq!(require(&c, Capability::Query).unwrap_err().code(), Some(codes::PERMISSION_DENIED));
         assert!(require(&c, Capability::RequestContent).is_ok());
         assert!(require(&caller("client", &[], "null"), Capability::Query).is_ok());
     }
 
     #[test]
     fn only_agents_report() {
-        assert_eq!(require(&caller("client", &[], "null"), Capability::Report).unwrap_err().code, codes::PERMISSION_DENIED);
+        assert_eq!(require(&caller("client", &[], "null"), Capability::Report).unwrap_err().code(), Some(codes::PERMISSION_DENIED));
         assert!(require(&caller("agent", &["a"], "{}"), Capability::Report).is_ok());
         let off = caller("agent", &["a"], r#"{"trajectory":{"canReport":false}}"#);
         assert!(require(&off, Capability::Report).is_err());

@@ -3,12 +3,12 @@
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
+use map_plugin_sdk::{Error, Result};
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
-use crate::error::{Error, Result};
-use crate::host;
-use crate::keys;
+use crate::error::content_unavailable;
+use crate::keys::{self, CHUNKS};
 use crate::model::{Artifact, ArtifactKind, Record};
 
 /// An artifact ready to store: its manifest entry and its chunks.
@@ -53,7 +53,7 @@ pub fn hex(bytes: &[u8]) -> String {
 
 /// The stored base64 text of one chunk (`None`: the artifact is damaged).
 pub fn stored_chunk(record: &Record, artifact: usize, index: u32) -> Result<Option<String>> {
-    host::get(keys::CHUNKS, &keys::chunk(&record.blob, artifact, index))
+    CHUNKS.get(&keys::chunk(&record.blob, artifact, index))
 }
 
 pub fn decode(chunk: &str) -> Option<Vec<u8>> {
@@ -64,7 +64,7 @@ pub fn decode(chunk: &str) -> Option<Vec<u8>> {
 /// its length and checksum. Only for artifacts small enough to answer inline.
 pub fn read_inline(record: &Record, index: usize) -> Result<Box<RawValue>> {
     let artifact = &record.artifacts[index];
-    let damaged = || Error::content_unavailable(format!("Artifact {} of checkpoint {} is damaged", artifact.name, record.checkpoint.id));
+    let damaged = || content_unavailable(format!("Artifact {} of checkpoint {} is damaged", artifact.name, record.checkpoint.id));
     let mut bytes = Vec::with_capacity(artifact.total_bytes as usize);
     for i in 0..artifact.total_chunks {
         let chunk = stored_chunk(record, index, i)?.ok_or_else(damaged)?;

@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 
+use map_plugin_sdk::{ids, router, Call, Caller, Reply, Result};
 use serde::Serialize;
 use serde_json::json;
 use serde_json::value::RawValue;
@@ -17,12 +18,11 @@ use sha2::{Digest, Sha256};
 
 use crate::access::{self, Capability};
 use crate::artifacts::{self, hex};
-use crate::error::{Error, Result};
-use crate::map_gateway::plugin::types::Caller;
+use crate::error::{checkpoint_not_found, content_unavailable, stream_failed};
 use crate::model::Record;
-use crate::params::{self, Content};
+use crate::params::Content;
+use crate::repo;
 use crate::settings::Settings;
-use crate::{host, ids, repo, CONTENT};
 
 pub const CHUNK: &str = "trajectory/content.chunk";
 /// The well-known artifact served from the checkpoint's own `metadata`
@@ -53,7 +53,7 @@ struct Plan {
 }
 
 #[derive(Serialize)]
-struct Reply {
+struct Answer {
     content: ContentResult,
 }
 
@@ -99,18 +99,19 @@ struct Chunk<'a> {
     checksum: Option<&'a str>,
 }
 
-pub fn content(caller: &Caller, settings: &Settings, text: &str) -> Result<String> {
+pub fn content(call: &Call) -> Result<Reply> {
+    let caller = call.caller;
     access::require(caller, Capability::RequestContent)?;
-    let req: Content = params::parse(CONTENT, text)?;
-    let record = repo::load(&req.checkpoint_id)?.ok_or_else(|| Error::checkpoint_not_found(&req.checkpoint_id))?;
+    let req: Content = call.params()?;
+    let record = repo::load(&req.checkpoint_id)?.ok_or_else(|| checkpoint_not_found(&req.checkpoint_id))?;
 
     let (wanted, unavailable) = select(&record, req.include.as_deref());
     if wanted.is_empty() && (req.include.is_none() || !unavailable.is_empty()) {
         let available: Vec<&str> = available_names(&record);
-        return Err(Error::content_unavailable(format!("Checkpoint {} has no content to serve for this request", record.checkpoint.id))
+        return Err(content_unavailable(format!("Checkpoint {} has no content to serve for this request", record.checkpoint.id))
             .with_details(json!({ "checkpointId": record.checkpoint.id, "unavailable": unavailable, "available": available })));
     }
-    let plan = plan(wanted, settings.inline_max_bytes as u64);
+    let plan = plan(wanted, Settings::load().inline_max_bytes as u64);
 
     let mut inline = BTreeMap::new();
     for w in &plan.inline {
@@ -131,7 +132,7 @@ pub fn content(caller: &Caller, settings: &Settings, text: &str) -> Result<Strin
         unavailable,
     };
     if let Some(Wanted { name, source: Source::Stored(index), .. }) = plan.stream {
-        let stream_id = format!("stream-{}", ids::ulid(&caller.session_id));
+        let stream_id = ids::new_id("stream");
         let artifact = &record.artifacts[index];
         let info = StreamInfo {
             total_bytes: artifact.total_bytes,
@@ -146,7 +147,7 @@ pub fn content(caller: &Caller, settings: &Settings, text: &str) -> Result<Strin
         result.stream_artifact = Some(name);
         result.stream_info = Some(info);
     }
-    Ok(serde_json::to_string(&Reply { content: result }).expect("a content result serialises"))
+    Reply::json(&Answer { content: result })
 }
 
 fn available_names(record: &Record) -> Vec<&str> {
@@ -202,7 +203,7 @@ fn plan(wanted: Vec<Wanted>, budget: u64) -> Plan {
 fn stream(caller: &Caller, record: &Record, index: usize, stream_id: &str) -> Result<()> {
     let artifact = &record.artifacts[index];
     let failed = |i: u32, why: &str| {
-        Error::stream_failed(format!("Stream {stream_id} of artifact {} failed at chunk {i}: {why}", artifact.name))
+        stream_failed(format!("Stream {stream_id} of artifact {} failed at chunk {i}: {why}", artifact.name))
             .with_details(json!({ "streamId": stream_id, "index": i }))
     };
     let mut hasher = Sha256::new();
@@ -224,8 +225,7 @@ fn stream(caller: &Caller, record: &Record, index: usize, stream_id: &str) -> Re
             None
         };
         let chunk = Chunk { stream_id, index: i, data: &data, is_final, checksum: checksum.as_deref() };
-        let params = serde_json::to_string(&chunk).expect("a chunk serialises");
-        host::notify(&caller.participant_id, CHUNK, &params).map_err(|e| {
+        router::notify(&caller.participant_id, CHUNK, &chunk).map_err(|e| {
             failed(i, &format!("the session did not take it ({} {})", e.code, e.message))
                 .with_details(json!({ "streamId": stream_id, "index": i, "cause": { "code": e.code, "message": e.message } }))
         })?;

@@ -10,19 +10,21 @@
 //! | `by-session`       | `<h(sessionId)>/<pos>`                | checkpoint JSON  |
 //! | `by-agent-session` | `<h(agentId)>.<h(sessionId)>/<pos>`   | checkpoint JSON  |
 //! | `chunks`           | `<blob>/<artifact>/<chunk>`           | base64 of bytes  |
-//! | `meta`             | `seq`                                 | last report seq  |
+//! | `meta`             | `seq`                                 | last report seq (a counter) |
 //!
 //! `<pos>` is `<timestamp>/<seq>/<h(id)>`, zero-padded so that byte order is
 //! time order, then report order. Agent and session ids are hashed (`h`) so
 //! that any id fits the host's 512-byte keys and cannot forge a separator.
+//! Values are JSON but for chunks (base64 text) and the counter (decimal text).
 
+use map_plugin_sdk::store::{Collection, Counter, Text};
 use sha2::{Digest, Sha256};
 
-use crate::model::Checkpoint;
+use crate::model::{Checkpoint, Record};
 
-pub const CHECKPOINTS: &str = "checkpoints";
-pub const CHUNKS: &str = "chunks";
-pub const META: &str = "meta";
+pub const CHECKPOINTS: Collection<Record> = Collection::new("checkpoints");
+pub const CHUNKS: Collection<String, Text> = Collection::new("chunks");
+pub const META: Counter = Counter::new("meta");
 pub const SEQ: &str = "seq";
 
 /// Hex of the first 16 bytes of SHA-256: short, fixed-size and collision-free in practice.
@@ -68,13 +70,13 @@ impl Index {
         v
     }
 
-    pub fn collection(&self) -> &'static str {
-        match self {
+    pub fn collection(&self) -> Collection<Checkpoint> {
+        Collection::new(match self {
             Index::All => "by-time",
             Index::Agent(_) => "by-agent",
             Index::Session(_) => "by-session",
             Index::AgentSession(..) => "by-agent-session",
-        }
+        })
     }
 
     /// The key prefix of this listing's entries.
@@ -141,7 +143,7 @@ mod tests {
     #[test]
     fn index_follows_the_filter() {
         assert_eq!(Index::for_filter(None, None), Index::All);
-        assert_eq!(Index::for_filter(Some("a"), Some("s")).collection(), "by-agent-session");
+        assert_eq!(Index::for_filter(Some("a"), Some("s")).collection().name(), "by-agent-session");
         let cp = Checkpoint { id: "c".into(), agent_id: "a".into(), timestamp: 1, label: None, session_id: None, metadata: None };
         assert_eq!(Index::all_for(&cp).len(), 2);
     }

@@ -7,14 +7,10 @@
 //! Everything lives in the host's store, scoped to (tenant, plugin), so it
 //! survives restarts; see `keys` for the layout.
 
-wit_bindgen::generate!({ path: "../../wit", world: "extension" });
-
 mod access;
 mod artifacts;
 mod content;
 mod error;
-mod host;
-mod ids;
 mod keys;
 mod model;
 mod params;
@@ -23,10 +19,8 @@ mod repo;
 mod report;
 mod settings;
 
-use exports::map_gateway::plugin::rpc::{Descriptor, EventFilter, FilterField, Guest};
-use map_gateway::plugin::types::{Caller, RpcError};
+use map_plugin_sdk::{Call, Describe, ErrorRange, EventFilter, Extension, Methods, Reply, Result};
 
-use error::Error;
 use settings::Settings;
 
 pub const CHECKPOINT: &str = "trajectory/checkpoint";
@@ -36,52 +30,33 @@ pub const CONTENT: &str = "trajectory/content";
 
 struct Trajectory;
 
-impl Guest for Trajectory {
-    fn describe() -> Descriptor {
-        Descriptor {
-            name: "trajectory".into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-            uri: "urn:map:ext:trajectory:1".into(),
-            capability_group: "trajectory".into(),
+impl Extension for Trajectory {
+    const ERRORS: ErrorRange = error::ERRORS;
+    const METHODS: Methods = Methods::new(&[(CHECKPOINT, report::checkpoint), (LIST, query::list), (GET, query::get), (CONTENT, content::content)]);
+
+    fn describe() -> Describe {
+        Describe::new("trajectory", env!("CARGO_PKG_VERSION"))
             // Described per tenant: a tenant's `enabled = false` shows at map/connect.
-            capabilities: serde_json::json!({
+            .capabilities(serde_json::json!({
                 "enabled": Settings::load().enabled,
                 "canReport": true,
                 "canQuery": true,
                 "canRequestContent": true,
-            })
-            .to_string(),
-            methods: [CHECKPOINT, LIST, GET, CONTENT].map(String::from).to_vec(),
-            error_range: (13000, 13999),
+            }))
             // `map/subscribe {filter: {trajectory: {agentId, sessionId}}}`.
-            event_filters: vec![EventFilter {
-                key: "trajectory".into(),
-                event_types: "trajectory.*".into(),
-                fields: [("agentId", ["checkpoint.agentId", "agentId"]), ("sessionId", ["checkpoint.sessionId", "sessionId"])]
-                    .iter()
-                    .map(|(name, paths)| FilterField { name: name.to_string(), paths: paths.iter().map(|p| p.to_string()).collect() })
-                    .collect(),
-            }],
+            .event_filter(
+                EventFilter::new("trajectory", "trajectory.*")
+                    .field("agentId", &["checkpoint.agentId", "agentId"])
+                    .field("sessionId", &["checkpoint.sessionId", "sessionId"]),
+            )
+    }
+
+    fn handle(call: &Call) -> Result<Reply> {
+        if !Settings::load().enabled {
+            return Err(error::not_enabled());
         }
-    }
-
-    fn handle(caller: Caller, method: String, params: String) -> Result<String, RpcError> {
-        dispatch(&caller, &method, &params).map_err(Error::into_rpc)
+        Self::METHODS.dispatch(call)
     }
 }
 
-fn dispatch(caller: &Caller, method: &str, params: &str) -> Result<String, Error> {
-    let settings = Settings::load();
-    if !settings.enabled {
-        return Err(Error::not_enabled());
-    }
-    match method {
-        CHECKPOINT => report::checkpoint(caller, &settings, params),
-        LIST => query::list(caller, params),
-        GET => query::get(caller, params),
-        CONTENT => content::content(caller, &settings, params),
-        other => Err(Error::method_not_found(other)),
-    }
-}
-
-export!(Trajectory);
+map_plugin_sdk::export_extension!(Trajectory);

@@ -1,13 +1,11 @@
-//! Request params of the four methods, as the SDK sends them.
+//! Request params of the four methods, as the MAP SDK sends them.
 
 use std::collections::BTreeMap;
 
-use serde::de::DeserializeOwned;
+use map_plugin_sdk::{params, Result};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
-
-use crate::error::{Error, Result};
 
 /// Longest checkpoint id, agent id, work session id or artifact name, in bytes.
 pub const MAX_ID_BYTES: usize = 256;
@@ -76,43 +74,21 @@ pub struct Content {
     pub include: Option<Vec<String>>,
 }
 
-/// Parse params borrowing from the request text.
-pub fn parse_borrowed<'a, T: Deserialize<'a>>(method: &str, text: &'a str) -> Result<T> {
-    serde_json::from_str(text).map_err(|e| Error::invalid_params(format!("Invalid params for {method}: {e}")))
-}
-
-pub fn parse<T: DeserializeOwned>(method: &str, text: &str) -> Result<T> {
-    parse_borrowed(method, text)
-}
-
 /// An identifier the client chose: present, not empty, not too long.
 pub fn check_id(what: &str, value: &str) -> Result<()> {
-    if value.is_empty() {
-        return Err(Error::invalid_params(format!("{what} must not be empty")));
-    }
-    if value.len() > MAX_ID_BYTES {
-        return Err(Error::invalid_params(format!("{what} is longer than {MAX_ID_BYTES} bytes")));
-    }
-    // The host store reserves U+10FFFF as its range end.
-    if value.contains('\u{10FFFF}') {
-        return Err(Error::invalid_params(format!("{what} may not contain U+10FFFF")));
-    }
-    Ok(())
+    params::check_id(what, value, MAX_ID_BYTES)
 }
 
 impl List {
     pub fn page_size(&self) -> Result<u32> {
-        match self.limit {
-            None => Ok(DEFAULT_LIMIT),
-            Some(0) => Err(Error::invalid_params("limit must be at least 1")),
-            Some(n) => Ok(n.min(MAX_LIMIT)),
-        }
+        params::page_size(self.limit, DEFAULT_LIMIT, MAX_LIMIT)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use map_plugin_sdk::params::{parse, parse_borrowed};
 
     #[test]
     fn report_borrows_artifacts_and_ignores_timestamp() {
@@ -126,9 +102,9 @@ mod tests {
 
     #[test]
     fn bad_params_are_invalid_params() {
-        assert_eq!(parse::<Get>("trajectory/get", "{}").unwrap_err().code, -32602);
-        assert_eq!(parse::<List>("trajectory/list", r#"{"limit":"x"}"#).unwrap_err().code, -32602);
-        assert_eq!(parse::<List>("trajectory/list", r#"{"limit":0}"#).unwrap().page_size().unwrap_err().code, -32602);
+        assert_eq!(parse::<Get>("trajectory/get", "{}").unwrap_err().code(), Some(-32602));
+        assert_eq!(parse::<List>("trajectory/list", r#"{"limit":"x"}"#).unwrap_err().code(), Some(-32602));
+        assert_eq!(parse::<List>("trajectory/list", r#"{"limit":0}"#).unwrap().page_size().unwrap_err().code(), Some(-32602));
         assert_eq!(parse::<List>("trajectory/list", r#"{"limit":100000}"#).unwrap().page_size().unwrap(), MAX_LIMIT);
         assert!(check_id("id", "").is_err());
         assert!(check_id("id", &"x".repeat(MAX_ID_BYTES + 1)).is_err());

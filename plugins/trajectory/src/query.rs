@@ -1,14 +1,14 @@
 //! `trajectory/list` and `trajectory/get`.
 
+use map_plugin_sdk::{Call, Error, Reply, Result};
 use serde::Serialize;
 
 use crate::access::{self, Capability};
-use crate::error::{Error, Result};
+use crate::error::checkpoint_not_found;
 use crate::keys::Index;
-use crate::map_gateway::plugin::types::Caller;
 use crate::model::Checkpoint;
-use crate::params::{self, Get, List};
-use crate::{repo, GET, LIST};
+use crate::params::{Get, List};
+use crate::repo;
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -22,9 +22,9 @@ struct Page {
 /// Checkpoints newest first, filtered by agent, work session and time. The
 /// cursor is the id of the last checkpoint of the previous page, as in the
 /// SDK's reference server; the page continues just below its position.
-pub fn list(caller: &Caller, text: &str) -> Result<String> {
-    access::require(caller, Capability::Query)?;
-    let req: List = params::parse(LIST, text)?;
+pub fn list(call: &Call) -> Result<Reply> {
+    access::require(call.caller, Capability::Query)?;
+    let req: List = call.params()?;
     let limit = req.page_size()?;
     let filter = req.filter.unwrap_or_default();
     let index = Index::for_filter(filter.agent_id.as_deref(), filter.session_id.as_deref());
@@ -48,12 +48,12 @@ pub fn list(caller: &Caller, text: &str) -> Result<String> {
     checkpoints
         .retain(|c| filter.agent_id.as_ref().is_none_or(|a| &c.agent_id == a) && filter.session_id.as_ref().is_none_or(|s| c.session_id.as_ref() == Some(s)));
     let page = Page { checkpoints, has_more, next_cursor };
-    Ok(serde_json::to_string(&page).expect("a page serialises"))
+    Reply::json(&page)
 }
 
-pub fn get(caller: &Caller, text: &str) -> Result<String> {
-    access::require(caller, Capability::Query)?;
-    let req: Get = params::parse(GET, text)?;
-    let record = repo::load(&req.checkpoint_id)?.ok_or_else(|| Error::checkpoint_not_found(&req.checkpoint_id))?;
-    Ok(serde_json::json!({ "checkpoint": record.checkpoint }).to_string())
+pub fn get(call: &Call) -> Result<Reply> {
+    access::require(call.caller, Capability::Query)?;
+    let req: Get = call.params()?;
+    let record = repo::load(&req.checkpoint_id)?.ok_or_else(|| checkpoint_not_found(&req.checkpoint_id))?;
+    Ok(serde_json::json!({ "checkpoint": record.checkpoint }).into())
 }

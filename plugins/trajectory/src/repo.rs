@@ -1,24 +1,25 @@
 //! Reading and writing checkpoint records with their indexes and chunks,
 //! following the layout in `keys`.
 
-use crate::error::{Error, Result};
-use crate::host;
-use crate::keys::{self, Index};
-use crate::map_gateway::plugin::store::Write;
+use map_plugin_sdk::store::{retry, Attempt, Batch, Outcome, Versioned};
+use map_plugin_sdk::{Error, Result};
+
+use crate::keys::{self, Index, CHECKPOINTS, CHUNKS, META, SEQ};
 use crate::model::{Checkpoint, Record};
 
 pub fn load(id: &str) -> Result<Option<Record>> {
-    match host::get(keys::CHECKPOINTS, id)? {
-        None => Ok(None),
-        Some(text) => serde_json::from_str(&text).map(Some).map_err(|e| Error::damaged(format!("Stored checkpoint {id} is unreadable: {e}"))),
-    }
+    CHECKPOINTS.get(id)
 }
 
-/// The next report sequence number. Two concurrent reports may draw the same
-/// one; keys stay unique through the checkpoint id, only their relative
-/// order within one millisecond is then by id.
+/// The record under `id` with its version, for a report that may replace it.
+pub fn load_versioned(id: &str) -> Result<Versioned<Record>> {
+    CHECKPOINTS.get_versioned(id)
+}
+
+/// The next report sequence number. It is a counter in the store, so
+/// concurrent reports (on any instance) each draw their own.
 pub fn next_seq() -> Result<u64> {
-    Ok(host::get(keys::META, keys::SEQ)?.and_then(|s| s.parse::<u64>().ok()).unwrap_or(0) + 1)
+    Ok(META.add(SEQ, 1)?.max(0) as u64)
 }
 
 fn position(record: &Record) -> String {
@@ -30,39 +31,72 @@ pub fn key_in(index: &Index, record: &Record) -> String {
     index.key(&position(record))
 }
 
-/// Store a record, its index entries and its artifact chunks in one atomic
-/// batch, replacing `previous` (the record it overwrites) entirely.
-pub fn save(record: &Record, chunks: Vec<Vec<String>>, previous: Option<&Record>) -> Result<()> {
-    let mut writes: Vec<Write> = Vec::new();
-    if let Some(old) = previous {
-        for index in Index::all_for(&old.checkpoint) {
-            writes.push(host::delete(index.collection(), &key_in(&index, old)));
-        }
-        for (a, artifact) in old.artifacts.iter().enumerate() {
-            for c in 0..artifact.total_chunks {
-                writes.push(host::delete(keys::CHUNKS, &keys::chunk(&old.blob, a, c)));
-            }
-        }
-    }
-    let checkpoint_json = serde_json::to_string(&record.checkpoint).expect("a checkpoint serialises");
+/// Store `record`, its index entries and its artifact chunks in one atomic
+/// commit that replaces `previous` (what the report read under the same id)
+/// entirely: its index entries and chunks go. The commit applies only if
+/// the stored record is still `previous`; when another report of the same
+/// id committed in between, the record is read again, `may_replace` asked
+/// about it, and the commit tried again, so no report leaves stale index
+/// entries or chunks behind.
+pub fn save(record: &Record, chunks: Vec<Vec<String>>, mut previous: Versioned<Record>, may_replace: impl Fn(&Record) -> Result<()>) -> Result<()> {
+    let mut batch = Batch::new();
     for index in Index::all_for(&record.checkpoint) {
-        writes.push(host::put(index.collection(), &key_in(&index, record), checkpoint_json.clone()));
+        batch.put(&index.collection(), key_in(&index, record), &record.checkpoint);
     }
     for (a, artifact_chunks) in chunks.into_iter().enumerate() {
         for (c, chunk) in artifact_chunks.into_iter().enumerate() {
-            writes.push(host::put(keys::CHUNKS, &keys::chunk(&record.blob, a, c as u32), chunk));
+            batch.put_bytes(CHUNKS.name(), keys::chunk(&record.blob, a, c as u32), chunk.into_bytes());
         }
     }
-    writes.push(host::put(keys::CHECKPOINTS, &record.checkpoint.id, serde_json::to_string(record).expect("a record serialises")));
-    writes.push(host::put(keys::META, keys::SEQ, record.seq.to_string()));
-    host::batch(&writes)
+    let id = &record.checkpoint.id;
+    batch.put(&CHECKPOINTS, id.as_str(), record);
+    // The new values stay; what depends on `previous` is rebuilt per attempt.
+    let fixed = batch.len();
+    retry(|| {
+        batch.truncate(fixed);
+        batch.expect_version(&CHECKPOINTS, id.as_str(), previous.version);
+        if let Some(old) = &previous.value {
+            for index in Index::all_for(&old.checkpoint) {
+                batch.delete(&index.collection(), key_in(&index, old));
+            }
+            for (a, artifact) in old.artifacts.iter().enumerate() {
+                for c in 0..artifact.total_chunks {
+                    batch.delete(&CHUNKS, keys::chunk(&old.blob, a, c));
+                }
+            }
+        }
+        match batch.commit().map_err(unstorable)? {
+            Outcome::Committed(_) => Ok(Attempt::Done(())),
+            Outcome::Conflict(_) => {
+                previous = load_versioned(id)?;
+                if let Some(old) = &previous.value {
+                    may_replace(old)?;
+                }
+                Ok(Attempt::Retry)
+            }
+        }
+    })
+}
+
+/// Only our own keys and values reach the store, so a write it refuses
+/// (not an outage) comes from identifiers or metadata too large to keep.
+fn unstorable(e: Error) -> Error {
+    if e.is_storage() && !e.is_retryable() {
+        Error::invalid_params(format!("Cannot store this checkpoint: {}", e.message()))
+    } else {
+        e
+    }
 }
 
 /// Up to `limit` checkpoints of `index`, newest first, with keys strictly
 /// between `after` and `before`.
 pub fn newest_first(index: &Index, after: Option<String>, before: Option<String>, limit: u32) -> Result<Vec<Checkpoint>> {
-    let rows = host::scan_newest_first(index.collection(), &index.prefix(), after, before, limit)?;
-    rows.into_iter()
-        .map(|(key, value)| serde_json::from_str(&value).map_err(|e| Error::damaged(format!("Stored index entry {key} is unreadable: {e}"))))
-        .collect()
+    let mut range = index.collection().prefix(index.prefix()).reverse();
+    if let Some(a) = after {
+        range = range.after(a);
+    }
+    if let Some(b) = before {
+        range = range.before(b);
+    }
+    Ok(range.take(limit as usize)?.into_iter().map(|e| e.value).collect())
 }

@@ -1,18 +1,17 @@
 //! `trajectory/checkpoint`: an agent reports a checkpoint, optionally with
 //! content artifacts. The record, its index entries and its chunks are
-//! written in one batch; then `trajectory.checkpoint` is emitted.
+//! written in one atomic commit; then `trajectory.checkpoint` is emitted.
 
+use map_plugin_sdk::{events, ids, Call, Error, Reply, Result};
 use serde::Serialize;
 use serde_json::json;
 
 use crate::access::{self, Capability};
 use crate::artifacts::{self, Encoded};
-use crate::error::{Error, Result};
-use crate::map_gateway::plugin::types::Caller;
 use crate::model::{Artifact, Checkpoint, Record};
-use crate::params::{self, check_id, Report, MAX_ARTIFACTS};
+use crate::params::{check_id, Report, MAX_ARTIFACTS};
 use crate::settings::Settings;
-use crate::{host, ids, keys, repo, CHECKPOINT};
+use crate::{keys, repo};
 
 /// What the reporter gets back: the stored checkpoint, plus a summary of the
 /// artifacts kept (so it can check their checksums).
@@ -31,9 +30,10 @@ struct ArtifactSummary<'a> {
     checksum: &'a str,
 }
 
-pub fn checkpoint(caller: &Caller, settings: &Settings, text: &str) -> Result<String> {
+pub fn checkpoint(call: &Call) -> Result<Reply> {
+    let caller = call.caller;
     access::require(caller, Capability::Report)?;
-    let report: Report = params::parse_borrowed(CHECKPOINT, text)?;
+    let report: Report = call.params_borrowed()?;
     let input = report.checkpoint;
 
     let agent_id = access::reporting_agent(caller, input.agent_id.as_deref())?;
@@ -43,18 +43,20 @@ pub fn checkpoint(caller: &Caller, settings: &Settings, text: &str) -> Result<St
     if let Some(session) = &input.session_id {
         check_id("checkpoint.sessionId", session)?;
     }
-    let id = input.id.unwrap_or_else(|| format!("ckpt-{}", ids::ulid(&caller.session_id)));
+    let id = input.id.unwrap_or_else(|| ids::new_id("ckpt"));
 
     // Reporting an existing id replaces that checkpoint, but only for its own agent.
-    let previous = repo::load(&id)?;
-    if let Some(old) = &previous {
-        access::require_owner(caller, &id, &old.checkpoint.agent_id)?;
+    let may_replace = |old: &Record| access::require_owner(caller, &old.checkpoint.id, &old.checkpoint.agent_id);
+    let previous = repo::load_versioned(&id)?;
+    if let Some(old) = &previous.value {
+        may_replace(old)?;
     }
 
     let content = report.content.unwrap_or_default();
     if content.len() > MAX_ARTIFACTS {
         return Err(Error::invalid_params(format!("A checkpoint carries at most {MAX_ARTIFACTS} artifacts")));
     }
+    let chunk_bytes = Settings::load().chunk_bytes;
     let mut encoded: Vec<Encoded> = Vec::with_capacity(content.len());
     for (name, value) in &content {
         check_id("artifact name", name)?;
@@ -62,7 +64,7 @@ pub fn checkpoint(caller: &Caller, settings: &Settings, text: &str) -> Result<St
         if value.get().trim() == "null" {
             continue;
         }
-        encoded.push(artifacts::encode(name, value, settings.chunk_bytes)?);
+        encoded.push(artifacts::encode(name, value, chunk_bytes)?);
     }
 
     let seq = repo::next_seq()?;
@@ -75,21 +77,21 @@ pub fn checkpoint(caller: &Caller, settings: &Settings, text: &str) -> Result<St
         reported_by: caller.participant_id.clone(),
         artifacts: manifest,
     };
-    repo::save(&record, chunks, previous.as_ref())?;
+    repo::save(&record, chunks, previous, may_replace)?;
 
     announce(&record);
     let reply = Reported {
         checkpoint: &record.checkpoint,
         artifacts: record.artifacts.iter().map(|a| ArtifactSummary { name: &a.name, total_bytes: a.total_bytes, checksum: &a.checksum }).collect(),
     };
-    Ok(serde_json::to_string(&reply).expect("a reply serialises"))
+    Reply::json(&reply)
 }
 
 /// Tell subscribers: `trajectory.checkpoint` always, and
 /// `trajectory.content.available` when artifacts came with it.
 fn announce(record: &Record) {
     let cp = &record.checkpoint;
-    host::emit("trajectory.checkpoint", &json!({ "checkpoint": cp }).to_string());
+    events::emit("trajectory.checkpoint", &json!({ "checkpoint": cp }));
     if !record.artifacts.is_empty() {
         let mut data = json!({
             "checkpointId": cp.id,
@@ -99,6 +101,6 @@ fn announce(record: &Record) {
         if let Some(session) = &cp.session_id {
             data["sessionId"] = json!(session);
         }
-        host::emit("trajectory.content.available", &data.to_string());
+        events::emit("trajectory.content.available", &data);
     }
 }

@@ -1,9 +1,8 @@
 //! The plugin's configuration for the calling tenant (`[plugins.trajectory.config]`,
 //! overlaid by the tenant's `plugin_config.trajectory`).
 
+use map_plugin_sdk::config;
 use serde::Deserialize;
-
-use crate::host;
 
 /// Smallest and largest stored (and streamed) chunk, in bytes before base64.
 const MIN_CHUNK_BYTES: usize = 1 << 10;
@@ -31,15 +30,7 @@ impl Default for Settings {
 impl Settings {
     /// Read the configuration; a malformed one is logged and the defaults apply.
     pub fn load() -> Settings {
-        let raw = host::config_all();
-        let settings = match serde_json::from_str::<Settings>(&raw) {
-            Ok(s) => s,
-            Err(e) => {
-                host::warn(&format!("ignoring malformed trajectory configuration ({e}): {raw}"));
-                Settings::default()
-            }
-        };
-        settings.normalised()
+        config::load::<Settings>().normalised()
     }
 
     fn normalised(mut self) -> Settings {
