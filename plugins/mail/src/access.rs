@@ -1,4 +1,12 @@
 //! Who is calling and what they may do: the rules the reference server skips.
+//!
+//! Readers are participants, and observer clients: callers that declared
+//! `capabilities.mail.canObserve: true` at `map/connect`, in a tenant whose
+//! `allow_observers` is not false. An observer reads every conversation of
+//! the tenant without taking part, but only its public turns (no `private`,
+//! `participants` or `role` visibility, nothing internal); it writes nothing
+//! a non-participant could not write. A participant that is also an observer
+//! sees what either gives it.
 
 use serde_json::Value;
 
@@ -6,6 +14,7 @@ use crate::error::{MailError, MailResult};
 use crate::map_gateway::plugin::types::Caller;
 use crate::model::{Conversation, HistoryAccess, Participant, ParticipantType, Turn, Visibility};
 use crate::repo;
+use crate::settings;
 
 /// The caller as a mail participant.
 pub struct Actor {
@@ -40,6 +49,12 @@ impl Actor {
         Actor { id, kind, mail_caps: caps.get("mail").cloned().unwrap_or(Value::Null) }
     }
 
+    /// An observer client: `capabilities.mail.canObserve: true`, and the
+    /// tenant allows observers.
+    pub fn is_observer(&self) -> bool {
+        self.mail_caps.get("canObserve").and_then(Value::as_bool) == Some(true) && settings::allow_observers()
+    }
+
     /// A participant may narrow what it does at `map/connect`
     /// (`capabilities.mail.canCreate: false`, …); undeclared means allowed.
     pub fn require_capability(&self, capability: &str, method: &str) -> MailResult<()> {
@@ -63,6 +78,55 @@ pub fn require_member(conv: &Conversation, actor: &Actor) -> MailResult<Particip
         Some(p) if p.is_active() => Ok(p),
         _ => Err(MailError::not_a_participant(&conv.id, &actor.id)),
     }
+}
+
+/// Who reads a conversation: its participant, an observer client, or both.
+pub struct Reader {
+    /// The caller's active participant record, if it takes part.
+    pub member: Option<Participant>,
+    /// The caller is an observer client (public turns of every conversation).
+    pub observer: bool,
+}
+
+/// Something that may or may not see a turn.
+pub trait Sees {
+    fn sees(&self, turn: &Turn) -> bool;
+}
+
+impl Sees for Participant {
+    fn sees(&self, turn: &Turn) -> bool {
+        can_see(self, turn)
+    }
+}
+
+impl Sees for Reader {
+    /// What its participant record lets it read (with `canObserve`), plus
+    /// every public turn for an observer.
+    fn sees(&self, turn: &Turn) -> bool {
+        self.member.as_ref().is_some_and(|m| m.permissions.can_observe && can_see(m, turn)) || (self.observer && turn.is_public())
+    }
+}
+
+impl Reader {
+    /// Reading turns at all: a participant needs `canObserve`; an observer
+    /// client may always.
+    pub fn require_turns(&self) -> MailResult<()> {
+        match &self.member {
+            Some(m) if !self.observer => require_observer(m),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The caller as a reader of a conversation: an active participant or an
+/// observer client; anyone else gets 10002.
+pub fn require_reader(conv: &Conversation, actor: &Actor) -> MailResult<Reader> {
+    let member = repo::participant(&conv.id, &actor.id)?.filter(Participant::is_active);
+    let observer = actor.is_observer();
+    if member.is_none() && !observer {
+        return Err(MailError::not_a_participant(&conv.id, &actor.id));
+    }
+    Ok(Reader { member, observer })
 }
 
 /// Closed conversations take no more turns, participants or threads.
@@ -113,9 +177,86 @@ pub fn can_see(reader: &Participant, turn: &Turn) -> bool {
 
 /// A turn of the conversation the reader may see, else 10006 (an invisible
 /// turn is reported exactly like a missing one).
-pub fn visible_turn(conv: &str, turn_id: &str, reader: &Participant) -> MailResult<Turn> {
+pub fn visible_turn(conv: &str, turn_id: &str, reader: &impl Sees) -> MailResult<Turn> {
     match repo::turn(conv, turn_id)? {
-        Some(t) if can_see(reader, &t) => Ok(t),
+        Some(t) if reader.sees(&t) => Ok(t),
         _ => Err(MailError::turn_not_found(conv, turn_id)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Permissions, Role, TurnSource, TurnStatus};
+    use serde_json::Map;
+
+    fn member(id: &str, role: Role) -> Participant {
+        Participant {
+            id: id.into(),
+            conversation_id: "conv-1".into(),
+            kind: ParticipantType::Agent,
+            role,
+            joined_at: 0,
+            left_at: None,
+            permissions: Permissions::for_role(role),
+            invited_by: None,
+            removed_by: None,
+        }
+    }
+
+    fn turn(by: &str, visibility: Option<Visibility>, internal: bool) -> Turn {
+        let mut metadata = Map::new();
+        if internal {
+            metadata.insert("internal".into(), Value::Bool(true));
+        }
+        Turn {
+            id: "turn-1".into(),
+            conversation_id: "conv-1".into(),
+            participant: by.into(),
+            timestamp: 10,
+            content_type: "text".into(),
+            content: Value::Null,
+            thread_id: None,
+            in_reply_to: None,
+            source: TurnSource::Explicit { method: "mail/turn".into() },
+            visibility,
+            status: TurnStatus::Complete,
+            metadata,
+            updated_at: None,
+        }
+    }
+
+    #[test]
+    fn an_observer_sees_public_turns_only() {
+        let observer = Reader { member: None, observer: true };
+        assert!(observer.sees(&turn("a", None, false)));
+        assert!(observer.sees(&turn("a", Some(Visibility::All), false)));
+        assert!(!observer.sees(&turn("a", Some(Visibility::Private), false)));
+        assert!(!observer.sees(&turn("a", Some(Visibility::Participants { ids: vec!["o".into()] }), false)));
+        assert!(!observer.sees(&turn("a", Some(Visibility::Role { roles: vec![Role::Observer] }), false)), "not even the observer role");
+        assert!(!observer.sees(&turn("a", None, true)), "nor internal turns");
+        assert!(observer.require_turns().is_ok());
+    }
+
+    #[test]
+    fn a_participant_that_observes_sees_either() {
+        let mut blind = member("w", Role::Worker);
+        blind.permissions.history_access = HistoryAccess::None;
+        let both = Reader { member: Some(blind.clone()), observer: true };
+        assert!(both.sees(&turn("a", None, false)), "public, through the observer capability");
+        assert!(both.sees(&turn("w", Some(Visibility::Private), false)), "its own private turn, as the participant");
+        assert!(!both.sees(&turn("a", Some(Visibility::Role { roles: vec![Role::Worker] }), false)), "its history access hides this one");
+
+        let only_member = Reader { member: Some(blind), observer: false };
+        assert!(!only_member.sees(&turn("a", None, false)));
+
+        let mut no_observe = member("w", Role::Worker);
+        no_observe.permissions.can_observe = false;
+        let reader = Reader { member: Some(no_observe.clone()), observer: false };
+        assert_eq!(reader.require_turns().unwrap_err().code, crate::error::PERMISSION_DENIED);
+        assert!(!reader.sees(&turn("a", None, false)));
+        let reader = Reader { member: Some(no_observe), observer: true };
+        assert!(reader.require_turns().is_ok());
+        assert!(reader.sees(&turn("a", None, false)));
     }
 }

@@ -169,11 +169,12 @@ struct GetParams {
     include: GetInclude,
 }
 
-/// `mail/get`: a conversation the caller takes part in, with the parts it asks for.
+/// `mail/get`: a conversation the caller takes part in (or observes), with
+/// the parts it asks for; turns and stats as this reader may see them.
 pub fn get(actor: &Actor, params: &str) -> MailResult<Value> {
     let p: GetParams = params::parse(params)?;
     let conv = access::require_conversation(params::id("conversationId", &p.conversation_id)?)?;
-    let reader = access::require_member(&conv, actor)?;
+    let reader = access::require_reader(&conv, actor)?;
     let mut out = json!({ "conversation": conv });
     if p.include.participants {
         out["participants"] = json!(repo::participants(&conv.id)?);
@@ -182,12 +183,12 @@ pub fn get(actor: &Actor, params: &str) -> MailResult<Value> {
         out["threads"] = json!(threads::all_with_counts(&conv.id)?);
     }
     if let Some(n) = p.include.recent_turns.filter(|n| *n > 0) {
-        access::require_observer(&reader)?;
+        reader.require_turns()?;
         let q = TurnQuery { descending: true, ..TurnQuery::new(&conv.id) };
         out["recentTurns"] = json!(q.page(&reader, (n as usize).min(turns::MAX_LIMIT), false)?.turns);
     }
     if p.include.stats {
-        access::require_observer(&reader)?;
+        reader.require_turns()?;
         // Counted over what this reader may see, so stats reveal no hidden turns.
         let visible = TurnQuery::new(&conv.id).all(&reader)?;
         let mut by_type: BTreeMap<&str, u64> = BTreeMap::new();
@@ -226,16 +227,22 @@ struct ListParams {
 
 /// `mail/list`: the conversations the caller takes part in, oldest first,
 /// filtered and paged (the cursor is the last conversation id of a page).
+/// An observer client lists every conversation of the tenant, or with
+/// `filter.participantId` those that participant takes part in.
 pub fn list(actor: &Actor, params: &str) -> MailResult<Value> {
     let p: ListParams = params::parse(params)?;
     let limit = params::limit(p.limit, 50, 200);
     let f = p.filter;
     let kinds = f.kind.map(OneOrMany::into_vec).unwrap_or_default();
     let statuses = f.status.map(OneOrMany::into_vec).unwrap_or_default();
-    let other = f.participant_id.filter(|pid| *pid != actor.id);
 
-    let prefix = format!("{}/", repo::esc(&actor.id));
-    let mut range = Range::prefix(repo::MEMBERSHIPS, prefix.clone());
+    // Keys are `<pid>/<conv>` (memberships) or `<conv>` (every conversation).
+    let (collection, prefix, other) = match (actor.is_observer(), f.participant_id) {
+        (true, Some(pid)) => (repo::MEMBERSHIPS, format!("{}/", repo::esc(&pid)), None),
+        (true, None) => (repo::CONVERSATIONS, String::new(), None),
+        (false, pid) => (repo::MEMBERSHIPS, format!("{}/", repo::esc(&actor.id)), pid.filter(|pid| *pid != actor.id)),
+    };
+    let mut range = Range::prefix(collection, prefix.clone());
     if let Some(c) = &p.cursor {
         range.after = Some(format!("{prefix}{}", params::cursor(c, "conv-")?));
     }

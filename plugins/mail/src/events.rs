@@ -4,16 +4,20 @@
 //! turn/thread/participant objects and `participantId` from the event data,
 //! so every event carries `conversationId` at the top plus those objects.
 //!
-//! Events follow the read rules: they go (through `emit-to`) only to the
+//! Events follow the read rules: they go (through `emit-for`) only to the
 //! conversation's current participants, and a turn's events only to those
-//! who may see that turn.
+//! who may see that turn. Where the tenant allows observer clients, events
+//! also reach every session that declared `mail.canObserve`, except those
+//! about a turn that is not public: an observer never hears of a private,
+//! addressed, role-restricted or internal turn.
 
 use serde_json::Value;
 
 use crate::access;
-use crate::map_gateway::plugin::events;
+use crate::map_gateway::plugin::events::{self, Audience};
 use crate::model::{Participant, Turn};
 use crate::repo;
+use crate::settings;
 
 pub const CREATED: &str = "mail.created";
 pub const CLOSED: &str = "mail.closed";
@@ -24,10 +28,15 @@ pub const TURN_UPDATED: &str = "mail.turn.updated";
 pub const THREAD_CREATED: &str = "mail.thread.created";
 pub const SUMMARY_GENERATED: &str = "mail.summary.generated";
 
-/// Emit one event to `audience` (participant ids). The write it reports is
+/// The sessions' capability that makes them observer clients.
+const OBSERVER_CAPABILITY: &str = "mail.canObserve";
+
+/// Emit one event to `ids` (participant ids), and to observer clients when
+/// `observers` is true and the tenant allows them. The write it reports is
 /// already durable, so a failure here is logged, not answered to the client.
-fn emit_to(kind: &str, data: Value, audience: &[String]) {
-    if let Err(e) = events::emit_to(kind, &data.to_string(), audience) {
+fn emit_for(kind: &str, data: Value, ids: Vec<String>, observers: bool) {
+    let capability = (observers && settings::allow_observers()).then(|| OBSERVER_CAPABILITY.to_string());
+    if let Err(e) = events::emit_for(kind, &data.to_string(), &Audience { ids, capability }) {
         crate::warn(&format!("could not emit {kind}: {e}"));
     }
 }
@@ -43,15 +52,16 @@ fn current(conv: &str) -> Vec<Participant> {
 }
 
 /// An event about a conversation, for its current participants (and `also`,
-/// e.g. someone who just left).
+/// e.g. someone who just left) and observer clients.
 pub fn emit(kind: &str, conv: &str, data: Value, also: Option<&str>) {
     let mut audience: Vec<String> = current(conv).into_iter().map(|p| p.id).collect();
     audience.extend(also.map(String::from));
-    emit_to(kind, data, &audience);
+    emit_for(kind, data, audience, true);
 }
 
-/// An event about a turn, for the participants who may see it.
+/// An event about a turn, for the participants who may see it, and for
+/// observer clients only when the turn is public.
 pub fn emit_turn(kind: &str, turn: &Turn, data: Value) {
     let audience: Vec<String> = current(&turn.conversation_id).into_iter().filter(|p| access::can_see(p, turn)).map(|p| p.id).collect();
-    emit_to(kind, data, &audience);
+    emit_for(kind, data, audience, turn.is_public());
 }

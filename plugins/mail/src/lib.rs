@@ -1,7 +1,8 @@
 //! The MAP mail extension as a gateway plugin (world `intercepting-extension`):
 //! persistent conversations, participants, turns and threads on the host's
-//! storage, the thirteen `mail/*` methods, `mail.*` events, and turns
-//! recorded from `map/send` messages that carry `meta.mail`.
+//! storage, the thirteen `mail/*` methods, `mail.*` events, turns recorded
+//! from `map/send` messages that carry `meta.mail`, and observer clients
+//! (`capabilities.mail.canObserve`) that watch without taking part.
 
 wit_bindgen::generate!({ path: "../../wit", world: "intercepting-extension" });
 
@@ -73,6 +74,8 @@ impl Rpc for Mail {
                 "canInvite": true,
                 "canViewHistory": true,
                 "canCreateThreads": true,
+                // Observer clients are admitted (they declare `canObserve: true`).
+                "canObserve": settings::allow_observers(),
             })
             .to_string(),
             methods: METHODS.iter().map(|(m, _)| m.to_string()).collect(),

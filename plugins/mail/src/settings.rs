@@ -18,3 +18,10 @@ pub fn enabled() -> bool {
 pub fn max_thread_depth() -> u32 {
     key::<u64>("max_thread_depth").map(|d| d.min(u32::MAX as u64) as u32).unwrap_or(DEFAULT_MAX_THREAD_DEPTH)
 }
+
+/// `allow_observers = false` keeps observer clients out: a caller that
+/// declared `capabilities.mail.canObserve: true` at `map/connect` then gets
+/// nothing for it (it reads and hears only what it takes part in).
+pub fn allow_observers() -> bool {
+    key::<bool>("allow_observers").unwrap_or(true)
+}

@@ -80,11 +80,11 @@ struct ListParams {
 }
 
 /// `mail/thread/list`: threads in creation order; with `parentThreadId`,
-/// only the threads directly below it.
+/// only the threads directly below it. For participants and observer clients.
 pub fn list(actor: &Actor, params: &str) -> MailResult<Value> {
     let p: ListParams = params::parse(params)?;
     let conv = access::require_conversation(params::id("conversationId", &p.conversation_id)?)?;
-    access::require_member(&conv, actor)?;
+    access::require_reader(&conv, actor)?;
     if let Some(parent) = &p.parent_thread_id {
         if !repo::exists(repo::THREADS, &repo::thread_key(&conv.id, parent))? {
             return Err(MailError::thread_not_found(&conv.id, parent));

@@ -3,7 +3,7 @@
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use crate::access::{self, Actor};
+use crate::access::{self, Actor, Reader, Sees};
 use crate::error::{MailError, MailResult};
 use crate::events;
 use crate::ids;
@@ -230,7 +230,7 @@ impl TurnQuery {
         }
     }
 
-    fn matches(&self, t: &Turn, reader: &Participant) -> bool {
+    fn matches(&self, t: &Turn, reader: &impl Sees) -> bool {
         if let ThreadScope::Among(set) = &self.threads {
             if !t.thread_id.as_ref().is_some_and(|id| set.contains(id)) {
                 return false;
@@ -242,7 +242,7 @@ impl TurnQuery {
             && self.to_id.as_ref().is_none_or(|to| t.id <= *to)
             && self.after_ts.is_none_or(|ts| t.timestamp > ts)
             && self.before_ts.is_none_or(|ts| t.timestamp < ts)
-            && access::can_see(reader, t)
+            && reader.sees(t)
     }
 
     /// Whether the walk has passed the inclusive bounds and can stop.
@@ -255,7 +255,7 @@ impl TurnQuery {
     }
 
     /// Up to `limit` turns; with `count_rest`, keep walking to count every match.
-    pub fn page(&self, reader: &Participant, limit: usize, count_rest: bool) -> MailResult<Page> {
+    pub fn page(&self, reader: &impl Sees, limit: usize, count_rest: bool) -> MailResult<Page> {
         let range = self.range();
         let mut page = Page { turns: Vec::new(), has_more: false, matched: 0 };
         range.each(|entry| {
@@ -279,7 +279,7 @@ impl TurnQuery {
     }
 
     /// Every matching turn, oldest first.
-    pub fn all(&self, reader: &Participant) -> MailResult<Vec<Turn>> {
+    pub fn all(&self, reader: &impl Sees) -> MailResult<Vec<Turn>> {
         Ok(self.page(reader, usize::MAX, false)?.turns)
     }
 }
@@ -305,16 +305,17 @@ fn require_thread(conv: &str, thread: &str) -> MailResult<()> {
     }
 }
 
-fn require_turn(conv: &str, turn: &str, reader: &Participant) -> MailResult<String> {
+fn require_turn(conv: &str, turn: &str, reader: &Reader) -> MailResult<String> {
     access::visible_turn(conv, turn, reader).map(|t| t.id)
 }
 
-/// The caller as a reader of a conversation's turns.
-fn reader(actor: &Actor, conversation_id: &str, method: &str) -> MailResult<(Conversation, Participant)> {
+/// The caller as a reader of a conversation's turns: a participant with
+/// `canObserve`, or an observer client.
+fn reader(actor: &Actor, conversation_id: &str, method: &str) -> MailResult<(Conversation, Reader)> {
     actor.require_capability("canViewHistory", method)?;
     let conv = access::require_conversation(params::id("conversationId", conversation_id)?)?;
-    let reader = access::require_member(&conv, actor)?;
-    access::require_observer(&reader)?;
+    let reader = access::require_reader(&conv, actor)?;
+    reader.require_turns()?;
     Ok((conv, reader))
 }
 
