@@ -1,4 +1,5 @@
-//! Conversation lifecycle: `mail/create`, `mail/get`, `mail/list`, `mail/close`.
+//! Conversation lifecycle: `mail/create`, `mail/get`, `mail/list`, `mail/close`,
+//! `mail/reopen`.
 
 use std::collections::BTreeMap;
 
@@ -316,5 +317,49 @@ pub fn close(actor: &Actor, params: &str) -> MailResult<Value> {
         data["reason"] = json!(r);
     }
     events::emit(events::CLOSED, &conv.id, data, None);
+    Ok(json!({ "conversation": conv }))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ReopenParams {
+    conversation_id: String,
+}
+
+/// `mail/reopen`: make a closed conversation active again (no `closedAt`,
+/// `closedBy` or `closeReason` any more). Only its initiator or a moderator
+/// may, as for `mail/close`. Reopening an active conversation changes nothing
+/// and answers it as it is, without an event, so a retry is harmless.
+pub fn reopen(actor: &Actor, params: &str) -> MailResult<Value> {
+    let p: ReopenParams = params::parse(params)?;
+    let mut conv = access::require_conversation(params::id("conversationId", &p.conversation_id)?)?;
+    let member = access::require_member(&conv, actor)?;
+    if !member.role.is_manager() {
+        return Err(MailError::permission_denied(
+            format!("{} ({:?}) may not reopen conversation {}: only its initiator or a moderator may", member.id, member.role, conv.id),
+            "role",
+        ));
+    }
+    if conv.is_open() {
+        return Ok(json!({ "conversation": conv }));
+    }
+    let previous = conv.status;
+    let now = ids::now_ms();
+    conv.status = ConversationStatus::Active;
+    conv.closed_at = None;
+    conv.closed_by = None;
+    conv.close_reason = None;
+    conv.updated_at = now;
+    let mut batch = Batch::default();
+    batch.put(repo::CONVERSATIONS, conv.id.clone(), &conv).touch(&conv.id, now);
+    batch.commit()?;
+    let data = json!({
+        "conversationId": conv.id,
+        "reopenedBy": actor.id,
+        "participantId": actor.id,
+        "previousStatus": previous,
+        "conversation": conv,
+    });
+    events::emit(events::REOPENED, &conv.id, data, None);
     Ok(json!({ "conversation": conv }))
 }

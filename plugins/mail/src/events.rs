@@ -21,6 +21,7 @@ use crate::settings;
 
 pub const CREATED: &str = "mail.created";
 pub const CLOSED: &str = "mail.closed";
+pub const REOPENED: &str = "mail.reopened";
 pub const PARTICIPANT_JOINED: &str = "mail.participant.joined";
 pub const PARTICIPANT_LEFT: &str = "mail.participant.left";
 pub const TURN_ADDED: &str = "mail.turn.added";

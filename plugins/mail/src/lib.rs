@@ -1,6 +1,6 @@
 //! The MAP mail extension as a gateway plugin (world `intercepting-extension`):
 //! persistent conversations, participants, turns and threads on the host's
-//! storage, the thirteen `mail/*` methods, `mail.*` events, turns recorded
+//! storage, the fifteen `mail/*` methods, `mail.*` events, turns recorded
 //! from `map/send` messages that carry `meta.mail`, and observer clients
 //! (`capabilities.mail.canObserve`) that watch without taking part.
 
@@ -38,9 +38,11 @@ const METHODS: &[(&str, Method)] = &[
     ("mail/get", conversations::get),
     ("mail/list", conversations::list),
     ("mail/close", conversations::close),
+    ("mail/reopen", conversations::reopen),
     ("mail/join", participants::join),
     ("mail/leave", participants::leave),
     ("mail/invite", participants::invite),
+    ("mail/presence", participants::presence),
     ("mail/turn", turns::record),
     ("mail/turns/list", turns::list),
     ("mail/thread/create", threads::create),

@@ -1,4 +1,4 @@
-//! Participants: `mail/join`, `mail/leave`, `mail/invite`.
+//! Participants: `mail/join`, `mail/leave`, `mail/invite`, `mail/presence`.
 
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -7,6 +7,7 @@ use crate::access::{self, Actor};
 use crate::error::{MailError, MailResult};
 use crate::events;
 use crate::ids;
+use crate::map_gateway::plugin::router;
 use crate::model::{Participant, ParticipantType, Permissions, PermissionsPatch, Role};
 use crate::params;
 use crate::repo::{self, Batch};
@@ -217,4 +218,32 @@ pub fn invite(actor: &Actor, params: &str) -> MailResult<Value> {
     batch.commit()?;
     announce_joined(&participant, Some((&actor.id, p.message.as_deref())));
     Ok(json!({"invited": true, "participant": participant}))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PresenceParams {
+    conversation_id: String,
+}
+
+/// `mail/presence`: which of the conversation's current participants are
+/// connected to the gateway now, and since when (Unix ms: when the session
+/// of a participant connected or last resumed, when an agent registered).
+/// A participant whose session dropped and awaits a resume is offline. For
+/// participants and observer clients.
+pub fn presence(actor: &Actor, params: &str) -> MailResult<Value> {
+    let p: PresenceParams = params::parse(params)?;
+    let conv = access::require_conversation(params::id("conversationId", &p.conversation_id)?)?;
+    access::require_reader(&conv, actor)?;
+    let current: Vec<String> = repo::participants(&conv.id)?.into_iter().filter(Participant::is_active).map(|p| p.id).collect();
+    let since = router::connected_since(&current);
+    let participants: Vec<Value> = current
+        .into_iter()
+        .zip(since.into_iter().chain(std::iter::repeat(None)))
+        .map(|(id, since)| match since {
+            Some(at) => json!({"participantId": id, "online": true, "since": at}),
+            None => json!({"participantId": id, "online": false}),
+        })
+        .collect();
+    Ok(json!({"conversationId": conv.id, "participants": participants}))
 }
