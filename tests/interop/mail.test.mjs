@@ -2,7 +2,8 @@
 // every mail/* method, the rules the reference server skips (participants only, closed
 // conversations, canSend, visibility, historyAccess, content types, nesting limit), every
 // spec error code 10000–10010, intercepted turns from map/send, mail.* events and the
-// `mail` subscription filter.
+// `mail` subscription filter; observer clients (capabilities.mail.canObserve), mail/reopen
+// and mail/presence.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { join, dirname } from 'node:path';
@@ -16,6 +17,7 @@ const HERE = dirname(fileURLToPath(import.meta.url));
 const MAIL_WASM = join(HERE, '..', '..', 'plugins', 'dist', 'mail.wasm');
 const OFF = { method: 'api-key', credential: 'off-key' };
 const SHALLOW = { method: 'api-key', credential: 'shallow-key' };
+const NO_OBSERVERS = { method: 'api-key', credential: 'no-observers-key' };
 
 const E = {
   CONVERSATION_NOT_FOUND: 10000,
@@ -47,6 +49,8 @@ before(async () => {
       // mail switched off for one tenant, a tighter nesting limit for another
       { id: 'off', api_keys: ['off-key'], toml: 'plugin_config = { mail = { enabled = false } }' },
       { id: 'shallow', api_keys: ['shallow-key'], toml: 'plugin_config = { mail = { max_thread_depth = 1 } }' },
+      // observer clients turned away
+      { id: 'no-observers', api_keys: ['no-observers-key'], toml: 'plugin_config = { mail = { allow_observers = false } }' },
     ],
     extraToml: `[plugins.mail]\npath = ${JSON.stringify(MAIL_WASM)}\n\n[plugins.mail.config]\nmax_thread_depth = 3\n`,
   });
@@ -109,16 +113,16 @@ async function turn(h, conversationId, body, more = {}) {
 // capability advertisement
 // ---------------------------------------------------------------------------
 
-test('map/connect advertises capabilities.mail and the mail extension with its 13 methods', async () => {
+test('map/connect advertises capabilities.mail and the mail extension with its 15 methods', async () => {
   const c = await connectClient(gw);
   const caps = c.connectResult.capabilities;
   assert.equal(caps.mail?.enabled, true, `capabilities.mail: ${JSON.stringify(caps.mail)}`);
-  for (const k of ['canCreate', 'canJoin', 'canInvite', 'canViewHistory', 'canCreateThreads']) assert.equal(caps.mail[k], true, k);
+  for (const k of ['canCreate', 'canJoin', 'canInvite', 'canViewHistory', 'canCreateThreads', 'canObserve']) assert.equal(caps.mail[k], true, k);
   const ext = caps.extensions.find((e) => e.uri === 'urn:map:ext:mail:1');
   assert.ok(ext, `extensions: ${JSON.stringify(caps.extensions)}`);
   assert.deepEqual([...ext.methods].sort(), [
-    'mail/close', 'mail/create', 'mail/get', 'mail/invite', 'mail/join', 'mail/leave', 'mail/list', 'mail/replay',
-    'mail/summary', 'mail/thread/create', 'mail/thread/list', 'mail/turn', 'mail/turns/list',
+    'mail/close', 'mail/create', 'mail/get', 'mail/invite', 'mail/join', 'mail/leave', 'mail/list', 'mail/presence',
+    'mail/reopen', 'mail/replay', 'mail/summary', 'mail/thread/create', 'mail/thread/list', 'mail/turn', 'mail/turns/list',
   ]);
 });
 
@@ -892,6 +896,199 @@ test('map/subscribe filter.mail: conversationId, threadId, participantId, conten
     ['mail.turn.added', x3.id],
     ['mail.participant.left', b.id],
   ]);
+});
+
+// ---------------------------------------------------------------------------
+// observer clients
+// ---------------------------------------------------------------------------
+
+const OBSERVE = { mail: { canObserve: true } };
+/** A dashboard: a client that declared capabilities.mail.canObserve at map/connect. */
+const observer = (opts = {}) => connectClient(gw, { name: uid('dashboard'), capabilities: OBSERVE, ...opts });
+const mailEventsIn = async (h, conversationId) => (await h.conn.replay({ filter: { mail: { conversationId } }, limit: 1000 })).events.map((e) => e.event ?? e);
+
+test('an observer client hears and reads the public turns of conversations it is not in, and writes nothing', async () => {
+  const o = await observer();
+  const bystander = await connectClient(gw, { name: uid('bystander') });
+  const ow = await watch({ eventTypes: ['mail.*'] }, o);
+  const a = await agent('lead');
+  const b = await agent('worker');
+  const res = await a.conn.createConversation({
+    subject: uid('subject'), initialParticipants: [{ id: b.id, role: 'worker' }], initialTurn: text('kick-off'),
+  });
+  const id = res.conversation.id;
+  const first = res.initialTurn;
+  const pub = await turn(b, id, 'for everyone');
+  const hidden = [
+    await turn(a, id, 'note to self', { visibility: { type: 'private' } }),
+    await turn(a, id, 'for the worker', { visibility: { type: 'participants', ids: [b.id] } }),
+    await turn(a, id, 'for the observer role', { visibility: { type: 'role', roles: ['observer'] } }),
+    await turn(a, id, 'internal reasoning', { metadata: { internal: true } }),
+  ];
+  const last = await turn(a, id, 'the end', { visibility: { type: 'all' } });
+  const visible = ids([first, pub, last]);
+
+  // Events reach a session in order: once the last turn's is in, the hidden ones would have been too.
+  await ow.wait(ofType('mail.turn.added', (d) => d.turn.id === last.id));
+  const heard = ow.events((ev) => ev.data?.conversationId === id);
+  assert.equal(heard.filter(ofType('mail.created')).length, 1, 'mail.created');
+  assert.deepEqual(heard.filter(ofType('mail.participant.joined')).map((e) => e.data.participant.id).sort(), [a.id, b.id].sort());
+  assert.deepEqual(heard.filter(ofType('mail.turn.added')).map((e) => e.data.turn.id), visible, 'only public turns are announced to observers');
+  assert.deepEqual((await mailEventsIn(o, id)).filter(ofType('mail.turn.added')).map((e) => e.data.turn.id), visible, 'map/replay too');
+
+  // every read of turns shows it the public ones only
+  assert.deepEqual(ids((await o.conn.listTurns({ conversationId: id })).turns), visible);
+  assert.deepEqual(ids((await o.conn.replayConversation({ conversationId: id })).turns), visible);
+  const got = await o.conn.getConversation(id, { participants: true, threads: true, recentTurns: 10, stats: true });
+  assert.deepEqual(ids(got.recentTurns), [...visible].reverse());
+  assert.equal(got.stats.totalTurns, 3);
+  assert.deepEqual(got.participants.map((p) => p.id).sort(), [a.id, b.id].sort());
+  for (const t of hidden) {
+    await rejectsWithCode(o.conn.listTurns({ conversationId: id, filter: { afterTurnId: t.id } }), E.TURN_NOT_FOUND, 'a hidden turn is reported as missing');
+  }
+  const { thread } = await a.conn.createThread({ conversationId: id, rootTurnId: pub.id });
+  assert.deepEqual((await o.conn.listThreads({ conversationId: id })).threads.map((t) => t.id), [thread.id]);
+  await ow.wait(ofType('mail.thread.created', (d) => d.threadId === thread.id));
+  // mail/list: every conversation of the tenant, or those of one participant
+  const listed = async (filter) => (await o.conn.listConversations({ filter })).conversations.map((c) => c.id);
+  assert.deepEqual(await listed({ participantId: b.id }), [id]);
+  assert.deepEqual(await listed({ createdAfter: res.conversation.createdAt - 1 }), [id]);
+
+  // writing needs taking part
+  const sees = (await o.conn.listTurns({ conversationId: id })).turns;
+  await rejectsWithCode(o.conn.recordTurn({ conversationId: id, ...text('hello') }), E.NOT_A_PARTICIPANT, 'turn');
+  await rejectsWithCode(o.conn.createThread({ conversationId: id, rootTurnId: pub.id }), E.NOT_A_PARTICIPANT, 'thread');
+  await rejectsWithCode(o.conn.inviteToConversation({ conversationId: id, participant: { id: uid('x') } }), E.NOT_A_PARTICIPANT, 'invite');
+  await rejectsWithCode(o.conn.leaveConversation(id), E.NOT_A_PARTICIPANT, 'leave');
+  await rejectsWithCode(o.conn.closeConversation(id), E.NOT_A_PARTICIPANT, 'close');
+  await rejectsWithCode(o.conn.getConversationSummary({ conversationId: id }), E.NOT_A_PARTICIPANT, 'mail/summary is for participants');
+  assert.deepEqual((await o.conn.listTurns({ conversationId: id })).turns, sees, 'nothing changed');
+
+  // without the capability a non-participant stays out, and hears nothing
+  await rejectsWithCode(bystander.conn.listTurns({ conversationId: id }), E.NOT_A_PARTICIPANT, 'turns');
+  await rejectsWithCode(bystander.conn.replayConversation({ conversationId: id }), E.NOT_A_PARTICIPANT, 'replay');
+  await rejectsWithCode(bystander.conn.getConversation(id), E.NOT_A_PARTICIPANT, 'get');
+  await rejectsWithCode(bystander.conn.listThreads({ conversationId: id }), E.NOT_A_PARTICIPANT, 'threads');
+  await rejectsWithCode(bystander.conn.callExtension('mail/presence', { conversationId: id }), E.NOT_A_PARTICIPANT, 'presence');
+  assert.deepEqual((await bystander.conn.listConversations({ filter: { participantId: b.id } })).conversations, []);
+  assert.deepEqual(await mailEventsIn(bystander, id), [], 'no mail events for a bystander');
+  const declaredFalse = await connectClient(gw, { name: uid('nosy'), capabilities: { mail: { canObserve: false } } });
+  await rejectsWithCode(declaredFalse.conn.listTurns({ conversationId: id }), E.NOT_A_PARTICIPANT, 'canObserve: false');
+
+  // a participant that also observes reads what either gives it
+  const c = await observer();
+  await a.conn.inviteToConversation({ conversationId: id, participant: { id: c.participantId, role: 'worker', permissions: { historyAccess: 'none' } } });
+  assert.deepEqual(ids((await c.conn.listTurns({ conversationId: id })).turns), visible);
+});
+
+test('allow_observers = false: capabilities.mail.canObserve gives nothing in that tenant', async () => {
+  const o = await observer({ auth: NO_OBSERVERS });
+  assert.equal(o.connectResult.capabilities.mail.canObserve, false, 'map/connect says observers are not admitted');
+  const a = await connectAgent(gw, { name: uid('lead'), auth: NO_OBSERVERS });
+  const ow = await watch({ eventTypes: ['mail.*'] }, o);
+  const { conversation: conv } = await a.conn.createConversation({ subject: 'quiet', initialTurn: text('for participants only') });
+  await rejectsWithCode(o.conn.listTurns({ conversationId: conv.id }), E.NOT_A_PARTICIPANT, 'turns');
+  await rejectsWithCode(o.conn.getConversation(conv.id), E.NOT_A_PARTICIPANT, 'get');
+  await rejectsWithCode(o.conn.callExtension('mail/presence', { conversationId: conv.id }), E.NOT_A_PARTICIPANT, 'presence');
+  assert.deepEqual((await o.conn.listConversations()).conversations, [], 'only its own conversations');
+  assert.deepEqual(await mailEventsIn(o, conv.id), [], 'no mail events');
+  assert.deepEqual(ow.events(), []);
+  // the same capability works in a tenant that admits observers
+  const elsewhere = await observer();
+  assert.equal(elsewhere.connectResult.capabilities.mail.canObserve, true);
+});
+
+// ---------------------------------------------------------------------------
+// mail/reopen, mail/presence
+// ---------------------------------------------------------------------------
+
+test('mail/reopen: initiator or moderator makes a closed conversation active again, with mail.reopened', async () => {
+  const a = await agent('lead');
+  const b = await agent('worker');
+  const m = await agent('moderator');
+  const outsider = await agent('outsider');
+  const o = await observer();
+  const id = await conversation(a, [[b, 'worker'], [m, 'moderator']]);
+  const filter = { eventTypes: ['mail.closed', 'mail.reopened'], mail: { conversationId: id } };
+  const [wa, wb, wo] = await Promise.all([watch(filter, a), watch(filter, b), watch(filter, o)]);
+  const reopen = (h, params = { conversationId: id }) => h.conn.callExtension('mail/reopen', params);
+
+  await a.conn.closeConversation(id, 'done for now');
+  await rejectsWithCode(reopen(b), E.PERMISSION_DENIED, 'a worker may not reopen');
+  await rejectsWithCode(reopen(outsider), E.NOT_A_PARTICIPANT, 'outsider');
+  await rejectsWithCode(reopen(o), E.NOT_A_PARTICIPANT, 'an observer writes nothing');
+  await rejectsWithCode(reopen(a, { conversationId: 'conv-01HZZZZZZZZZZZZZZZZZZZZZZZ' }), E.CONVERSATION_NOT_FOUND, 'unknown');
+  await rejectsWithCode(reopen(a, {}), E.INVALID_PARAMS, 'no conversationId');
+
+  const { conversation: open } = await reopen(m);
+  assert.equal(open.id, id);
+  assert.equal(open.status, 'active');
+  for (const k of ['closedAt', 'closedBy', 'closeReason']) assert.equal(open[k], undefined, `${k} is cleared`);
+  for (const w of [wa, wb, wo]) {
+    const evs = await w.wait(() => true, 2);
+    assert.deepEqual(evs.map((e) => e.type), ['mail.closed', 'mail.reopened']);
+    const { data } = evs[1];
+    assert.equal(data.conversationId, id);
+    assert.deepEqual(data.conversation, open);
+    assert.equal(data.reopenedBy, m.id);
+    assert.equal(data.previousStatus, 'completed');
+  }
+  assert.equal((await b.conn.getConversation(id)).conversation.status, 'active');
+  await turn(b, id, 'back to work');
+
+  // reopening an active conversation answers it unchanged and announces nothing
+  const again = await reopen(a);
+  assert.equal(again.conversation.status, 'active');
+  assert.equal(again.conversation.closedAt, undefined);
+  await a.conn.callExtension('mail/close', { conversationId: id, status: 'archived' });
+  await wa.wait(ofType('mail.closed', (d) => d.status === 'archived'));
+  assert.deepEqual(wa.events().map((e) => e.type), ['mail.closed', 'mail.reopened', 'mail.closed']);
+  const { conversation: unarchived } = await reopen(a);
+  assert.equal(unarchived.status, 'active', 'an archived conversation reopens too');
+  const [, , , ev] = await wa.wait(() => true, 4);
+  assert.equal(ev.data.previousStatus, 'archived');
+});
+
+test('mail/presence: which participants are connected now, and since when', async () => {
+  const started = Date.now();
+  const a = await agent('lead');
+  const b = await agent('worker');
+  const c = await connectClient(gw, { name: uid('human') });
+  const o = await observer();
+  const outsider = await agent('outsider');
+  const ghost = uid('ghost');
+  const id = await conversation(a, [[b, 'worker'], [c, 'worker']]);
+  await a.conn.inviteToConversation({ conversationId: id, participant: { id: ghost } });
+  const presence = async (h) => {
+    const p = await h.conn.callExtension('mail/presence', { conversationId: id });
+    assert.equal(p.conversationId, id);
+    return Object.fromEntries(p.participants.map((x) => [x.participantId, x]));
+  };
+
+  const now = await presence(a);
+  assert.deepEqual(Object.keys(now).sort(), [a.id, b.id, c.participantId, ghost].sort());
+  assert.deepEqual(now[b.id], { participantId: b.id, online: true, since: b.agent.lifecycle.createdAt }, 'an agent: since it registered');
+  assert.equal(now[a.id].online, true);
+  const human = now[c.participantId];
+  assert.equal(human.online, true);
+  assert.ok(human.since >= started && human.since <= Date.now(), `a client: since its session connected (${human.since})`);
+  assert.deepEqual(now[ghost], { participantId: ghost, online: false }, 'never connected');
+  assert.deepEqual(await presence(o), now, 'observers may look');
+  assert.deepEqual(await presence(b), now);
+  await rejectsWithCode(outsider.conn.callExtension('mail/presence', { conversationId: id }), E.NOT_A_PARTICIPANT, 'outsider');
+  await rejectsWithCode(a.conn.callExtension('mail/presence', { conversationId: 'conv-01HZZZZZZZZZZZZZZZZZZZZZZZ' }), E.CONVERSATION_NOT_FOUND, 'unknown');
+
+  // a dropped session is offline at once, though it could still resume
+  const sub = await a.conn.subscribe({ eventTypes: ['participant_disconnected'] });
+  c.ws.terminate();
+  await a.tap.waitForEvents(sub.id, (ev) => ev.data?.participantId === c.participantId);
+  const later = await presence(a);
+  assert.deepEqual(later[c.participantId], { participantId: c.participantId, online: false });
+  assert.deepEqual(later[b.id], now[b.id]);
+
+  // who left is no longer listed
+  await b.conn.leaveConversation(id);
+  assert.deepEqual(Object.keys(await presence(a)).sort(), [a.id, c.participantId, ghost].sort());
 });
 
 // ---------------------------------------------------------------------------
