@@ -225,3 +225,35 @@ async fn calls_holding_much_memory_keep_their_deadline_and_spare_other_tenants()
     // 800 ms each, in parallel: the deadline holds, give or take scheduling.
     assert!(started.elapsed() < Duration::from_millis(1800), "the hogs took {:?}", started.elapsed());
 }
+
+#[tokio::test]
+async fn a_tenant_flooding_storage_is_refused_and_others_keep_writing() {
+    let gw = misbehave_for_two_tenants(5000, 128);
+    let (mut flooder, _) = gw.ws_connected("client", Some(api_key("acme-key"))).await;
+    // Over the per-call bound: refused before it reaches the database.
+    flooder.send_text(&request(1, "bad/flood", json!({"count": "200000"})).to_string()).await;
+    let refused = flooder.next_frame(Duration::from_secs(30)).await.expect("an answer to the oversized batch");
+    assert!(err(&refused)["message"].as_str().unwrap_or_default().contains("at most 10000 operations"), "{refused}");
+    // The largest allowed batches, back to back on several connections, while
+    // another tenant writes: every one of the other tenant's writes succeeds.
+    let mut floods = Vec::new();
+    for _ in 0..4 {
+        floods.push(gw.ws_connected("client", Some(api_key("acme-key"))).await.0);
+    }
+    for (i, ws) in floods.iter_mut().enumerate() {
+        for n in 0..3 {
+            ws.send_text(&request(i * 10 + n, "bad/flood", json!({"count": "10000"})).to_string()).await;
+        }
+    }
+    let (mut other, _) = gw.ws_connected("client", Some(api_key("globex-key"))).await;
+    for i in 0..100 {
+        other.call_ok("bad/put", json!({"key": format!("k{i}"), "value": "steady"})).await;
+    }
+    for ws in &mut floods {
+        for _ in 0..3 {
+            let resp = ws.next_frame(Duration::from_secs(60)).await.expect("an answer to each allowed batch");
+            assert_eq!(resp["result"]["written"], 10000, "{resp}");
+        }
+    }
+    assert_eq!(other.call_ok("bad/get", json!({"key": "k99"})).await["value"], "steady");
+}

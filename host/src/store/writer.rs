@@ -2,8 +2,11 @@
 //! here, and each round applies every queued call in one transaction (each
 //! inside a savepoint, so one call's conflict or error leaves the others
 //! alone) and acknowledges them only after that transaction has committed.
-//! One fsync then serves many calls, and since every call is bounded
-//! (`ops::check_ops`), no tenant holds the writer for long.
+//! One fsync then serves many calls. Every call is bounded
+//! (`ops::check_ops`) and waiting calls are taken one tenant at a time, so
+//! no tenant holds the writer for long or queues others behind its writes.
+
+use std::collections::{HashMap, VecDeque};
 
 use sqlx::sqlite::SqliteConnection;
 use sqlx::Connection;
@@ -46,27 +49,73 @@ impl Writer {
 }
 
 async fn run(mut conn: SqliteConnection, mut jobs: mpsc::Receiver<Job>) {
-    let mut group: Vec<Job> = Vec::with_capacity(MAX_GROUP);
-    while let Some(first) = jobs.recv().await {
-        let (mut ops, mut bytes) = (first.ops.len(), call_bytes(&first.ops));
-        group.push(first);
-        // Take what is already waiting, up to about one call's worth.
-        while group.len() < MAX_GROUP && ops < MAX_OPS && bytes < MAX_CALL_BYTES {
-            match jobs.try_recv() {
-                Ok(job) => {
-                    ops += job.ops.len();
-                    bytes += call_bytes(&job.ops);
-                    group.push(job);
-                }
-                Err(_) => break,
+    let mut waiting = Waiting::default();
+    loop {
+        if waiting.is_empty() {
+            match jobs.recv().await {
+                Some(job) => waiting.push(job),
+                None => break,
             }
         }
+        while let Ok(job) = jobs.try_recv() {
+            waiting.push(job);
+        }
+        let group = waiting.next_group();
         let answers = commit_group(&mut conn, &group).await;
-        for (job, answer) in group.drain(..).zip(answers) {
+        for (job, answer) in group.into_iter().zip(answers) {
             let _ = job.reply.send(answer);
         }
     }
     let _ = conn.close().await;
+}
+
+/// Jobs waiting for the writer, queued per tenant so that one tenant's big
+/// writes cannot keep another's small ones waiting behind them.
+#[derive(Default)]
+struct Waiting {
+    queues: HashMap<String, VecDeque<Job>>,
+    /// Tenants with waiting jobs, in the order they are served.
+    turn: VecDeque<String>,
+}
+
+impl Waiting {
+    fn is_empty(&self) -> bool {
+        self.turn.is_empty()
+    }
+
+    fn push(&mut self, job: Job) {
+        let queue = self.queues.entry(job.scope.tenant.clone()).or_default();
+        if queue.is_empty() {
+            self.turn.push_back(job.scope.tenant.clone());
+        }
+        queue.push_back(job);
+    }
+
+    /// The next transaction's jobs: one tenant's job at a time, in turn, as
+    /// long as they fit about one call's worth of operations and bytes.
+    fn next_group(&mut self) -> Vec<Job> {
+        let (mut group, mut ops, mut bytes) = (Vec::new(), 0usize, 0usize);
+        let mut passed = 0;
+        while group.len() < MAX_GROUP && passed < self.turn.len() {
+            let Some(tenant) = self.turn.pop_front() else { break };
+            let queue = self.queues.get_mut(&tenant).expect("a tenant in turn has a queue");
+            let job = queue.front().expect("a tenant in turn has a job");
+            let (o, b) = (job.ops.len(), call_bytes(&job.ops));
+            let fits = group.is_empty() || (ops + o <= MAX_OPS && bytes + b <= MAX_CALL_BYTES);
+            if fits {
+                group.push(queue.pop_front().expect("checked above"));
+                (ops, bytes, passed) = (ops + o, bytes + b, 0);
+            } else {
+                passed += 1;
+            }
+            if queue.is_empty() {
+                self.queues.remove(&tenant);
+            } else {
+                self.turn.push_back(tenant);
+            }
+        }
+        group
+    }
 }
 
 /// One transaction for the whole group; an answer per job.
@@ -111,5 +160,45 @@ async fn commit_group(conn: &mut SqliteConnection, group: &[Job]) -> Vec<Result<
             let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
             fail_all(e.into())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(tenant: &str, ops: usize) -> Job {
+        let scope = Scope { tenant: tenant.into(), plugin: "p".into() };
+        let ops = (0..ops).map(|i| Op::Delete { collection: "c".into(), key: i.to_string() }).collect();
+        Job { scope, ops, reply: oneshot::channel().0 }
+    }
+
+    fn tenants(group: &[Job]) -> Vec<(&str, usize)> {
+        group.iter().map(|j| (j.scope.tenant.as_str(), j.ops.len())).collect()
+    }
+
+    #[test]
+    fn a_small_write_waits_for_at_most_one_big_one() {
+        let mut waiting = Waiting::default();
+        for _ in 0..3 {
+            waiting.push(job("big", MAX_OPS));
+        }
+        waiting.push(job("small", 1));
+        waiting.push(job("small", 2));
+        assert_eq!(tenants(&waiting.next_group()), [("big", MAX_OPS)]);
+        assert_eq!(tenants(&waiting.next_group()), [("small", 1), ("small", 2)]);
+        assert_eq!(tenants(&waiting.next_group()), [("big", MAX_OPS)]);
+        assert_eq!(tenants(&waiting.next_group()), [("big", MAX_OPS)]);
+        assert!(waiting.is_empty());
+    }
+
+    #[test]
+    fn small_writes_of_many_tenants_share_one_transaction() {
+        let mut waiting = Waiting::default();
+        for t in ["a", "b", "c", "a"] {
+            waiting.push(job(t, 3));
+        }
+        assert_eq!(tenants(&waiting.next_group()), [("a", 3), ("b", 3), ("c", 3), ("a", 3)]);
+        assert!(waiting.is_empty());
     }
 }
