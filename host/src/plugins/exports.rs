@@ -1,4 +1,4 @@
-//! What a component exports, found and bound per interface (of the 0.2.0
+//! What a component exports, found and bound per interface (of the 0.2.x
 //! contract or the frozen 0.1.0 one), and one way to call any of it.
 
 use wasmtime::component::{Instance, InstancePre};
