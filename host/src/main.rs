@@ -10,6 +10,8 @@ use map_gateway::config::Config;
 use map_gateway::core::Gateway;
 use map_gateway::transport;
 
+mod scaffold;
+
 // Frames are allocated on one thread and freed on another; glibc's arenas
 // contend on that (measured: ~30% of CPU under load), mimalloc does not.
 #[global_allocator]
@@ -45,6 +47,28 @@ enum Command {
         #[arg(short, long, value_name = "FILE")]
         config: Option<PathBuf>,
     },
+    /// Plugin development.
+    Plugin {
+        #[command(subcommand)]
+        command: PluginCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum PluginCommand {
+    /// Create a plugin project on the Rust plugin SDK that builds for
+    /// wasm32-wasip2 and loads as is (two example methods, a README with the
+    /// build and the [plugins.NAME] stanza).
+    New {
+        /// The plugin's name: its [plugins.NAME] key, crate name and method namespace.
+        name: String,
+        /// Create the project here instead of ./NAME (must be absent or empty).
+        #[arg(long, value_name = "PATH")]
+        dir: Option<PathBuf>,
+        /// The SDK (plugins/sdk of a map-gateway checkout) instead of the one this binary was built from.
+        #[arg(long, value_name = "PATH")]
+        sdk: Option<PathBuf>,
+    },
 }
 
 fn load(path: Option<&PathBuf>) -> anyhow::Result<Config> {
@@ -65,6 +89,13 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Config { config } => {
             print!("{}", load(config.as_ref())?.to_redacted_toml()?);
+            Ok(())
+        }
+        Command::Plugin { command: PluginCommand::New { name, dir, sdk } } => {
+            let project = scaffold::create(&name, dir, sdk)?;
+            println!("created {} in {}", project.name, project.dir.display());
+            println!("build it:  (cd {} && cargo build --release --target wasm32-wasip2)", project.dir.display());
+            println!("load it:   [plugins.{}] path = {:?}", project.name, project.wasm());
             Ok(())
         }
         Command::Serve { config: config_path, listen, data_dir, stdio } => {

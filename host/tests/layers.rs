@@ -7,7 +7,8 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// Top to bottom.
-const LAYERS: &[&str] = &["app", "transport", "plugins", "core", "tenants", "store", "rpc", "ids", "config"];
+/// `scaffold` belongs to the binary (`plugin new`) and uses no other module.
+const LAYERS: &[&str] = &["scaffold", "app", "transport", "plugins", "core", "tenants", "store", "rpc", "ids", "config"];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap().flatten() {

@@ -1,0 +1,287 @@
+//! `map-gateway plugin new NAME`: writes a plugin project on the Rust
+//! plugin SDK (`plugins/sdk`) that builds for `wasm32-wasip2` and loads as
+//! is: `Cargo.toml`, `src/lib.rs` with two methods (a store write that
+//! emits an event, and a read), a README with the build and the
+//! `[plugins.NAME]` stanza, and the SDK workspace's `Cargo.lock`, so the
+//! first build uses the versions the SDK is tested with.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+
+/// The SDK of the checkout this binary was built from.
+pub fn default_sdk() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/sdk")
+}
+
+/// What `plugin new` creates.
+pub struct Project {
+    /// Plugin name: the `[plugins.NAME]` key, the crate name, the method namespace.
+    pub name: String,
+    pub dir: PathBuf,
+    pub sdk: PathBuf,
+}
+
+/// A plugin name: 1 to 64 of `a-z`, `0-9` and `-`, starting with a letter,
+/// not ending with `-`, and not `map` (whose methods belong to the core).
+pub fn check_name(name: &str) -> anyhow::Result<()> {
+    let ok = (1..=64).contains(&name.len())
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && !name.ends_with('-')
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if !ok {
+        bail!("plugin name {name:?}: use 1 to 64 lower-case letters, digits and '-', starting with a letter (e.g. notes or task-board)");
+    }
+    if name == "map" {
+        bail!("plugin name \"map\": the map/ methods belong to the gateway's core");
+    }
+    Ok(())
+}
+
+/// Write the project. Refuses a `dir` that exists and is not empty, and an
+/// SDK path without the SDK's `Cargo.toml`.
+pub fn create(name: &str, dir: Option<PathBuf>, sdk: Option<PathBuf>) -> anyhow::Result<Project> {
+    check_name(name)?;
+    let sdk = sdk.unwrap_or_else(default_sdk);
+    let sdk_manifest = sdk.join("Cargo.toml");
+    let is_sdk = std::fs::read_to_string(&sdk_manifest).is_ok_and(|t| t.contains("name = \"map-plugin-sdk\""));
+    if !is_sdk {
+        bail!("no map-plugin-sdk at {}: pass --sdk with the path of plugins/sdk in a map-gateway checkout", sdk.display());
+    }
+    let sdk = sdk.canonicalize().with_context(|| format!("resolving {}", sdk.display()))?;
+    let dir = dir.unwrap_or_else(|| PathBuf::from(name));
+    if dir.exists() && std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))?.next().is_some() {
+        bail!("{} exists and is not empty", dir.display());
+    }
+    std::fs::create_dir_all(dir.join("src")).with_context(|| format!("creating {}", dir.display()))?;
+    let dir = dir.canonicalize()?;
+    let project = Project { name: name.to_string(), dir, sdk };
+
+    write(&project.dir.join("Cargo.toml"), &cargo_toml(&project))?;
+    write(&project.dir.join("src/lib.rs"), &lib_rs(&project))?;
+    write(&project.dir.join("README.md"), &readme(&project))?;
+    write(&project.dir.join(".gitignore"), "/target\n")?;
+    // The SDK workspace's lock file: the versions the SDK is built and
+    // tested with (cargo drops the entries this project does not use).
+    if let Ok(lock) = std::fs::read_to_string(project.sdk.join("../Cargo.lock")) {
+        write(&project.dir.join("Cargo.lock"), &lock)?;
+    }
+    Ok(project)
+}
+
+fn write(path: &Path, text: &str) -> anyhow::Result<()> {
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+impl Project {
+    /// The crate's library name (`-` becomes `_`), which names the `.wasm`.
+    pub fn lib_name(&self) -> String {
+        self.name.replace('-', "_")
+    }
+
+    /// Where `cargo build --release --target wasm32-wasip2` puts the component.
+    pub fn wasm(&self) -> PathBuf {
+        self.dir.join("target/wasm32-wasip2/release").join(format!("{}.wasm", self.lib_name()))
+    }
+}
+
+/// A TOML basic string.
+fn toml_str(s: &str) -> String {
+    toml::Value::String(s.to_string()).to_string()
+}
+
+fn cargo_toml(p: &Project) -> String {
+    format!(
+        r#"[package]
+name = "{name}"
+version = "0.1.0"
+edition = "2021"
+publish = false
+description = "A map-gateway plugin"
+
+[lib]
+# A Wasm component: build with `cargo build --release --target wasm32-wasip2`.
+crate-type = ["cdylib"]
+
+[dependencies]
+map-plugin-sdk = {{ path = {sdk} }}
+serde = {{ version = "1", features = ["derive"] }}
+serde_json = "1"
+
+[profile.release]
+opt-level = "s"
+lto = true
+codegen-units = 1
+strip = true
+
+# A project of its own, also when it sits inside another cargo workspace.
+[workspace]
+"#,
+        name = p.name,
+        sdk = toml_str(&p.sdk.to_string_lossy()),
+    )
+}
+
+fn lib_rs(p: &Project) -> String {
+    const TEMPLATE: &str = r#"//! The `@NAME@` extension for map-gateway: `@NAME@/put` stores an item and
+//! emits `@NAME@.put`, `@NAME@/get` reads one back. Built on the Rust plugin
+//! SDK (map-plugin-sdk): see its crate docs for the store, batches,
+//! errors, events and the other worlds (observers, HTTP, gRPC, timers).
+
+use map_plugin_sdk::prelude::*;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+/// The error codes this extension answers with, besides JSON-RPC's. The
+/// gateway refuses ranges that overlap JSON-RPC's or the MAP core's codes,
+/// and the two extensions of a tenant should not share one.
+const ERRORS: ErrorRange = ErrorRange::new(20000, 20999);
+const ITEM_NOT_FOUND: i64 = ERRORS.code(20001);
+
+/// What is stored, as JSON, in the collection `items`, under its id.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Item {
+    id: String,
+    text: String,
+    /// The participant that stored it.
+    created_by: String,
+    /// Unix milliseconds.
+    created_at: u64,
+}
+
+const ITEMS: Collection<Item> = Collection::new("items");
+
+/// `@NAME@/put {text}`: the stored item.
+#[derive(Deserialize)]
+struct Put {
+    text: String,
+}
+
+fn put(call: &Call) -> Result<Reply> {
+    // Missing or malformed params answer -32602 with serde's message.
+    let params: Put = call.params()?;
+    let (id, now) = ids::new_id_at("item");
+    let item = Item { id, text: params.text, created_by: call.caller.participant_id.clone(), created_at: now };
+    ITEMS.put(&item.id, &item)?;
+    events::emit("@NAME@.put", &json!({ "itemId": item.id, "createdBy": item.created_by }));
+    Reply::json(&item)
+}
+
+/// `@NAME@/get {itemId}`: the item, or error 20001.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Get {
+    item_id: String,
+}
+
+fn get(call: &Call) -> Result<Reply> {
+    let params: Get = call.params()?;
+    match ITEMS.get(&params.item_id)? {
+        Some(item) => Reply::json(&item),
+        None => Err(Error::new(ITEM_NOT_FOUND, format!("No item {}", params.item_id)).with_details(json!({ "itemId": params.item_id }))),
+    }
+}
+
+struct Plugin;
+
+impl Extension for Plugin {
+    const ERRORS: ErrorRange = ERRORS;
+    const METHODS: Methods = Methods::new(&[("@NAME@/put", put), ("@NAME@/get", get)]);
+
+    fn describe() -> Describe {
+        // URI urn:map:ext:@NAME@:1, capabilities {"enabled": true} under "@NAME@".
+        Describe::new("@NAME@", env!("CARGO_PKG_VERSION"))
+    }
+}
+
+map_plugin_sdk::export_extension!(Plugin);
+"#;
+    TEMPLATE.replace("@NAME@", &p.name)
+}
+
+fn readme(p: &Project) -> String {
+    const TEMPLATE: &str = r#"# @NAME@
+
+A map-gateway plugin made with `map-gateway plugin new`, on the Rust plugin
+SDK (`map-plugin-sdk`, at `@SDK@`). It serves two JSON-RPC methods:
+
+| method | params | result |
+|---|---|---|
+| `@NAME@/put` | `{"text": "…"}` | the stored item `{id, text, createdBy, createdAt}`; emits `@NAME@.put` |
+| `@NAME@/get` | `{"itemId": "…"}` | the item, or error 20001 |
+
+## Build
+
+```sh
+rustup target add wasm32-wasip2     # once
+cargo build --release --target wasm32-wasip2
+```
+
+The component is `target/wasm32-wasip2/release/@LIB@.wasm`.
+
+## Load
+
+Add the plugin to the gateway's configuration (a `[plugins]` table loads
+only the plugins it names: list the standard ones too if you want them):
+
+```toml
+[plugins.@NAME@]
+path = @WASM@
+# deadline_ms = 1000, memory_mb = 64, mode = "pooled", config = { … }: see the gateway's README
+```
+
+and start it: `map-gateway serve --config gateway.toml`. After a rebuild,
+`POST /admin/reload` (or `SIGHUP`) swaps the new version in without
+dropping connections.
+
+## Try it
+
+After `map/connect`, any MAP client calls the methods by name, e.g. with
+the TypeScript SDK: `await connection.request('@NAME@/put', { text: 'hello' })`.
+`map/connect` lists the extension in `capabilities.extensions` and shows
+`capabilities.@NAME@`; `map/subscribe {filter: {eventTypes: ["@NAME@.put"]}}`
+receives its events.
+
+## Where to go from here
+
+- `src/lib.rs`: add a method by writing a handler `fn(&Call) -> Result<Reply>`
+  and listing it in `METHODS`.
+- The SDK's crate documentation (`cargo doc --open -p map-plugin-sdk`):
+  typed collections and ranges, atomic batches with compare-and-swap and
+  counters, ids, errors, events, configuration, and the export macros for
+  observers, timers, HTTP and gRPC.
+- The contract itself is the WIT in the gateway's `wit/` folder.
+"#;
+    TEMPLATE
+        .replace("@NAME@", &p.name)
+        .replace("@LIB@", &p.lib_name())
+        .replace("@SDK@", &p.sdk.to_string_lossy())
+        .replace("@WASM@", &toml_str(&p.wasm().to_string_lossy()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        for good in ["notes", "task-board", "a1"] {
+            assert!(check_name(good).is_ok(), "{good}");
+        }
+        for bad in ["", "Notes", "1x", "x-", "a_b", "a/b", "map", &"x".repeat(65)] {
+            assert!(check_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn templates_name_the_plugin_everywhere() {
+        let p = Project { name: "task-board".into(), dir: PathBuf::from("/tmp/tb"), sdk: PathBuf::from("/src/plugins/sdk") };
+        let lib = lib_rs(&p);
+        assert!(lib.contains(r#"("task-board/put", put)"#) && !lib.contains("@NAME@"));
+        assert!(cargo_toml(&p).contains(r#"map-plugin-sdk = { path = "/src/plugins/sdk" }"#));
+        let readme = readme(&p);
+        assert!(readme.contains(r#"path = "/tmp/tb/target/wasm32-wasip2/release/task_board.wasm""#), "{readme}");
+        assert!(!readme.contains('@'));
+    }
+}

@@ -1,0 +1,102 @@
+//! `map-gateway plugin new`: the project it writes builds for
+//! wasm32-wasip2 as is, loads into the gateway and answers its methods
+//! (a store write with an event, a read, a plugin-range error, -32602).
+//!
+//! The build goes to `target/scaffold` in this checkout, so its
+//! dependencies are compiled once and later runs only build the project.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+use serde_json::json;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn plugin_new(args: &[&str]) -> std::process::Output {
+    Command::new(BIN).args(["plugin", "new"]).args(args).output().expect("run map-gateway plugin new")
+}
+
+/// `cargo build --release --target wasm32-wasip2` in `dir`; the component's path.
+fn build(dir: &Path, lib: &str) -> PathBuf {
+    let target = repo().join("target/scaffold");
+    let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["build", "--quiet", "--release", "--target", "wasm32-wasip2"])
+        .current_dir(dir)
+        .env("CARGO_TARGET_DIR", &target)
+        .output()
+        .expect("run cargo");
+    assert!(out.status.success(), "the generated project does not build:\n{}", String::from_utf8_lossy(&out.stderr));
+    let wasm = target.join("wasm32-wasip2/release").join(format!("{lib}.wasm"));
+    assert!(wasm.exists(), "{} is missing", wasm.display());
+    wasm
+}
+
+#[tokio::test]
+async fn a_plugin_from_plugin_new_builds_loads_and_answers() {
+    let tmp = TempDir::new("scaffold");
+    let dir = tmp.path().join("scaffold-notes");
+    let out = plugin_new(&["scaffold-notes", "--dir", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "plugin new failed: {}", String::from_utf8_lossy(&out.stderr));
+    for file in ["Cargo.toml", "src/lib.rs", "README.md", "Cargo.lock"] {
+        assert!(dir.join(file).exists(), "{file} was not written");
+    }
+    let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
+    assert!(readme.contains("[plugins.scaffold-notes]"), "the README has the config stanza");
+
+    let wasm = build(&dir, "scaffold_notes");
+    let gw = Gateway::start_with(65536, &format!("{TENANTS}\n[plugins.scaffold-notes]\npath = {:?}\n", wasm.to_string_lossy()));
+
+    let (mut ws, connected) = gw.ws_connected("client", None).await;
+    let ext = connected["capabilities"]["extensions"].as_array().unwrap().iter().find(|e| e["name"] == "scaffold-notes").cloned();
+    let ext = ext.unwrap_or_else(|| panic!("the plugin is listed: {connected}"));
+    assert_eq!(ext["uri"], "urn:map:ext:scaffold-notes:1");
+    assert_eq!(ext["methods"], json!(["scaffold-notes/put", "scaffold-notes/get"]));
+    assert_eq!(connected["capabilities"]["scaffold-notes"], json!({"enabled": true}));
+
+    ws.call_ok("map/subscribe", json!({"filter": {"eventTypes": ["scaffold-notes.put"]}})).await;
+    let item = ws.call_ok("scaffold-notes/put", json!({"text": "hello"})).await;
+    let id = item["id"].as_str().expect("an id").to_string();
+    assert!(id.starts_with("item-") && id.len() == "item-".len() + 26, "{id}");
+    assert_eq!(item["text"], "hello");
+    assert_eq!(item["createdBy"], connected["participantId"]);
+
+    let event = ws.notification("map/event", WAIT).await.expect("the put emits an event");
+    assert_eq!(event["params"]["event"]["type"], "scaffold-notes.put", "{event}");
+    assert_eq!(event["params"]["event"]["data"]["itemId"], id.as_str());
+
+    assert_eq!(ws.call_ok("scaffold-notes/get", json!({"itemId": id})).await, item, "read back as stored");
+    let missing = ws.call("scaffold-notes/get", json!({"itemId": "item-nope"})).await;
+    assert_eq!(err_code(&missing), 20001, "{missing}");
+    assert_eq!(err(&missing)["data"]["details"]["itemId"], "item-nope");
+    let malformed = ws.call("scaffold-notes/put", json!({"txt": 1})).await;
+    assert_eq!(err_code(&malformed), -32602, "{malformed}");
+    assert!(err(&malformed)["message"].as_str().unwrap().contains("missing field `text`"), "{malformed}");
+}
+
+#[test]
+fn plugin_new_refuses_bad_names_taken_folders_and_a_missing_sdk() {
+    let tmp = TempDir::new("scaffold-refuse");
+    let taken = tmp.path().join("taken");
+    std::fs::create_dir_all(&taken).unwrap();
+    std::fs::write(taken.join("keep.txt"), "mine").unwrap();
+    let path = |name: &str| tmp.path().join(name).to_string_lossy().to_string();
+    let (a, b, c, t, sdk) = (path("a"), path("b"), path("c"), path("taken"), path(""));
+    let cases: [(&[&str], &str); 4] = [
+        (&["Bad_Name", "--dir", &a], "plugin name"),
+        (&["map", "--dir", &b], "core"),
+        (&["ok", "--dir", &t], "not empty"),
+        (&["ok", "--dir", &c, "--sdk", &sdk], "no map-plugin-sdk"),
+    ];
+    for (args, why) in cases {
+        let out = plugin_new(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains(why), "{args:?}: {stderr}");
+    }
+    assert_eq!(std::fs::read_to_string(taken.join("keep.txt")).unwrap(), "mine", "nothing was overwritten");
+    assert!(!tmp.path().join("a").exists() && !tmp.path().join("c").exists());
+}
