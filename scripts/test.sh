@@ -11,6 +11,11 @@ scripts/build-plugins.sh --fixtures
 echo "==> building the gateway"
 cargo build --locked -p map-gateway
 
+echo "==> a plugin made by map-gateway plugin new (interop suite: plugin-new.test.mjs)"
+rm -rf target/scaffold/sdk-example
+target/debug/map-gateway plugin new sdk-example --dir target/scaffold/sdk-example >/dev/null
+(cd target/scaffold/sdk-example && CARGO_TARGET_DIR=.. cargo build --quiet --release --target wasm32-wasip2)
+
 echo "==> Rust tests: gateway and benchmark harness"
 cargo test --locked -p map-gateway -p map-bench
 
