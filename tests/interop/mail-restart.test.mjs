@@ -111,3 +111,64 @@ test('kill -9 after successful responses loses no conversation, participant, tur
     await gw1.stop();
   }
 });
+
+test('kill -9 while many writers record turns loses no acknowledged turn', async () => {
+  assert.ok(existsSync(MAIL_WASM), `build the plugin first (scripts/build-plugins.sh): ${MAIL_WASM} is missing`);
+  const writers = 6;
+  const inFlight = 8; // requests each writer keeps open, so commits are grouped
+  const gw1 = await startGateway({ extraToml });
+  let gw2;
+  try {
+    const agents = [];
+    for (let i = 0; i < writers; i++) agents.push(await connectAgent(gw1, { agentId: uid(`writer-${i}`), name: `writer-${i}` }));
+    const convs = [];
+    for (const a of agents) convs.push((await a.conn.createConversation({ subject: `load ${a.id}` })).conversation);
+
+    const acked = new Map(); // conversation id -> acknowledged turn ids
+    let total = 0;
+    let dead = false;
+    let killAt;
+    const killed = new Promise((resolve) => { killAt = resolve; });
+    const lane = async (a, conv, lane) => {
+      for (let n = 0; !dead; n++) {
+        try {
+          const { turn } = await a.conn.recordTurn({ conversationId: conv.id, ...text(`lane ${lane} turn ${n}`) });
+          acked.get(conv.id).push(turn.id);
+          if (++total === 300) killAt();
+        } catch {
+          return; // the connection died under it: not acknowledged
+        }
+      }
+    };
+    const lanes = [];
+    agents.forEach((a, i) => {
+      acked.set(convs[i].id, []);
+      for (let l = 0; l < inFlight; l++) lanes.push(lane(a, convs[i], l));
+    });
+    await killed;
+    // Writes are still in flight on every lane when the process dies.
+    const killing = gw1.kill();
+    dead = true;
+    await killing;
+    await Promise.allSettled(lanes);
+
+    gw2 = await startGateway({ dataDir: gw1.dataDir, extraToml });
+    for (let i = 0; i < writers; i++) {
+      const a2 = await connectAgent(gw2, { agentId: agents[i].id, name: `writer-${i}` });
+      const stored = new Set();
+      let cursor;
+      do {
+        const page = await a2.conn.listTurns({ conversationId: convs[i].id, limit: 500, cursor });
+        page.turns.forEach((t) => stored.add(t.id));
+        cursor = page.hasMore ? page.nextCursor : undefined;
+      } while (cursor);
+      const missing = acked.get(convs[i].id).filter((id) => !stored.has(id));
+      assert.deepEqual(missing, [], `writer ${i}: every acknowledged turn survives kill -9`);
+      assert.ok(acked.get(convs[i].id).length > 0);
+    }
+    assert.ok(total >= 300);
+  } finally {
+    await gw2?.stop();
+    await gw1.stop();
+  }
+});

@@ -72,6 +72,16 @@ pub fn require_conversation(id: &str) -> MailResult<Conversation> {
     repo::conversation(id)?.ok_or_else(|| MailError::conversation_not_found(id))
 }
 
+/// The conversation and the caller's active participant record, read
+/// together (`participantCount` is not filled in): the writer's fast path.
+pub fn require_conversation_member(id: &str, actor: &Actor) -> MailResult<(Conversation, Participant)> {
+    match repo::conversation_and(id, Some(&actor.id))? {
+        (None, _) => Err(MailError::conversation_not_found(id)),
+        (Some(conv), Some(p)) if p.is_active() => Ok((conv, p)),
+        (Some(conv), _) => Err(MailError::not_a_participant(&conv.id, &actor.id)),
+    }
+}
+
 /// The caller's active participant record: only participants read or write.
 pub fn require_member(conv: &Conversation, actor: &Actor) -> MailResult<Participant> {
     match repo::participant(&conv.id, &actor.id)? {

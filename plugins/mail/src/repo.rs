@@ -29,7 +29,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::error::{MailError, MailResult};
-use crate::map_gateway::plugin::store::{self, Entry, ScanOptions, StoreError, Write};
+use crate::map_gateway::plugin::store::{self, Entry, KeyRef, ScanOptions, StoreError, Write};
 use crate::model::{Conversation, Participant, Thread, Turn};
 
 pub const CONVERSATIONS: &str = "conversations";
@@ -221,12 +221,36 @@ impl Batch {
 
 /// A conversation with `participantCount` and `updatedAt` brought up to date.
 pub fn conversation(id: &str) -> MailResult<Option<Conversation>> {
-    let Some(mut c) = get::<Conversation>(CONVERSATIONS, id)? else { return Ok(None) };
+    let Some(mut c) = conversation_and(id, None)?.0 else { return Ok(None) };
     c.participant_count = count(MEMBERS, &format!("{id}/"))?;
-    if let Some(at) = store::get(ACTIVITY, id).map_err(storage)?.and_then(|v| v.parse::<u64>().ok()) {
-        c.updated_at = c.updated_at.max(at);
-    }
     Ok(Some(c))
+}
+
+/// In one store round trip: a conversation (with `updatedAt` brought up to
+/// date but `participantCount` left at 0, for callers that do not answer
+/// with it) and, when `pid` is given, that participant's record.
+pub fn conversation_and(id: &str, pid: Option<&str>) -> MailResult<(Option<Conversation>, Option<Participant>)> {
+    let key = |collection: &str, key: String| KeyRef { collection: collection.into(), key };
+    let mut keys = vec![key(CONVERSATIONS, id.into()), key(ACTIVITY, id.into())];
+    keys.extend(pid.map(|p| key(PARTICIPANTS, participant_key(id, p))));
+    let mut found = store::get_many(&keys).map_err(storage)?.into_iter();
+    let mut text = |collection: &str| -> MailResult<Option<String>> {
+        match found.next().flatten() {
+            Some(item) => String::from_utf8(item.value).map(Some).map_err(|_| MailError::storage(format!("corrupt record in {collection}: not UTF-8"))),
+            None => Ok(None),
+        }
+    };
+    let conv = text(CONVERSATIONS)?.map(|t| decode::<Conversation>(CONVERSATIONS, id, &t)).transpose()?;
+    let activity = text(ACTIVITY)?.and_then(|v| v.parse::<u64>().ok());
+    let member = match pid {
+        Some(p) => text(PARTICIPANTS)?.map(|t| decode::<Participant>(PARTICIPANTS, p, &t)).transpose()?,
+        None => None,
+    };
+    let conv = conv.map(|mut c| {
+        c.updated_at = c.updated_at.max(activity.unwrap_or(0));
+        c
+    });
+    Ok((conv, member))
 }
 
 pub fn participant(conv: &str, pid: &str) -> MailResult<Option<Participant>> {

@@ -101,8 +101,7 @@ struct TurnParams {
 /// turns (e.g. `streaming` → `complete`) when `turnId` is given.
 pub fn record(actor: &Actor, params: &str) -> MailResult<Value> {
     let p: TurnParams = params::parse(params)?;
-    let conv = access::require_conversation(params::id("conversationId", &p.conversation_id)?)?;
-    let author = access::require_member(&conv, actor)?;
+    let (conv, author) = access::require_conversation_member(params::id("conversationId", &p.conversation_id)?, actor)?;
     if let Some(turn_id) = &p.turn_id {
         return update(&conv, &author, turn_id, p.status, p.content, p.metadata);
     }
