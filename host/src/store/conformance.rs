@@ -6,6 +6,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::*;
+use super::ops::MAX_KEYS;
 
 static RUN: AtomicU64 = AtomicU64::new(0);
 

@@ -1,34 +1,30 @@
-//! Durable storage on sqlx: SQLite by default, PostgreSQL by URL. Plugins
-//! see it through the `store` host import, always scoped to (tenant, plugin);
-//! `wit/store.wit` states the consistency model this module keeps.
+//! Durable storage: SQLite by default (rusqlite, `sqlite`), PostgreSQL by
+//! URL (sqlx, `postgres`). Plugins see it through the `store` host import,
+//! always scoped to (tenant, plugin); `wit/store.wit` states the consistency
+//! model both backends keep, and `conformance` checks it on both.
 //!
-//! Writes on SQLite go through one writer with group commit (`writer`); on
-//! PostgreSQL each write call is its own transaction, serialisable when it
-//! carries conditions. Either way a key's version comes from one clock per
-//! database, ticked once per transaction, so versions never repeat.
+//! Writes on SQLite go through one writer thread with group commit
+//! (`writer`); on PostgreSQL each write call is its own transaction. Either
+//! way a key's version comes from one clock per database, ticked once per
+//! transaction, so versions never repeat.
 
-mod apply;
 mod migrations;
 mod ops;
+mod postgres;
+mod sqlite;
 mod writer;
 
-use std::str::FromStr;
-use std::time::Duration;
+use std::sync::Arc;
 
-use anyhow::Context;
-use sqlx::postgres::{PgPool, PgPoolOptions};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{ConnectOptions, Row};
-
-use self::apply::apply_postgres;
 pub use self::ops::{Item, Op, Outcome};
-use self::ops::{check_key, check_ops, MAX_KEYS, MAX_PAGE, PREFIX_END};
-use self::writer::Writer;
+use self::ops::{check_key, check_ops, over_budget, ManyFill, PageFill, MAX_PAGE};
+use self::postgres::Postgres;
+use self::sqlite::Sqlite;
 
 #[derive(Clone)]
 enum Backend {
-    Sqlite { readers: SqlitePool, writer: Writer },
-    Postgres(PgPool),
+    Sqlite(Arc<Sqlite>),
+    Postgres(Postgres),
 }
 
 /// The gateway's database.
@@ -51,18 +47,6 @@ pub enum StoreError {
     /// A concurrent transaction touched the same keys (PostgreSQL); the
     /// commit is retried or answered as a conflict, never shown as is.
     Contended(String),
-}
-
-impl From<sqlx::Error> for StoreError {
-    fn from(e: sqlx::Error) -> Self {
-        // Serialisation failure and deadlock: another transaction won.
-        let contended = matches!(&e, sqlx::Error::Database(d) if matches!(d.code().as_deref(), Some("40001") | Some("40P01")));
-        if contended {
-            StoreError::Contended(e.to_string())
-        } else {
-            StoreError::Unavailable(e.to_string())
-        }
-    }
 }
 
 impl std::fmt::Display for StoreError {
@@ -96,22 +80,8 @@ pub struct Write {
     pub value: Option<String>,
 }
 
-/// Run the same sqlx expression on whichever pool serves reads.
-macro_rules! on_readers {
-    ($self:expr, $pool:ident => $body:expr) => {
-        match &$self.backend {
-            Backend::Sqlite { readers: $pool, .. } => $body,
-            Backend::Postgres($pool) => $body,
-        }
-    };
-}
-
 fn text(key: &str, bytes: Vec<u8>) -> Result<String, StoreError> {
     String::from_utf8(bytes).map_err(|_| StoreError::Invalid(format!("the value of {key} is bytes, not UTF-8 text: read it with get-many or scan-page")))
-}
-
-fn over_budget(max_bytes: usize) -> StoreError {
-    StoreError::Invalid(format!("the result would exceed {max_bytes} bytes (the plugin's memory allowance); ask for fewer entries"))
 }
 
 impl Store {
@@ -119,120 +89,44 @@ impl Store {
     /// `sync_full` makes SQLite fsync every commit (survives power loss, not
     /// only a process crash).
     pub async fn open(url: &str, sync_full: bool) -> anyhow::Result<Store> {
-        if url.starts_with("postgres:") || url.starts_with("postgresql:") {
-            let pool = PgPoolOptions::new()
-                .max_connections(8)
-                .acquire_timeout(Duration::from_secs(5))
-                .connect(url)
-                .await
-                .with_context(|| format!("connecting to PostgreSQL at {}", redact(url)))?;
-            let store = Store { backend: Backend::Postgres(pool) };
-            store.migrate().await?;
-            Ok(store)
+        let backend = if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+            Backend::Postgres(Postgres::open(url).await?)
         } else if url.starts_with("sqlite:") {
-            let opts = SqliteConnectOptions::from_str(url)?
-                .create_if_missing(true)
-                .journal_mode(SqliteJournalMode::Wal)
-                .synchronous(if sync_full { SqliteSynchronous::Full } else { SqliteSynchronous::Normal })
-                .busy_timeout(Duration::from_secs(5))
-                // Rows a reader may hold ahead of the scan consuming them (values reach 16 MiB).
-                .row_buffer_size(4);
-            let readers = SqlitePoolOptions::new().max_connections(4).connect_with(opts.clone()).await.with_context(|| format!("opening {url}"))?;
-            let conn = opts.connect().await.with_context(|| format!("opening {url}"))?;
-            let store = Store { backend: Backend::Sqlite { readers, writer: Writer::start(conn) } };
-            store.migrate().await?;
-            Ok(store)
+            Backend::Sqlite(Arc::new(Sqlite::open(url, sync_full)?))
         } else {
             anyhow::bail!("storage url must start with sqlite: or postgres: (got {})", redact(url));
-        }
+        };
+        Ok(Store { backend })
     }
 
     pub fn backend_name(&self) -> &'static str {
         match self.backend {
-            Backend::Sqlite { .. } => "sqlite",
+            Backend::Sqlite(_) => "sqlite",
             Backend::Postgres(_) => "postgres",
         }
-    }
-
-    async fn migrate(&self) -> anyhow::Result<()> {
-        let postgres = matches!(self.backend, Backend::Postgres(_));
-        on_readers!(self, pool => {
-            let mut tx = pool.begin().await?;
-            if postgres {
-                // Gateways starting together on one database migrate one at a time.
-                sqlx::query(migrations::LOCK_POSTGRES).execute(&mut *tx).await?;
-            }
-            sqlx::raw_sql(migrations::CREATE_LEDGER).execute(&mut *tx).await?;
-            tx.commit().await?;
-            for (version, sqlite, pg) in migrations::MIGRATIONS {
-                let mut tx = pool.begin().await?;
-                if postgres {
-                    sqlx::query(migrations::LOCK_POSTGRES).execute(&mut *tx).await?;
-                }
-                let done = sqlx::query("SELECT 1 FROM gateway_migrations WHERE version = $1").bind(*version).fetch_optional(&mut *tx).await?.is_some();
-                if done {
-                    continue;
-                }
-                sqlx::raw_sql(if postgres { pg } else { sqlite }).execute(&mut *tx).await?;
-                sqlx::query("INSERT INTO gateway_migrations (version, applied_at) VALUES ($1, $2)")
-                    .bind(*version)
-                    .bind(crate::ids::now_ms() as i64)
-                    .execute(&mut *tx)
-                    .await?;
-                tx.commit().await?;
-                tracing::info!(version, backend = self.backend_name(), "applied storage migration");
-            }
-        });
-        Ok(())
     }
 
     /// One value as text.
     pub async fn get(&self, scope: &Scope, collection: &str, key: &str) -> Result<Option<String>, StoreError> {
         check_key(collection, key)?;
-        let sql = "SELECT value FROM plugin_kv WHERE tenant = $1 AND plugin = $2 AND collection = $3 AND key = $4";
-        let value: Option<Vec<u8>> = on_readers!(self, pool => sqlx::query(sql).bind(&scope.tenant).bind(&scope.plugin).bind(collection).bind(key).fetch_optional(pool).await?.map(|r| r.get(0)));
+        let value = match &self.backend {
+            Backend::Sqlite(db) => db.get(scope, collection, key)?,
+            Backend::Postgres(db) => db.get(scope, collection, key).await?,
+        };
         value.map(|v| text(key, v)).transpose()
     }
 
     /// Several keys in one statement (one snapshot), answered in order. A
     /// result over `max_bytes` fails instead of being buffered.
     pub async fn get_many(&self, scope: &Scope, keys: &[(String, String)], max_bytes: usize) -> Result<Vec<Option<Item>>, StoreError> {
-        if keys.len() > MAX_KEYS {
-            return Err(StoreError::Invalid(format!("get-many reads at most {MAX_KEYS} keys (got {})", keys.len())));
-        }
-        for (c, k) in keys {
-            check_key(c, k)?;
-        }
+        let fill = ManyFill::new(keys, max_bytes)?;
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let pairs: Vec<String> = (0..keys.len()).map(|i| format!("(${}, ${})", 3 + 2 * i, 4 + 2 * i)).collect();
-        let sql = format!(
-            "SELECT collection, key, value, version FROM plugin_kv WHERE tenant = $1 AND plugin = $2 AND (collection, key) IN (VALUES {})",
-            pairs.join(", ")
-        );
-        let mut found: Vec<Option<Item>> = vec![None; keys.len()];
-        let mut bytes = 0usize;
-        on_readers!(self, pool => {
-            let mut q = sqlx::query(&sql).bind(&scope.tenant).bind(&scope.plugin);
-            for (c, k) in keys {
-                q = q.bind(c).bind(k);
-            }
-            let mut rows = q.fetch(pool);
-            while let Some(row) = futures_util::TryStreamExt::try_next(&mut rows).await? {
-                let (c, k): (String, String) = (row.get(0), row.get(1));
-                let item = Item { value: row.get(2), version: row.get::<i64, _>(3) as u64 };
-                // Every position asking for this key (a key may be asked twice).
-                for (i, _) in keys.iter().enumerate().filter(|(_, (kc, kk))| *kc == c && *kk == k) {
-                    bytes += item.value.len() + k.len();
-                    if bytes > max_bytes {
-                        return Err(over_budget(max_bytes));
-                    }
-                    found[i] = Some(item.clone());
-                }
-            }
-        });
-        Ok(found)
+        match &self.backend {
+            Backend::Sqlite(db) => db.get_many(scope, fill, keys),
+            Backend::Postgres(db) => db.get_many(scope, fill, keys).await,
+        }
     }
 
     pub async fn put(&self, scope: &Scope, collection: &str, key: &str, value: &str) -> Result<(), StoreError> {
@@ -266,8 +160,8 @@ impl Store {
             return Ok(Outcome::Committed { version: 0, counters: Vec::new(), deleted: 0 });
         }
         match &self.backend {
-            Backend::Sqlite { writer, .. } => writer.commit(scope, ops).await,
-            Backend::Postgres(pool) => commit_postgres(pool, scope, &ops).await,
+            Backend::Sqlite(db) => db.writer().commit(scope, ops).await,
+            Backend::Postgres(db) => db.commit(scope, &ops).await,
         }
     }
 
@@ -276,45 +170,11 @@ impl Store {
     /// up to `hard_max_bytes`).
     pub async fn scan_page(&self, scope: &Scope, collection: &str, o: &ScanOptions, max_bytes: usize, hard_max_bytes: usize) -> Result<Page, StoreError> {
         check_key(collection, &o.prefix)?;
-        let limit = o.limit.min(MAX_PAGE);
-        if limit == 0 {
-            return Ok(Page { entries: Vec::new(), next: None });
+        let fill = PageFill::new(o.limit, max_bytes, hard_max_bytes);
+        match &self.backend {
+            Backend::Sqlite(db) => db.scan_page(scope, collection, o, fill),
+            Backend::Postgres(db) => db.scan_page(scope, collection, o, fill).await,
         }
-        let lower_strict = o.after.as_ref().is_some_and(|a| a.as_str() >= o.prefix.as_str());
-        let lower = if lower_strict { o.after.clone().unwrap_or_default() } else { o.prefix.clone() };
-        let prefix_end = format!("{}{PREFIX_END}", o.prefix);
-        let upper = match &o.before {
-            Some(b) if b.as_str() < prefix_end.as_str() => b.clone(),
-            _ => prefix_end,
-        };
-        let sql = format!(
-            "SELECT key, value, version FROM plugin_kv WHERE tenant = $1 AND plugin = $2 AND collection = $3 AND key {} $4 AND key < $5 ORDER BY key {} LIMIT $6",
-            if lower_strict { ">" } else { ">=" },
-            if o.reverse { "DESC" } else { "ASC" }
-        );
-        let mut entries: Vec<(String, Item)> = Vec::new();
-        let mut bytes = 0usize;
-        let mut cut = false;
-        on_readers!(self, pool => {
-            let mut rows = sqlx::query(&sql).bind(&scope.tenant).bind(&scope.plugin).bind(collection).bind(&lower).bind(&upper).bind(i64::from(limit)).fetch(pool);
-            while let Some(row) = futures_util::TryStreamExt::try_next(&mut rows).await? {
-                let key: String = row.get(0);
-                let item = Item { value: row.get(1), version: row.get::<i64, _>(2) as u64 };
-                let size = key.len() + item.value.len();
-                if entries.is_empty() && size > hard_max_bytes {
-                    return Err(over_budget(hard_max_bytes));
-                }
-                if !entries.is_empty() && bytes + size > max_bytes {
-                    cut = true;
-                    break;
-                }
-                bytes += size;
-                entries.push((key, item));
-            }
-        });
-        let full = cut || entries.len() == limit as usize;
-        let next = if full { entries.last().map(|(k, _)| k.clone()) } else { None };
-        Ok(Page { entries, next })
     }
 
     /// Keys in order, values as text. A result that would hold more than
@@ -329,44 +189,9 @@ impl Store {
 
     pub async fn count(&self, scope: &Scope, collection: &str, prefix: &str) -> Result<u64, StoreError> {
         check_key(collection, prefix)?;
-        let upper = format!("{prefix}{PREFIX_END}");
-        let sql = "SELECT COUNT(*) FROM plugin_kv WHERE tenant = $1 AND plugin = $2 AND collection = $3 AND key >= $4 AND key < $5";
-        let n: i64 = on_readers!(self, pool => sqlx::query(sql).bind(&scope.tenant).bind(&scope.plugin).bind(collection).bind(prefix).bind(&upper).fetch_one(pool).await?.get(0));
-        Ok(n as u64)
-    }
-}
-
-/// Times an unconditional commit is retried after losing to a concurrent one.
-const RETRIES: usize = 5;
-
-/// One PostgreSQL transaction; serialisable when it carries conditions, so
-/// a condition cannot be invalidated between its check and the commit.
-async fn commit_postgres(pool: &PgPool, scope: &Scope, ops: &[Op]) -> Result<Outcome, StoreError> {
-    let first_condition = ops.iter().position(Op::is_condition);
-    let mut attempt = 0;
-    loop {
-        let result = async {
-            let mut tx = pool.begin().await?;
-            if first_condition.is_some() {
-                sqlx::query("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE").execute(&mut *tx).await?;
-            }
-            let version: i64 = sqlx::query_scalar("SELECT nextval('kv_clock')").fetch_one(&mut *tx).await?;
-            let outcome = apply_postgres(&mut tx, scope, ops, version).await?;
-            if matches!(outcome, Outcome::Committed { .. }) {
-                tx.commit().await?;
-            }
-            Ok::<_, StoreError>(outcome)
-        }
-        .await;
-        match (result, first_condition) {
-            (Err(StoreError::Contended(_)), Some(i)) => return Ok(Outcome::Conflict(i as u32)),
-            (Err(StoreError::Contended(m)), None) => {
-                attempt += 1;
-                if attempt > RETRIES {
-                    return Err(StoreError::Unavailable(m));
-                }
-            }
-            (other, _) => return other,
+        match &self.backend {
+            Backend::Sqlite(db) => db.count(scope, collection, prefix),
+            Backend::Postgres(db) => db.count(scope, collection, prefix).await,
         }
     }
 }

@@ -1,7 +1,7 @@
 //! What one storage call asks for, and the limits every call is checked
 //! against before it reaches the database.
 
-use super::StoreError;
+use super::{Page, ScanOptions, StoreError};
 
 /// Longest key and value a plugin may store, in bytes.
 pub const MAX_KEY_BYTES: usize = 512;
@@ -86,6 +86,113 @@ pub fn check_key(collection: &str, key: &str) -> Result<(), StoreError> {
 /// Bytes of keys and values a call carries.
 pub fn call_bytes(ops: &[Op]) -> usize {
     ops.iter().map(Op::bytes).sum()
+}
+
+/// The key range of a scan: keys `>= lower` (`> lower` when strict) and `< upper`.
+pub struct Bounds {
+    pub lower: String,
+    pub strict: bool,
+    pub upper: String,
+}
+
+pub fn bounds(o: &ScanOptions) -> Bounds {
+    let strict = o.after.as_ref().is_some_and(|a| a.as_str() >= o.prefix.as_str());
+    let lower = if strict { o.after.clone().unwrap_or_default() } else { o.prefix.clone() };
+    let prefix_end = format!("{}{PREFIX_END}", o.prefix);
+    let upper = match &o.before {
+        Some(b) if b.as_str() < prefix_end.as_str() => b.clone(),
+        _ => prefix_end,
+    };
+    Bounds { lower, strict, upper }
+}
+
+pub fn over_budget(max_bytes: usize) -> StoreError {
+    StoreError::Invalid(format!("the result would exceed {max_bytes} bytes (the plugin's memory allowance); ask for fewer entries"))
+}
+
+/// A page filled row by row: stops at `limit` entries or before `soft`
+/// bytes (but always takes a first entry that fits `hard`).
+pub struct PageFill {
+    entries: Vec<(String, Item)>,
+    bytes: usize,
+    limit: usize,
+    soft: usize,
+    hard: usize,
+    cut: bool,
+}
+
+impl PageFill {
+    pub fn new(limit: u32, soft: usize, hard: usize) -> PageFill {
+        PageFill { entries: Vec::new(), bytes: 0, limit: limit.min(MAX_PAGE) as usize, soft, hard, cut: false }
+    }
+
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Take one row; `Ok(false)` when the page is full.
+    pub fn offer(&mut self, key: String, item: Item) -> Result<bool, StoreError> {
+        let size = key.len() + item.value.len();
+        if self.entries.is_empty() && size > self.hard {
+            return Err(over_budget(self.hard));
+        }
+        if !self.entries.is_empty() && self.bytes + size > self.soft {
+            self.cut = true;
+            return Ok(false);
+        }
+        self.bytes += size;
+        self.entries.push((key, item));
+        Ok(self.entries.len() < self.limit)
+    }
+
+    pub fn finish(self) -> Page {
+        let full = self.cut || (self.limit > 0 && self.entries.len() == self.limit);
+        let next = if full { self.entries.last().map(|(k, _)| k.clone()) } else { None };
+        Page { entries: self.entries, next }
+    }
+}
+
+/// The answer to a `get-many`, filled row by row, in the order asked.
+pub struct ManyFill<'a> {
+    keys: &'a [(String, String)],
+    found: Vec<Option<Item>>,
+    bytes: usize,
+    max_bytes: usize,
+}
+
+impl<'a> ManyFill<'a> {
+    pub fn new(keys: &'a [(String, String)], max_bytes: usize) -> Result<ManyFill<'a>, StoreError> {
+        if keys.len() > MAX_KEYS {
+            return Err(StoreError::Invalid(format!("get-many reads at most {MAX_KEYS} keys (got {})", keys.len())));
+        }
+        for (c, k) in keys {
+            check_key(c, k)?;
+        }
+        Ok(ManyFill { keys, found: vec![None; keys.len()], bytes: 0, max_bytes })
+    }
+
+    /// `IN (VALUES (…), …)` for the keys, numbered from parameter `first`
+    /// with the database's parameter sign (`$` or `?`).
+    pub fn values_list(&self, sign: char, first: usize) -> String {
+        let pairs: Vec<String> = (0..self.keys.len()).map(|i| format!("({sign}{}, {sign}{})", first + 2 * i, first + 1 + 2 * i)).collect();
+        pairs.join(", ")
+    }
+
+    /// Record one row found; every position that asked for it gets it.
+    pub fn offer(&mut self, collection: &str, key: &str, item: Item) -> Result<(), StoreError> {
+        for (i, _) in self.keys.iter().enumerate().filter(|(_, (c, k))| c == collection && k == key) {
+            self.bytes += item.value.len() + key.len();
+            if self.bytes > self.max_bytes {
+                return Err(over_budget(self.max_bytes));
+            }
+            self.found[i] = Some(item.clone());
+        }
+        Ok(())
+    }
+
+    pub fn finish(self) -> Vec<Option<Item>> {
+        self.found
+    }
 }
 
 /// Check a whole commit before it reaches the database.

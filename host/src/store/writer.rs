@@ -1,19 +1,19 @@
 //! SQLite's single writer with group commit: concurrent write calls queue
-//! here, and each round applies every queued call in one transaction (each
+//! here, and each round applies the waiting calls in one transaction (each
 //! inside a savepoint, so one call's conflict or error leaves the others
 //! alone) and acknowledges them only after that transaction has committed.
 //! One fsync then serves many calls. Every call is bounded
 //! (`ops::check_ops`) and waiting calls are taken one tenant at a time, so
 //! no tenant holds the writer for long or queues others behind its writes.
+//! The writer is a thread of its own: SQLite calls block.
 
 use std::collections::{HashMap, VecDeque};
 
-use sqlx::sqlite::SqliteConnection;
-use sqlx::Connection;
+use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 
-use super::apply::apply_sqlite;
 use super::ops::{call_bytes, Op, Outcome, MAX_CALL_BYTES, MAX_OPS};
+use super::sqlite::apply;
 use super::{Scope, StoreError};
 
 /// Most calls committed together.
@@ -32,10 +32,10 @@ pub struct Writer {
 }
 
 impl Writer {
-    /// Start the writer on its own connection.
-    pub fn start(conn: SqliteConnection) -> Writer {
+    /// Start the writer thread on its own connection.
+    pub fn start(conn: Connection) -> Writer {
         let (queue, jobs) = mpsc::channel(4 * MAX_GROUP);
-        tokio::spawn(run(conn, jobs));
+        std::thread::Builder::new().name("store-writer".into()).spawn(move || run(conn, jobs)).expect("the storage writer thread starts");
         Writer { queue }
     }
 
@@ -48,25 +48,24 @@ impl Writer {
     }
 }
 
-async fn run(mut conn: SqliteConnection, mut jobs: mpsc::Receiver<Job>) {
+fn run(conn: Connection, mut jobs: mpsc::Receiver<Job>) {
     let mut waiting = Waiting::default();
     loop {
         if waiting.is_empty() {
-            match jobs.recv().await {
+            match jobs.blocking_recv() {
                 Some(job) => waiting.push(job),
-                None => break,
+                None => return,
             }
         }
         while let Ok(job) = jobs.try_recv() {
             waiting.push(job);
         }
         let group = waiting.next_group();
-        let answers = commit_group(&mut conn, &group).await;
+        let answers = commit_group(&conn, &group);
         for (job, answer) in group.into_iter().zip(answers) {
             let _ = job.reply.send(answer);
         }
     }
-    let _ = conn.close().await;
 }
 
 /// Jobs waiting for the writer, queued per tenant so that one tenant's big
@@ -119,46 +118,48 @@ impl Waiting {
 }
 
 /// One transaction for the whole group; an answer per job.
-async fn commit_group(conn: &mut SqliteConnection, group: &[Job]) -> Vec<Result<Outcome, StoreError>> {
-    let fail_all = |e: StoreError| group.iter().map(|_| Err(StoreError::Unavailable(e.to_string()))).collect();
-    if let Err(e) = sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await {
-        return fail_all(e.into());
+fn commit_group(conn: &Connection, group: &[Job]) -> Vec<Result<Outcome, StoreError>> {
+    let fail_all = |e: rusqlite::Error| group.iter().map(|_| Err(StoreError::Unavailable(e.to_string()))).collect();
+    let rollback = || {
+        let _ = conn.execute_batch("ROLLBACK");
+    };
+    if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+        return fail_all(e);
     }
-    let version: i64 = match sqlx::query_scalar("UPDATE kv_clock SET version = version + 1 RETURNING version").fetch_one(&mut *conn).await {
+    let version: i64 = match conn.prepare_cached("UPDATE kv_clock SET version = version + 1 RETURNING version").and_then(|mut s| s.query_row([], |r| r.get(0))) {
         Ok(v) => v,
         Err(e) => {
-            let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
-            return fail_all(e.into());
+            rollback();
+            return fail_all(e);
         }
     };
     let alone = group.len() == 1;
     let mut answers = Vec::with_capacity(group.len());
     for job in group {
         if !alone {
-            if let Err(e) = sqlx::query("SAVEPOINT call").execute(&mut *conn).await {
-                answers.push(Err(e.into()));
-                continue;
+            if let Err(e) = conn.execute_batch("SAVEPOINT call") {
+                rollback();
+                return fail_all(e);
             }
         }
-        let answer = apply_sqlite(conn, &job.scope, &job.ops, version).await;
+        let answer = apply(conn, &job.scope, &job.ops, version);
         let undo = !matches!(answer, Ok(Outcome::Committed { .. }));
-        if !alone {
-            let undone = if undo { sqlx::query("ROLLBACK TO call").execute(&mut *conn).await.map(drop) } else { Ok(()) };
-            if let Err(e) = undone.and(sqlx::query("RELEASE call").execute(&mut *conn).await.map(drop)) {
-                let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
-                return fail_all(e.into());
+        if alone {
+            if undo {
+                rollback();
+                return vec![answer];
             }
-        } else if undo {
-            let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
-            return vec![answer];
+        } else if let Err(e) = conn.execute_batch(if undo { "ROLLBACK TO call; RELEASE call" } else { "RELEASE call" }) {
+            rollback();
+            return fail_all(e);
         }
         answers.push(answer);
     }
-    match sqlx::query("COMMIT").execute(&mut *conn).await {
-        Ok(_) => answers,
+    match conn.execute_batch("COMMIT") {
+        Ok(()) => answers,
         Err(e) => {
-            let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
-            fail_all(e.into())
+            rollback();
+            fail_all(e)
         }
     }
 }

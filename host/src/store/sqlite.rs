@@ -1,0 +1,196 @@
+//! SQLite through rusqlite, called in place: a read runs on the calling
+//! thread on a pooled connection (a point read costs microseconds, less
+//! than handing it to another thread and back), and writes go to the one
+//! writer thread (`writer`), which commits them in groups. WAL mode lets the
+//! readers run beside the writer and see each commit as soon as it is made.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use parking_lot::Mutex;
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
+
+use super::migrations;
+use super::ops::{add_to_counter, bounds, ManyFill, Op, Outcome, PageFill, PREFIX_END};
+use super::writer::Writer;
+use super::{Item, Page, ScanOptions, Scope, StoreError};
+
+/// Idle read connections kept for reuse.
+const IDLE_READERS: usize = 8;
+/// Prepared statements cached per connection.
+const STATEMENTS: usize = 128;
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        StoreError::Unavailable(e.to_string())
+    }
+}
+
+pub struct Sqlite {
+    path: PathBuf,
+    sync_full: bool,
+    readers: Mutex<Vec<Connection>>,
+    writer: Writer,
+}
+
+/// A connection with the gateway's settings.
+fn connect(path: &PathBuf, sync_full: bool) -> rusqlite::Result<Connection> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags)?;
+    conn.busy_timeout(Duration::from_secs(5))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", if sync_full { "FULL" } else { "NORMAL" })?;
+    conn.set_prepared_statement_cache_capacity(STATEMENTS);
+    Ok(conn)
+}
+
+impl Sqlite {
+    /// Open `sqlite://PATH` (created if missing) and migrate it.
+    pub fn open(url: &str, sync_full: bool) -> anyhow::Result<Sqlite> {
+        let path = PathBuf::from(url.trim_start_matches("sqlite:").trim_start_matches("//"));
+        let mut conn = connect(&path, sync_full).with_context(|| format!("opening {url}"))?;
+        migrate(&mut conn).with_context(|| format!("migrating {url}"))?;
+        Ok(Sqlite { path, sync_full, readers: Mutex::new(Vec::new()), writer: Writer::start(conn) })
+    }
+
+    pub fn writer(&self) -> &Writer {
+        &self.writer
+    }
+
+    /// Run `read` on an idle connection (a new one when all are busy).
+    fn read<T>(&self, read: impl FnOnce(&Connection) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        let idle = self.readers.lock().pop();
+        let conn = match idle {
+            Some(c) => c,
+            None => connect(&self.path, self.sync_full)?,
+        };
+        let result = read(&conn);
+        let mut idle = self.readers.lock();
+        if idle.len() < IDLE_READERS {
+            idle.push(conn);
+        }
+        result
+    }
+
+    pub fn get(&self, scope: &Scope, collection: &str, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.read(|conn| {
+            let sql = "SELECT value FROM plugin_kv WHERE tenant = ?1 AND plugin = ?2 AND collection = ?3 AND key = ?4";
+            Ok(conn.prepare_cached(sql)?.query_row(params![scope.tenant, scope.plugin, collection, key], |r| r.get(0)).optional()?)
+        })
+    }
+
+    pub fn get_many(&self, scope: &Scope, mut fill: ManyFill<'_>, keys: &[(String, String)]) -> Result<Vec<Option<Item>>, StoreError> {
+        self.read(|conn| {
+            let sql = format!(
+                "SELECT collection, key, value, version FROM plugin_kv WHERE tenant = ?1 AND plugin = ?2 AND (collection, key) IN (VALUES {})",
+                fill.values_list('?', 3)
+            );
+            let mut stmt = conn.prepare_cached(&sql)?;
+            let mut args: Vec<&dyn rusqlite::ToSql> = vec![&scope.tenant, &scope.plugin];
+            for (c, k) in keys {
+                args.push(c);
+                args.push(k);
+            }
+            let mut rows = stmt.query(args.as_slice())?;
+            while let Some(row) = rows.next()? {
+                let (c, k): (String, String) = (row.get(0)?, row.get(1)?);
+                fill.offer(&c, &k, Item { value: row.get(2)?, version: row.get::<_, i64>(3)? as u64 })?;
+            }
+            Ok(())
+        })?;
+        Ok(fill.finish())
+    }
+
+    pub fn scan_page(&self, scope: &Scope, collection: &str, o: &ScanOptions, mut fill: PageFill) -> Result<Page, StoreError> {
+        if fill.limit() == 0 {
+            return Ok(fill.finish());
+        }
+        let b = bounds(o);
+        let sql = format!(
+            "SELECT key, value, version FROM plugin_kv WHERE tenant = ?1 AND plugin = ?2 AND collection = ?3 AND key {} ?4 AND key < ?5 ORDER BY key {} LIMIT ?6",
+            if b.strict { ">" } else { ">=" },
+            if o.reverse { "DESC" } else { "ASC" }
+        );
+        self.read(|conn| {
+            let mut stmt = conn.prepare_cached(&sql)?;
+            // Rows come one at a time, so nothing past the page is read.
+            let mut rows = stmt.query(params![scope.tenant, scope.plugin, collection, b.lower, b.upper, fill.limit() as i64])?;
+            while let Some(row) = rows.next()? {
+                if !fill.offer(row.get(0)?, Item { value: row.get(1)?, version: row.get::<_, i64>(2)? as u64 })? {
+                    break;
+                }
+            }
+            Ok(())
+        })?;
+        Ok(fill.finish())
+    }
+
+    pub fn count(&self, scope: &Scope, collection: &str, prefix: &str) -> Result<u64, StoreError> {
+        let upper = format!("{prefix}{PREFIX_END}");
+        self.read(|conn| {
+            let sql = "SELECT COUNT(*) FROM plugin_kv WHERE tenant = ?1 AND plugin = ?2 AND collection = ?3 AND key >= ?4 AND key < ?5";
+            let n: i64 = conn.prepare_cached(sql)?.query_row(params![scope.tenant, scope.plugin, collection, prefix, upper], |r| r.get(0))?;
+            Ok(n as u64)
+        })
+    }
+}
+
+fn migrate(conn: &mut Connection) -> anyhow::Result<()> {
+    conn.execute_batch(migrations::CREATE_LEDGER)?;
+    for (version, sqlite, _) in migrations::MIGRATIONS {
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let done = tx.query_row("SELECT 1 FROM gateway_migrations WHERE version = ?1", [version], |_| Ok(())).optional()?.is_some();
+        if done {
+            continue;
+        }
+        tx.execute_batch(sqlite)?;
+        tx.execute("INSERT INTO gateway_migrations (version, applied_at) VALUES (?1, ?2)", params![version, crate::ids::now_ms() as i64])?;
+        tx.commit()?;
+        tracing::info!(version, backend = "sqlite", "applied storage migration");
+    }
+    Ok(())
+}
+
+const SELECT_ITEM: &str = "SELECT value, version FROM plugin_kv WHERE tenant = ?1 AND plugin = ?2 AND collection = ?3 AND key = ?4";
+const UPSERT: &str = "INSERT INTO plugin_kv (tenant, plugin, collection, key, value, version) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
+                      ON CONFLICT (tenant, plugin, collection, key) DO UPDATE SET value = excluded.value, version = excluded.version";
+const DELETE: &str = "DELETE FROM plugin_kv WHERE tenant = ?1 AND plugin = ?2 AND collection = ?3 AND key = ?4";
+
+/// Apply one call's operations at `version` inside the writer's open
+/// transaction. Conditions are checked first, so a conflict writes nothing.
+pub fn apply(conn: &Connection, scope: &Scope, ops: &[Op], version: i64) -> Result<Outcome, StoreError> {
+    let read = |collection: &str, key: &str| -> Result<Option<(Vec<u8>, i64)>, StoreError> {
+        Ok(conn.prepare_cached(SELECT_ITEM)?.query_row(params![scope.tenant, scope.plugin, collection, key], |r| Ok((r.get(0)?, r.get(1)?))).optional()?)
+    };
+    for (i, op) in ops.iter().enumerate() {
+        let holds = match op {
+            Op::ExpectVersion { collection, key, version } => read(collection, key)?.map_or(0, |(_, v)| v as u64) == *version,
+            Op::ExpectValue { collection, key, value } => read(collection, key)?.map(|(v, _)| v) == *value,
+            _ => continue,
+        };
+        if !holds {
+            return Ok(Outcome::Conflict(i as u32));
+        }
+    }
+    let (mut counters, mut deleted) = (Vec::new(), 0u64);
+    let mut upsert = conn.prepare_cached(UPSERT)?;
+    for op in ops {
+        match op {
+            Op::Put { collection, key, value } => {
+                upsert.execute(params![scope.tenant, scope.plugin, collection, key, value, version])?;
+            }
+            Op::Delete { collection, key } => {
+                deleted += conn.prepare_cached(DELETE)?.execute(params![scope.tenant, scope.plugin, collection, key])? as u64;
+            }
+            Op::Add { collection, key, delta } => {
+                // The writer is the only one writing, so read-then-write is atomic.
+                let next = add_to_counter(read(collection, key)?.map(|(v, _)| v).as_deref(), *delta, key)?;
+                upsert.execute(params![scope.tenant, scope.plugin, collection, key, next.to_string().into_bytes(), version])?;
+                counters.push(next);
+            }
+            Op::ExpectVersion { .. } | Op::ExpectValue { .. } => {}
+        }
+    }
+    Ok(Outcome::Committed { version: version as u64, counters, deleted })
+}
