@@ -8,12 +8,12 @@
 //! a non-participant could not write. A participant that is also an observer
 //! sees what either gives it.
 
+use map_plugin_sdk::{Caller, Result};
 use serde_json::Value;
 
-use crate::error::{MailError, MailResult};
-use crate::map_gateway::plugin::types::Caller;
+use crate::error;
 use crate::model::{Conversation, HistoryAccess, Participant, ParticipantType, Turn, Visibility};
-use crate::repo;
+use crate::repo::{self, Ahead};
 use crate::settings;
 
 /// The caller as a mail participant.
@@ -57,9 +57,9 @@ impl Actor {
 
     /// A participant may narrow what it does at `map/connect`
     /// (`capabilities.mail.canCreate: false`, …); undeclared means allowed.
-    pub fn require_capability(&self, capability: &str, method: &str) -> MailResult<()> {
+    pub fn require_capability(&self, capability: &str, method: &str) -> Result<()> {
         if self.mail_caps.get(capability).and_then(Value::as_bool) == Some(false) {
-            return Err(MailError::permission_denied(
+            return Err(error::permission_denied(
                 format!("{method} needs the mail capability {capability}, which {} declared false", self.id),
                 &format!("mail.{capability}"),
             ));
@@ -68,25 +68,70 @@ impl Actor {
     }
 }
 
-pub fn require_conversation(id: &str) -> MailResult<Conversation> {
-    repo::conversation(id)?.ok_or_else(|| MailError::conversation_not_found(id))
+/// A conversation as one method sees it, read in one store call: the
+/// conversation (`participantCount` not filled in: see [`Visit::counted`]),
+/// the caller's participant record, and the threads and turns the request
+/// names, read ahead.
+pub struct Visit {
+    pub conv: Conversation,
+    /// The caller's participant record, active or not.
+    record: Option<Participant>,
+    pub ahead: Ahead,
 }
 
-/// The conversation and the caller's active participant record, read
-/// together (`participantCount` is not filled in): the writer's fast path.
-pub fn require_conversation_member(id: &str, actor: &Actor) -> MailResult<(Conversation, Participant)> {
-    match repo::conversation_and(id, Some(&actor.id))? {
-        (None, _) => Err(MailError::conversation_not_found(id)),
-        (Some(conv), Some(p)) if p.is_active() => Ok((conv, p)),
-        (Some(conv), _) => Err(MailError::not_a_participant(&conv.id, &actor.id)),
+/// Visit conversation `id` as `actor`, reading ahead the threads and turns
+/// named (which may be absent); 10000 when there is no such conversation.
+pub fn visit(id: &str, actor: &Actor, threads: &[&str], turns: &[&str]) -> Result<Visit> {
+    let s = repo::snapshot(id, Some(&actor.id), threads, turns)?;
+    let conv = s.conversation.ok_or_else(|| error::conversation_not_found(id))?;
+    Ok(Visit { conv, record: s.participant, ahead: s.ahead })
+}
+
+impl Visit {
+    /// The caller's participant record, also when it left.
+    pub fn record(&self) -> Option<&Participant> {
+        self.record.as_ref()
     }
-}
 
-/// The caller's active participant record: only participants read or write.
-pub fn require_member(conv: &Conversation, actor: &Actor) -> MailResult<Participant> {
-    match repo::participant(&conv.id, &actor.id)? {
-        Some(p) if p.is_active() => Ok(p),
-        _ => Err(MailError::not_a_participant(&conv.id, &actor.id)),
+    /// The caller's active participant record: only participants write;
+    /// anyone else gets 10002.
+    pub fn member(&self, actor: &Actor) -> Result<Participant> {
+        match &self.record {
+            Some(p) if p.is_active() => Ok(p.clone()),
+            _ => Err(error::not_a_participant(&self.conv.id, &actor.id)),
+        }
+    }
+
+    /// The caller as a reader: an active participant or an observer client;
+    /// anyone else gets 10002.
+    pub fn reader(&self, actor: &Actor) -> Result<Reader> {
+        let member = self.record.clone().filter(Participant::is_active);
+        let observer = actor.is_observer();
+        if member.is_none() && !observer {
+            return Err(error::not_a_participant(&self.conv.id, &actor.id));
+        }
+        Ok(Reader { member, observer })
+    }
+
+    /// The conversation with `participantCount` filled in (one more store call).
+    pub fn counted(&self) -> Result<Conversation> {
+        let mut conv = self.conv.clone();
+        conv.participant_count = repo::count_participants(&conv.id)?;
+        Ok(conv)
+    }
+
+    /// A thread of the conversation must exist, else 10007.
+    pub fn require_thread(&self, thread: &str) -> Result<()> {
+        if self.ahead.has_thread(thread)? {
+            Ok(())
+        } else {
+            Err(error::thread_not_found(&self.conv.id, thread))
+        }
+    }
+
+    /// A turn of the conversation the reader may see, else 10006.
+    pub fn visible_turn(&self, turn_id: &str, reader: &impl Sees) -> Result<Turn> {
+        visible_turn(&self.conv.id, &self.ahead, turn_id, reader)
     }
 }
 
@@ -120,7 +165,7 @@ impl Sees for Reader {
 impl Reader {
     /// Reading turns at all: a participant needs `canObserve`; an observer
     /// client may always.
-    pub fn require_turns(&self) -> MailResult<()> {
+    pub fn require_turns(&self) -> Result<()> {
         match &self.member {
             Some(m) if !self.observer => require_observer(m),
             _ => Ok(()),
@@ -128,36 +173,25 @@ impl Reader {
     }
 }
 
-/// The caller as a reader of a conversation: an active participant or an
-/// observer client; anyone else gets 10002.
-pub fn require_reader(conv: &Conversation, actor: &Actor) -> MailResult<Reader> {
-    let member = repo::participant(&conv.id, &actor.id)?.filter(Participant::is_active);
-    let observer = actor.is_observer();
-    if member.is_none() && !observer {
-        return Err(MailError::not_a_participant(&conv.id, &actor.id));
-    }
-    Ok(Reader { member, observer })
-}
-
 /// Closed conversations take no more turns, participants or threads.
-pub fn require_open(conv: &Conversation) -> MailResult<()> {
+pub fn require_open(conv: &Conversation) -> Result<()> {
     if conv.is_open() {
         Ok(())
     } else {
-        Err(MailError::conversation_closed(&conv.id, conv.status.as_str()))
+        Err(error::conversation_closed(&conv.id, conv.status.as_str()))
     }
 }
 
-pub fn require_permission(allowed: bool, who: &Participant, permission: &str, what: &str) -> MailResult<()> {
+pub fn require_permission(allowed: bool, who: &Participant, permission: &str, what: &str) -> Result<()> {
     if allowed {
         Ok(())
     } else {
-        Err(MailError::permission_denied(format!("{} may not {what} in conversation {} ({permission} is false)", who.id, who.conversation_id), permission))
+        Err(error::permission_denied(format!("{} may not {what} in conversation {} ({permission} is false)", who.id, who.conversation_id), permission))
     }
 }
 
 /// Reading turns at all needs `canObserve`.
-pub fn require_observer(reader: &Participant) -> MailResult<()> {
+pub fn require_observer(reader: &Participant) -> Result<()> {
     require_permission(reader.permissions.can_observe, reader, "canObserve", "read turns")
 }
 
@@ -185,12 +219,13 @@ pub fn can_see(reader: &Participant, turn: &Turn) -> bool {
         }
 }
 
-/// A turn of the conversation the reader may see, else 10006 (an invisible
-/// turn is reported exactly like a missing one).
-pub fn visible_turn(conv: &str, turn_id: &str, reader: &impl Sees) -> MailResult<Turn> {
-    match repo::turn(conv, turn_id)? {
+/// A turn of conversation `conv` the reader may see (from `ahead` when it
+/// was read there), else 10006: an invisible turn is reported exactly like
+/// a missing one.
+pub fn visible_turn(conv: &str, ahead: &Ahead, turn_id: &str, reader: &impl Sees) -> Result<Turn> {
+    match ahead.turn(turn_id)? {
         Some(t) if reader.sees(&t) => Ok(t),
-        _ => Err(MailError::turn_not_found(conv, turn_id)),
+        _ => Err(error::turn_not_found(conv, turn_id)),
     }
 }
 
@@ -263,7 +298,7 @@ mod tests {
         let mut no_observe = member("w", Role::Worker);
         no_observe.permissions.can_observe = false;
         let reader = Reader { member: Some(no_observe.clone()), observer: false };
-        assert_eq!(reader.require_turns().unwrap_err().code, crate::error::PERMISSION_DENIED);
+        assert_eq!(reader.require_turns().unwrap_err().code(), Some(crate::error::PERMISSION_DENIED));
         assert!(!reader.sees(&turn("a", None, false)));
         let reader = Reader { member: Some(no_observe), observer: true };
         assert!(reader.require_turns().is_ok());

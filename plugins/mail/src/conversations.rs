@@ -3,17 +3,18 @@
 
 use std::collections::BTreeMap;
 
+use map_plugin_sdk::store::{Batch, PAGE};
+use map_plugin_sdk::{ids, Call, Error, Reply, Result};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use crate::access::{self, Actor};
-use crate::error::{MailError, MailResult};
+use crate::error;
 use crate::events;
-use crate::ids;
 use crate::model::{Conversation, ConversationStatus, ConversationType, Participant, ParticipantType, Permissions, Role, TurnSource, TurnStatus, Visibility};
 use crate::params::{self, OneOrMany};
 use crate::participants;
-use crate::repo::{self, Batch, Range};
+use crate::repo::{self, Ahead, Writes};
 use crate::threads;
 use crate::turns::{self, TurnQuery, TurnSpec};
 
@@ -41,22 +42,24 @@ struct CreateParams {
 
 /// `mail/create`: a new conversation; the caller joins it as initiator, the
 /// initial participants with their roles, and the initial turn is recorded,
-/// all in one atomic write.
-pub fn create(actor: &Actor, params: &str) -> MailResult<Value> {
+/// all in one atomic write. Its events go to the participants it wrote,
+/// without reading them back.
+pub fn create(call: &Call) -> Result<Reply> {
+    let actor = &Actor::from_caller(call.caller);
     actor.require_capability("canCreate", "mail/create")?;
-    let p: CreateParams = params::parse(params)?;
+    let p: CreateParams = call.params()?;
     // A parent links conversations, so the caller must be able to read it.
     if let Some(parent_id) = &p.parent_conversation_id {
-        let parent = access::require_conversation(parent_id)?;
-        let member = access::require_member(&parent, actor)?;
+        let parent = access::visit(parent_id, actor, &[], p.parent_turn_id.as_deref().as_slice())?;
+        let member = parent.member(actor)?;
         if let Some(turn) = &p.parent_turn_id {
-            access::visible_turn(parent_id, turn, &member)?;
+            parent.visible_turn(turn, &member)?;
         }
     } else if p.parent_turn_id.is_some() {
-        return Err(MailError::invalid_params("parentTurnId needs parentConversationId"));
+        return Err(Error::invalid_params("parentTurnId needs parentConversationId"));
     }
 
-    let (id, now) = ids::new_id("conv");
+    let (id, now) = ids::new_id_at("conv");
     let mut conv = Conversation {
         id: id.clone(),
         kind: p.kind,
@@ -88,7 +91,7 @@ pub fn create(actor: &Actor, params: &str) -> MailResult<Value> {
     for ip in p.initial_participants {
         let pid = params::id("initialParticipants[].id", &ip.id)?.to_string();
         if members.iter().any(|m| m.id == pid) {
-            return Err(MailError::already_joined(&id, &pid));
+            return Err(error::already_joined(&id, &pid));
         }
         let role = ip.role.unwrap_or(Role::Assistant);
         members.push(Participant {
@@ -114,13 +117,13 @@ pub fn create(actor: &Actor, params: &str) -> MailResult<Value> {
                 metadata: t.metadata.unwrap_or_default(),
                 status: TurnStatus::Complete,
             };
-            Some(turns::build(&conv, &creator, spec, TurnSource::Explicit { method: "mail/turn".into() })?)
+            Some(turns::build(&conv, &Ahead::none(&id), &creator, spec, TurnSource::Explicit { method: "mail/turn".into() })?)
         }
         None => None,
     };
 
-    let mut batch = Batch::default();
-    batch.put(repo::CONVERSATIONS, id.clone(), &conv);
+    let mut batch = Batch::new();
+    batch.put(&repo::CONVERSATIONS, id.as_str(), &conv);
     for m in &members {
         batch.participant(m);
     }
@@ -128,7 +131,7 @@ pub fn create(actor: &Actor, params: &str) -> MailResult<Value> {
         batch.turn(t);
     }
     batch.touch(&id, now);
-    batch.commit()?;
+    batch.apply()?;
 
     conv.participant_count = members.len() as u64;
     let mut created = json!({"conversationId": id, "type": conv.kind, "createdBy": conv.created_by, "conversation": conv});
@@ -138,19 +141,19 @@ pub fn create(actor: &Actor, params: &str) -> MailResult<Value> {
     if let Some(parent) = &conv.parent_conversation_id {
         created["parentConversationId"] = json!(parent);
     }
-    events::emit(events::CREATED, &id, created, None);
+    events::emit_to(events::CREATED, &members, created, None);
     for m in &members {
-        participants::announce_joined(m, None);
+        participants::announce_joined_to(&members, m, None);
     }
     if let Some(t) = &initial_turn {
-        turns::announce(t);
+        turns::announce_to(&members, t);
     }
 
     let mut out = json!({"conversation": conv, "participant": creator});
     if let Some(t) = initial_turn {
         out["initialTurn"] = json!(t);
     }
-    Ok(out)
+    Ok(out.into())
 }
 
 #[derive(Deserialize, Default)]
@@ -172,10 +175,12 @@ struct GetParams {
 
 /// `mail/get`: a conversation the caller takes part in (or observes), with
 /// the parts it asks for; turns and stats as this reader may see them.
-pub fn get(actor: &Actor, params: &str) -> MailResult<Value> {
-    let p: GetParams = params::parse(params)?;
-    let conv = access::require_conversation(params::id("conversationId", &p.conversation_id)?)?;
-    let reader = access::require_reader(&conv, actor)?;
+pub fn get(call: &Call) -> Result<Reply> {
+    let actor = &Actor::from_caller(call.caller);
+    let p: GetParams = call.params()?;
+    let visit = access::visit(params::id("conversationId", &p.conversation_id)?, actor, &[], &[])?;
+    let reader = visit.reader(actor)?;
+    let conv = visit.counted()?;
     let mut out = json!({ "conversation": conv });
     if p.include.participants {
         out["participants"] = json!(repo::participants(&conv.id)?);
@@ -200,10 +205,10 @@ pub fn get(actor: &Actor, params: &str) -> MailResult<Value> {
             "totalTurns": visible.len(),
             "turnsByContentType": by_type,
             "activeParticipants": conv.participant_count,
-            "threadCount": repo::count(repo::THREADS, &format!("{}/", conv.id))?,
+            "threadCount": repo::THREADS.count(&format!("{}/", conv.id))?,
         });
     }
-    Ok(out)
+    Ok(out.into())
 }
 
 #[derive(Deserialize, Default)]
@@ -230,52 +235,70 @@ struct ListParams {
 /// filtered and paged (the cursor is the last conversation id of a page).
 /// An observer client lists every conversation of the tenant, or with
 /// `filter.participantId` those that participant takes part in.
-pub fn list(actor: &Actor, params: &str) -> MailResult<Value> {
-    let p: ListParams = params::parse(params)?;
+///
+/// Candidates are read a page of keys at a time, their records (and whether
+/// `participantId` takes part) in one `get-many` per page; only the
+/// conversations answered are counted.
+pub fn list(call: &Call) -> Result<Reply> {
+    let actor = &Actor::from_caller(call.caller);
+    let p: ListParams = call.params()?;
     let limit = params::limit(p.limit, 50, 200);
     let f = p.filter;
     let kinds = f.kind.map(OneOrMany::into_vec).unwrap_or_default();
     let statuses = f.status.map(OneOrMany::into_vec).unwrap_or_default();
 
     // Keys are `<pid>/<conv>` (memberships) or `<conv>` (every conversation).
-    let (collection, prefix, other) = match (actor.is_observer(), f.participant_id) {
-        (true, Some(pid)) => (repo::MEMBERSHIPS, format!("{}/", repo::esc(&pid)), None),
-        (true, None) => (repo::CONVERSATIONS, String::new(), None),
-        (false, pid) => (repo::MEMBERSHIPS, format!("{}/", repo::esc(&actor.id)), pid.filter(|pid| *pid != actor.id)),
+    let (memberships, prefix, other) = match (actor.is_observer(), f.participant_id) {
+        (true, Some(pid)) => (true, format!("{}/", repo::esc(&pid)), None),
+        (true, None) => (false, String::new(), None),
+        (false, pid) => (true, format!("{}/", repo::esc(&actor.id)), pid.filter(|pid| *pid != actor.id)),
     };
-    let mut range = Range::prefix(collection, prefix.clone());
-    if let Some(c) = &p.cursor {
-        range.after = Some(format!("{prefix}{}", params::cursor(c, "conv-")?));
-    }
+    let mut after = p.cursor.as_deref().map(|c| params::cursor(c, "conv-").map(|c| format!("{prefix}{c}"))).transpose()?;
     let mut found: Vec<Conversation> = Vec::new();
     let mut has_more = false;
-    range.each(|entry| {
-        let conv_id = &entry.key[prefix.len()..];
-        let Some(c) = repo::conversation(conv_id)? else { return Ok(true) };
-        let keep = (kinds.is_empty() || kinds.contains(&c.kind))
-            && (statuses.is_empty() || statuses.contains(&c.status))
-            && f.created_after.is_none_or(|t| c.created_at > t)
-            && f.created_before.is_none_or(|t| c.created_at < t)
-            && f.parent_conversation_id.as_ref().is_none_or(|pc| c.parent_conversation_id.as_ref() == Some(pc))
-            && match &other {
-                Some(pid) => repo::exists(repo::MEMBERS, &repo::participant_key(conv_id, pid))?,
-                None => true,
-            };
-        if !keep {
-            return Ok(true);
+    // The first page holds enough keys for the answer and the one that
+    // tells whether there is more, when the filter keeps every one; pages
+    // after it double, up to the SDK's page.
+    let mut want = 0;
+    'pages: loop {
+        want = (want * 2).max(limit - found.len() + 1).min(PAGE as usize);
+        let (ids, next) = if memberships {
+            let page = repo::MEMBERSHIPS.prefix(prefix.clone()).resume(after.take()).page(want as u32)?;
+            (page.entries.into_iter().map(|e| e.key[prefix.len()..].to_string()).collect::<Vec<_>>(), page.next)
+        } else {
+            let page = repo::CONVERSATIONS.all().resume(after.take()).page(want as u32)?;
+            (page.entries.into_iter().map(|e| e.key).collect(), page.next)
+        };
+        for (conv, other_member) in repo::conversations(&ids, other.as_deref())? {
+            let Some(c) = conv else { continue };
+            let keep = (kinds.is_empty() || kinds.contains(&c.kind))
+                && (statuses.is_empty() || statuses.contains(&c.status))
+                && f.created_after.is_none_or(|t| c.created_at > t)
+                && f.created_before.is_none_or(|t| c.created_at < t)
+                && f.parent_conversation_id.as_ref().is_none_or(|pc| c.parent_conversation_id.as_ref() == Some(pc))
+                && (other.is_none() || other_member);
+            if !keep {
+                continue;
+            }
+            if found.len() == limit {
+                has_more = true;
+                break 'pages;
+            }
+            found.push(c);
         }
-        if found.len() == limit {
-            has_more = true;
-            return Ok(false);
+        match next {
+            Some(cursor) => after = Some(cursor),
+            None => break,
         }
-        found.push(c);
-        Ok(true)
-    })?;
+    }
+    for c in &mut found {
+        c.participant_count = repo::count_participants(&c.id)?;
+    }
     let mut out = json!({ "conversations": found, "hasMore": has_more });
     if has_more {
         out["nextCursor"] = json!(found.last().map(|c| c.id.clone()));
     }
-    Ok(out)
+    Ok(out.into())
 }
 
 #[derive(Deserialize)]
@@ -288,17 +311,19 @@ struct CloseParams {
 }
 
 /// `mail/close`: end a conversation. Only its initiator or a moderator may.
-pub fn close(actor: &Actor, params: &str) -> MailResult<Value> {
-    let p: CloseParams = params::parse(params)?;
+pub fn close(call: &Call) -> Result<Reply> {
+    let actor = &Actor::from_caller(call.caller);
+    let p: CloseParams = call.params()?;
     let status = p.status.unwrap_or(ConversationStatus::Completed);
     if matches!(status, ConversationStatus::Active | ConversationStatus::Paused) {
-        return Err(MailError::invalid_params("status must be completed, failed or archived"));
+        return Err(Error::invalid_params("status must be completed, failed or archived"));
     }
-    let mut conv = access::require_conversation(params::id("conversationId", &p.conversation_id)?)?;
-    let member = access::require_member(&conv, actor)?;
-    access::require_open(&conv)?;
+    let visit = access::visit(params::id("conversationId", &p.conversation_id)?, actor, &[], &[])?;
+    let member = visit.member(actor)?;
+    access::require_open(&visit.conv)?;
+    let mut conv = visit.counted()?;
     if !member.role.is_manager() {
-        return Err(MailError::permission_denied(
+        return Err(error::permission_denied(
             format!("{} ({:?}) may not close conversation {}: only its initiator or a moderator may", member.id, member.role, conv.id),
             "role",
         ));
@@ -309,15 +334,15 @@ pub fn close(actor: &Actor, params: &str) -> MailResult<Value> {
     conv.closed_by = Some(actor.id.clone());
     conv.close_reason = p.reason.clone();
     conv.updated_at = now;
-    let mut batch = Batch::default();
-    batch.put(repo::CONVERSATIONS, conv.id.clone(), &conv).touch(&conv.id, now);
-    batch.commit()?;
+    let mut batch = Batch::new();
+    batch.put(&repo::CONVERSATIONS, conv.id.as_str(), &conv).touch(&conv.id, now);
+    batch.apply()?;
     let mut data = json!({"conversationId": conv.id, "closedBy": actor.id, "participantId": actor.id, "status": status, "conversation": conv});
     if let Some(r) = &p.reason {
         data["reason"] = json!(r);
     }
     events::emit(events::CLOSED, &conv.id, data, None);
-    Ok(json!({ "conversation": conv }))
+    Ok(json!({ "conversation": conv }).into())
 }
 
 #[derive(Deserialize)]
@@ -330,18 +355,20 @@ struct ReopenParams {
 /// `closedBy` or `closeReason` any more). Only its initiator or a moderator
 /// may, as for `mail/close`. Reopening an active conversation changes nothing
 /// and answers it as it is, without an event, so a retry is harmless.
-pub fn reopen(actor: &Actor, params: &str) -> MailResult<Value> {
-    let p: ReopenParams = params::parse(params)?;
-    let mut conv = access::require_conversation(params::id("conversationId", &p.conversation_id)?)?;
-    let member = access::require_member(&conv, actor)?;
+pub fn reopen(call: &Call) -> Result<Reply> {
+    let actor = &Actor::from_caller(call.caller);
+    let p: ReopenParams = call.params()?;
+    let visit = access::visit(params::id("conversationId", &p.conversation_id)?, actor, &[], &[])?;
+    let member = visit.member(actor)?;
+    let mut conv = visit.counted()?;
     if !member.role.is_manager() {
-        return Err(MailError::permission_denied(
+        return Err(error::permission_denied(
             format!("{} ({:?}) may not reopen conversation {}: only its initiator or a moderator may", member.id, member.role, conv.id),
             "role",
         ));
     }
     if conv.is_open() {
-        return Ok(json!({ "conversation": conv }));
+        return Ok(json!({ "conversation": conv }).into());
     }
     let previous = conv.status;
     let now = ids::now_ms();
@@ -350,9 +377,9 @@ pub fn reopen(actor: &Actor, params: &str) -> MailResult<Value> {
     conv.closed_by = None;
     conv.close_reason = None;
     conv.updated_at = now;
-    let mut batch = Batch::default();
-    batch.put(repo::CONVERSATIONS, conv.id.clone(), &conv).touch(&conv.id, now);
-    batch.commit()?;
+    let mut batch = Batch::new();
+    batch.put(&repo::CONVERSATIONS, conv.id.as_str(), &conv).touch(&conv.id, now);
+    batch.apply()?;
     let data = json!({
         "conversationId": conv.id,
         "reopenedBy": actor.id,
@@ -361,5 +388,5 @@ pub fn reopen(actor: &Actor, params: &str) -> MailResult<Value> {
         "conversation": conv,
     });
     events::emit(events::REOPENED, &conv.id, data, None);
-    Ok(json!({ "conversation": conv }))
+    Ok(json!({ "conversation": conv }).into())
 }

@@ -10,11 +10,14 @@
 //! also reach every session that declared `mail.canObserve`, except those
 //! about a turn that is not public: an observer never hears of a private,
 //! addressed, role-restricted or internal turn.
+//!
+//! The write an event reports is already durable, so a failure here is
+//! logged, not answered to the client.
 
+use map_plugin_sdk::{events, log};
 use serde_json::Value;
 
 use crate::access;
-use crate::map_gateway::plugin::events::{self, Audience};
 use crate::model::{Participant, Turn};
 use crate::repo;
 use crate::settings;
@@ -33,20 +36,18 @@ pub const SUMMARY_GENERATED: &str = "mail.summary.generated";
 const OBSERVER_CAPABILITY: &str = "mail.canObserve";
 
 /// Emit one event to `ids` (participant ids), and to observer clients when
-/// `observers` is true and the tenant allows them. The write it reports is
-/// already durable, so a failure here is logged, not answered to the client.
-fn emit_for(kind: &str, data: Value, ids: Vec<String>, observers: bool) {
-    let capability = (observers && settings::allow_observers()).then(|| OBSERVER_CAPABILITY.to_string());
-    if let Err(e) = events::emit_for(kind, &data.to_string(), &Audience { ids, capability }) {
-        crate::warn(&format!("could not emit {kind}: {e}"));
-    }
+/// `observers` is true and the tenant allows them.
+fn emit_for(kind: &str, data: &Value, ids: &[String], observers: bool) {
+    let capability = (observers && settings::allow_observers()).then_some(OBSERVER_CAPABILITY);
+    events::emit_for(kind, data, ids, capability);
 }
 
-fn current(conv: &str) -> Vec<Participant> {
+/// The conversation's current participants, read once for an event's audience.
+pub fn audience(conv: &str) -> Vec<Participant> {
     match repo::participants(conv) {
-        Ok(all) => all.into_iter().filter(|p| p.left_at.is_none()).collect(),
+        Ok(all) => all.into_iter().filter(Participant::is_active).collect(),
         Err(e) => {
-            crate::warn(&format!("no audience for an event of {conv}: {e:?}"));
+            log::warn(&format!("no audience for an event of {conv}: {e}"));
             Vec::new()
         }
     }
@@ -55,14 +56,24 @@ fn current(conv: &str) -> Vec<Participant> {
 /// An event about a conversation, for its current participants (and `also`,
 /// e.g. someone who just left) and observer clients.
 pub fn emit(kind: &str, conv: &str, data: Value, also: Option<&str>) {
-    let mut audience: Vec<String> = current(conv).into_iter().map(|p| p.id).collect();
-    audience.extend(also.map(String::from));
-    emit_for(kind, data, audience, true);
+    emit_to(kind, &audience(conv), data, also);
+}
+
+/// [`emit`] to participants already known to be the current ones.
+pub fn emit_to(kind: &str, current: &[Participant], data: Value, also: Option<&str>) {
+    let mut ids: Vec<String> = current.iter().map(|p| p.id.clone()).collect();
+    ids.extend(also.map(String::from));
+    emit_for(kind, &data, &ids, true);
 }
 
 /// An event about a turn, for the participants who may see it, and for
 /// observer clients only when the turn is public.
 pub fn emit_turn(kind: &str, turn: &Turn, data: Value) {
-    let audience: Vec<String> = current(&turn.conversation_id).into_iter().filter(|p| access::can_see(p, turn)).map(|p| p.id).collect();
-    emit_for(kind, data, audience, turn.is_public());
+    emit_turn_to(kind, &audience(&turn.conversation_id), turn, data);
+}
+
+/// [`emit_turn`] to participants already known to be the current ones.
+pub fn emit_turn_to(kind: &str, current: &[Participant], turn: &Turn, data: Value) {
+    let ids: Vec<String> = current.iter().filter(|p| access::can_see(p, turn)).map(|p| p.id.clone()).collect();
+    emit_for(kind, &data, &ids, turn.is_public());
 }

@@ -5,13 +5,11 @@
 //! the message; a message that cannot be recorded (unknown or closed
 //! conversation, sender not a participant, …) is logged and skipped.
 
+use map_plugin_sdk::{log, Caller, Result, SentMessage};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::access::{self, Actor};
-use crate::error::MailResult;
-use crate::exports::map_gateway::plugin::send_observer::SentMessage;
-use crate::map_gateway::plugin::types::Caller;
 use crate::model::{Turn, TurnSource, TurnStatus, Visibility};
 use crate::turns::{self, TurnSpec};
 
@@ -36,21 +34,24 @@ pub fn on_send(caller: &Caller, msg: SentMessage) {
     let meta: Meta = match serde_json::from_str(&msg.meta) {
         Ok(m) => m,
         Err(e) => {
-            crate::warn(&format!("message {}: meta.mail ignored ({e})", msg.id));
+            log::warn(&format!("message {}: meta.mail ignored ({e})", msg.id));
             return;
         }
     };
     let message_id = msg.id.clone();
     match record(caller, msg, meta.mail) {
-        Ok(turn) => crate::debug(&format!("message {message_id} recorded as {}", turn.id)),
-        Err(e) => crate::warn(&format!("message {message_id} not recorded as a turn: {} ({})", e.message, e.code)),
+        Ok(turn) => log::debug(&format!("message {message_id} recorded as {}", turn.id)),
+        Err(e) => log::warn(&format!("message {message_id} not recorded as a turn: {e}")),
     }
 }
 
-fn record(caller: &Caller, msg: SentMessage, mail: MailMeta) -> MailResult<Turn> {
+/// As `mail/turn` does: one `get-many` (the conversation, its activity, the
+/// sender's participant record, the thread and the turn replied to), one
+/// commit, and the event's audience.
+fn record(caller: &Caller, msg: SentMessage, mail: MailMeta) -> Result<Turn> {
     let sender = Actor::sender(msg.from, caller);
-    let conv = access::require_conversation(&mail.conversation_id)?;
-    let author = access::require_member(&conv, &sender)?;
+    let visit = access::visit(&mail.conversation_id, &sender, mail.thread_id.as_deref().as_slice(), mail.in_reply_to.as_deref().as_slice())?;
+    let author = visit.member(&sender)?;
     let mut metadata = mail.metadata.unwrap_or_default();
     if let Ok(to) = serde_json::from_str::<Value>(&msg.to) {
         metadata.insert("to".into(), to);
@@ -65,7 +66,7 @@ fn record(caller: &Caller, msg: SentMessage, mail: MailMeta) -> MailResult<Turn>
         metadata,
         status: TurnStatus::Complete,
     };
-    let turn = turns::build(&conv, &author, spec, TurnSource::Intercepted { message_id: msg.id })?;
+    let turn = turns::build(&visit.conv, &visit.ahead, &author, spec, TurnSource::Intercepted { message_id: msg.id })?;
     turns::store(&turn)?;
     Ok(turn)
 }

@@ -4,13 +4,10 @@
 //! from `map/send` messages that carry `meta.mail`, and observer clients
 //! (`capabilities.mail.canObserve`) that watch without taking part.
 
-wit_bindgen::generate!({ path: "../../wit", world: "intercepting-extension" });
-
 mod access;
 mod conversations;
 mod error;
 mod events;
-mod ids;
 mod intercept;
 mod model;
 mod params;
@@ -21,55 +18,34 @@ mod summary;
 mod threads;
 mod turns;
 
-use exports::map_gateway::plugin::send_observer::{Guest as SendObserver, SentMessage};
-use exports::map_gateway::plugin::rpc::{Descriptor, EventFilter, FilterField, Guest as Rpc};
-use map_gateway::plugin::log::{self, Level};
-use map_gateway::plugin::types::{Caller, RpcError};
-
-use access::Actor;
-use error::{MailError, MailResult};
-
-/// A method: the caller and the raw params in, the JSON-RPC result out.
-type Method = fn(&Actor, &str) -> MailResult<serde_json::Value>;
-
-/// Every method, with the function serving it.
-const METHODS: &[(&str, Method)] = &[
-    ("mail/create", conversations::create),
-    ("mail/get", conversations::get),
-    ("mail/list", conversations::list),
-    ("mail/close", conversations::close),
-    ("mail/reopen", conversations::reopen),
-    ("mail/join", participants::join),
-    ("mail/leave", participants::leave),
-    ("mail/invite", participants::invite),
-    ("mail/presence", participants::presence),
-    ("mail/turn", turns::record),
-    ("mail/turns/list", turns::list),
-    ("mail/thread/create", threads::create),
-    ("mail/thread/list", threads::list),
-    ("mail/summary", summary::summarize),
-    ("mail/replay", turns::replay),
-];
-
-pub(crate) fn warn(message: &str) {
-    log::log(Level::Warn, message);
-}
-
-pub(crate) fn debug(message: &str) {
-    log::log(Level::Debug, message);
-}
+use map_plugin_sdk::{Call, Caller, Describe, ErrorRange, EventFilter, Extension, Methods, Observer, Reply, Result, SentMessage};
 
 struct Mail;
 
-impl Rpc for Mail {
-    fn describe() -> Descriptor {
-        Descriptor {
-            name: "mail".into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-            uri: "urn:map:ext:mail:1".into(),
-            capability_group: "mail".into(),
+impl Extension for Mail {
+    const ERRORS: ErrorRange = error::ERRORS;
+    const METHODS: Methods = Methods::new(&[
+        ("mail/create", conversations::create),
+        ("mail/get", conversations::get),
+        ("mail/list", conversations::list),
+        ("mail/close", conversations::close),
+        ("mail/reopen", conversations::reopen),
+        ("mail/join", participants::join),
+        ("mail/leave", participants::leave),
+        ("mail/invite", participants::invite),
+        ("mail/presence", participants::presence),
+        ("mail/turn", turns::record),
+        ("mail/turns/list", turns::list),
+        ("mail/thread/create", threads::create),
+        ("mail/thread/list", threads::list),
+        ("mail/summary", summary::summarize),
+        ("mail/replay", turns::replay),
+    ]);
+
+    fn describe() -> Describe {
+        Describe::new("mail", env!("CARGO_PKG_VERSION"))
             // Described per tenant: a tenant's `enabled = false` shows at map/connect.
-            capabilities: serde_json::json!({
+            .capabilities(serde_json::json!({
                 "enabled": settings::enabled(),
                 "canCreate": true,
                 "canJoin": true,
@@ -78,47 +54,37 @@ impl Rpc for Mail {
                 "canCreateThreads": true,
                 // Observer clients are admitted (they declare `canObserve: true`).
                 "canObserve": settings::allow_observers(),
-            })
-            .to_string(),
-            methods: METHODS.iter().map(|(m, _)| m.to_string()).collect(),
-            error_range: (10000, 10999),
+            }))
             // `map/subscribe {filter: {mail: {conversationId, threadId, participantId, contentType}}}`.
-            event_filters: vec![EventFilter {
-                key: "mail".into(),
-                event_types: "mail.*".into(),
-                fields: [
-                    ("conversationId", &["conversationId", "conversation.id", "turn.conversationId"][..]),
-                    ("threadId", &["turn.threadId", "thread.id", "threadId"][..]),
-                    ("participantId", &["participant.id", "participantId", "turn.participant", "createdBy"][..]),
-                    ("contentType", &["turn.contentType", "contentType"][..]),
-                ]
-                .iter()
-                .map(|(name, paths)| FilterField { name: name.to_string(), paths: paths.iter().map(|p| p.to_string()).collect() })
-                .collect(),
-            }],
-        }
+            .event_filter(
+                EventFilter::new("mail", "mail.*")
+                    .field("conversationId", &["conversationId", "conversation.id", "turn.conversationId"])
+                    .field("threadId", &["turn.threadId", "thread.id", "threadId"])
+                    .field("participantId", &["participant.id", "participantId", "turn.participant", "createdBy"])
+                    .field("contentType", &["turn.contentType", "contentType"]),
+            )
     }
 
-    fn handle(caller: Caller, method: String, params: String) -> Result<String, RpcError> {
-        let outcome = match METHODS.iter().find(|(m, _)| *m == method) {
-            None => Err(MailError::new(error::METHOD_NOT_FOUND, format!("Method not found: {method}"))),
-            Some(_) if !settings::enabled() => Err(MailError::not_enabled()),
-            Some((_, serve)) => serve(&Actor::from_caller(&caller), &params),
-        };
-        outcome.map(|v| v.to_string()).map_err(|e| RpcError { code: e.code, data: e.data().map(|d| d.to_string()), message: e.message })
+    /// An unknown method is -32601 even where mail is off; a known one is
+    /// 10010 there.
+    fn handle(call: &Call) -> Result<Reply> {
+        if Self::METHODS.contains(call.method) && !settings::enabled() {
+            return Err(error::not_enabled());
+        }
+        Self::METHODS.dispatch(call)
     }
 }
 
-impl SendObserver for Mail {
+impl Observer for Mail {
     fn interest() -> Vec<String> {
         vec!["mail".into()]
     }
 
-    fn on_send(caller: Caller, message: SentMessage) {
+    fn on_send(caller: &Caller, message: SentMessage) {
         if settings::enabled() {
-            intercept::on_send(&caller, message);
+            intercept::on_send(caller, message);
         }
     }
 }
 
-export!(Mail);
+map_plugin_sdk::export_intercepting_extension!(Mail);

@@ -1,21 +1,26 @@
 //! Participants: `mail/join`, `mail/leave`, `mail/invite`, `mail/presence`.
 
+use map_plugin_sdk::store::Batch;
+use map_plugin_sdk::{ids, router, Call, Reply, Result};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::access::{self, Actor};
-use crate::error::{MailError, MailResult};
+use crate::error;
 use crate::events;
-use crate::ids;
-use crate::map_gateway::plugin::router;
 use crate::model::{Participant, ParticipantType, Permissions, PermissionsPatch, Role};
 use crate::params;
-use crate::repo::{self, Batch};
+use crate::repo::{self, Writes};
 use crate::summary;
 use crate::turns::{self, TurnQuery};
 
 /// Announce a participant who joined or was added.
 pub fn announce_joined(p: &Participant, invitation: Option<(&str, Option<&str>)>) {
+    announce_joined_to(&events::audience(&p.conversation_id), p, invitation);
+}
+
+/// [`announce_joined`] to participants already known to be the current ones.
+pub fn announce_joined_to(current: &[Participant], p: &Participant, invitation: Option<(&str, Option<&str>)>) {
     let mut data = json!({"conversationId": p.conversation_id, "participant": p});
     if let Some((by, message)) = invitation {
         data["invitedBy"] = json!(by);
@@ -23,7 +28,7 @@ pub fn announce_joined(p: &Participant, invitation: Option<(&str, Option<&str>)>
             data["message"] = json!(m);
         }
     }
-    events::emit(events::PARTICIPANT_JOINED, &p.conversation_id, data, None);
+    events::emit_to(events::PARTICIPANT_JOINED, current, data, None);
 }
 
 /// Where a joining participant's catch-up history starts.
@@ -53,20 +58,26 @@ struct JoinParams {
 /// `mail/join`: the caller joins an active conversation. Joining on one's own
 /// cannot make one initiator or moderator; someone who left and comes back
 /// keeps the role and permissions they had.
-pub fn join(actor: &Actor, params: &str) -> MailResult<Value> {
+pub fn join(call: &Call) -> Result<Reply> {
+    let actor = &Actor::from_caller(call.caller);
     actor.require_capability("canJoin", "mail/join")?;
-    let p: JoinParams = params::parse(params)?;
-    let mut conv = access::require_conversation(params::id("conversationId", &p.conversation_id)?)?;
-    access::require_open(&conv)?;
-    let previous = repo::participant(&conv.id, &actor.id)?;
+    let p: JoinParams = call.params()?;
+    let catch_up_turn = match p.catch_up.as_ref().and_then(|c| c.from.as_ref()) {
+        Some(CatchUpFrom::TurnId(id)) => Some(id.as_str()),
+        _ => None,
+    };
+    let visit = access::visit(params::id("conversationId", &p.conversation_id)?, actor, &[], catch_up_turn.as_slice())?;
+    access::require_open(&visit.conv)?;
+    let mut conv = visit.counted()?;
+    let previous = visit.record().cloned();
     if previous.as_ref().is_some_and(Participant::is_active) {
-        return Err(MailError::already_joined(&conv.id, &actor.id));
+        return Err(error::already_joined(&conv.id, &actor.id));
     }
     if let Some(by) = previous.as_ref().and_then(|old| old.removed_by.as_deref()) {
-        return Err(MailError::permission_denied(format!("{} was removed by {by} and needs a new invitation", actor.id), "invitation"));
+        return Err(error::permission_denied(format!("{} was removed by {by} and needs a new invitation", actor.id), "invitation"));
     }
     if let Some(role) = p.role.filter(|r| r.is_manager()) {
-        return Err(MailError::permission_denied(format!("joining as {role:?} needs an invitation"), "role"));
+        return Err(error::permission_denied(format!("joining as {role:?} needs an invitation"), "role"));
     }
     let now = ids::now_ms();
     let participant = match previous {
@@ -92,14 +103,14 @@ pub fn join(actor: &Actor, params: &str) -> MailResult<Value> {
         let mut q = TurnQuery::new(&conv.id);
         match &c.from {
             Some(CatchUpFrom::Timestamp(ts)) => q.after_ts = Some(ts.saturating_sub(1)),
-            Some(CatchUpFrom::TurnId(id)) => q.after_id = Some(access::visible_turn(&conv.id, id, &participant)?.id),
+            Some(CatchUpFrom::TurnId(id)) => q.after_id = Some(visit.visible_turn(id, &participant)?.id),
             None => {}
         }
         history = Some((q, c));
     }
-    let mut batch = Batch::default();
+    let mut batch = Batch::new();
     batch.participant(&participant).touch(&conv.id, now);
-    batch.commit()?;
+    batch.apply()?;
     announce_joined(&participant, None);
     conv.participant_count += 1;
     conv.updated_at = now;
@@ -112,11 +123,11 @@ pub fn join(actor: &Actor, params: &str) -> MailResult<Value> {
         }
         out["history"] = json!(page.turns);
         if c.include_summary {
-            let s = summary::for_reader(&conv, &participant, &summary::Scope::default(), false)?;
+            let s = summary::for_reader(&conv, &visit.ahead, &participant, &summary::Scope::default(), false)?;
             out["summary"] = json!(s.digest.summary);
         }
     }
-    Ok(out)
+    Ok(out.into())
 }
 
 #[derive(Deserialize)]
@@ -129,26 +140,28 @@ struct LeaveParams {
 }
 
 /// `mail/leave`: the caller leaves, or removes another participant.
-pub fn leave(actor: &Actor, params: &str) -> MailResult<Value> {
-    let p: LeaveParams = params::parse(params)?;
-    let conv = access::require_conversation(params::id("conversationId", &p.conversation_id)?)?;
-    let me = access::require_member(&conv, actor)?;
+pub fn leave(call: &Call) -> Result<Reply> {
+    let actor = &Actor::from_caller(call.caller);
+    let p: LeaveParams = call.params()?;
+    let visit = access::visit(params::id("conversationId", &p.conversation_id)?, actor, &[], &[])?;
+    let conv = &visit.conv;
+    let me = visit.member(actor)?;
     let target = match p.participant_id.as_deref().filter(|id| *id != actor.id) {
         None => me,
         Some(other) => {
             access::require_permission(me.permissions.can_remove, &me, "canRemove", "remove participants")?;
             match repo::participant(&conv.id, other)? {
                 Some(t) if t.is_active() => t,
-                _ => return Err(MailError::participant_not_found(&conv.id, other)),
+                _ => return Err(error::participant_not_found(&conv.id, other)),
             }
         }
     };
     let now = ids::now_ms();
     let removed_by = (target.id != actor.id).then(|| actor.id.clone());
     let left = Participant { left_at: Some(now), removed_by, ..target };
-    let mut batch = Batch::default();
+    let mut batch = Batch::new();
     batch.participant(&left).touch(&conv.id, now);
-    batch.commit()?;
+    batch.apply()?;
     let mut data = json!({"conversationId": conv.id, "participantId": left.id, "participant": left});
     if let Some(r) = &p.reason {
         data["reason"] = json!(r);
@@ -157,7 +170,7 @@ pub fn leave(actor: &Actor, params: &str) -> MailResult<Value> {
         data["removedBy"] = json!(actor.id);
     }
     events::emit(events::PARTICIPANT_LEFT, &conv.id, data, Some(&left.id));
-    Ok(json!({"success": true, "leftAt": now, "participantId": left.id}))
+    Ok(json!({"success": true, "leftAt": now, "participantId": left.id}).into())
 }
 
 /// A participant named by `mail/create` (`initialParticipants`) or `mail/invite`.
@@ -182,24 +195,26 @@ struct InviteParams {
 
 /// `mail/invite`: a participant with `canInvite` adds someone. Nobody can
 /// grant a permission they do not hold, nor the initiator role.
-pub fn invite(actor: &Actor, params: &str) -> MailResult<Value> {
+pub fn invite(call: &Call) -> Result<Reply> {
+    let actor = &Actor::from_caller(call.caller);
     actor.require_capability("canInvite", "mail/invite")?;
-    let p: InviteParams = params::parse(params)?;
-    let conv = access::require_conversation(params::id("conversationId", &p.conversation_id)?)?;
-    let inviter = access::require_member(&conv, actor)?;
-    access::require_open(&conv)?;
+    let p: InviteParams = call.params()?;
+    let visit = access::visit(params::id("conversationId", &p.conversation_id)?, actor, &[], &[])?;
+    let conv = &visit.conv;
+    let inviter = visit.member(actor)?;
+    access::require_open(conv)?;
     access::require_permission(inviter.permissions.can_invite, &inviter, "canInvite", "invite participants")?;
     let invitee_id = params::id("participant.id", &p.participant.id)?.to_string();
     let role = p.participant.role.unwrap_or(Role::Assistant);
     if role == Role::Initiator {
-        return Err(MailError::permission_denied("the initiator role cannot be given by invitation", "role"));
+        return Err(error::permission_denied("the initiator role cannot be given by invitation", "role"));
     }
     let permissions = Permissions::for_role(role).patched(&p.participant.permissions);
     if let Some(perm) = permissions.exceeds(&inviter.permissions) {
-        return Err(MailError::permission_denied(format!("{} cannot grant {perm}, which it does not hold", inviter.id), perm));
+        return Err(error::permission_denied(format!("{} cannot grant {perm}, which it does not hold", inviter.id), perm));
     }
     if repo::participant(&conv.id, &invitee_id)?.is_some_and(|x| x.is_active()) {
-        return Err(MailError::already_joined(&conv.id, &invitee_id));
+        return Err(error::already_joined(&conv.id, &invitee_id));
     }
     let now = ids::now_ms();
     let participant = Participant {
@@ -211,13 +226,13 @@ pub fn invite(actor: &Actor, params: &str) -> MailResult<Value> {
         left_at: None,
         permissions,
         invited_by: Some(actor.id.clone()),
-            removed_by: None,
+        removed_by: None,
     };
-    let mut batch = Batch::default();
+    let mut batch = Batch::new();
     batch.participant(&participant).touch(&conv.id, now);
-    batch.commit()?;
+    batch.apply()?;
     announce_joined(&participant, Some((&actor.id, p.message.as_deref())));
-    Ok(json!({"invited": true, "participant": participant}))
+    Ok(json!({"invited": true, "participant": participant}).into())
 }
 
 #[derive(Deserialize)]
@@ -231,10 +246,12 @@ struct PresenceParams {
 /// of a participant connected or last resumed, when an agent registered).
 /// A participant whose session dropped and awaits a resume is offline. For
 /// participants and observer clients.
-pub fn presence(actor: &Actor, params: &str) -> MailResult<Value> {
-    let p: PresenceParams = params::parse(params)?;
-    let conv = access::require_conversation(params::id("conversationId", &p.conversation_id)?)?;
-    access::require_reader(&conv, actor)?;
+pub fn presence(call: &Call) -> Result<Reply> {
+    let actor = &Actor::from_caller(call.caller);
+    let p: PresenceParams = call.params()?;
+    let visit = access::visit(params::id("conversationId", &p.conversation_id)?, actor, &[], &[])?;
+    let conv = &visit.conv;
+    visit.reader(actor)?;
     let current: Vec<String> = repo::participants(&conv.id)?.into_iter().filter(Participant::is_active).map(|p| p.id).collect();
     let since = router::connected_since(&current);
     let participants: Vec<Value> = current
@@ -245,5 +262,5 @@ pub fn presence(actor: &Actor, params: &str) -> MailResult<Value> {
             None => json!({"participantId": id, "online": false}),
         })
         .collect();
-    Ok(json!({"conversationId": conv.id, "participants": participants}))
+    Ok(json!({"conversationId": conv.id, "participants": participants}).into())
 }

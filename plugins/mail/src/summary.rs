@@ -8,16 +8,17 @@
 
 use std::collections::{HashMap, HashSet};
 
+use map_plugin_sdk::store::Batch;
+use map_plugin_sdk::{ids, Call, Error, Reply, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::access::{self, Actor};
-use crate::error::{MailError, MailResult};
+use crate::error;
 use crate::events;
-use crate::ids;
 use crate::model::{Conversation, Participant, Turn};
 use crate::params;
-use crate::repo;
+use crate::repo::{self, Ahead};
 use crate::turns::{ThreadScope, TurnQuery};
 
 /// At most this many of the newest turns go into one digest (bounds the work per call).
@@ -62,9 +63,10 @@ pub struct Digest {
     pub turn_count: u64,
 }
 
+/// A digest as `summaries` keeps it.
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Cached {
+pub struct Cached {
     digest: Digest,
     cached_at: u64,
     /// The conversation's state when the digest was made.
@@ -78,27 +80,30 @@ pub struct Outcome {
 }
 
 /// Changes whenever anything is written to the conversation.
-fn version(conv: &Conversation) -> MailResult<String> {
+fn version(conv: &Conversation) -> Result<String> {
     Ok(format!("{}:{}", conv.updated_at, repo::latest_turn_id(&conv.id)?.unwrap_or_default()))
 }
 
 /// The digest `reader` gets for `scope`: from the cache unless stale or
-/// `regenerate`; a new digest is cached and announced.
-pub fn for_reader(conv: &Conversation, reader: &Participant, scope: &Scope, regenerate: bool) -> MailResult<Outcome> {
+/// `regenerate`; a new digest is cached and announced. The scope's thread
+/// and turns are looked up in `ahead` when they were read with the
+/// conversation.
+pub fn for_reader(conv: &Conversation, ahead: &Ahead, reader: &Participant, scope: &Scope, regenerate: bool) -> Result<Outcome> {
     let mut q = TurnQuery::new(&conv.id);
     if let Some(thread) = &scope.thread_id {
-        if !repo::exists(repo::THREADS, &repo::thread_key(&conv.id, thread))? {
-            return Err(MailError::thread_not_found(&conv.id, thread));
+        if !ahead.has_thread(thread)? {
+            return Err(error::thread_not_found(&conv.id, thread));
         }
         q.threads = ThreadScope::One(thread.clone());
     }
-    q.from_id = scope.from_turn_id.as_deref().map(|t| access::visible_turn(&conv.id, t, reader).map(|t| t.id)).transpose()?;
-    q.to_id = scope.to_turn_id.as_deref().map(|t| access::visible_turn(&conv.id, t, reader).map(|t| t.id)).transpose()?;
+    let visible = |t: &str| access::visible_turn(&conv.id, ahead, t, reader).map(|t| t.id);
+    q.from_id = scope.from_turn_id.as_deref().map(visible).transpose()?;
+    q.to_id = scope.to_turn_id.as_deref().map(visible).transpose()?;
 
     let key = format!("{}/{}/{}", conv.id, scope.cache_key(), repo::esc(&reader.id));
     let version = version(conv)?;
     if !regenerate {
-        if let Some(c) = repo::get::<Cached>(repo::SUMMARIES, &key)? {
+        if let Some(c) = repo::SUMMARIES.get(&key)? {
             if c.version == version {
                 return Ok(Outcome { digest: c.digest, generated: false, cached_at: c.cached_at });
             }
@@ -112,9 +117,9 @@ pub fn for_reader(conv: &Conversation, reader: &Participant, scope: &Scope, rege
     let digest = digest(conv.subject.as_deref(), &turns);
     let now = ids::now_ms();
     let cached = Cached { digest: digest.clone(), cached_at: now, version };
-    let mut batch = repo::Batch::default();
-    batch.put(repo::SUMMARIES, key, &cached);
-    batch.commit()?;
+    let mut batch = Batch::new();
+    batch.put(&repo::SUMMARIES, key, &cached);
+    batch.apply()?;
 
     // The event reaches every subscriber: it carries the summary of the
     // turns everyone may see, never this reader's restricted ones.
@@ -160,9 +165,10 @@ struct SummaryParams {
 }
 
 /// `mail/summary`.
-pub fn summarize(actor: &Actor, params: &str) -> MailResult<Value> {
+pub fn summarize(call: &Call) -> Result<Reply> {
+    let actor = &Actor::from_caller(call.caller);
     actor.require_capability("canViewHistory", "mail/summary")?;
-    let p: SummaryParams = params::parse(params)?;
+    let p: SummaryParams = call.params()?;
     let include: Include = match p.include {
         None => Include::default(),
         Some(v) => {
@@ -171,13 +177,15 @@ pub fn summarize(actor: &Actor, params: &str) -> MailResult<Value> {
             if let Value::Object(given) = v {
                 merged.extend(given);
             }
-            serde_json::from_value(Value::Object(merged)).map_err(|e| MailError::invalid_params(format!("Invalid include: {e}")))?
+            serde_json::from_value(Value::Object(merged)).map_err(|e| Error::invalid_params(format!("Invalid include: {e}")))?
         }
     };
-    let conv = access::require_conversation(params::id("conversationId", &p.conversation_id)?)?;
-    let reader = access::require_member(&conv, actor)?;
+    let s = &p.scope;
+    let named: Vec<&str> = [&s.from_turn_id, &s.to_turn_id].into_iter().flatten().map(String::as_str).collect();
+    let visit = access::visit(params::id("conversationId", &p.conversation_id)?, actor, s.thread_id.as_deref().as_slice(), &named)?;
+    let reader = visit.member(actor)?;
     access::require_observer(&reader)?;
-    let outcome = for_reader(&conv, &reader, &p.scope, p.regenerate)?;
+    let outcome = for_reader(&visit.conv, &visit.ahead, &reader, &p.scope, p.regenerate)?;
     let d = outcome.digest;
     let mut out = json!({"summary": d.summary, "generated": outcome.generated, "turnCount": d.turn_count});
     if !outcome.generated {
@@ -195,7 +203,7 @@ pub fn summarize(actor: &Actor, params: &str) -> MailResult<Value> {
     if include.participants {
         out["participants"] = json!(d.participants);
     }
-    Ok(out)
+    Ok(out.into())
 }
 
 // ---------------------------------------------------------------------------

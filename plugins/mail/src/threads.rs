@@ -1,15 +1,16 @@
 //! Threads: `mail/thread/create`, `mail/thread/list`.
 
+use map_plugin_sdk::store::Batch;
+use map_plugin_sdk::{ids, Call, Reply, Result};
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::access::{self, Actor};
-use crate::error::{MailError, MailResult};
+use crate::error;
 use crate::events;
-use crate::ids;
 use crate::model::Thread;
 use crate::params;
-use crate::repo::{self, Batch, Range};
+use crate::repo::{self, Writes};
 use crate::settings;
 
 #[derive(Deserialize)]
@@ -23,27 +24,28 @@ struct CreateParams {
 
 /// `mail/thread/create`: a thread rooted at a turn the caller can see,
 /// optionally nested in another thread, up to `max_thread_depth` levels.
-pub fn create(actor: &Actor, params: &str) -> MailResult<Value> {
+pub fn create(call: &Call) -> Result<Reply> {
+    let actor = &Actor::from_caller(call.caller);
     actor.require_capability("canCreateThreads", "mail/thread/create")?;
-    let p: CreateParams = params::parse(params)?;
-    let conv = access::require_conversation(params::id("conversationId", &p.conversation_id)?)?;
-    let member = access::require_member(&conv, actor)?;
-    access::require_open(&conv)?;
+    let p: CreateParams = call.params()?;
+    let visit = access::visit(params::id("conversationId", &p.conversation_id)?, actor, p.parent_thread_id.as_deref().as_slice(), &[p.root_turn_id.as_str()])?;
+    let conv = &visit.conv;
+    let member = visit.member(actor)?;
+    access::require_open(conv)?;
     access::require_permission(member.permissions.can_create_threads, &member, "canCreateThreads", "create threads")?;
-    let root = access::visible_turn(&conv.id, params::id("rootTurnId", &p.root_turn_id)?, &member)?;
+    let root = visit.visible_turn(params::id("rootTurnId", &p.root_turn_id)?, &member)?;
     let depth = match &p.parent_thread_id {
         Some(parent_id) => {
-            let parent: Thread = repo::get(repo::THREADS, &repo::thread_key(&conv.id, parent_id))?
-                .ok_or_else(|| MailError::thread_not_found(&conv.id, parent_id))?;
+            let parent = visit.ahead.thread(parent_id)?.ok_or_else(|| error::thread_not_found(&conv.id, parent_id))?;
             parent.depth + 1
         }
         None => 1,
     };
     let max = settings::max_thread_depth();
     if depth > max {
-        return Err(MailError::nesting_limit(depth, max));
+        return Err(error::nesting_limit(depth, max));
     }
-    let (id, now) = ids::new_id("thread");
+    let (id, now) = ids::new_id_at("thread");
     let thread = Thread {
         id: id.clone(),
         conversation_id: conv.id.clone(),
@@ -57,16 +59,16 @@ pub fn create(actor: &Actor, params: &str) -> MailResult<Value> {
         created_by: actor.id.clone(),
         depth,
     };
-    let mut batch = Batch::default();
-    batch.put(repo::THREADS, repo::thread_key(&conv.id, &id), &thread).touch(&conv.id, now);
-    batch.commit()?;
+    let mut batch = Batch::new();
+    batch.put(&repo::THREADS, repo::thread_key(&conv.id, &id), &thread).touch(&conv.id, now);
+    batch.apply()?;
     let data = json!({"conversationId": conv.id, "threadId": id, "participantId": actor.id, "thread": thread});
     events::emit(events::THREAD_CREATED, &conv.id, data, None);
-    Ok(json!({ "thread": thread }))
+    Ok(json!({ "thread": thread }).into())
 }
 
 /// Every thread of a conversation with up-to-date counts.
-pub fn all_with_counts(conv: &str) -> MailResult<Vec<Thread>> {
+pub fn all_with_counts(conv: &str) -> Result<Vec<Thread>> {
     repo::threads(conv)?.into_iter().map(repo::with_counts).collect()
 }
 
@@ -81,25 +83,25 @@ struct ListParams {
 
 /// `mail/thread/list`: threads in creation order; with `parentThreadId`,
 /// only the threads directly below it. For participants and observer clients.
-pub fn list(actor: &Actor, params: &str) -> MailResult<Value> {
-    let p: ListParams = params::parse(params)?;
-    let conv = access::require_conversation(params::id("conversationId", &p.conversation_id)?)?;
-    access::require_reader(&conv, actor)?;
+pub fn list(call: &Call) -> Result<Reply> {
+    let actor = &Actor::from_caller(call.caller);
+    let p: ListParams = call.params()?;
+    let visit = access::visit(params::id("conversationId", &p.conversation_id)?, actor, p.parent_thread_id.as_deref().as_slice(), &[])?;
+    let conv = &visit.conv;
+    visit.reader(actor)?;
     if let Some(parent) = &p.parent_thread_id {
-        if !repo::exists(repo::THREADS, &repo::thread_key(&conv.id, parent))? {
-            return Err(MailError::thread_not_found(&conv.id, parent));
-        }
+        visit.require_thread(parent)?;
     }
     let limit = params::limit(p.limit, 50, 200);
     let prefix = format!("{}/", conv.id);
-    let mut range = Range::prefix(repo::THREADS, prefix.clone());
+    let mut range = repo::THREADS.prefix(prefix.clone());
     if let Some(c) = &p.cursor {
-        range.after = Some(format!("{prefix}{}", params::cursor(c, "thread-")?));
+        range = range.after(format!("{prefix}{}", params::cursor(c, "thread-")?));
     }
     let mut found = Vec::new();
     let mut has_more = false;
     range.each(|entry| {
-        let t: Thread = repo::decode_entry(repo::THREADS, &entry)?;
+        let t = entry.value;
         if p.parent_thread_id.as_ref().is_some_and(|parent| t.parent_thread_id.as_ref() != Some(parent)) {
             return Ok(true);
         }
@@ -114,5 +116,5 @@ pub fn list(actor: &Actor, params: &str) -> MailResult<Value> {
     if has_more {
         out["nextCursor"] = json!(found.last().map(|t: &Thread| t.id.clone()));
     }
-    Ok(out)
+    Ok(out.into())
 }

@@ -1,15 +1,16 @@
 //! Turns: recording (explicit and intercepted), updating, listing, replay.
 
+use map_plugin_sdk::store::{Batch, Json, Range};
+use map_plugin_sdk::{ids, Call, Error, Reply, Result};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use crate::access::{self, Actor, Reader, Sees};
-use crate::error::{MailError, MailResult};
+use crate::access::{self, Actor, Reader, Sees, Visit};
+use crate::error;
 use crate::events;
-use crate::ids;
 use crate::model::{valid_content_type, Conversation, Participant, Turn, TurnSource, TurnStatus, Visibility};
 use crate::params::{self, OneOrMany};
-use crate::repo::{self, Batch, Range};
+use crate::repo::{self, Ahead, Writes};
 
 /// Turns returned per page unless the request says otherwise.
 pub const DEFAULT_LIMIT: usize = 50;
@@ -32,22 +33,23 @@ pub struct TurnSpec {
 
 /// Check a turn against the conversation and build it. The author must be
 /// an active participant allowed to send; the thread and the turn replied
-/// to must exist (and the latter be visible to the author).
-pub fn build(conv: &Conversation, author: &Participant, spec: TurnSpec, source: TurnSource) -> MailResult<Turn> {
+/// to must exist (and the latter be visible to the author), looked up in
+/// `ahead` when they were read with the conversation.
+pub fn build(conv: &Conversation, ahead: &Ahead, author: &Participant, spec: TurnSpec, source: TurnSource) -> Result<Turn> {
     access::require_open(conv)?;
     access::require_permission(author.permissions.can_send, author, "canSend", "send turns")?;
     if !valid_content_type(&spec.content_type) {
-        return Err(MailError::invalid_content_type(&spec.content_type));
+        return Err(error::invalid_content_type(&spec.content_type));
     }
     if let Some(thread) = &spec.thread_id {
-        if !repo::exists(repo::THREADS, &repo::thread_key(&conv.id, thread))? {
-            return Err(MailError::thread_not_found(&conv.id, thread));
+        if !ahead.has_thread(thread)? {
+            return Err(error::thread_not_found(&conv.id, thread));
         }
     }
     if let Some(reply_to) = &spec.in_reply_to {
-        access::visible_turn(&conv.id, reply_to, author)?;
+        access::visible_turn(&conv.id, ahead, reply_to, author)?;
     }
-    let (id, timestamp) = ids::new_id("turn");
+    let (id, timestamp) = ids::new_id_at("turn");
     Ok(Turn {
         id,
         conversation_id: conv.id.clone(),
@@ -65,21 +67,28 @@ pub fn build(conv: &Conversation, author: &Participant, spec: TurnSpec, source: 
     })
 }
 
-/// Store a built turn (it is durable once this returns) and announce it.
-pub fn store(turn: &Turn) -> MailResult<()> {
-    let mut batch = Batch::default();
+/// Store a built turn with its thread indexes and the conversation's
+/// activity in one commit (it is durable once this returns), and announce it.
+pub fn store(turn: &Turn) -> Result<()> {
+    let mut batch = Batch::new();
     batch.turn(turn).touch(&turn.conversation_id, turn.timestamp);
-    batch.commit()?;
+    batch.apply()?;
     announce(turn);
     Ok(())
 }
 
+/// `mail.turn.added`, for those who may see the turn (one read: the audience).
 pub fn announce(turn: &Turn) {
+    announce_to(&events::audience(&turn.conversation_id), turn);
+}
+
+/// `mail.turn.added`, for participants already known to be the current ones.
+pub fn announce_to(current: &[Participant], turn: &Turn) {
     let mut data = json!({"conversationId": turn.conversation_id, "turn": turn});
     if let Some(thread) = &turn.thread_id {
         data["threadId"] = json!(thread);
     }
-    events::emit_turn(events::TURN_ADDED, turn, data);
+    events::emit_turn_to(events::TURN_ADDED, current, turn, data);
 }
 
 #[derive(Deserialize)]
@@ -99,14 +108,24 @@ struct TurnParams {
 
 /// `mail/turn`: record a turn explicitly, or update one of the caller's own
 /// turns (e.g. `streaming` → `complete`) when `turnId` is given.
-pub fn record(actor: &Actor, params: &str) -> MailResult<Value> {
-    let p: TurnParams = params::parse(params)?;
-    let (conv, author) = access::require_conversation_member(params::id("conversationId", &p.conversation_id)?, actor)?;
+///
+/// Three store calls: one `get-many` (the conversation, its activity, the
+/// author's participant record, and the thread and the turn the request
+/// names), one commit, and the event's audience.
+pub fn record(call: &Call) -> Result<Reply> {
+    let actor = Actor::from_caller(call.caller);
+    let p: TurnParams = call.params()?;
+    let conv_id = params::id("conversationId", &p.conversation_id)?;
+    let visit = match &p.turn_id {
+        Some(turn_id) => access::visit(conv_id, &actor, &[], &[turn_id])?,
+        None => access::visit(conv_id, &actor, p.thread_id.as_deref().as_slice(), p.in_reply_to.as_deref().as_slice())?,
+    };
+    let author = visit.member(&actor)?;
     if let Some(turn_id) = &p.turn_id {
-        return update(&conv, &author, turn_id, p.status, p.content, p.metadata);
+        return update(&visit, &author, turn_id, p.status, p.content, p.metadata);
     }
-    let content_type = p.content_type.ok_or_else(|| MailError::invalid_params("contentType is required"))?;
-    let content = p.content.ok_or_else(|| MailError::invalid_params("content is required"))?;
+    let content_type = p.content_type.ok_or_else(|| Error::invalid_params("contentType is required"))?;
+    let content = p.content.ok_or_else(|| Error::invalid_params("content is required"))?;
     let spec = TurnSpec {
         content_type,
         content,
@@ -116,19 +135,20 @@ pub fn record(actor: &Actor, params: &str) -> MailResult<Value> {
         metadata: p.metadata.unwrap_or_default(),
         status: p.status.unwrap_or_default(),
     };
-    let turn = build(&conv, &author, spec, TurnSource::Explicit { method: "mail/turn".into() })?;
+    let turn = build(&visit.conv, &visit.ahead, &author, spec, TurnSource::Explicit { method: "mail/turn".into() })?;
     store(&turn)?;
-    Ok(json!({ "turn": turn }))
+    Ok(json!({ "turn": turn }).into())
 }
 
-fn update(conv: &Conversation, author: &Participant, turn_id: &str, status: Option<TurnStatus>, content: Option<Value>, metadata: Option<Map<String, Value>>) -> MailResult<Value> {
+fn update(visit: &Visit, author: &Participant, turn_id: &str, status: Option<TurnStatus>, content: Option<Value>, metadata: Option<Map<String, Value>>) -> Result<Reply> {
+    let conv = &visit.conv;
     access::require_open(conv)?;
-    let mut turn = access::visible_turn(&conv.id, turn_id, author)?;
+    let mut turn = visit.visible_turn(turn_id, author)?;
     if turn.participant != author.id {
-        return Err(MailError::permission_denied(format!("{} may only update its own turns; {turn_id} is by {}", author.id, turn.participant), "author"));
+        return Err(error::permission_denied(format!("{} may only update its own turns; {turn_id} is by {}", author.id, turn.participant), "author"));
     }
     if status.is_none() && content.is_none() && metadata.is_none() {
-        return Err(MailError::invalid_params("an update needs status, content or metadata"));
+        return Err(Error::invalid_params("an update needs status, content or metadata"));
     }
     let now = ids::now_ms();
     if let Some(s) = status {
@@ -141,9 +161,9 @@ fn update(conv: &Conversation, author: &Participant, turn_id: &str, status: Opti
         turn.metadata.extend(m);
     }
     turn.updated_at = Some(now);
-    let mut batch = Batch::default();
+    let mut batch = Batch::new();
     batch.turn(&turn).touch(&conv.id, now);
-    batch.commit()?;
+    batch.apply()?;
     let mut data = json!({
         "conversationId": conv.id,
         "turnId": turn.id,
@@ -155,7 +175,7 @@ fn update(conv: &Conversation, author: &Participant, turn_id: &str, status: Opti
         data["threadId"] = json!(thread);
     }
     events::emit_turn(events::TURN_UPDATED, &turn, data);
-    Ok(json!({ "turn": turn }))
+    Ok(json!({ "turn": turn }).into())
 }
 
 // ---------------------------------------------------------------------------
@@ -212,7 +232,7 @@ impl TurnQuery {
         }
     }
 
-    fn range(&self) -> Range<'static> {
+    fn range(&self) -> Range<Turn, Json> {
         let (collection, prefix) = match &self.threads {
             ThreadScope::One(t) => (repo::THREAD_TURNS, repo::thread_turn_prefix(&self.conv, t)),
             _ => (repo::TURNS, format!("{}/", self.conv)),
@@ -220,13 +240,17 @@ impl TurnQuery {
         // Ids carry their timestamp, so time filters become key bounds too.
         let after = [self.after_id.clone(), self.after_ts.map(|ts| ids::bounds_of_ms("turn", ts).1)].into_iter().flatten().max();
         let before = [self.before_id.clone(), self.before_ts.map(|ts| ids::bounds_of_ms("turn", ts).0)].into_iter().flatten().min();
-        Range {
-            collection,
-            after: after.map(|id| format!("{prefix}{id}")),
-            before: before.map(|id| format!("{prefix}{id}")),
-            prefix,
-            reverse: self.descending,
+        let mut range = collection.prefix(prefix.clone());
+        if let Some(id) = after {
+            range = range.after(format!("{prefix}{id}"));
         }
+        if let Some(id) = before {
+            range = range.before(format!("{prefix}{id}"));
+        }
+        if self.descending {
+            range = range.reverse();
+        }
+        range
     }
 
     fn matches(&self, t: &Turn, reader: &impl Sees) -> bool {
@@ -254,11 +278,10 @@ impl TurnQuery {
     }
 
     /// Up to `limit` turns; with `count_rest`, keep walking to count every match.
-    pub fn page(&self, reader: &impl Sees, limit: usize, count_rest: bool) -> MailResult<Page> {
-        let range = self.range();
+    pub fn page(&self, reader: &impl Sees, limit: usize, count_rest: bool) -> Result<Page> {
         let mut page = Page { turns: Vec::new(), has_more: false, matched: 0 };
-        range.each(|entry| {
-            let t: Turn = repo::decode_entry(range.collection, &entry)?;
+        self.range().each(|entry| {
+            let t = entry.value;
             if self.past_end(&t) {
                 return Ok(false);
             }
@@ -278,13 +301,13 @@ impl TurnQuery {
     }
 
     /// Every matching turn, oldest first.
-    pub fn all(&self, reader: &impl Sees) -> MailResult<Vec<Turn>> {
+    pub fn all(&self, reader: &impl Sees) -> Result<Vec<Turn>> {
         Ok(self.page(reader, usize::MAX, false)?.turns)
     }
 }
 
 /// A thread and all threads nested below it.
-pub fn thread_and_descendants(conv: &str, root: &str) -> MailResult<Vec<String>> {
+pub fn thread_and_descendants(conv: &str, root: &str) -> Result<Vec<String>> {
     let threads = repo::threads(conv)?;
     let mut set = vec![root.to_string()];
     let mut i = 0;
@@ -296,26 +319,19 @@ pub fn thread_and_descendants(conv: &str, root: &str) -> MailResult<Vec<String>>
     Ok(set)
 }
 
-fn require_thread(conv: &str, thread: &str) -> MailResult<()> {
-    if repo::exists(repo::THREADS, &repo::thread_key(conv, thread))? {
-        Ok(())
-    } else {
-        Err(MailError::thread_not_found(conv, thread))
-    }
+fn require_turn(visit: &Visit, turn: &str, reader: &Reader) -> Result<String> {
+    visit.visible_turn(turn, reader).map(|t| t.id)
 }
 
-fn require_turn(conv: &str, turn: &str, reader: &Reader) -> MailResult<String> {
-    access::visible_turn(conv, turn, reader).map(|t| t.id)
-}
-
-/// The caller as a reader of a conversation's turns: a participant with
-/// `canObserve`, or an observer client.
-fn reader(actor: &Actor, conversation_id: &str, method: &str) -> MailResult<(Conversation, Reader)> {
+/// The caller as a reader of a conversation's turns (a participant with
+/// `canObserve`, or an observer client), the conversation read with the
+/// threads and turns the request names.
+fn reader(actor: &Actor, conversation_id: &str, method: &str, threads: &[&str], turns: &[&str]) -> Result<(Visit, Reader)> {
     actor.require_capability("canViewHistory", method)?;
-    let conv = access::require_conversation(params::id("conversationId", conversation_id)?)?;
-    let reader = access::require_reader(&conv, actor)?;
+    let visit = access::visit(params::id("conversationId", conversation_id)?, actor, threads, turns)?;
+    let reader = visit.reader(actor)?;
     reader.require_turns()?;
-    Ok((conv, reader))
+    Ok((visit, reader))
 }
 
 #[derive(Deserialize, Default)]
@@ -360,13 +376,16 @@ fn page_result(page: Page) -> Value {
 }
 
 /// `mail/turns/list`: the turns the caller may see, filtered and paged.
-pub fn list(actor: &Actor, params: &str) -> MailResult<Value> {
-    let p: TurnsListParams = params::parse(params)?;
-    let (conv, reader) = reader(actor, &p.conversation_id, "mail/turns/list")?;
+pub fn list(call: &Call) -> Result<Reply> {
+    let actor = Actor::from_caller(call.caller);
+    let p: TurnsListParams = call.params()?;
     let f = p.filter;
+    let named: Vec<&str> = [&f.after_turn_id, &f.before_turn_id].into_iter().flatten().map(String::as_str).collect();
+    let (visit, reader) = reader(&actor, &p.conversation_id, "mail/turns/list", f.thread_id.as_deref().as_slice(), &named)?;
+    let conv = &visit.conv;
     let mut q = TurnQuery::new(&conv.id);
     if let Some(thread) = &f.thread_id {
-        require_thread(&conv.id, thread)?;
+        visit.require_thread(thread)?;
         q.threads = if f.include_all_threads {
             ThreadScope::Among(thread_and_descendants(&conv.id, thread)?)
         } else {
@@ -375,8 +394,8 @@ pub fn list(actor: &Actor, params: &str) -> MailResult<Value> {
     }
     q.content_types = f.content_types.map(OneOrMany::into_vec).unwrap_or_default();
     q.participant = f.participant_id;
-    q.after_id = f.after_turn_id.map(|t| require_turn(&conv.id, &t, &reader)).transpose()?;
-    q.before_id = f.before_turn_id.map(|t| require_turn(&conv.id, &t, &reader)).transpose()?;
+    q.after_id = f.after_turn_id.map(|t| require_turn(&visit, &t, &reader)).transpose()?;
+    q.before_id = f.before_turn_id.map(|t| require_turn(&visit, &t, &reader)).transpose()?;
     q.after_ts = f.after_timestamp;
     q.before_ts = f.before_timestamp;
     q.descending = p.order == Order::Desc;
@@ -390,7 +409,7 @@ pub fn list(actor: &Actor, params: &str) -> MailResult<Value> {
         }
     }
     let page = q.page(&reader, params::limit(p.limit, DEFAULT_LIMIT, MAX_LIMIT), false)?;
-    Ok(page_result(page))
+    Ok(page_result(page).into())
 }
 
 #[derive(Deserialize)]
@@ -408,16 +427,17 @@ struct ReplayParams {
 /// `mail/replay`: the turns after a point, oldest first, for catching up.
 /// `missedCount` counts every visible turn from that point on, including
 /// those beyond this page.
-pub fn replay(actor: &Actor, params: &str) -> MailResult<Value> {
-    let p: ReplayParams = params::parse(params)?;
-    let (conv, reader) = reader(actor, &p.conversation_id, "mail/replay")?;
-    let mut q = TurnQuery::new(&conv.id);
+pub fn replay(call: &Call) -> Result<Reply> {
+    let actor = Actor::from_caller(call.caller);
+    let p: ReplayParams = call.params()?;
+    let (visit, reader) = reader(&actor, &p.conversation_id, "mail/replay", p.thread_id.as_deref().as_slice(), p.from_turn_id.as_deref().as_slice())?;
+    let mut q = TurnQuery::new(&visit.conv.id);
     if let Some(thread) = &p.thread_id {
-        require_thread(&conv.id, thread)?;
+        visit.require_thread(thread)?;
         q.threads = ThreadScope::One(thread.clone());
     }
     q.content_types = p.content_types.map(OneOrMany::into_vec).unwrap_or_default();
-    q.after_id = p.from_turn_id.map(|t| require_turn(&conv.id, &t, &reader)).transpose()?;
+    q.after_id = p.from_turn_id.map(|t| require_turn(&visit, &t, &reader)).transpose()?;
     if let Some(c) = &p.cursor {
         let c = params::cursor(c, "turn-")?.to_string();
         q.after_id = Some(q.after_id.map_or(c.clone(), |a| a.max(c)));
@@ -427,5 +447,5 @@ pub fn replay(actor: &Actor, params: &str) -> MailResult<Value> {
     let missed = page.matched;
     let mut out = page_result(page);
     out["missedCount"] = json!(missed);
-    Ok(out)
+    Ok(out.into())
 }
