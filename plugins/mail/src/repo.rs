@@ -290,3 +290,83 @@ pub fn with_counts(mut t: Thread) -> Result<Thread> {
 pub fn threads(conv: &str) -> Result<Vec<Thread>> {
     every(THREADS.prefix(format!("{conv}/")))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ParticipantType, Permissions, Role, TurnSource, TurnStatus};
+
+    fn turn(id: &str, thread: Option<&str>) -> Turn {
+        Turn {
+            id: id.into(),
+            conversation_id: "conv-1".into(),
+            participant: "a/b".into(),
+            timestamp: 1,
+            content_type: "text".into(),
+            content: serde_json::Value::Null,
+            thread_id: thread.map(String::from),
+            in_reply_to: None,
+            source: TurnSource::Explicit { method: "mail/turn".into() },
+            visibility: None,
+            status: TurnStatus::Complete,
+            metadata: Default::default(),
+            updated_at: None,
+        }
+    }
+
+    #[test]
+    fn keys_keep_the_stored_layout() {
+        assert_eq!(participant_key("conv-1", "a/b%c"), "conv-1/a%2Fb%25c");
+        assert_eq!(membership_key("a/b", "conv-1"), "a%2Fb/conv-1");
+        assert_eq!(turn_key("conv-1", "turn-2"), "conv-1/turn-2");
+        assert_eq!(thread_key("conv-1", "thread-3"), "conv-1/thread-3");
+        assert_eq!(thread_turn_prefix("conv-1", "thread-3"), "conv-1/thread-3/");
+        assert_eq!(<Text as Codec<String>>::encode(&"1706745600000".to_string()).unwrap(), b"1706745600000");
+    }
+
+    #[test]
+    fn only_keys_the_store_takes_are_read_ahead() {
+        assert!(storable(&"x".repeat(512)));
+        assert!(!storable(&"x".repeat(513)));
+        assert!(!storable("a\u{10FFFF}"));
+    }
+
+    #[test]
+    fn read_ahead_records_are_served_without_the_store() {
+        let mut ahead = Ahead::none("conv-1");
+        ahead.threads.push(("thread-1".into(), None));
+        ahead.turns.push(("turn-1".into(), Some(turn("turn-1", None))));
+        ahead.turns.push(("turn-2".into(), None));
+        assert!(!ahead.has_thread("thread-1").unwrap());
+        assert!(ahead.thread("thread-1").unwrap().is_none());
+        assert_eq!(ahead.turn("turn-1").unwrap().map(|t| t.id).as_deref(), Some("turn-1"));
+        assert!(ahead.turn("turn-2").unwrap().is_none(), "read ahead and absent");
+    }
+
+    #[test]
+    fn writes_carry_their_indexes() {
+        let mut b = Batch::new();
+        b.turn(&turn("turn-1", None)).touch("conv-1", 5);
+        assert_eq!(b.len(), 2, "the turn and the activity");
+        let mut b = Batch::new();
+        b.turn(&turn("turn-1", Some("thread-1")));
+        assert_eq!(b.len(), 3, "the turn, its thread copy and the thread's author");
+        let mut p = Participant {
+            id: "a".into(),
+            conversation_id: "conv-1".into(),
+            kind: ParticipantType::Agent,
+            role: Role::Worker,
+            joined_at: 0,
+            left_at: None,
+            permissions: Permissions::for_role(Role::Worker),
+            invited_by: None,
+            removed_by: None,
+        };
+        let mut b = Batch::new();
+        b.participant(&p);
+        p.left_at = Some(1);
+        b.participant(&p);
+        assert_eq!(b.len(), 6, "record, members and memberships, put then deleted");
+        assert!(!b.has_conditions());
+    }
+}
