@@ -120,10 +120,12 @@ impl Waiting {
 /// One transaction for the whole group; an answer per job.
 fn commit_group(conn: &Connection, group: &[Job]) -> Vec<Result<Outcome, StoreError>> {
     let fail_all = |e: rusqlite::Error| group.iter().map(|_| Err(StoreError::Unavailable(e.to_string()))).collect();
+    // Cached statements: these run for every group.
+    let run = |sql: &str| conn.prepare_cached(sql).and_then(|mut s| s.execute([])).map(drop);
     let rollback = || {
-        let _ = conn.execute_batch("ROLLBACK");
+        let _ = run("ROLLBACK");
     };
-    if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+    if let Err(e) = run("BEGIN IMMEDIATE") {
         return fail_all(e);
     }
     let version: i64 = match conn.prepare_cached("UPDATE kv_clock SET version = version + 1 RETURNING version").and_then(|mut s| s.query_row([], |r| r.get(0))) {
@@ -137,7 +139,7 @@ fn commit_group(conn: &Connection, group: &[Job]) -> Vec<Result<Outcome, StoreEr
     let mut answers = Vec::with_capacity(group.len());
     for job in group {
         if !alone {
-            if let Err(e) = conn.execute_batch("SAVEPOINT call") {
+            if let Err(e) = run("SAVEPOINT call") {
                 rollback();
                 return fail_all(e);
             }
@@ -149,13 +151,13 @@ fn commit_group(conn: &Connection, group: &[Job]) -> Vec<Result<Outcome, StoreEr
                 rollback();
                 return vec![answer];
             }
-        } else if let Err(e) = conn.execute_batch(if undo { "ROLLBACK TO call; RELEASE call" } else { "RELEASE call" }) {
+        } else if let Err(e) = if undo { run("ROLLBACK TO call") } else { Ok(()) }.and_then(|()| run("RELEASE call")) {
             rollback();
             return fail_all(e);
         }
         answers.push(answer);
     }
-    match conn.execute_batch("COMMIT") {
+    match run("COMMIT") {
         Ok(()) => answers,
         Err(e) => {
             rollback();
