@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use parking_lot::Mutex;
+use rusqlite::config::DbConfig;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 
 use super::migrations;
@@ -41,6 +42,9 @@ fn connect(path: &PathBuf, sync_full: bool) -> rusqlite::Result<Connection> {
     conn.busy_timeout(Duration::from_secs(5))?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", if sync_full { "FULL" } else { "NORMAL" })?;
+    // Plans that never depend on bound values: otherwise binding a new
+    // LIMIT or key re-prepares the cached statement on every call.
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
     conn.set_prepared_statement_cache_capacity(STATEMENTS);
     Ok(conn)
 }
