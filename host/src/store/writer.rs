@@ -2,7 +2,8 @@
 //! here, and each round applies the waiting calls in one transaction (each
 //! inside a savepoint, so one call's conflict or error leaves the others
 //! alone) and acknowledges them only after that transaction has committed.
-//! One fsync then serves many calls. Every call is bounded
+//! One fsync then serves many calls; when calls come together, the writer
+//! waits a moment (`LINGER_US`) for more before it commits. Every call is bounded
 //! (`ops::check_ops`) and waiting calls are taken one tenant at a time, so
 //! no tenant holds the writer for long or queues others behind its writes.
 //! The writer is a thread of its own: SQLite calls block.
@@ -16,6 +17,8 @@ use super::ops::{call_bytes, Op, Outcome, MAX_CALL_BYTES, MAX_OPS};
 use super::sqlite::apply;
 use super::{Scope, StoreError};
 
+/// How long the writer waits for more calls when calls arrive together.
+const LINGER_US: u64 = 150;
 /// Most calls committed together.
 const MAX_GROUP: usize = 256;
 
@@ -50,6 +53,7 @@ impl Writer {
 
 fn run(conn: Connection, mut jobs: mpsc::Receiver<Job>) {
     let mut waiting = Waiting::default();
+    let mut last_group = 0;
     loop {
         if waiting.is_empty() {
             match jobs.blocking_recv() {
@@ -60,7 +64,17 @@ fn run(conn: Connection, mut jobs: mpsc::Receiver<Job>) {
         while let Ok(job) = jobs.try_recv() {
             waiting.push(job);
         }
+        // Calls arrived together last time, so more are likely on their way:
+        // a moment's wait lets one commit serve them too. A lone caller
+        // (the previous group held one call) never waits.
+        if last_group > 1 && waiting.len() < last_group * 2 {
+            std::thread::sleep(std::time::Duration::from_micros(LINGER_US));
+            while let Ok(job) = jobs.try_recv() {
+                waiting.push(job);
+            }
+        }
         let group = waiting.next_group();
+        last_group = group.len();
         let answers = commit_group(&conn, &group);
         for (job, answer) in group.into_iter().zip(answers) {
             let _ = job.reply.send(answer);
@@ -80,6 +94,10 @@ struct Waiting {
 impl Waiting {
     fn is_empty(&self) -> bool {
         self.turn.is_empty()
+    }
+
+    fn len(&self) -> usize {
+        self.queues.values().map(VecDeque::len).sum()
     }
 
     fn push(&mut self, job: Job) {
