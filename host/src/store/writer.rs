@@ -61,17 +61,13 @@ fn run(conn: Connection, mut jobs: mpsc::Receiver<Job>) {
                 None => return,
             }
         }
-        while let Ok(job) = jobs.try_recv() {
-            waiting.push(job);
-        }
+        waiting.take(&mut jobs);
         // Calls arrived together last time, so more are likely on their way:
         // a moment's wait lets one commit serve them too. A lone caller
         // (the previous group held one call) never waits.
         if last_group > 1 && waiting.len() < last_group * 2 {
             std::thread::sleep(std::time::Duration::from_micros(LINGER_US));
-            while let Ok(job) = jobs.try_recv() {
-                waiting.push(job);
-            }
+            waiting.take(&mut jobs);
         }
         let group = waiting.next_group();
         last_group = group.len();
@@ -94,6 +90,13 @@ struct Waiting {
 impl Waiting {
     fn is_empty(&self) -> bool {
         self.turn.is_empty()
+    }
+
+    /// Everything already queued, without waiting.
+    fn take(&mut self, jobs: &mut mpsc::Receiver<Job>) {
+        while let Ok(job) = jobs.try_recv() {
+            self.push(job);
+        }
     }
 
     fn len(&self) -> usize {

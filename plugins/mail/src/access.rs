@@ -232,7 +232,7 @@ pub fn visible_turn(conv: &str, ahead: &Ahead, turn_id: &str, reader: &impl Sees
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Permissions, Role, TurnSource, TurnStatus};
+    use crate::model::{Permissions, Role};
     use serde_json::Map;
 
     fn member(id: &str, role: Role) -> Participant {
@@ -254,21 +254,7 @@ mod tests {
         if internal {
             metadata.insert("internal".into(), Value::Bool(true));
         }
-        Turn {
-            id: "turn-1".into(),
-            conversation_id: "conv-1".into(),
-            participant: by.into(),
-            timestamp: 10,
-            content_type: "text".into(),
-            content: Value::Null,
-            thread_id: None,
-            in_reply_to: None,
-            source: TurnSource::Explicit { method: "mail/turn".into() },
-            visibility,
-            status: TurnStatus::Complete,
-            metadata,
-            updated_at: None,
-        }
+        Turn { timestamp: 10, visibility, metadata, ..Turn::sample("turn-1", by) }
     }
 
     #[test]

@@ -289,3 +289,25 @@ pub struct Thread {
     /// 1 for a thread at the top of a conversation.
     pub depth: u32,
 }
+
+#[cfg(test)]
+impl Turn {
+    /// A complete, explicit text turn of `conv-1` by `by`, for tests to adjust.
+    pub fn sample(id: &str, by: &str) -> Turn {
+        Turn {
+            id: id.into(),
+            conversation_id: "conv-1".into(),
+            participant: by.into(),
+            timestamp: 1,
+            content_type: "text".into(),
+            content: Value::Null,
+            thread_id: None,
+            in_reply_to: None,
+            source: TurnSource::Explicit { method: "mail/turn".into() },
+            visibility: None,
+            status: TurnStatus::Complete,
+            metadata: Map::new(),
+            updated_at: None,
+        }
+    }
+}

@@ -294,24 +294,10 @@ pub fn threads(conv: &str) -> Result<Vec<Thread>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{ParticipantType, Permissions, Role, TurnSource, TurnStatus};
+    use crate::model::{ParticipantType, Permissions, Role};
 
     fn turn(id: &str, thread: Option<&str>) -> Turn {
-        Turn {
-            id: id.into(),
-            conversation_id: "conv-1".into(),
-            participant: "a/b".into(),
-            timestamp: 1,
-            content_type: "text".into(),
-            content: serde_json::Value::Null,
-            thread_id: thread.map(String::from),
-            in_reply_to: None,
-            source: TurnSource::Explicit { method: "mail/turn".into() },
-            visibility: None,
-            status: TurnStatus::Complete,
-            metadata: Default::default(),
-            updated_at: None,
-        }
+        Turn { thread_id: thread.map(String::from), ..Turn::sample(id, "a/b") }
     }
 
     #[test]

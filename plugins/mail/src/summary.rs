@@ -400,24 +400,9 @@ pub fn digest(subject: Option<&str>, turns: &[Turn]) -> Digest {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{TurnSource, TurnStatus};
 
     fn turn(id: &str, who: &str, text: &str, reply_to: Option<&str>) -> Turn {
-        Turn {
-            id: id.into(),
-            conversation_id: "conv-1".into(),
-            participant: who.into(),
-            timestamp: 1_706_745_600_000,
-            content_type: "text".into(),
-            content: json!({ "text": text }),
-            thread_id: None,
-            in_reply_to: reply_to.map(String::from),
-            source: TurnSource::Explicit { method: "mail/turn".into() },
-            visibility: None,
-            status: TurnStatus::Complete,
-            metadata: Default::default(),
-            updated_at: None,
-        }
+        Turn { timestamp: 1_706_745_600_000, content: json!({ "text": text }), in_reply_to: reply_to.map(String::from), ..Turn::sample(id, who) }
     }
 
     #[test]
