@@ -28,6 +28,9 @@ pub struct StorageConfig {
     /// SQLite only: `normal` survives a crash of the gateway process, `full`
     /// (fsync on every commit) also a crash of the machine.
     pub sync: String,
+    /// SQLite only: MiB of recently read and written values kept in memory
+    /// (0: none). PostgreSQL reads always go to the database.
+    pub cache_mb: usize,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, Default)]
@@ -215,7 +218,7 @@ impl Default for PluginConfig {
 
 impl Default for StorageConfig {
     fn default() -> Self {
-        StorageConfig { url: String::new(), sync: "normal".into() }
+        StorageConfig { url: String::new(), sync: "normal".into(), cache_mb: 64 }
     }
 }
 
@@ -308,6 +311,9 @@ impl Config {
         let anon = &self.auth.anonymous_tenant;
         if !anon.is_empty() && !seen.contains(anon.as_str()) {
             bail!("auth.anonymous_tenant {anon:?} is not a configured tenant");
+        }
+        if self.storage.cache_mb > 1 << 20 {
+            bail!("storage.cache_mb must be at most 1048576");
         }
         if !matches!(self.storage.sync.as_str(), "normal" | "full") {
             bail!("storage.sync must be normal or full");

@@ -1,9 +1,13 @@
 //! Where a tenant plugin's calls find an instance. `pooled`: ready
-//! instances are reused, and at most `max_concurrency` calls run at once.
+//! instances are reused, and at most `max_concurrency` calls run at once;
+//! after a busy spell every instance it used stays ready for `IDLE_GRACE`
+//! (starting one costs far more than a call), then the pool shrinks back
+//! to `idle_instances`.
 //! `singleton`: one instance takes every call in arrival order; one that
 //! failed is replaced by a fresh one (with `init` again), with backoff when
 //! failures repeat.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,6 +27,9 @@ pub enum Refused {
     Failed(String),
 }
 
+/// How long instances beyond `idle_instances` stay ready after their last call.
+const IDLE_GRACE: Duration = Duration::from_secs(10);
+
 pub struct Singleton {
     instance: Option<Instance>,
     /// Failures in a row (calls or starts); reset by a call that succeeds.
@@ -32,7 +39,8 @@ pub struct Singleton {
 }
 
 pub enum Pool {
-    Pooled { idle: Mutex<Vec<Instance>>, slots: Arc<Semaphore> },
+    /// Ready instances with when each was released, most recent at the back.
+    Pooled { idle: Mutex<VecDeque<(Instance, Instant)>>, slots: Arc<Semaphore> },
     Singleton(Arc<tokio::sync::Mutex<Singleton>>),
 }
 
@@ -62,7 +70,7 @@ fn backoff(failures: u32) -> Duration {
 impl Pool {
     pub fn new(mode: InstanceMode, max_concurrency: usize) -> Pool {
         match mode {
-            InstanceMode::Pooled => Pool::Pooled { idle: Mutex::new(Vec::new()), slots: Arc::new(Semaphore::new(max_concurrency.max(1))) },
+            InstanceMode::Pooled => Pool::Pooled { idle: Mutex::new(VecDeque::new()), slots: Arc::new(Semaphore::new(max_concurrency.max(1))) },
             InstanceMode::Singleton => {
                 Pool::Singleton(Arc::new(tokio::sync::Mutex::new(Singleton { instance: None, failures: 0, retry_at: None, last_error: None })))
             }
@@ -81,9 +89,10 @@ impl Pool {
                     Ok(Ok(permit)) if started.elapsed() <= wait => permit,
                     _ => return Err(busy(format!("it is running {} calls of this tenant already", plugin.limits.max_concurrency))),
                 };
-                let ready = idle.lock().pop();
+                // The most recently used: its memory is the most likely cached.
+                let ready = idle.lock().pop_back();
                 let instance = match ready {
-                    Some(i) => i,
+                    Some((i, _)) => i,
                     None => plugin.start(ctx.clone()).await.map_err(Refused::Failed)?,
                 };
                 Ok(Lease::Pooled { instance, _slot: slot })
@@ -116,10 +125,19 @@ impl Pool {
     pub fn release(&self, lease: Lease, failure: Option<&str>, plugin: &Plugin, ctx: &Context) {
         match (self, lease) {
             (Pool::Pooled { idle, .. }, Lease::Pooled { instance, .. }) => {
+                let now = Instant::now();
+                let limits = &plugin.limits;
+                // Dropped after the lock is released: freeing an instance takes a while.
+                let mut expired = Vec::new();
                 let mut idle = idle.lock();
-                if failure.is_none() && idle.len() < plugin.limits.idle_instances {
-                    idle.push(instance);
+                if failure.is_none() && idle.len() < limits.max_concurrency.max(limits.idle_instances) {
+                    idle.push_back((instance, now));
                 }
+                while idle.len() > limits.idle_instances && idle.front().is_some_and(|(_, at)| now.duration_since(*at) > IDLE_GRACE) {
+                    expired.extend(idle.pop_front());
+                }
+                drop(idle);
+                drop(expired);
             }
             (Pool::Singleton(_), Lease::Singleton(mut guard)) => match failure {
                 None => {

@@ -4,10 +4,13 @@
 //! model both backends keep, and `conformance` checks it on both.
 //!
 //! Writes on SQLite go through one writer thread with group commit
-//! (`writer`); on PostgreSQL each write call is its own transaction. Either
+//! (`writer`), which keeps a read cache (`cache`) current; on PostgreSQL,
+//! which other gateways may write too, each write call is its own
+//! transaction and every read goes to the database. Either
 //! way a key's version comes from one clock per database, ticked once per
 //! transaction, so versions never repeat.
 
+mod cache;
 mod migrations;
 mod ops;
 mod postgres;
@@ -87,12 +90,12 @@ fn text(key: &str, bytes: Vec<u8>) -> Result<String, StoreError> {
 impl Store {
     /// Open `sqlite://PATH` (created if missing) or `postgres://…`, and run migrations.
     /// `sync_full` makes SQLite fsync every commit (survives power loss, not
-    /// only a process crash).
-    pub async fn open(url: &str, sync_full: bool) -> anyhow::Result<Store> {
+    /// only a process crash); `cache_bytes` bounds SQLite's read cache (0: none).
+    pub async fn open(url: &str, sync_full: bool, cache_bytes: usize) -> anyhow::Result<Store> {
         let backend = if url.starts_with("postgres:") || url.starts_with("postgresql:") {
             Backend::Postgres(Postgres::open(url).await?)
         } else if url.starts_with("sqlite:") {
-            Backend::Sqlite(Arc::new(Sqlite::open(url, sync_full)?))
+            Backend::Sqlite(Arc::new(Sqlite::open(url, sync_full, cache_bytes)?))
         } else {
             anyhow::bail!("storage url must start with sqlite: or postgres: (got {})", redact(url));
         };

@@ -3,8 +3,10 @@
 //! than handing it to another thread and back), and writes go to the one
 //! writer thread (`writer`), which commits them in groups. WAL mode lets the
 //! readers run beside the writer and see each commit as soon as it is made.
+//! Point reads are served from `cache` when it holds every key asked for.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -12,6 +14,7 @@ use parking_lot::Mutex;
 use rusqlite::config::DbConfig;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 
+use super::cache::{Cache, Lookup};
 use super::migrations;
 use super::ops::{add_to_counter, bounds, ManyFill, Op, Outcome, PageFill, PREFIX_END};
 use super::writer::Writer;
@@ -32,6 +35,7 @@ pub struct Sqlite {
     path: PathBuf,
     sync_full: bool,
     readers: Mutex<Vec<Connection>>,
+    cache: Arc<Cache>,
     writer: Writer,
 }
 
@@ -51,11 +55,12 @@ fn connect(path: &PathBuf, sync_full: bool) -> rusqlite::Result<Connection> {
 
 impl Sqlite {
     /// Open `sqlite://PATH` (created if missing) and migrate it.
-    pub fn open(url: &str, sync_full: bool) -> anyhow::Result<Sqlite> {
+    pub fn open(url: &str, sync_full: bool, cache_bytes: usize) -> anyhow::Result<Sqlite> {
         let path = PathBuf::from(url.trim_start_matches("sqlite:").trim_start_matches("//"));
         let mut conn = connect(&path, sync_full).with_context(|| format!("opening {url}"))?;
         migrate(&mut conn).with_context(|| format!("migrating {url}"))?;
-        Ok(Sqlite { path, sync_full, readers: Mutex::new(Vec::new()), writer: Writer::start(conn) })
+        let cache = Arc::new(Cache::new(cache_bytes));
+        Ok(Sqlite { path, sync_full, readers: Mutex::new(Vec::new()), writer: Writer::start(conn, cache.clone()), cache })
     }
 
     pub fn writer(&self) -> &Writer {
@@ -78,13 +83,23 @@ impl Sqlite {
     }
 
     pub fn get(&self, scope: &Scope, collection: &str, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        self.read(|conn| {
-            let sql = "SELECT value FROM plugin_kv WHERE tenant = ?1 AND plugin = ?2 AND collection = ?3 AND key = ?4";
-            Ok(conn.prepare_cached(sql)?.query_row(params![scope.tenant, scope.plugin, collection, key], |r| r.get(0)).optional()?)
-        })
+        let keys = [(collection.to_string(), key.to_string())];
+        let fill = ManyFill::new(&keys, usize::MAX)?;
+        Ok(self.get_many(scope, fill, &keys)?.pop().flatten().map(|i| i.value))
     }
 
     pub fn get_many(&self, scope: &Scope, mut fill: ManyFill<'_>, keys: &[(String, String)]) -> Result<Vec<Option<Item>>, StoreError> {
+        let generation = match self.cache.lookup(scope, keys) {
+            Lookup::Hit(items) => {
+                for ((c, k), item) in keys.iter().zip(items) {
+                    if let Some(item) = item {
+                        fill.offer(c, k, item)?;
+                    }
+                }
+                return Ok(fill.finish());
+            }
+            Lookup::Miss(generation) => generation,
+        };
         self.read(|conn| {
             let sql = format!(
                 "SELECT collection, key, value, version FROM plugin_kv WHERE tenant = ?1 AND plugin = ?2 AND (collection, key) IN (VALUES {})",
@@ -103,7 +118,9 @@ impl Sqlite {
             }
             Ok(())
         })?;
-        Ok(fill.finish())
+        let found = fill.finish();
+        self.cache.fill(generation, scope, keys, &found);
+        Ok(found)
     }
 
     pub fn scan_page(&self, scope: &Scope, collection: &str, o: &ScanOptions, mut fill: PageFill) -> Result<Page, StoreError> {

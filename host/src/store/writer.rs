@@ -13,7 +13,8 @@ use std::collections::{HashMap, VecDeque};
 use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 
-use super::ops::{call_bytes, Op, Outcome, MAX_CALL_BYTES, MAX_OPS};
+use super::cache::Cache;
+use super::ops::{call_bytes, Item, Op, Outcome, MAX_CALL_BYTES, MAX_OPS};
 use super::sqlite::apply;
 use super::{Scope, StoreError};
 
@@ -35,10 +36,11 @@ pub struct Writer {
 }
 
 impl Writer {
-    /// Start the writer thread on its own connection.
-    pub fn start(conn: Connection) -> Writer {
+    /// Start the writer thread on its own connection; it keeps `cache`
+    /// up to date with every commit.
+    pub fn start(conn: Connection, cache: std::sync::Arc<Cache>) -> Writer {
         let (queue, jobs) = mpsc::channel(4 * MAX_GROUP);
-        std::thread::Builder::new().name("store-writer".into()).spawn(move || run(conn, jobs)).expect("the storage writer thread starts");
+        std::thread::Builder::new().name("store-writer".into()).spawn(move || run(conn, jobs, &cache)).expect("the storage writer thread starts");
         Writer { queue }
     }
 
@@ -51,7 +53,7 @@ impl Writer {
     }
 }
 
-fn run(conn: Connection, mut jobs: mpsc::Receiver<Job>) {
+fn run(conn: Connection, mut jobs: mpsc::Receiver<Job>, cache: &Cache) {
     let mut waiting = Waiting::default();
     let mut last_group = 0;
     loop {
@@ -72,6 +74,7 @@ fn run(conn: Connection, mut jobs: mpsc::Receiver<Job>) {
         let group = waiting.next_group();
         last_group = group.len();
         let answers = commit_group(&conn, &group);
+        cache.apply(changes(&group, &answers));
         for (job, answer) in group.into_iter().zip(answers) {
             let _ = job.reply.send(answer);
         }
@@ -136,6 +139,28 @@ impl Waiting {
         }
         group
     }
+}
+
+/// What the committed calls of a group changed, key by key, in order.
+fn changes<'a>(group: &'a [Job], answers: &[Result<Outcome, StoreError>]) -> Vec<(&'a Scope, &'a str, &'a str, Option<Item>)> {
+    let mut out = Vec::new();
+    for (job, answer) in group.iter().zip(answers) {
+        let Ok(Outcome::Committed { version, counters, .. }) = answer else { continue };
+        let mut counters = counters.iter();
+        for op in &job.ops {
+            let (collection, key, item) = match op {
+                Op::Put { collection, key, value } => (collection, key, Some(Item { value: value.clone(), version: *version })),
+                Op::Delete { collection, key } => (collection, key, None),
+                Op::Add { collection, key, .. } => {
+                    let value = counters.next().map(|n| n.to_string().into_bytes());
+                    (collection, key, value.map(|value| Item { value, version: *version }))
+                }
+                Op::ExpectVersion { .. } | Op::ExpectValue { .. } => continue,
+            };
+            out.push((&job.scope, collection.as_str(), key.as_str(), item));
+        }
+    }
+    out
 }
 
 /// One transaction for the whole group; an answer per job.
