@@ -165,6 +165,21 @@ async fn a_looping_plugin_does_not_stall_other_tenants() {
 }
 
 #[tokio::test]
+async fn a_slow_call_does_not_hold_up_the_next_requests_of_its_socket() {
+    let gw = start(&config(&misbehave_and_echo(), r#"["bad"]"#, r#"["echo"]"#, ""));
+    let (mut ws, _) = tenant_ws(&gw, "acme-key").await;
+    ws.send_text(&request(1, "bad/loop", json!({})).to_string()).await;
+    ws.send_text(&request(2, "bad/ok", json!({})).to_string()).await;
+    ws.send_text(&request(3, "map/agents/list", json!({})).to_string()).await;
+    // The later requests are answered while the loop still runs, then the loop's failure comes.
+    let ids: Vec<i64> = [ws.answer().await, ws.answer().await].iter().map(|r| r["id"].as_i64().unwrap()).collect();
+    assert!(ids.contains(&2) && ids.contains(&3), "answered before the slow call: {ids:?}");
+    let slow = ws.answer().await;
+    assert_eq!(slow["id"], 1);
+    plugin_failure(&slow, "timed out");
+}
+
+#[tokio::test]
 async fn plugin_storage_is_walled_per_tenant() {
     let gw = start(&config(&misbehave_and_echo(), r#"["bad"]"#, r#"["bad"]"#, ""));
     let (mut acme, _) = tenant_ws(&gw, "acme-key").await;

@@ -30,7 +30,7 @@ use serde_json::Value;
 
 use crate::config::Config;
 use crate::rpc::{self, codes, Decoded, Request, RpcError};
-use extensions::ExtensionHost;
+use extensions::{BoxFuture, ExtensionHost};
 use outbox::{Frame, FrameTx, Outbox};
 
 /// The tenants of this gateway and the credentials that lead into them.
@@ -245,36 +245,93 @@ impl Gateway {
         }
     }
 
+    /// Like [`Gateway::handle_frame`], for transports that let requests
+    /// overlap: a single extension call that is still running after its
+    /// first slice (waiting for storage, say) comes back as `Later`, to be
+    /// answered when it finishes while the connection reads on. Everything
+    /// else (core methods, batches, errors) is answered now, in order.
+    pub async fn start_frame(self: &Arc<Self>, conn: &mut Conn, bytes: &[u8]) -> Handled {
+        if bytes.len() <= self.config.server.max_message_bytes {
+            if let Decoded::Single(Ok(req)) = rpc::decode_frame(bytes) {
+                return match methods::dispatch(self, conn, &req) {
+                    Some(result) => Handled::Now(answer(req.id, result)),
+                    None => self.start_extension(conn, req),
+                };
+            }
+        }
+        Handled::Now(self.handle_frame(conn, bytes).await)
+    }
+
+    fn start_extension(&self, conn: &mut Conn, req: Request<'_>) -> Handled {
+        let (active, params) = match extension_target(conn, &req) {
+            Ok(target) => target,
+            Err(e) => return Handled::Now(answer(req.id, Err(e))),
+        };
+        let (id, method, params) = (req.id, req.method.into_owned(), params.to_string());
+        let mut call: BoxFuture<'static, (Option<String>, Vec<Frame>)> = Box::pin(async move {
+            match active.tenant.extensions().call(&active, &method, &params).await {
+                Ok((result, deferred)) => (answer(id, Ok(Out::Raw(result))), deferred),
+                Err(e) => (answer(id, Err(e)), Vec::new()),
+            }
+        });
+        match futures_util::FutureExt::now_or_never(&mut call) {
+            Some((answer, deferred)) => {
+                conn.deferred.extend(deferred);
+                Handled::Now(answer)
+            }
+            None => Handled::Later(call),
+        }
+    }
+
     /// Handle one request; notifications get no answer.
     pub async fn handle(self: &Arc<Self>, conn: &mut Conn, req: Request<'_>) -> Option<String> {
         let result = match methods::dispatch(self, conn, &req) {
             Some(r) => r,
             None => self.call_extension(conn, &req).await,
         };
-        let id = req.id?;
-        Some(match result {
-            Ok(Out::Json(v)) => rpc::encode_result(&id, &v),
-            Ok(Out::Raw(raw)) => rpc::encode_result_json(&id, raw.get()),
-            Ok(Out::Text(text)) => rpc::encode_result_json(&id, &text),
-            Err(e) => rpc::encode_error(&id, &e),
-        })
+        answer(req.id, result)
     }
 
     /// A method outside the core: the tenant's extension that declared it, if any.
     async fn call_extension(&self, conn: &mut Conn, req: &Request<'_>) -> Result<Out, RpcError> {
-        let not_found = || RpcError::method_not_found(&req.method);
-        let active = conn.active().map_err(|_| not_found())?;
-        let extensions = active.tenant.extensions();
-        if !extensions.serves(&req.method) {
-            return Err(not_found());
-        }
-        let params = match &req.params {
-            Some(raw) if raw.get().starts_with('[') => return Err(RpcError::invalid_params("Extension methods take named params (an object)")),
-            Some(raw) if raw.get() != "null" => raw.get(),
-            _ => "{}",
-        };
-        let (result, deferred) = extensions.call(active, &req.method, params).await?;
+        let (active, params) = extension_target(conn, req)?;
+        let (result, deferred) = active.tenant.extensions().call(&active, &req.method, params).await?;
         conn.deferred.extend(deferred);
         Ok(Out::Raw(result))
     }
+}
+
+/// What a transport that lets requests overlap gets for one frame.
+pub enum Handled {
+    /// The answer (none for a notification), in order.
+    Now(Option<String>),
+    /// A call still running: its answer, and notifications to write after it.
+    Later(BoxFuture<'static, (Option<String>, Vec<Frame>)>),
+}
+
+/// A request's answer; notifications (no id) get none.
+fn answer(id: Option<Value>, result: Result<Out, RpcError>) -> Option<String> {
+    let id = id?;
+    Some(match result {
+        Ok(Out::Json(v)) => rpc::encode_result(&id, &v),
+        Ok(Out::Raw(raw)) => rpc::encode_result_json(&id, raw.get()),
+        Ok(Out::Text(text)) => rpc::encode_result_json(&id, &text),
+        Err(e) => rpc::encode_error(&id, &e),
+    })
+}
+
+/// The session an extension method is called for, and its params as an
+/// object's text; unknown methods and positional params are refused.
+fn extension_target<'b>(conn: &Conn, req: &Request<'b>) -> Result<(Active, &'b str), RpcError> {
+    let not_found = || RpcError::method_not_found(&req.method);
+    let active = conn.active().map_err(|_| not_found())?;
+    if !active.tenant.extensions().serves(&req.method) {
+        return Err(not_found());
+    }
+    let params = match &req.params {
+        Some(raw) if raw.get().starts_with('[') => return Err(RpcError::invalid_params("Extension methods take named params (an object)")),
+        Some(raw) if raw.get() != "null" => raw.get(),
+        _ => "{}",
+    };
+    Ok((active.clone(), params))
 }

@@ -1,5 +1,8 @@
 //! WebSocket: one JSON-RPC message (or batch) per text frame, one reader and
-//! one writer per socket.
+//! one writer per socket. Requests are handled in the order they arrive;
+//! an extension call that waits (for storage, say) runs on beside the
+//! next requests, and its answer goes out when it is ready, so answers may
+//! come in another order than the requests (JSON-RPC matches them by id).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -7,6 +10,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use futures_util::stream::FuturesUnordered;
 use futures_util::{SinkExt, StreamExt};
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONNECTION, SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_KEY, UPGRADE};
@@ -22,7 +26,11 @@ use tokio_tungstenite::WebSocketStream;
 
 use super::http::Body;
 use crate::core::outbox::{channel, Frame};
-use crate::core::{Conn, Gateway};
+use crate::core::{Conn, Gateway, Handled};
+
+/// Requests of one socket that may run at once; past this the socket is
+/// not read until one of them finishes.
+const MAX_RUNNING: usize = 32;
 
 pub fn is_upgrade(req: &Request<Incoming>) -> bool {
     req.headers().get(UPGRADE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
@@ -138,8 +146,21 @@ where
     let half_idle = Duration::from_secs(gw.config.server.idle_timeout_secs).max(Duration::from_secs(2)) / 2;
     let mut pinged = false;
     let mut close: Option<CloseFrame> = None;
+    // Calls still running while the connection reads on; answered as they finish.
+    let mut running = FuturesUnordered::new();
     loop {
-        let msg = match tokio::time::timeout(half_idle, source.next()).await {
+        let next = tokio::select! {
+            biased;
+            Some((answer, deferred)) = running.next(), if !running.is_empty() => {
+                conn.deferred.extend(deferred);
+                if !super::send_answer(&mut conn, answer).await {
+                    break;
+                }
+                continue;
+            }
+            next = tokio::time::timeout(half_idle, source.next()), if running.len() < MAX_RUNNING => next,
+        };
+        let msg = match next {
             Ok(Some(m)) => m,
             Ok(None) => break,
             Err(_) if pinged => {
@@ -164,7 +185,13 @@ where
                 break;
             }
         };
-        let answer = gw.handle_frame(&mut conn, &bytes).await;
+        let answer = match gw.start_frame(&mut conn, &bytes).await {
+            Handled::Now(answer) => answer,
+            Handled::Later(call) => {
+                running.push(call);
+                continue;
+            }
+        };
         if !super::send_answer(&mut conn, answer).await {
             break;
         }
@@ -173,6 +200,8 @@ where
             break;
         }
     }
+    // Calls still running finish on their own; their answers have no reader.
+    drop(running);
     // The close goes to the writer before the frame queue ends: otherwise the
     // writer could see the queue end first and close without the code.
     if let Some(frame) = close {
