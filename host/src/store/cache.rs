@@ -1,19 +1,23 @@
 //! The SQLite backend's read cache: recently read and written keys with
-//! their values and versions (absent keys too), bounded in bytes, least
-//! recently used out first. Only this process writes the database, and its
-//! writer puts every committed change here before it acknowledges the
-//! commit, so a hit is what the database holds: reads stay snapshots and
-//! plugins still read their own writes.
+//! their values and versions (absent keys too), and recently read pages of
+//! ranges, bounded in bytes, least recently used out first. Only this
+//! process writes the database, and its writer applies every committed
+//! change here before it acknowledges the commit (a written key's entry is
+//! replaced, and every cached page whose range holds the key is dropped),
+//! so a hit is what the database holds: reads stay snapshots and plugins
+//! still read their own writes.
 //!
 //! A reader that missed fills the cache with what it read only if no
 //! commit was applied since it looked (`generation`): otherwise it could
 //! put back a value that a commit had just replaced.
 
+use std::collections::HashMap;
+
 use hashlink::LruCache;
 use parking_lot::Mutex;
 
 use super::ops::Item;
-use super::Scope;
+use super::{Page, Scope};
 
 /// What an entry costs beyond its key and value (map node, list links).
 const ENTRY_OVERHEAD: usize = 96;
@@ -23,49 +27,97 @@ pub struct Cache {
     budget: usize,
 }
 
+enum Cached {
+    Item(Option<Item>),
+    /// A page and the collection (`collection_key`) it was read from.
+    Page { page: Page, collection: String },
+}
+
+/// A cached page's range: writes to keys in `lower..=upper` drop it.
+struct Range {
+    lower: String,
+    upper: String,
+    entry: String,
+}
+
 struct Inner {
-    entries: LruCache<String, Option<Item>>,
+    entries: LruCache<String, Cached>,
+    /// Cached pages by collection, for dropping those a write touches.
+    ranges: HashMap<String, Vec<Range>>,
     bytes: usize,
     /// Commits applied so far.
     generation: u64,
 }
 
 /// What a lookup found.
-pub enum Lookup {
-    /// Every key, in the order asked.
-    Hit(Vec<Option<Item>>),
-    /// Some key is not cached: read the database, then `fill` with this.
+pub enum Lookup<T> {
+    Hit(T),
+    /// Not cached: read the database, then fill with this generation.
     Miss(u64),
 }
 
-/// The cache's key: lengths first, so that no two scopes or keys collide.
-fn cache_key(scope: &Scope, collection: &str, key: &str) -> String {
+/// A scope's collection, as a key prefix: lengths first, so that no two
+/// scopes or collections collide.
+fn collection_key(scope: &Scope, collection: &str) -> String {
     let (t, p) = (&scope.tenant, &scope.plugin);
-    format!("{}:{t}{}:{p}{}:{collection}{key}", t.len(), p.len(), collection.len())
+    format!("{}:{t}{}:{p}{}:{collection}", t.len(), p.len(), collection.len())
 }
 
-fn cost(key: &str, item: &Option<Item>) -> usize {
-    ENTRY_OVERHEAD + key.len() + item.as_ref().map_or(0, |i| i.value.len())
+fn item_key(scope: &Scope, collection: &str, key: &str) -> String {
+    format!("i{}{key}", collection_key(scope, collection))
+}
+
+fn cost(key: &str, cached: &Cached) -> usize {
+    ENTRY_OVERHEAD
+        + key.len()
+        + match cached {
+            Cached::Item(item) => item.as_ref().map_or(0, |i| i.value.len()),
+            Cached::Page { page, .. } => page.entries.iter().map(|(k, i)| ENTRY_OVERHEAD + k.len() + i.value.len()).sum(),
+        }
 }
 
 impl Inner {
-    fn put(&mut self, key: String, item: Option<Item>, budget: usize) {
-        let added = cost(&key, &item);
-        if added > budget {
-            if let Some(old) = self.entries.remove(&key) {
-                self.bytes -= cost(&key, &old);
+    fn remove(&mut self, key: &str) {
+        if let Some(old) = self.entries.remove(key) {
+            self.forget(key, &old);
+        }
+    }
+
+    /// Account for an entry that left the map.
+    fn forget(&mut self, key: &str, old: &Cached) {
+        self.bytes -= cost(key, old);
+        if let Cached::Page { collection, .. } = old {
+            if let Some(ranges) = self.ranges.get_mut(collection) {
+                ranges.retain(|r| r.entry != key);
+                if ranges.is_empty() {
+                    self.ranges.remove(collection);
+                }
             }
+        }
+    }
+
+    fn put(&mut self, key: String, cached: Cached, budget: usize) {
+        let added = cost(&key, &cached);
+        self.remove(&key);
+        if added > budget {
             return;
         }
         self.bytes += added;
-        if let Some(old) = self.entries.insert(key.clone(), item) {
-            self.bytes -= cost(&key, &old);
-        }
+        self.entries.insert(key, cached);
         while self.bytes > budget {
             match self.entries.remove_lru() {
-                Some((k, v)) => self.bytes -= cost(&k, &v),
+                Some((k, v)) => self.forget(&k, &v),
                 None => break,
             }
+        }
+    }
+
+    /// A key of `collection` changed: drop the pages whose range holds it.
+    fn touch(&mut self, collection: &str, key: &str) {
+        let Some(ranges) = self.ranges.get(collection) else { return };
+        let stale: Vec<String> = ranges.iter().filter(|r| r.lower.as_str() <= key && key <= r.upper.as_str()).map(|r| r.entry.clone()).collect();
+        for entry in stale {
+            self.remove(&entry);
         }
     }
 }
@@ -73,7 +125,7 @@ impl Inner {
 impl Cache {
     /// A cache of at most `budget` bytes; 0 turns it off.
     pub fn new(budget: usize) -> Cache {
-        Cache { inner: Mutex::new(Inner { entries: LruCache::new_unbounded(), bytes: 0, generation: 0 }), budget }
+        Cache { inner: Mutex::new(Inner { entries: LruCache::new_unbounded(), ranges: HashMap::new(), bytes: 0, generation: 0 }), budget }
     }
 
     fn on(&self) -> bool {
@@ -81,8 +133,8 @@ impl Cache {
     }
 
     /// All of `keys` from the cache, or a miss to read them from the database.
-    pub fn lookup(&self, scope: &Scope, keys: &[(String, String)]) -> Lookup {
-        let cache_keys: Vec<String> = if self.on() { keys.iter().map(|(c, k)| cache_key(scope, c, k)).collect() } else { Vec::new() };
+    pub fn lookup(&self, scope: &Scope, keys: &[(String, String)]) -> Lookup<Vec<Option<Item>>> {
+        let cache_keys: Vec<String> = if self.on() { keys.iter().map(|(c, k)| item_key(scope, c, k)).collect() } else { Vec::new() };
         let mut inner = self.inner.lock();
         if !self.on() {
             return Lookup::Miss(inner.generation);
@@ -90,8 +142,8 @@ impl Cache {
         let mut found = Vec::with_capacity(keys.len());
         for k in &cache_keys {
             match inner.entries.get(k) {
-                Some(item) => found.push(item.clone()),
-                None => return Lookup::Miss(inner.generation),
+                Some(Cached::Item(item)) => found.push(item.clone()),
+                _ => return Lookup::Miss(inner.generation),
             }
         }
         Lookup::Hit(found)
@@ -103,13 +155,44 @@ impl Cache {
         if !self.on() {
             return;
         }
-        let entries: Vec<(String, Option<Item>)> = keys.iter().zip(found).map(|((c, k), item)| (cache_key(scope, c, k), item.clone())).collect();
+        let entries: Vec<(String, Option<Item>)> = keys.iter().zip(found).map(|((c, k), item)| (item_key(scope, c, k), item.clone())).collect();
         let mut inner = self.inner.lock();
         if inner.generation != generation {
             return;
         }
         for (k, item) in entries {
-            inner.put(k, item, self.budget);
+            inner.put(k, Cached::Item(item), self.budget);
+        }
+    }
+
+    /// A page read before with the same request (`request` names the range
+    /// and the page's bounds).
+    pub fn page(&self, scope: &Scope, collection: &str, request: &str) -> Lookup<Page> {
+        let key = if self.on() { format!("p{}{request}", collection_key(scope, collection)) } else { String::new() };
+        let mut inner = self.inner.lock();
+        match inner.entries.get(&key) {
+            Some(Cached::Page { page, .. }) if self.on() => Lookup::Hit(page.clone()),
+            _ => Lookup::Miss(inner.generation),
+        }
+    }
+
+    /// Remember a page read from keys `lower..=upper`, unless a commit was
+    /// applied since its lookup returned `generation`.
+    pub fn fill_page(&self, generation: u64, scope: &Scope, collection: &str, request: &str, (lower, upper): (&str, &str), page: &Page) {
+        if !self.on() {
+            return;
+        }
+        let collection = collection_key(scope, collection);
+        let key = format!("p{collection}{request}");
+        let range = Range { lower: lower.to_string(), upper: upper.to_string(), entry: key.clone() };
+        let cached = Cached::Page { page: page.clone(), collection: collection.clone() };
+        let mut inner = self.inner.lock();
+        if inner.generation != generation {
+            return;
+        }
+        inner.put(key.clone(), cached, self.budget);
+        if inner.entries.contains_key(&key) {
+            inner.ranges.entry(collection).or_default().push(range);
         }
     }
 
@@ -117,11 +200,15 @@ impl Cache {
     /// of a key wins). Called by the writer after the commit and before it
     /// answers anyone.
     pub fn apply(&self, changes: Vec<(&Scope, &str, &str, Option<Item>)>) {
-        let entries: Vec<(String, Option<Item>)> = if self.on() { changes.into_iter().map(|(s, c, k, item)| (cache_key(s, c, k), item)).collect() } else { Vec::new() };
         let mut inner = self.inner.lock();
         inner.generation += 1;
-        for (k, item) in entries {
-            inner.put(k, item, self.budget);
+        if !self.on() {
+            return;
+        }
+        for (scope, collection, key, item) in changes {
+            let collection = collection_key(scope, collection);
+            inner.touch(&collection, key);
+            inner.put(format!("i{collection}{key}"), Cached::Item(item), self.budget);
         }
     }
 
@@ -148,7 +235,7 @@ mod tests {
         Some(Item { value: v.as_bytes().to_vec(), version })
     }
 
-    fn hit(l: Lookup) -> Vec<Option<Item>> {
+    fn hit<T>(l: Lookup<T>) -> T {
         match l {
             Lookup::Hit(v) => v,
             Lookup::Miss(_) => panic!("expected a hit"),
@@ -188,7 +275,7 @@ mod tests {
 
     #[test]
     fn the_budget_holds_and_the_least_recently_used_go_first() {
-        let budget = 3 * (ENTRY_OVERHEAD + 14 + 100);
+        let budget = 3 * (ENTRY_OVERHEAD + 12 + 100);
         let c = Cache::new(budget);
         let s = scope("t");
         let value = "v".repeat(100);
@@ -211,5 +298,28 @@ mod tests {
         let s = scope("t");
         c.apply(vec![(&s, "c", "a", item("x", 1))]);
         assert!(matches!(c.lookup(&s, &keys(&["a"])), Lookup::Miss(_)));
+    }
+
+    fn page(keys: &[&str]) -> Page {
+        Page { entries: keys.iter().map(|k| (k.to_string(), Item { value: b"v".to_vec(), version: 1 })).collect(), next: None }
+    }
+
+    #[test]
+    fn a_write_in_a_pages_range_drops_the_page() {
+        let c = Cache::new(1 << 20);
+        let s = scope("t");
+        let Lookup::Miss(generation) = c.page(&s, "c", "conv1/") else { panic!() };
+        c.fill_page(generation, &s, "c", "conv1/", ("conv1/", "conv1/\u{10FFFF}"), &page(&["conv1/a"]));
+        assert_eq!(hit(c.page(&s, "c", "conv1/")).entries.len(), 1);
+        // Writes outside the range, or in another collection or scope, keep it.
+        c.apply(vec![(&s, "c", "conv2/a", item("x", 2)), (&s, "d", "conv1/b", item("x", 2)), (&scope("u"), "c", "conv1/b", item("x", 2))]);
+        assert_eq!(hit(c.page(&s, "c", "conv1/")).entries.len(), 1);
+        c.apply(vec![(&s, "c", "conv1/b", item("x", 3))]);
+        assert!(matches!(c.page(&s, "c", "conv1/"), Lookup::Miss(_)));
+        // A page read before a commit is not kept.
+        let Lookup::Miss(generation) = c.page(&s, "c", "conv1/") else { panic!() };
+        c.apply(vec![(&s, "c", "conv9/z", item("x", 4))]);
+        c.fill_page(generation, &s, "c", "conv1/", ("conv1/", "conv1/\u{10FFFF}"), &page(&["conv1/a"]));
+        assert!(matches!(c.page(&s, "c", "conv1/"), Lookup::Miss(_)));
     }
 }

@@ -71,6 +71,7 @@ pub struct ScanOptions {
 }
 
 /// One page of a range, and where to read on (when it may hold more).
+#[derive(Clone)]
 pub struct Page {
     pub entries: Vec<(String, Item)>,
     pub next: Option<String>,

@@ -130,6 +130,11 @@ impl PageFill {
         self.limit
     }
 
+    /// The bounds a page is filled to, as text (part of a cached page's name).
+    pub fn shape(&self) -> String {
+        format!("{}/{}/{}", self.limit, self.soft, self.hard)
+    }
+
     /// Take one row; `Ok(false)` when the page is full.
     pub fn offer(&mut self, key: String, item: Item) -> Result<bool, StoreError> {
         let size = key.len() + item.value.len();

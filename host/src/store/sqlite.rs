@@ -127,6 +127,11 @@ impl Sqlite {
         if fill.limit() == 0 {
             return Ok(fill.finish());
         }
+        let request = format!("{:?}|{:?}|{:?}|{}|{}", o.prefix, o.after, o.before, o.reverse, fill.shape());
+        let generation = match self.cache.page(scope, collection, &request) {
+            Lookup::Hit(page) => return Ok(page),
+            Lookup::Miss(generation) => generation,
+        };
         let b = bounds(o);
         let sql = format!(
             "SELECT key, value, version FROM plugin_kv WHERE tenant = ?1 AND plugin = ?2 AND collection = ?3 AND key {} ?4 AND key < ?5 ORDER BY key {} LIMIT ?6",
@@ -144,7 +149,9 @@ impl Sqlite {
             }
             Ok(())
         })?;
-        Ok(fill.finish())
+        let page = fill.finish();
+        self.cache.fill_page(generation, scope, collection, &request, (&b.lower, &b.upper), &page);
+        Ok(page)
     }
 
     pub fn count(&self, scope: &Scope, collection: &str, prefix: &str) -> Result<u64, StoreError> {
