@@ -22,6 +22,8 @@ use super::{Item, Page, ScanOptions, Scope, StoreError};
 
 /// Idle read connections kept for reuse.
 const IDLE_READERS: usize = 8;
+/// WAL pages after which the writer checkpoints itself (64 MiB).
+const WRITER_CHECKPOINT_PAGES: i64 = 16384;
 /// Prepared statements cached per connection.
 const STATEMENTS: usize = 128;
 
@@ -59,8 +61,13 @@ impl Sqlite {
         let path = PathBuf::from(url.trim_start_matches("sqlite:").trim_start_matches("//"));
         let mut conn = connect(&path, sync_full).with_context(|| format!("opening {url}"))?;
         migrate(&mut conn).with_context(|| format!("migrating {url}"))?;
+        // The checkpoint thread copies the WAL after commits; the writer
+        // does it only if that falls far behind.
+        conn.pragma_update(None, "wal_autocheckpoint", WRITER_CHECKPOINT_PAGES)?;
+        let checkpoints = connect(&path, sync_full)?;
         let cache = Arc::new(Cache::new(cache_bytes));
-        Ok(Sqlite { path, sync_full, readers: Mutex::new(Vec::new()), writer: Writer::start(conn, cache.clone()), cache })
+        let writer = Writer::start(conn, checkpoints, cache.clone())?;
+        Ok(Sqlite { path, sync_full, readers: Mutex::new(Vec::new()), writer, cache })
     }
 
     pub fn writer(&self) -> &Writer {

@@ -7,6 +7,12 @@
 //! (`ops::check_ops`) and waiting calls are taken one tenant at a time, so
 //! no tenant holds the writer for long or queues others behind its writes.
 //! The writer is a thread of its own: SQLite calls block.
+//!
+//! Two things stay off the writer's path: checkpoints (copying the WAL into
+//! the database file, with its fsyncs) run on a thread of their own after
+//! commits, and the version clock is stored in blocks (`CLOCK_BLOCK`), so
+//! most commits write only the caller's rows. A restart starts past the
+//! last stored block, so versions still never repeat.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -22,6 +28,10 @@ use super::{Scope, StoreError};
 const LINGER_US: u64 = 150;
 /// Most calls committed together.
 const MAX_GROUP: usize = 256;
+/// Versions reserved at a time in `kv_clock`.
+const CLOCK_BLOCK: i64 = 1024;
+/// How long the checkpointer lets commits gather before it copies them.
+const CHECKPOINT_DELAY: std::time::Duration = std::time::Duration::from_millis(50);
 
 struct Job {
     scope: Scope,
@@ -36,12 +46,15 @@ pub struct Writer {
 }
 
 impl Writer {
-    /// Start the writer thread on its own connection; it keeps `cache`
-    /// up to date with every commit.
-    pub fn start(conn: Connection, cache: std::sync::Arc<Cache>) -> Writer {
+    /// Start the writer thread on its own connection (it keeps `cache` up
+    /// to date with every commit), and the checkpointer on `checkpoints`.
+    pub fn start(conn: Connection, checkpoints: Connection, cache: std::sync::Arc<Cache>) -> rusqlite::Result<Writer> {
         let (queue, jobs) = mpsc::channel(4 * MAX_GROUP);
-        std::thread::Builder::new().name("store-writer".into()).spawn(move || run(conn, jobs, &cache)).expect("the storage writer thread starts");
-        Writer { queue }
+        let clock = Clock::load(&conn)?;
+        let (committed, signals) = std::sync::mpsc::sync_channel(1);
+        std::thread::Builder::new().name("store-checkpoint".into()).spawn(move || checkpoint(checkpoints, signals)).expect("the checkpoint thread starts");
+        std::thread::Builder::new().name("store-writer".into()).spawn(move || run(conn, jobs, clock, &cache, committed)).expect("the storage writer thread starts");
+        Ok(Writer { queue })
     }
 
     /// Apply `ops` atomically; answers once durable.
@@ -53,7 +66,43 @@ impl Writer {
     }
 }
 
-fn run(conn: Connection, mut jobs: mpsc::Receiver<Job>, cache: &Cache) {
+/// Copy committed WAL frames into the database file after commits, so
+/// that the writer never does it (it would only if this fell far behind).
+fn checkpoint(conn: Connection, signals: std::sync::mpsc::Receiver<()>) {
+    while signals.recv().is_ok() {
+        std::thread::sleep(CHECKPOINT_DELAY);
+        if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+            tracing::warn!(error = %e, "storage checkpoint failed; the next commit retries it");
+        }
+    }
+}
+
+/// The version clock: versions up to `stored` are reserved in `kv_clock`.
+struct Clock {
+    last: i64,
+    stored: i64,
+}
+
+impl Clock {
+    fn load(conn: &Connection) -> rusqlite::Result<Clock> {
+        let stored = conn.query_row("SELECT version FROM kv_clock WHERE id = 1", [], |r| r.get(0))?;
+        Ok(Clock { last: stored, stored })
+    }
+
+    /// The next transaction's version, reserving a new block inside it when
+    /// the stored one is used up; `Some(block end)` to keep once it commits.
+    fn tick(&self, conn: &Connection) -> rusqlite::Result<(i64, Option<i64>)> {
+        let version = self.last + 1;
+        if version <= self.stored {
+            return Ok((version, None));
+        }
+        let end = version + CLOCK_BLOCK - 1;
+        conn.prepare_cached("UPDATE kv_clock SET version = ?1 WHERE id = 1")?.execute([end])?;
+        Ok((version, Some(end)))
+    }
+}
+
+fn run(conn: Connection, mut jobs: mpsc::Receiver<Job>, mut clock: Clock, cache: &Cache, committed: std::sync::mpsc::SyncSender<()>) {
     let mut waiting = Waiting::default();
     let mut last_group = 0;
     loop {
@@ -73,7 +122,12 @@ fn run(conn: Connection, mut jobs: mpsc::Receiver<Job>, cache: &Cache) {
         }
         let group = waiting.next_group();
         last_group = group.len();
-        let answers = commit_group(&conn, &group);
+        let (answers, ticked) = commit_group(&conn, &clock, &group);
+        if let Some((version, stored)) = ticked {
+            clock.last = version;
+            clock.stored = stored.unwrap_or(clock.stored);
+            let _ = committed.try_send(());
+        }
         cache.apply(changes(&group, &answers));
         for (job, answer) in group.into_iter().zip(answers) {
             let _ = job.reply.send(answer);
@@ -163,51 +217,68 @@ fn changes<'a>(group: &'a [Job], answers: &[Result<Outcome, StoreError>]) -> Vec
     out
 }
 
-/// One transaction for the whole group; an answer per job.
-fn commit_group(conn: &Connection, group: &[Job]) -> Vec<Result<Outcome, StoreError>> {
-    let fail_all = |e: rusqlite::Error| group.iter().map(|_| Err(StoreError::Unavailable(e.to_string()))).collect();
+/// One transaction for the whole group: an answer per job, and when it
+/// committed, its version (and the clock block it stored, if any).
+///
+/// A job that adds to a counter runs in a savepoint, since it can fail
+/// after writing (a value that is not a counter) and only its own writes
+/// are then undone. Conditions are checked before anything is written, so
+/// other jobs need none; an error of the database itself fails the group.
+fn commit_group(conn: &Connection, clock: &Clock, group: &[Job]) -> (Vec<Result<Outcome, StoreError>>, Option<(i64, Option<i64>)>) {
+    let fail_all = |e: &dyn std::fmt::Display| (group.iter().map(|_| Err(StoreError::Unavailable(e.to_string()))).collect(), None);
     // Cached statements: these run for every group.
     let run = |sql: &str| conn.prepare_cached(sql).and_then(|mut s| s.execute([])).map(drop);
     let rollback = || {
         let _ = run("ROLLBACK");
     };
     if let Err(e) = run("BEGIN IMMEDIATE") {
-        return fail_all(e);
+        return fail_all(&e);
     }
-    let version: i64 = match conn.prepare_cached("UPDATE kv_clock SET version = version + 1 RETURNING version").and_then(|mut s| s.query_row([], |r| r.get(0))) {
+    let (version, stored) = match clock.tick(conn) {
         Ok(v) => v,
         Err(e) => {
             rollback();
-            return fail_all(e);
+            return fail_all(&e);
         }
     };
     let alone = group.len() == 1;
     let mut answers = Vec::with_capacity(group.len());
     for job in group {
-        if !alone {
+        let isolated = !alone && job.ops.iter().any(|op| matches!(op, Op::Add { .. }));
+        if isolated {
             if let Err(e) = run("SAVEPOINT call") {
                 rollback();
-                return fail_all(e);
+                return fail_all(&e);
             }
         }
         let answer = apply(conn, &job.scope, &job.ops, version);
-        let undo = !matches!(answer, Ok(Outcome::Committed { .. }));
-        if alone {
-            if undo {
+        let failed = match &answer {
+            Ok(Outcome::Committed { .. }) | Ok(Outcome::Conflict(_)) => false,
+            Err(_) => true,
+        };
+        if isolated {
+            if let Err(e) = if failed { run("ROLLBACK TO call") } else { Ok(()) }.and_then(|()| run("RELEASE call")) {
                 rollback();
-                return vec![answer];
+                return fail_all(&e);
             }
-        } else if let Err(e) = if undo { run("ROLLBACK TO call") } else { Ok(()) }.and_then(|()| run("RELEASE call")) {
+        } else if failed {
             rollback();
-            return fail_all(e);
+            if alone {
+                return (vec![answer], None);
+            }
+            let reason = match answer {
+                Err(e) => e.to_string(),
+                Ok(_) => unreachable!("only errors fail"),
+            };
+            return fail_all(&format!("a write of the same transaction failed: {reason}"));
         }
         answers.push(answer);
     }
     match run("COMMIT") {
-        Ok(()) => answers,
+        Ok(()) => (answers, Some((version, stored))),
         Err(e) => {
             rollback();
-            fail_all(e)
+            fail_all(&e)
         }
     }
 }
