@@ -214,8 +214,20 @@ impl Filter {
                 return false;
             }
         }
+        if self.data.is_empty() {
+            return true;
+        }
+        // Data given as text (a plugin's events) is parsed only for filters that read it.
+        let parsed;
+        let data = match &event.data_text {
+            Some(text) if event.data.is_null() => {
+                parsed = serde_json::from_str::<Value>(text).unwrap_or(Value::Null);
+                &parsed
+            }
+            _ => &event.data,
+        };
         for d in &self.data {
-            if !type_matches(d.event_types.as_bytes(), kind) || !d.conditions.iter().all(|(paths, want)| str_at(&event.data, paths) == Some(want.as_str())) {
+            if !type_matches(d.event_types.as_bytes(), kind) || !d.conditions.iter().all(|(paths, want)| str_at(data, paths) == Some(want.as_str())) {
                 return false;
             }
         }
@@ -315,5 +327,9 @@ mod tests {
         assert!(data(json!({"mail": {"conversationId": "c1", "threadId": "t1", "contentType": "text"}})).matches(&e));
         assert!(!data(json!({"mail": {"conversationId": "c2"}})).matches(&e));
         assert!(!data(json!({"mail": {}})).matches(&ev("agent.registered", None)));
+        // The same data given as text (as plugins give it) matches the same way.
+        let text = NewEvent::with_text("mail.turn.added", e.source.clone(), e.data.to_string());
+        assert!(data(json!({"mail": {"conversationId": "c1", "threadId": "t1"}})).matches(&text));
+        assert!(!data(json!({"mail": {"conversationId": "c2"}})).matches(&text));
     }
 }

@@ -119,16 +119,18 @@ impl PluginState {
         if event_type.is_empty() {
             return Err("event-type must not be empty".into());
         }
-        let data: Value = match serde_json::from_str(&data) {
-            Ok(v @ Value::Object(_)) => v,
-            _ => return Err("data must be a JSON object".into()),
-        };
+        // Checked, not parsed: the text is what subscribers receive, and
+        // filters that read the data parse it when they need to.
+        let is_object = data.trim_start().starts_with('{') && serde_json::from_str::<&RawValue>(&data).is_ok();
+        if !is_object {
+            return Err("data must be a JSON object".into());
+        }
         let source = Source {
             agent_id: self.caller_agent(),
             participant_id: Some(self.acting().participant_id),
             scope_id: None,
         };
-        Ok(NewEvent::new(event_type, source, data))
+        Ok(NewEvent::with_text(event_type, source, data))
     }
 }
 
