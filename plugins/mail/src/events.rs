@@ -15,6 +15,7 @@
 //! logged, not answered to the client.
 
 use map_plugin_sdk::{events, log};
+use serde::Serialize;
 use serde_json::Value;
 
 use crate::access;
@@ -37,7 +38,7 @@ const OBSERVER_CAPABILITY: &str = "mail.canObserve";
 
 /// Emit one event to `ids` (participant ids), and to observer clients when
 /// `observers` is true and the tenant allows them.
-fn emit_for(kind: &str, data: &Value, ids: &[String], observers: bool) {
+fn emit_for<T: Serialize + ?Sized>(kind: &str, data: &T, ids: &[String], observers: bool) {
     let capability = (observers && settings::allow_observers()).then_some(OBSERVER_CAPABILITY);
     events::emit_for(kind, data, ids, capability);
 }
@@ -68,12 +69,12 @@ pub fn emit_to(kind: &str, current: &[Participant], data: Value, also: Option<&s
 
 /// An event about a turn, for the participants who may see it, and for
 /// observer clients only when the turn is public.
-pub fn emit_turn(kind: &str, turn: &Turn, data: Value) {
+pub fn emit_turn<T: Serialize + ?Sized>(kind: &str, turn: &Turn, data: &T) {
     emit_turn_to(kind, &audience(&turn.conversation_id), turn, data);
 }
 
 /// [`emit_turn`] to participants already known to be the current ones.
-pub fn emit_turn_to(kind: &str, current: &[Participant], turn: &Turn, data: Value) {
+pub fn emit_turn_to<T: Serialize + ?Sized>(kind: &str, current: &[Participant], turn: &Turn, data: &T) {
     let ids: Vec<String> = current.iter().filter(|p| access::can_see(p, turn)).map(|p| p.id.clone()).collect();
-    emit_for(kind, &data, &ids, turn.is_public());
+    emit_for(kind, data, &ids, turn.is_public());
 }

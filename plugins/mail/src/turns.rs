@@ -2,7 +2,7 @@
 
 use map_plugin_sdk::store::{Batch, Json, Range};
 use map_plugin_sdk::{ids, Call, Error, Reply, Result};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use crate::access::{self, Actor, Reader, Sees, Visit};
@@ -82,13 +82,46 @@ pub fn announce(turn: &Turn) {
     announce_to(&events::audience(&turn.conversation_id), turn);
 }
 
+/// The data of `mail.turn.added` and `mail.turn.updated`, written straight
+/// from the turn (a turn is the hot path: no intermediate JSON tree).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct TurnEvent<'a> {
+    conversation_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    turn_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<TurnStatus>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    participant_id: Option<&'a str>,
+    turn: &'a Turn,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    thread_id: Option<&'a str>,
+}
+
+impl<'a> TurnEvent<'a> {
+    fn added(turn: &'a Turn) -> TurnEvent<'a> {
+        TurnEvent { conversation_id: &turn.conversation_id, turn_id: None, status: None, participant_id: None, turn, thread_id: turn.thread_id.as_deref() }
+    }
+
+    fn updated(turn: &'a Turn) -> TurnEvent<'a> {
+        TurnEvent { turn_id: Some(&turn.id), status: Some(turn.status), participant_id: Some(&turn.participant), ..TurnEvent::added(turn) }
+    }
+}
+
+/// A result holding one turn.
+#[derive(Serialize)]
+struct TurnResult<'a> {
+    turn: &'a Turn,
+}
+
+fn turn_result(turn: &Turn) -> Result<Reply> {
+    Reply::json(&TurnResult { turn })
+}
+
 /// `mail.turn.added`, for participants already known to be the current ones.
 pub fn announce_to(current: &[Participant], turn: &Turn) {
-    let mut data = json!({"conversationId": turn.conversation_id, "turn": turn});
-    if let Some(thread) = &turn.thread_id {
-        data["threadId"] = json!(thread);
-    }
-    events::emit_turn_to(events::TURN_ADDED, current, turn, data);
+    events::emit_turn_to(events::TURN_ADDED, current, turn, &TurnEvent::added(turn));
 }
 
 #[derive(Deserialize)]
@@ -137,7 +170,7 @@ pub fn record(call: &Call) -> Result<Reply> {
     };
     let turn = build(&visit.conv, &visit.ahead, &author, spec, TurnSource::Explicit { method: "mail/turn".into() })?;
     store(&turn)?;
-    Ok(json!({ "turn": turn }).into())
+    turn_result(&turn)
 }
 
 fn update(visit: &Visit, author: &Participant, turn_id: &str, status: Option<TurnStatus>, content: Option<Value>, metadata: Option<Map<String, Value>>) -> Result<Reply> {
@@ -164,18 +197,8 @@ fn update(visit: &Visit, author: &Participant, turn_id: &str, status: Option<Tur
     let mut batch = Batch::new();
     batch.turn(&turn).touch(&conv.id, now);
     batch.apply()?;
-    let mut data = json!({
-        "conversationId": conv.id,
-        "turnId": turn.id,
-        "status": turn.status,
-        "participantId": turn.participant,
-        "turn": turn,
-    });
-    if let Some(thread) = &turn.thread_id {
-        data["threadId"] = json!(thread);
-    }
-    events::emit_turn(events::TURN_UPDATED, &turn, data);
-    Ok(json!({ "turn": turn }).into())
+    events::emit_turn(events::TURN_UPDATED, &turn, &TurnEvent::updated(&turn));
+    turn_result(&turn)
 }
 
 // ---------------------------------------------------------------------------
