@@ -56,15 +56,36 @@ pub enum Lookup<T> {
     Miss(u64),
 }
 
-/// A scope's collection, as a key prefix: lengths first, so that no two
-/// scopes or collections collide.
+/// Append `part` with its length first, so that no two sequences of parts
+/// make the same key. (Built by hand: keys are made for every read.)
+pub fn push_part(out: &mut String, part: &str) {
+    out.push_str(itoa::Buffer::new().format(part.len()));
+    out.push(':');
+    out.push_str(part);
+}
+
+/// A scope's collection, as a key prefix.
 fn collection_key(scope: &Scope, collection: &str) -> String {
-    let (t, p) = (&scope.tenant, &scope.plugin);
-    format!("{}:{t}{}:{p}{}:{collection}", t.len(), p.len(), collection.len())
+    let mut out = String::with_capacity(scope.tenant.len() + scope.plugin.len() + collection.len() + 80);
+    for part in [&scope.tenant, &scope.plugin, collection] {
+        push_part(&mut out, part);
+    }
+    out
 }
 
 fn item_key(scope: &Scope, collection: &str, key: &str) -> String {
-    format!("i{}{key}", collection_key(scope, collection))
+    let mut out = collection_key(scope, collection);
+    out.push('i');
+    out.push_str(key);
+    out
+}
+
+fn page_key(collection: &str, request: &str) -> String {
+    let mut out = String::with_capacity(collection.len() + request.len() + 1);
+    out.push_str(collection);
+    out.push('p');
+    out.push_str(request);
+    out
 }
 
 fn cost(key: &str, cached: &Cached) -> usize {
@@ -168,7 +189,7 @@ impl Cache {
     /// A page read before with the same request (`request` names the range
     /// and the page's bounds).
     pub fn page(&self, scope: &Scope, collection: &str, request: &str) -> Lookup<Page> {
-        let key = if self.on() { format!("p{}{request}", collection_key(scope, collection)) } else { String::new() };
+        let key = if self.on() { page_key(&collection_key(scope, collection), request) } else { String::new() };
         let mut inner = self.inner.lock();
         match inner.entries.get(&key) {
             Some(Cached::Page { page, .. }) if self.on() => Lookup::Hit(page.clone()),
@@ -183,7 +204,7 @@ impl Cache {
             return;
         }
         let collection = collection_key(scope, collection);
-        let key = format!("p{collection}{request}");
+        let key = page_key(&collection, request);
         let range = Range { lower: lower.to_string(), upper: upper.to_string(), entry: key.clone() };
         let cached = Cached::Page { page: page.clone(), collection: collection.clone() };
         let mut inner = self.inner.lock();
@@ -208,7 +229,10 @@ impl Cache {
         for (scope, collection, key, item) in changes {
             let collection = collection_key(scope, collection);
             inner.touch(&collection, key);
-            inner.put(format!("i{collection}{key}"), Cached::Item(item), self.budget);
+            let mut item_key = collection;
+            item_key.push('i');
+            item_key.push_str(key);
+            inner.put(item_key, Cached::Item(item), self.budget);
         }
     }
 
@@ -276,6 +300,7 @@ mod tests {
     #[test]
     fn the_budget_holds_and_the_least_recently_used_go_first() {
         let budget = 3 * (ENTRY_OVERHEAD + 12 + 100);
+        assert_eq!(item_key(&scope("t"), "c", "k1").len(), 12);
         let c = Cache::new(budget);
         let s = scope("t");
         let value = "v".repeat(100);

@@ -132,7 +132,12 @@ impl PageFill {
 
     /// The bounds a page is filled to, as text (part of a cached page's name).
     pub fn shape(&self) -> String {
-        format!("{}/{}/{}", self.limit, self.soft, self.hard)
+        let mut out = String::with_capacity(40);
+        for n in [self.limit, self.soft, self.hard] {
+            out.push_str(itoa::Buffer::new().format(n));
+            out.push('/');
+        }
+        out
     }
 
     /// Take one row; `Ok(false)` when the page is full.

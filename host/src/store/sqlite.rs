@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 use rusqlite::config::DbConfig;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 
-use super::cache::{Cache, Lookup};
+use super::cache::{push_part, Cache, Lookup};
 use super::migrations;
 use super::ops::{add_to_counter, bounds, ManyFill, Op, Outcome, PageFill, PREFIX_END};
 use super::writer::Writer;
@@ -134,7 +134,16 @@ impl Sqlite {
         if fill.limit() == 0 {
             return Ok(fill.finish());
         }
-        let request = format!("{:?}|{:?}|{:?}|{}|{}", o.prefix, o.after, o.before, o.reverse, fill.shape());
+        let mut request = String::with_capacity(o.prefix.len() + 64);
+        for part in [Some(&o.prefix), o.after.as_ref(), o.before.as_ref()] {
+            // An absent bound is a part of its own, unlike an empty one.
+            match part {
+                Some(p) => push_part(&mut request, p),
+                None => request.push('-'),
+            }
+        }
+        request.push(if o.reverse { 'r' } else { 'f' });
+        request.push_str(&fill.shape());
         let generation = match self.cache.page(scope, collection, &request) {
             Lookup::Hit(page) => return Ok(page),
             Lookup::Miss(generation) => generation,
