@@ -1,6 +1,7 @@
 //! Events: what the core emits, what a subscription filter selects.
 
 use std::borrow::Cow;
+use std::cell::OnceCell;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -185,6 +186,13 @@ impl Filter {
     }
 
     pub fn matches(&self, event: &NewEvent) -> bool {
+        self.matches_with(event, &OnceCell::new())
+    }
+
+    /// [`Filter::matches`] for one event offered to many filters: data given
+    /// as text (a plugin's events) is parsed into `parsed` at most once, and
+    /// only for a filter that reads it.
+    pub fn matches_with(&self, event: &NewEvent, parsed: &OnceCell<Value>) -> bool {
         let f = &event.facets;
         let kind = event.kind.as_bytes();
         if !self.event_types.is_empty() && !self.event_types.iter().any(|t| type_matches(t.as_bytes(), kind)) {
@@ -214,20 +222,12 @@ impl Filter {
                 return false;
             }
         }
-        if self.data.is_empty() {
-            return true;
-        }
-        // Data given as text (a plugin's events) is parsed only for filters that read it.
-        let parsed;
-        let data = match &event.data_text {
-            Some(text) if event.data.is_null() => {
-                parsed = serde_json::from_str::<Value>(text).unwrap_or(Value::Null);
-                &parsed
-            }
+        let data = || match &event.data_text {
+            Some(text) if event.data.is_null() => parsed.get_or_init(|| serde_json::from_str(text).unwrap_or(Value::Null)),
             _ => &event.data,
         };
         for d in &self.data {
-            if !type_matches(d.event_types.as_bytes(), kind) || !d.conditions.iter().all(|(paths, want)| str_at(data, paths) == Some(want.as_str())) {
+            if !type_matches(d.event_types.as_bytes(), kind) || !d.conditions.iter().all(|(paths, want)| str_at(data(), paths) == Some(want.as_str())) {
                 return false;
             }
         }

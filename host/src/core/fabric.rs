@@ -236,8 +236,9 @@ impl Fabric for LocalFabric {
         let (id, timestamp) = events.ids.next_id();
         let event_id = id.as_str();
         let mut body: Option<String> = None;
+        let parsed = std::cell::OnceCell::new();
         for sub in events.subscriptions.iter_mut() {
-            if event.visible_to(&sub.session) && sub.filter.matches(&event) {
+            if event.visible_to(&sub.session) && sub.filter.matches_with(&event, &parsed) {
                 let body = body.get_or_insert_with(|| body_of(event_id, timestamp, &event));
                 sub.offer(event_id, timestamp, event.caused_by.as_deref(), body);
             }

@@ -264,10 +264,10 @@ impl Gateway {
 
     fn start_extension(&self, conn: &mut Conn, req: Request<'_>) -> Handled {
         let (active, params) = match extension_target(conn, &req) {
-            Ok(target) => target,
+            Ok((active, params)) => (active.clone(), params.to_string()),
             Err(e) => return Handled::Now(answer(req.id, Err(e))),
         };
-        let (id, method, params) = (req.id, req.method.into_owned(), params.to_string());
+        let (id, method) = (req.id, req.method.into_owned());
         let mut call: BoxFuture<'static, (Option<String>, Vec<Frame>)> = Box::pin(async move {
             match active.tenant.extensions().call(&active, &method, &params).await {
                 Ok((result, deferred)) => (answer(id, Ok(Out::Raw(result))), deferred),
@@ -295,7 +295,7 @@ impl Gateway {
     /// A method outside the core: the tenant's extension that declared it, if any.
     async fn call_extension(&self, conn: &mut Conn, req: &Request<'_>) -> Result<Out, RpcError> {
         let (active, params) = extension_target(conn, req)?;
-        let (result, deferred) = active.tenant.extensions().call(&active, &req.method, params).await?;
+        let (result, deferred) = active.tenant.extensions().call(active, &req.method, params).await?;
         conn.deferred.extend(deferred);
         Ok(Out::Raw(result))
     }
@@ -322,7 +322,7 @@ fn answer(id: Option<Value>, result: Result<Out, RpcError>) -> Option<String> {
 
 /// The session an extension method is called for, and its params as an
 /// object's text; unknown methods and positional params are refused.
-fn extension_target<'b>(conn: &Conn, req: &Request<'b>) -> Result<(Active, &'b str), RpcError> {
+fn extension_target<'c, 'b>(conn: &'c Conn, req: &Request<'b>) -> Result<(&'c Active, &'b str), RpcError> {
     let not_found = || RpcError::method_not_found(&req.method);
     let active = conn.active().map_err(|_| not_found())?;
     if !active.tenant.extensions().serves(&req.method) {
@@ -333,5 +333,5 @@ fn extension_target<'b>(conn: &Conn, req: &Request<'b>) -> Result<(Active, &'b s
         Some(raw) if raw.get() != "null" => raw.get(),
         _ => "{}",
     };
-    Ok((active.clone(), params))
+    Ok((active, params))
 }

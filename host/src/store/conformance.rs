@@ -82,6 +82,8 @@ async fn get_many_answers_in_order_across_collections() {
         let values: Vec<Option<&[u8]>> = got.iter().map(|i| i.as_ref().map(|i| i.value.as_slice())).collect();
         assert_eq!(values, vec![Some(&b"uno"[..]), None, Some(&b"one"[..]), Some(&b"uno"[..])]);
         assert_eq!(got[0].as_ref().unwrap().version, got[2].as_ref().unwrap().version, "one commit, one version");
+        // Asked again (from the cache on SQLite), the answer is the same.
+        assert_eq!(db.get_many(&s, &keys(&[("b", "1"), ("a", "missing"), ("a", "1"), ("b", "1")]), BIG).await.unwrap(), got);
         // Other scopes are invisible.
         let other = Scope { tenant: s.tenant.clone(), plugin: "other".into() };
         assert!(db.get_many(&other, &keys(&[("a", "1")]), BIG).await.unwrap()[0].is_none());
@@ -256,6 +258,10 @@ async fn concurrent_commits_are_answered_one_by_one() {
             assert_eq!(answer.is_err(), i % 4 == 0, "commit {i}: {answer:?}");
         }
         assert_eq!(db.count(&s, "c", "n").await.unwrap(), 48);
+        // Point reads (served from the cache on SQLite) agree: a refused call's put is not there.
+        let found = db.get_many(&s, &keys(&[("c", "n00"), ("c", "n01"), ("c", "n04"), ("c", "n05")]), 1 << 20).await.unwrap();
+        assert_eq!(found.iter().map(Option::is_some).collect::<Vec<_>>(), [false, true, false, true]);
+        assert_eq!(db.get(&s, "c", "word").await.unwrap().as_deref(), Some("many"));
     })
     .await;
 }

@@ -200,6 +200,16 @@ impl<'a> ManyFill<'a> {
         Ok(())
     }
 
+    /// The row for position `index`, known without a search (a cache hit).
+    pub fn place(&mut self, index: usize, item: Item) -> Result<(), StoreError> {
+        self.bytes += item.value.len() + self.keys[index].1.len();
+        if self.bytes > self.max_bytes {
+            return Err(over_budget(self.max_bytes));
+        }
+        self.found[index] = Some(item);
+        Ok(())
+    }
+
     pub fn finish(self) -> Vec<Option<Item>> {
         self.found
     }

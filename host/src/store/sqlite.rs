@@ -3,7 +3,7 @@
 //! than handing it to another thread and back), and writes go to the one
 //! writer thread (`writer`), which commits them in groups. WAL mode lets the
 //! readers run beside the writer and see each commit as soon as it is made.
-//! Point reads are served from `cache` when it holds every key asked for.
+//! Reads are served from `cache` when it holds every key (or the page) asked for.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -98,9 +98,9 @@ impl Sqlite {
     pub fn get_many(&self, scope: &Scope, mut fill: ManyFill<'_>, keys: &[(String, String)]) -> Result<Vec<Option<Item>>, StoreError> {
         let generation = match self.cache.lookup(scope, keys) {
             Lookup::Hit(items) => {
-                for ((c, k), item) in keys.iter().zip(items) {
+                for (i, item) in items.into_iter().enumerate() {
                     if let Some(item) = item {
-                        fill.offer(c, k, item)?;
+                        fill.place(i, item)?;
                     }
                 }
                 return Ok(fill.finish());

@@ -252,24 +252,17 @@ fn commit_group(conn: &Connection, clock: &Clock, group: &[Job]) -> (Vec<Result<
             }
         }
         let answer = apply(conn, &job.scope, &job.ops, version);
-        let failed = match &answer {
-            Ok(Outcome::Committed { .. }) | Ok(Outcome::Conflict(_)) => false,
-            Err(_) => true,
-        };
+        let failure = answer.as_ref().err().map(ToString::to_string);
         if isolated {
-            if let Err(e) = if failed { run("ROLLBACK TO call") } else { Ok(()) }.and_then(|()| run("RELEASE call")) {
+            if let Err(e) = if failure.is_some() { run("ROLLBACK TO call") } else { Ok(()) }.and_then(|()| run("RELEASE call")) {
                 rollback();
                 return fail_all(&e);
             }
-        } else if failed {
+        } else if let Some(reason) = failure {
             rollback();
             if alone {
                 return (vec![answer], None);
             }
-            let reason = match answer {
-                Err(e) => e.to_string(),
-                Ok(_) => unreachable!("only errors fail"),
-            };
             return fail_all(&format!("a write of the same transaction failed: {reason}"));
         }
         answers.push(answer);
