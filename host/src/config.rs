@@ -110,6 +110,10 @@ pub struct ServerConfig {
     /// apart from the ones serving connections (0: one per CPU, at least 2),
     /// so a busy plugin cannot starve the core.
     pub plugin_threads: usize,
+    /// Plugin instances alive at once across every tenant and plugin (the
+    /// engine reserves memory for this many). When all are taken, idle ones
+    /// are retired first; calls then wait up to their deadline for one.
+    pub max_instances: usize,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -236,6 +240,7 @@ impl Default for ServerConfig {
             idle_timeout_secs: 120,
             max_connections: 10_000,
             plugin_threads: 0,
+            max_instances: 512,
         }
     }
 }
@@ -338,6 +343,9 @@ impl Config {
         }
         if self.server.max_connections == 0 || self.server.header_timeout_ms == 0 || self.server.idle_timeout_secs == 0 {
             bail!("server.max_connections, header_timeout_ms and idle_timeout_secs must be positive");
+        }
+        if !(1..=100_000).contains(&self.server.max_instances) {
+            bail!("server.max_instances must be between 1 and 100000");
         }
         for o in &self.server.allowed_origins {
             if o != "*" && !(o.starts_with("http://") || o.starts_with("https://")) || o.ends_with('/') {

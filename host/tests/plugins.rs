@@ -349,3 +349,67 @@ async fn the_admin_api_wants_its_token_when_one_is_set() {
     assert!(listed.text().contains(r#""name":"echo""#), "{}", listed.text());
     assert_eq!(http(&addr, "POST", "/admin/reload", &[("authorization", "Bearer s3cret")], b"").await.status, 200);
 }
+
+#[tokio::test]
+async fn the_engine_wide_instance_budget_retires_idle_instances_and_queues_the_rest() {
+    // Room for one live instance across every tenant and plugin; the same
+    // component twice, with a long and a short deadline, for two tenants.
+    let text = format!(
+        r#"
+[plugins.bad]
+path = {:?}
+deadline_ms = 300
+[plugins.echo]
+path = {:?}
+deadline_ms = 2000
+[plugins.echo2]
+path = {:?}
+deadline_ms = 100
+[auth]
+anonymous_tenant = "acme"
+[[tenants]]
+id = "acme"
+api_keys = ["acme-key"]
+plugins = ["bad"]
+[[tenants]]
+id = "globex"
+api_keys = ["globex-key"]
+plugins = ["echo"]
+[[tenants]]
+id = "initech"
+api_keys = ["initech-key"]
+plugins = ["echo2"]
+"#,
+        fixture("misbehave.wasm"),
+        fixture("echo-v1.wasm"),
+        fixture("echo-v2.wasm")
+    );
+    let gw = Gateway::start_config("max_instances = 1", &text);
+    let (mut acme, _) = tenant_ws(&gw, "acme-key").await;
+    let (mut globex, _) = tenant_ws(&gw, "globex-key").await;
+    let (mut initech, _) = tenant_ws(&gw, "initech-key").await;
+    // Each call finds the one ticket held by the other tenant's idle instance,
+    // which gives way at once.
+    for round in 0..3 {
+        let started = Instant::now();
+        assert_eq!(acme.call_ok("bad/ok", json!({})).await["tenant"], "acme");
+        assert_eq!(globex.call_ok("echo/call", json!({"round": round})).await, json!({"round": round}));
+        assert!(started.elapsed() < Duration::from_millis(250), "round {round} waited {:?}", started.elapsed());
+    }
+    // A busy instance does not give way: a call waits for it to end…
+    acme.send_text(&request(1, "bad/loop", json!({})).to_string()).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let started = Instant::now();
+    assert_eq!(globex.call_ok("echo/call", json!({"n": 1})).await, json!({"n": 1}));
+    assert!(started.elapsed() >= Duration::from_millis(150), "it waited for the loop to be stopped: {:?}", started.elapsed());
+    plugin_failure(&acme.answer().await, "timed out");
+    // … or, past its own deadline, is told to come back later.
+    acme.send_text(&request(2, "bad/loop", json!({})).to_string()).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let refused = initech.call("echo/call", json!({})).await;
+    assert_eq!(err_code(&refused), 4000, "{refused}");
+    assert!(err(&refused)["message"].as_str().unwrap().contains("most plugin instances (1)"), "{refused}");
+    assert!(err(&refused)["data"]["retryAfterMs"].as_u64().unwrap() > 0, "{refused}");
+    plugin_failure(&acme.answer().await, "timed out");
+    assert_eq!(initech.call_ok("echo/call", json!({"after": true})).await, json!({"after": true}));
+}

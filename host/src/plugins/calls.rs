@@ -17,7 +17,8 @@ use super::exports::{CallInfo, HttpRequest, HttpResponse, Invocation, Outcome, S
 use super::grpc::{code, status, Response, Status};
 use super::instance::classify;
 use super::plugin::{Descriptor, Plugin};
-use super::pool::{Pool, Refused};
+use super::plugin::Refused;
+use super::pool::Pool;
 use super::state::Context;
 use crate::core::Observed;
 use crate::core::outbox::Frame;
@@ -110,7 +111,7 @@ impl TenantPlugin {
             }
             None => (None, None),
         };
-        let pool = Pool::new(plugin.limits.mode, plugin.limits.max_concurrency);
+        let pool = Pool::new(&plugin);
         let tp = Arc::new(TenantPlugin {
             plugin,
             descriptor: declared.descriptor,
@@ -137,7 +138,9 @@ impl TenantPlugin {
     #[doc(hidden)]
     pub async fn time_instantiation(&self) -> anyhow::Result<Duration> {
         let started = Instant::now();
-        let instance = self.plugin.start(self.ctx.clone()).await.map_err(anyhow::Error::msg)?;
+        let instance = self.plugin.start(self.ctx.clone()).await.map_err(|r| match r {
+            Refused::Busy { why, .. } | Refused::Failed(why) => anyhow::Error::msg(why),
+        })?;
         let took = started.elapsed();
         drop(instance);
         Ok(took)
@@ -217,7 +220,7 @@ impl TenantPlugin {
         let instance = lease.instance();
         instance.arm(Instant::now() + limits.deadline, caller, hops);
         let outcome = {
-            let super::instance::Instance { store, bound } = instance;
+            let super::instance::Instance { store, bound, .. } = instance;
             // The epoch check interrupts wasm code; the outer timeout also bounds host calls.
             tokio::time::timeout(limits.deadline + Duration::from_millis(500), bound.invoke(store, invocation)).await
         };

@@ -16,13 +16,16 @@ pub const EPOCH_TICK: Duration = Duration::from_millis(5);
 /// Largest linear memory any plugin may be given (the per-plugin cap is lower).
 pub const MAX_MEMORY_BYTES: usize = 1 << 30;
 
-pub fn build() -> anyhow::Result<Engine> {
+/// An engine with room for `instances` live component instances.
+pub fn build(instances: usize) -> anyhow::Result<Engine> {
     let mut config = base_config();
     let mut pool = PoolingAllocationConfig::default();
-    pool.total_component_instances(512)
-        .total_core_instances(4096)
-        .total_memories(1024)
-        .total_tables(2048)
+    let n = instances as u32;
+    // A component holds a few core instances and usually one or two memories.
+    pool.total_component_instances(n)
+        .total_core_instances(n * 8)
+        .total_memories(n * 2)
+        .total_tables(n * 4)
         .max_memory_size(MAX_MEMORY_BYTES);
     config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     let engine = match Engine::new(&config) {

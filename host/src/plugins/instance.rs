@@ -7,6 +7,7 @@ use std::time::Instant;
 use wasmtime::component::InstancePre;
 use wasmtime::{Engine, ResourceLimiter, Store, UpdateDeadline};
 
+use super::budget::Ticket;
 use super::exports::{Bound, Exports};
 use super::state::{Context, PluginState};
 use crate::core::Active;
@@ -86,11 +87,13 @@ pub fn classify(e: &wasmtime::Error, deadline_ms: u128, memory_bytes: usize) -> 
 pub struct Instance {
     pub store: Store<PluginState>,
     pub bound: Bound,
+    /// Its place in the engine's budget, returned when the instance is dropped.
+    _ticket: Ticket,
 }
 
 impl Instance {
     /// A new instance in `ctx`; `init` has not run yet.
-    pub async fn start(engine: &Engine, pre: &InstancePre<PluginState>, exports: &Exports, ctx: Arc<Context>, memory_bytes: usize, deadline: Instant) -> wasmtime::Result<Instance> {
+    pub async fn start(engine: &Engine, pre: &InstancePre<PluginState>, exports: &Exports, ctx: Arc<Context>, ticket: Ticket, memory_bytes: usize, deadline: Instant) -> wasmtime::Result<Instance> {
         let mut store = Store::new(engine, PluginState::new(ctx, memory_bytes));
         store.limiter(|s| &mut s.limiter);
         store.epoch_deadline_callback(|ctx| {
@@ -105,7 +108,7 @@ impl Instance {
         store.set_epoch_deadline(1);
         let instance = pre.instantiate_async(&mut store).await?;
         let bound = exports.load(&mut store, &instance)?;
-        Ok(Instance { store, bound })
+        Ok(Instance { store, bound, _ticket: ticket })
     }
 
     /// Prepare for the next call: its deadline, caller and hop count.

@@ -4,12 +4,13 @@
 //!
 //! One job per file: `engine` (wasmtime and the artifact cache), `exports`
 //! (binding each exported interface), `plugin` (a loaded component),
-//! `instance` (one instance and failure classification), `pool` (pooled
-//! and singleton instances), `calls` (calls into a tenant's plugin),
+//! `instance` (one instance and failure classification), `budget` (the
+//! engine-wide cap on live instances), `pool` (pooled and singleton instances), `calls` (calls into a tenant's plugin),
 //! `imports`/`compat` (the host side of the imports), `timers`, `grpc`,
 //! `set` (a tenant's plugins), `state` (what an instance's store holds).
 
 mod bindings;
+mod budget;
 mod calls;
 mod compat;
 mod engine;
@@ -78,6 +79,7 @@ struct Loaded {
 /// Compiles, caches and binds plugins; swaps tenant plugin sets on reload.
 pub struct PluginHost {
     engine: Engine,
+    budget: Arc<budget::Budget>,
     linker: Linker<PluginState>,
     db: Store,
     cache_dir: PathBuf,
@@ -112,7 +114,7 @@ fn plugin_runtime(threads: usize) -> anyhow::Result<tokio::runtime::Handle> {
 
 impl PluginHost {
     pub fn new(config: &Config, db: Store) -> anyhow::Result<PluginHost> {
-        let engine = engine::build()?;
+        let engine = engine::build(config.server.max_instances)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
@@ -120,6 +122,7 @@ impl PluginHost {
         bindings::v1::InterceptingExtension::add_to_linker::<PluginState, HasSelf<PluginState>>(&mut linker, |s| s)?;
         Ok(PluginHost {
             engine,
+            budget: budget::Budget::new(config.server.max_instances),
             linker,
             db,
             cache_dir: config.server.data_dir.join("cache"),
@@ -169,7 +172,7 @@ impl PluginHost {
         };
         let none = outbound::Policy::new(&[], Duration::ZERO, 0, "~loader", name)?;
         let ctx = self.context(self.scratch.clone(), name, settings.config.clone(), settings, false, none);
-        let plugin = Plugin::load(name, &component, &self.linker, ctx, limits).await.with_context(|| format!("loading plugin {name}"))?;
+        let plugin = Plugin::load(name, &component, &self.linker, self.budget.clone(), ctx, limits).await.with_context(|| format!("loading plugin {name}"))?;
         tracing::info!(plugin = name, version = plugin.version(), "plugin loaded");
         Ok((digest, Arc::new(plugin)))
     }

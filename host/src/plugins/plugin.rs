@@ -8,6 +8,7 @@ use serde_json::Value;
 use wasmtime::component::{Component, InstancePre, Linker};
 use wasmtime::Engine;
 
+use super::budget::{Budget, Ticket};
 use super::exports::{Described, Exports, Invocation, Outcome, Service};
 use super::instance::{classify, Instance};
 use super::state::{Context, PluginState};
@@ -29,6 +30,14 @@ pub struct Limits {
     /// Calls of one tenant running at once; more wait up to the deadline.
     pub max_concurrency: usize,
     pub mode: InstanceMode,
+}
+
+/// Why no instance could take a call.
+pub enum Refused {
+    /// Over the tenant's share, the engine full, or a singleton backing off: try again later.
+    Busy { retry_after: Duration, why: String },
+    /// A fresh instance failed to start (instantiation or `init`).
+    Failed(String),
 }
 
 /// What an `rpc` export declares, checked.
@@ -66,11 +75,12 @@ pub struct Plugin {
     pub declared: Declarations,
     engine: Engine,
     pre: InstancePre<PluginState>,
+    budget: Arc<Budget>,
 }
 
 impl Plugin {
     /// Link a component, bind what it exports and read its declarations.
-    pub async fn load(name: &str, component: &Component, linker: &Linker<PluginState>, ctx: Arc<Context>, limits: Limits) -> anyhow::Result<Plugin> {
+    pub async fn load(name: &str, component: &Component, linker: &Linker<PluginState>, budget: Arc<Budget>, ctx: Arc<Context>, limits: Limits) -> anyhow::Result<Plugin> {
         let pre = linker.instantiate_pre(component)?;
         let exports = Exports::find(&pre).map_err(|e| anyhow::anyhow!("plugin {name}: {e:#}"))?;
         let mut plugin = Plugin {
@@ -80,28 +90,48 @@ impl Plugin {
             declared: Declarations { descriptor: None, interest: None, services: None },
             engine: component.engine().clone(),
             pre,
+            budget,
         };
         plugin.declared = plugin.declarations(ctx).await?;
         tracing::debug!(plugin = name, exports = ?plugin.exports.names(), "plugin bound");
         Ok(plugin)
     }
 
-    /// A fresh instance that has not run `init`, armed for one deadline.
-    async fn instance(&self, ctx: Arc<Context>) -> wasmtime::Result<Instance> {
-        Instance::start(&self.engine, &self.pre, &self.exports, ctx, self.limits.memory_bytes, Instant::now() + self.limits.deadline).await
+    /// The engine's budget of live instances.
+    pub fn budget(&self) -> &Arc<Budget> {
+        &self.budget
     }
 
-    /// A fresh instance, initialised (`lifecycle.init`). `Err` is the reason it is unusable.
-    pub async fn start(&self, ctx: Arc<Context>) -> Result<Instance, String> {
+    /// A ticket for one more live instance, waiting at most one deadline.
+    async fn ticket(&self) -> Result<Ticket, Refused> {
+        self.budget.ticket(self.limits.deadline).await.ok_or_else(|| Refused::Busy {
+            retry_after: self.limits.deadline,
+            why: format!("the gateway is running its most plugin instances ({}) and none came free", self.budget.capacity()),
+        })
+    }
+
+    /// A fresh instance that has not run `init`, armed for one deadline.
+    async fn instance(&self, ctx: Arc<Context>, ticket: Ticket) -> wasmtime::Result<Instance> {
+        Instance::start(&self.engine, &self.pre, &self.exports, ctx, ticket, self.limits.memory_bytes, Instant::now() + self.limits.deadline).await
+    }
+
+    /// A fresh instance, initialised (`lifecycle.init`).
+    pub async fn start(&self, ctx: Arc<Context>) -> Result<Instance, Refused> {
+        let ticket = self.ticket().await?;
+        self.start_with(ctx, ticket).await.map_err(Refused::Failed)
+    }
+
+    /// `Err` is the reason the instance is unusable.
+    async fn start_with(&self, ctx: Arc<Context>, ticket: Ticket) -> Result<Instance, String> {
         let deadline_ms = self.limits.deadline.as_millis();
         let fail = |e: wasmtime::Error| classify(&e, deadline_ms, self.limits.memory_bytes);
-        let mut instance = tokio::time::timeout(self.limits.deadline + Duration::from_millis(500), self.instance(ctx))
+        let mut instance = tokio::time::timeout(self.limits.deadline + Duration::from_millis(500), self.instance(ctx, ticket))
             .await
             .map_err(|_| format!("instantiation timed out after {deadline_ms} ms"))?
             .map_err(|e| format!("could not be instantiated: {}", fail(e)))?;
         if self.exports.lifecycle() {
             instance.arm(Instant::now() + self.limits.deadline, None, 0);
-            let Instance { store, bound } = &mut instance;
+            let Instance { store, bound, .. } = &mut instance;
             let ran = tokio::time::timeout(self.limits.deadline + Duration::from_millis(500), bound.invoke(store, Invocation::Init)).await;
             match ran {
                 Ok(Ok(Outcome::Init(Ok(())))) => {}
@@ -119,7 +149,8 @@ impl Plugin {
     /// config may change the answers.
     pub async fn declarations(&self, ctx: Arc<Context>) -> anyhow::Result<Declarations> {
         let name = &self.name;
-        let mut inst = self.instance(ctx).await.map_err(|e| anyhow::anyhow!("plugin {name} could not be instantiated: {e:#}"))?;
+        let ticket = self.ticket().await.map_err(|_| anyhow::anyhow!("plugin {name}: no instance came free to ask it what it serves"))?;
+        let mut inst = self.instance(ctx, ticket).await.map_err(|e| anyhow::anyhow!("plugin {name} could not be instantiated: {e:#}"))?;
         let descriptor = match self.exports.rpc() {
             false => None,
             true => match self.ask(&mut inst, Invocation::Describe).await? {
@@ -146,7 +177,7 @@ impl Plugin {
 
     async fn ask(&self, inst: &mut Instance, what: Invocation) -> anyhow::Result<Outcome> {
         let name = &self.name;
-        let Instance { store, bound } = inst;
+        let Instance { store, bound, .. } = inst;
         match tokio::time::timeout(self.limits.deadline + Duration::from_millis(500), bound.invoke(store, what)).await {
             Ok(r) => r.map_err(|e| anyhow::anyhow!("plugin {name}: {}", classify(&e, self.limits.deadline.as_millis(), self.limits.memory_bytes))),
             Err(_) => anyhow::bail!("plugin {name} timed out declaring what it serves"),

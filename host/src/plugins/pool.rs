@@ -14,18 +14,11 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tokio::sync::{OwnedMutexGuard, OwnedSemaphorePermit, Semaphore};
 
+use super::budget::IdleList;
 use super::instance::Instance;
-use super::plugin::Plugin;
+use super::plugin::{Plugin, Refused};
 use super::state::Context;
 use crate::config::InstanceMode;
-
-/// Why no instance could take a call.
-pub enum Refused {
-    /// Over the tenant's share, or a singleton backing off: try again later.
-    Busy { retry_after: Duration, why: String },
-    /// A fresh instance failed to start (instantiation or `init`).
-    Failed(String),
-}
 
 /// How long instances beyond `idle_instances` stay ready after their last call.
 const IDLE_GRACE: Duration = Duration::from_secs(10);
@@ -39,8 +32,8 @@ pub struct Singleton {
 }
 
 pub enum Pool {
-    /// Ready instances with when each was released, most recent at the back.
-    Pooled { idle: Mutex<VecDeque<(Instance, Instant)>>, slots: Arc<Semaphore> },
+    /// Ready instances (the engine's budget may retire them when it is full).
+    Pooled { idle: Arc<IdleList>, slots: Arc<Semaphore> },
     Singleton(Arc<tokio::sync::Mutex<Singleton>>),
 }
 
@@ -68,9 +61,13 @@ fn backoff(failures: u32) -> Duration {
 }
 
 impl Pool {
-    pub fn new(mode: InstanceMode, max_concurrency: usize) -> Pool {
-        match mode {
-            InstanceMode::Pooled => Pool::Pooled { idle: Mutex::new(VecDeque::new()), slots: Arc::new(Semaphore::new(max_concurrency.max(1))) },
+    pub fn new(plugin: &Plugin) -> Pool {
+        match plugin.limits.mode {
+            InstanceMode::Pooled => {
+                let idle = Arc::new(Mutex::new(VecDeque::new()));
+                plugin.budget().register(&idle);
+                Pool::Pooled { idle, slots: Arc::new(Semaphore::new(plugin.limits.max_concurrency.max(1))) }
+            }
             InstanceMode::Singleton => {
                 Pool::Singleton(Arc::new(tokio::sync::Mutex::new(Singleton { instance: None, failures: 0, retry_at: None, last_error: None })))
             }
@@ -93,7 +90,7 @@ impl Pool {
                 let ready = idle.lock().pop_back();
                 let instance = match ready {
                     Some((i, _)) => i,
-                    None => plugin.start(ctx.clone()).await.map_err(Refused::Failed)?,
+                    None => plugin.start(ctx.clone()).await?,
                 };
                 Ok(Lease::Pooled { instance, _slot: slot })
             }
@@ -109,10 +106,11 @@ impl Pool {
                     }
                     match plugin.start(ctx.clone()).await {
                         Ok(i) => guard.instance = Some(i),
-                        Err(reason) => {
+                        Err(Refused::Failed(reason)) => {
                             record_failure(&mut guard, plugin, ctx, &reason);
                             return Err(Refused::Failed(reason));
                         }
+                        Err(busy) => return Err(busy),
                     }
                 }
                 Ok(Lease::Singleton(guard))
