@@ -18,6 +18,10 @@ if [ -f plugins/Cargo.toml ]; then
         # Components are cdylibs; library crates (the SDK) have no .wasm.
         grep -q '"cdylib"' "plugins/$crate/Cargo.toml" || continue
         cp "$guests/wasm32-wasip2/release/${crate//-/_}.wasm" "plugins/dist/$crate.wasm"
+        # Settings the plugin needs when loaded from plugin_dir (e.g. mode = "singleton").
+        if [ -f "plugins/$crate/plugin.toml" ]; then
+            cp "plugins/$crate/plugin.toml" "plugins/dist/$crate.toml"
+        fi
     done
 fi
 

@@ -216,7 +216,7 @@ impl Credential {
 
 impl Default for PluginConfig {
     fn default() -> Self {
-        PluginConfig { path: PathBuf::new(), config: serde_json::json!({}), deadline_ms: 1000, memory_mb: 64, instances: 4, max_concurrency: 16, http_prefix: String::new(), mode: InstanceMode::Pooled, outbound_hosts: Vec::new(), outbound_timeout_ms: 10_000, outbound_max_bytes: 8 << 20 }
+        PluginConfig { path: PathBuf::new(), config: serde_json::json!({}), deadline_ms: 1000, memory_mb: 64, instances: 4, max_concurrency: 64, http_prefix: String::new(), mode: InstanceMode::Pooled, outbound_hosts: Vec::new(), outbound_timeout_ms: 10_000, outbound_max_bytes: 8 << 20 }
     }
 }
 
@@ -324,16 +324,7 @@ impl Config {
             bail!("storage.sync must be normal or full");
         }
         for (name, p) in self.plugins.iter().flatten() {
-            if p.deadline_ms == 0 || p.memory_mb == 0 || p.memory_mb > 1024 || p.max_concurrency == 0 {
-                bail!("plugin {name}: deadline_ms and max_concurrency must be positive and memory_mb between 1 and 1024");
-            }
-            if !p.config.is_object() {
-                bail!("plugin {name}: config must be a table");
-            }
-            let reserved = ["/map", "/admin", "/healthz"].iter().any(|r| p.http_prefix == *r || p.http_prefix.starts_with(&format!("{r}/")));
-            if !p.http_prefix.is_empty() && (!p.http_prefix.starts_with('/') || p.http_prefix.ends_with('/') || reserved) {
-                bail!("plugin {name}: http_prefix must start with / , not end with /, and stay out of /map, /admin and /healthz");
-            }
+            p.validate(name)?;
         }
         if self.server.max_message_bytes < 1024 {
             bail!("server.max_message_bytes must be at least 1024");
@@ -411,10 +402,41 @@ impl Config {
             let path = e.path();
             if path.extension().is_some_and(|x| x == "wasm") {
                 let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_string();
-                found.insert(name, PluginConfig { path, ..PluginConfig::default() });
+                let settings = PluginConfig::beside(&path).with_context(|| format!("plugin {name}"))?;
+                settings.validate(&name)?;
+                found.insert(name, settings);
             }
         }
         Ok(found)
+    }
+}
+
+impl PluginConfig {
+    /// A component found in `plugin_dir`: default settings, or those of
+    /// `NAME.toml` beside `NAME.wasm` (a `[plugins.NAME]` table without `path`).
+    fn beside(wasm: &Path) -> anyhow::Result<PluginConfig> {
+        let sidecar = wasm.with_extension("toml");
+        let mut settings = match std::fs::read_to_string(&sidecar) {
+            Ok(text) => toml::from_str(&text).with_context(|| format!("reading {}", sidecar.display()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => PluginConfig::default(),
+            Err(e) => return Err(e).with_context(|| format!("reading {}", sidecar.display())),
+        };
+        settings.path = wasm.to_path_buf();
+        Ok(settings)
+    }
+
+    fn validate(&self, name: &str) -> anyhow::Result<()> {
+        if self.deadline_ms == 0 || self.memory_mb == 0 || self.memory_mb > 1024 || self.max_concurrency == 0 {
+            bail!("plugin {name}: deadline_ms and max_concurrency must be positive and memory_mb between 1 and 1024");
+        }
+        if !self.config.is_object() {
+            bail!("plugin {name}: config must be a table");
+        }
+        let reserved = ["/map", "/admin", "/healthz"].iter().any(|r| self.http_prefix == *r || self.http_prefix.starts_with(&format!("{r}/")));
+        if !self.http_prefix.is_empty() && (!self.http_prefix.starts_with('/') || self.http_prefix.ends_with('/') || reserved) {
+            bail!("plugin {name}: http_prefix must start with / , not end with /, and stay out of /map, /admin and /healthz");
+        }
+        Ok(())
     }
 }
 

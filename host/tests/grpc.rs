@@ -47,3 +47,57 @@ api_keys = ["acme-key"]
     assert!(stdout.contains("backpressure: ok") && stdout.contains("hot swap: ok"), "{stdout}");
     eprintln!("{stdout}");
 }
+
+/// The standard plugins as `scripts/build-plugins.sh` leaves them.
+fn standard_plugins() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../plugins/dist");
+    assert!(dir.join("uap.wasm").exists(), "{} has no uap.wasm: run scripts/build-plugins.sh", dir.display());
+    dir
+}
+
+fn uap_gateway() -> (Gateway, PathBuf) {
+    let server = format!("plugin_dir = {:?}\nmax_message_bytes = 4194304", standard_plugins());
+    let extra = r#"
+[auth]
+anonymous_tenant = ""
+[[tenants]]
+id = "acme"
+api_keys = ["acme-key"]
+plugins = ["uap"]
+plugin_config = { uap = { acceptanceTimeoutMs = 500 } }
+[[tenants]]
+id = "globex"
+api_keys = ["globex-key"]
+plugins = ["uap"]
+"#;
+    let dir = TempDir::new("uap");
+    let config = write_config_server(dir.path(), &server, extra);
+    (Gateway::launch(dir, config.clone()), config)
+}
+
+/// Run `tests/grpc/<script>` with these arguments after the gateway's address and the key.
+async fn python_script(gw: Gateway, script: &str, args: &[&str]) -> (String, Gateway) {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/grpc").join(script);
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let (out, gw) = tokio::task::spawn_blocking(move || Command::new(python()).arg(script).arg(gw.addr()).args(args).output().map(|o| (o, gw)))
+        .await
+        .unwrap()
+        .expect("python runs");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout).to_string(), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "the grpcio agents failed:\n{stdout}\n{stderr}\ngateway log:\n{}", gw.log());
+    eprintln!("{stdout}");
+    (stdout, gw)
+}
+
+#[tokio::test]
+async fn the_uap_hub_serves_grpcio_agents_and_map_clients() {
+    let (gw, _) = uap_gateway();
+    let (stdout, gw) = python_script(gw, "uap_agents.py", &["acme-key"]).await;
+    for check in ["happy path: ok", "rejection: ok", "acceptance timeout: ok", "cancel: ok", "disconnect mid-session: ok", "translation: ok", "malformed traffic: ok", "listing: ok"] {
+        assert!(stdout.contains(check), "{check} missing from:\n{stdout}");
+    }
+    // Another tenant's hub has none of acme's agents or jobs.
+    let (mut globex, _) = gw.ws_connected("client", Some(api_key("globex-key"))).await;
+    assert_eq!(globex.call_ok("uap/list", serde_json::json!({})).await["jobs"], serde_json::json!([]));
+    assert_eq!(globex.call_ok("uap/agents", serde_json::json!({})).await["agents"], serde_json::json!([]));
+}
