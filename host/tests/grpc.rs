@@ -101,3 +101,10 @@ async fn the_uap_hub_serves_grpcio_agents_and_map_clients() {
     assert_eq!(globex.call_ok("uap/list", serde_json::json!({})).await["jobs"], serde_json::json!([]));
     assert_eq!(globex.call_ok("uap/agents", serde_json::json!({})).await["agents"], serde_json::json!([]));
 }
+
+#[tokio::test]
+async fn fifty_uap_agents_complete_five_hundred_jobs_exactly_once() {
+    let (gw, _) = uap_gateway();
+    let (stdout, _gw) = python_script(gw, "uap_load.py", &["globex-key", "50", "500"]).await;
+    assert!(stdout.contains("each executed exactly once"), "{stdout}");
+}
