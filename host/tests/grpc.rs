@@ -108,3 +108,34 @@ async fn fifty_uap_agents_complete_five_hundred_jobs_exactly_once() {
     let (stdout, _gw) = python_script(gw, "uap_load.py", &["globex-key", "50", "500"]).await;
     assert!(stdout.contains("each executed exactly once"), "{stdout}");
 }
+
+#[tokio::test]
+async fn a_killed_uap_hub_fails_running_jobs_and_keeps_queued_ones() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::Stdio;
+    let (gw, _) = uap_gateway();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/grpc/uap_restart.py");
+    let addr = gw.addr();
+    let out = tokio::task::spawn_blocking(move || {
+        let mut child = Command::new(python()).arg(script).arg(addr).arg("globex-key").stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("python runs");
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        if line.trim() != "ready" {
+            let out = child.wait_with_output().unwrap();
+            panic!("phase one failed: {line}{}\ngateway log:\n{}", String::from_utf8_lossy(&out.stderr), gw.log());
+        }
+        let gw = gw.kill_and_restart();
+        writeln!(child.stdin.take().unwrap(), "{}", gw.addr()).unwrap();
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+        let status = child.wait().unwrap();
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+        (status.success(), rest, stderr, gw.log())
+    })
+    .await
+    .unwrap();
+    let (ok, stdout, stderr, log) = out;
+    assert!(ok && stdout.contains("restart: ok"), "{stdout}\n{stderr}\ngateway log:\n{log}");
+}

@@ -106,11 +106,12 @@ def stream_of(q):
 class Agent:
     """A UAP execution agent: registered, listening, answering proposals."""
 
-    def __init__(self, hub, creds, name, tests=(), translations=()):
+    def __init__(self, hub, creds, name, tests=(), translations=(), client_id=None):
+        """Register (unless `client_id` says who it already is), then listen."""
         caps = [PB["Capability"](test=PB["TestCapability"](type=t)) for t in tests]
         caps += [PB["Capability"](translation=PB["TranslationCapability"](type=t)) for t in translations]
         self.hub, self.creds, self.name = hub, creds, name
-        self.client_id = hub.Register(PB["AgentRegistration"](display_name=name, capabilities=caps), metadata=creds, timeout=10).client_id
+        self.client_id = client_id or hub.Register(PB["AgentRegistration"](display_name=name, capabilities=caps), metadata=creds, timeout=10).client_id
         assert self.client_id, "Register issues a client id"
         self.outbox = queue.Queue()
         self.inbox = queue.Queue()
