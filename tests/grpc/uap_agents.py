@@ -50,12 +50,17 @@ PB, HUB = stubs()
 from google.protobuf.empty_pb2 import Empty  # noqa: E402  (after the stubs put protobuf in place)
 
 
+def credentials(api_key):
+    """gRPC metadata for the tenant's API key ("" for the anonymous tenant)."""
+    return [("x-api-key", api_key)] if api_key else []
+
+
 class Map:
     """One MAP session over HTTP POST /map/rpc."""
 
     def __init__(self, addr, api_key):
         self.conn = http.client.HTTPConnection(addr, timeout=10)
-        self.headers = {"content-type": "application/json", "x-api-key": api_key}
+        self.headers = {"content-type": "application/json", **({"x-api-key": api_key} if api_key else {})}
         self.session = None
         self.next_id = 1
         self.call("map/connect", {"protocolVersion": 1, "participant": {"type": "client", "name": "uap-test"}})
@@ -392,7 +397,7 @@ def listing(m):
 
 def main():
     addr, api_key = sys.argv[1], sys.argv[2]
-    creds = [("x-api-key", api_key)]
+    creds = credentials(api_key)
     channel = grpc.insecure_channel(addr)
     hub = HUB.AgentHubStub(channel)
     m = Map(addr, api_key)

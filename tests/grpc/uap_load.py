@@ -4,7 +4,7 @@ exactly once and end completed. Prints one line of results:
 
     load: N jobs over M agents in S s: R jobs/s, submit-to-complete p50 X ms p99 Y ms
 
-Usage: python uap_load.py HOST:PORT API_KEY [AGENTS] [JOBS]
+Usage: python uap_load.py HOST:PORT API_KEY [AGENTS] [JOBS]   (API_KEY "" for the anonymous tenant)
 """
 
 import collections
@@ -14,7 +14,7 @@ import time
 
 import grpc
 
-from uap_agents import PB, HUB, Map, Agent, ts
+from uap_agents import PB, HUB, Map, Agent, credentials, ts
 
 
 def run_agent(agent, executed, lock, stop):
@@ -48,7 +48,7 @@ def main():
     addr, api_key = sys.argv[1], sys.argv[2]
     n_agents = int(sys.argv[3]) if len(sys.argv) > 3 else 50
     n_jobs = int(sys.argv[4]) if len(sys.argv) > 4 else 500
-    creds = [("x-api-key", api_key)]
+    creds = credentials(api_key)
     channel = grpc.insecure_channel(addr)
     hub = HUB.AgentHubStub(channel)
     executed, lock, stop = collections.Counter(), threading.Lock(), threading.Event()
