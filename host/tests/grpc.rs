@@ -44,7 +44,7 @@ api_keys = ["acme-key"]
     let (out, gw) = out;
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "the grpcio client failed:\n{stdout}\n{stderr}\ngateway log:\n{}", gw.log());
-    assert!(stdout.contains("backpressure: ok") && stdout.contains("hot swap: ok"), "{stdout}");
+    assert!(stdout.contains("backpressure: ok") && stdout.contains("hot swap: ok") && stdout.contains("singleton failure ends its streams: ok"), "{stdout}");
     eprintln!("{stdout}");
 }
 

@@ -44,8 +44,8 @@ def expect_error(code, fn, message=None):
     raise AssertionError(f"expected {code}, the call succeeded")
 
 
-def rpc(addr, api_key, method, params):
-    """A JSON-RPC call over HTTP POST /map/rpc (map/connect first)."""
+def rpc_raw(addr, api_key, method, params):
+    """A JSON-RPC call over HTTP POST /map/rpc (map/connect first): the whole answer."""
     conn = http.client.HTTPConnection(addr, timeout=10)
     headers = {"content-type": "application/json", "x-api-key": api_key}
     def post(body, session=None):
@@ -58,6 +58,11 @@ def rpc(addr, api_key, method, params):
     resp, connected = post({"jsonrpc": "2.0", "id": 1, "method": "map/connect", "params": {"protocolVersion": 1, "participant": {"type": "client"}}})
     session = resp.getheader("map-session-id")
     _, answer = post({"jsonrpc": "2.0", "id": 2, "method": method, "params": params}, session)
+    return answer
+
+
+def rpc(addr, api_key, method, params):
+    answer = rpc_raw(addr, api_key, method, params)
     assert "result" in answer, answer
     return answer["result"]
 
@@ -97,6 +102,19 @@ def main():
     expect_error(grpc.StatusCode.INTERNAL, lambda: echo.Crash(Msg(text="x"), metadata=creds, timeout=10), "trapped")
     expect_error(grpc.StatusCode.UNAUTHENTICATED, lambda: echo.Unary(Msg(text="x"), metadata=[("x-api-key", "wrong")], timeout=10))
     print("status codes: ok")
+
+    # A singleton that fails takes its streams with it: other open calls end
+    # with UNAVAILABLE (the failing call itself gets INTERNAL), so clients reconnect.
+    q = queue.Queue()
+    q.put(Msg(text="open"))
+    stream = echo.Bidi(iter(q.get, None), metadata=creds, timeout=20)
+    assert next(stream).text == "open"
+    answer = rpc_raw(addr, api_key, "state/trap", {})
+    assert answer["error"]["code"] == -32603, answer
+    err = expect_error(grpc.StatusCode.UNAVAILABLE, lambda: next(stream), "reconnect")
+    q.put(None)
+    assert echo.Unary(Msg(text="after"), metadata=creds, timeout=10).text == "after"
+    print("singleton failure ends its streams: ok")
 
     # A plugin that never answers: the client gets a status within its deadline.
     started = time.monotonic()

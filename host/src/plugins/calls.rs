@@ -16,10 +16,10 @@ use super::bindings::{Caller, RpcError as WitError};
 use super::exports::{CallInfo, HttpRequest, HttpResponse, Invocation, Outcome, SentMessage, Service};
 use super::grpc::{code, status, Response, Status};
 use super::instance::classify;
-use super::plugin::{Descriptor, Plugin};
-use super::plugin::Refused;
+use super::plugin::{Descriptor, Plugin, Refused};
 use super::pool::Pool;
 use super::state::Context;
+use crate::config::InstanceMode;
 use crate::core::Observed;
 use crate::core::outbox::Frame;
 use crate::core::Active;
@@ -217,6 +217,7 @@ impl TenantPlugin {
                 return Err(self.failure(reason));
             }
         };
+        let grpc_call = invocation.grpc_call();
         let instance = lease.instance();
         instance.arm(Instant::now() + limits.deadline, caller, hops);
         let outcome = {
@@ -240,6 +241,12 @@ impl TenantPlugin {
             Err(reason) => {
                 tracing::warn!(plugin = self.plugin.name, tenant = self.ctx.scope.tenant, reason, "plugin call failed; instance discarded");
                 self.pool.release(lease, Some(&reason), &self.plugin, &self.ctx);
+                if self.plugin.limits.mode == InstanceMode::Singleton {
+                    // The streams lived in the failed instance's memory; the
+                    // failing call itself ends with INTERNAL from its caller.
+                    let why = format!("plugin {} failed and a fresh instance replaces it; reconnect", self.plugin.name);
+                    self.ctx.grpc.end_all_but(grpc_call, status(code::UNAVAILABLE, why));
+                }
                 Err(self.failure(reason))
             }
         }

@@ -45,6 +45,10 @@ fn base_config() -> Config {
     config.wasm_component_model(true);
     config.epoch_interruption(true);
     config.cranelift_opt_level(wasmtime::OptLevel::Speed);
+    // `perf` names plugin functions from /tmp/perf-PID.map when this is set.
+    if std::env::var_os("MAP_GATEWAY_PERF_MAP").is_some() {
+        config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    }
     config
 }
 

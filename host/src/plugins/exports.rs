@@ -61,6 +61,17 @@ pub enum Invocation {
     GrpcClosed(u64),
 }
 
+impl Invocation {
+    /// The gRPC call a callback is about.
+    pub fn grpc_call(&self) -> Option<u64> {
+        match self {
+            Invocation::GrpcOpen(info) => Some(info.id),
+            Invocation::GrpcMessage(id, _) | Invocation::GrpcHalfClose(id) | Invocation::GrpcClosed(id) => Some(*id),
+            _ => None,
+        }
+    }
+}
+
 /// What the component answered.
 pub enum Outcome {
     Described(Described),

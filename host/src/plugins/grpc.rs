@@ -92,7 +92,12 @@ impl GrpcCalls {
 
     /// End every open call (a hot swap retired this version): clients reconnect.
     pub fn end_all(&self, status: Status) {
-        let ids: Vec<u64> = self.open.lock().keys().copied().collect();
+        self.end_all_but(None, status);
+    }
+
+    /// End every open call but `keep`.
+    pub fn end_all_but(&self, keep: Option<u64>, status: Status) {
+        let ids: Vec<u64> = self.open.lock().keys().copied().filter(|id| Some(*id) != keep).collect();
         for id in ids {
             self.end(id, status.clone());
         }
