@@ -9,6 +9,7 @@ Usage: python uap_load.py HOST:PORT API_KEY [AGENTS] [JOBS]   (API_KEY "" for th
 
 import collections
 import sys
+import uuid
 import threading
 import time
 
@@ -52,7 +53,9 @@ def main():
     channel = grpc.insecure_channel(addr)
     hub = HUB.AgentHubStub(channel)
     executed, lock, stop = collections.Counter(), threading.Lock(), threading.Event()
-    agents = [Agent(hub, creds, f"load-{i}", tests=["load"]) for i in range(n_agents)]
+    # A type of this run's own, so runs against one gateway do not mix.
+    job_type = f"load-{uuid.uuid4().hex[:8]}"
+    agents = [Agent(hub, creds, f"load-{i}", tests=[job_type]) for i in range(n_agents)]
     threads = [threading.Thread(target=run_agent, args=(a, executed, lock, stop), daemon=True) for a in agents]
     for t in threads:
         t.start()
@@ -64,7 +67,7 @@ def main():
         m = Map(addr, api_key)
         for i in indexes:
             at = time.monotonic()
-            job = m.call("uap/submit", {"kind": "test", "type": "load", "payloads": [{"type": "case", "metadata": {"index": float(i)}}]})["job"]
+            job = m.call("uap/submit", {"kind": "test", "type": job_type, "payloads": [{"type": "case", "metadata": {"index": float(i)}}]})["job"]
             submitted[float(i)] = (job["id"], at)
 
     submitters = [threading.Thread(target=submit, args=(range(k, n_jobs, 8),)) for k in range(8)]
@@ -92,7 +95,7 @@ def main():
     cursor = None
     while True:
         page = m.call("uap/list", {"limit": 500, **({"cursor": cursor} if cursor else {})})
-        statuses.update(j["status"] for j in page["jobs"] if j["type"] == "load")
+        statuses.update(j["status"] for j in page["jobs"] if j["type"] == job_type)
         if not page["hasMore"]:
             break
         cursor = page["nextCursor"]
