@@ -8,14 +8,15 @@ prints `ready`, and waits for a line on stdin: the address of the restarted
 gateway. Phase two checks what the restart left: the running job failed
 with a reason, the proposed one is queued again, the queued one is still
 queued and goes to the first capable agent that listens, the old streams
-ended, and the finished history survived.
+ended, and finished jobs kept their results and history.
 """
 
+import base64
 import sys
 
 import grpc
 
-from uap_agents import HUB, Map, Agent
+from uap_agents import HUB, PB, Map, Agent
 
 
 def main():
@@ -25,6 +26,17 @@ def main():
     m = Map(addr, api_key)
     worker = Agent(hub, creds, "worker", tests=["long"])
     mute = Agent(hub, creds, "mute", tests=["mute"])
+    # One job completes first, with an attachment in its result.
+    done = m.call("uap/submit", {"kind": "test", "type": "long"})["job"]["id"]
+    p = worker.proposal()
+    worker.accept(p.session_id)
+    init, q, call = worker.execute(p.session_id)
+    TS = PB["TestStatus"]
+    result = PB["TestResult"](status=TS(state=PB["TestState"].Value("TEST_STATE_COMPLETED")), attachments=[PB["Attachment"](name="out.bin", data=bytes(range(200)))])
+    q.put(PB["TestResponse"](result=result))
+    assert list(call) == []
+    q.put(None)
+    m.wait_status(done, "completed")
     running = m.call("uap/submit", {"kind": "test", "type": "long", "payloads": [{"type": "x", "metadata": {"n": 1}}]})["job"]["id"]
     p = worker.proposal()
     worker.accept(p.session_id)
@@ -47,6 +59,8 @@ def main():
 
     hub = HUB.AgentHubStub(grpc.insecure_channel(addr))
     m = Map(addr, api_key)
+    kept = m.job(done)
+    assert kept["status"] == "completed" and base64.b64decode(kept["result"]["attachments"][0]["data"]) == bytes(range(200)), kept
     failed = m.job(running)
     assert failed["status"] == "failed" and "restarted" in failed["error"], failed
     assert m.job(proposed)["status"] == "queued", m.job(proposed)
