@@ -146,7 +146,7 @@ pub fn create(call: &Call) -> Result<Reply> {
         participants::announce_joined_to(&members, m, None);
     }
     if let Some(t) = &initial_turn {
-        turns::announce_to(&members, t);
+        turns::announce_to(&members, t, &turns::to_json(t)?);
     }
 
     let mut out = json!({"conversation": conv, "participant": creator});

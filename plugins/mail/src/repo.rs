@@ -99,6 +99,8 @@ pub trait Writes {
     fn participant(&mut self, p: &Participant) -> &mut Self;
     /// A new or changed turn, with its thread indexes.
     fn turn(&mut self, t: &Turn) -> &mut Self;
+    /// [`Writes::turn`] with the turn already written as JSON.
+    fn turn_json(&mut self, t: &Turn, json: &str) -> &mut Self;
 }
 
 impl Writes for Batch {
@@ -117,11 +119,19 @@ impl Writes for Batch {
     }
 
     fn turn(&mut self, t: &Turn) -> &mut Self {
+        match serde_json::to_string(t) {
+            Ok(json) => self.turn_json(t, &json),
+            // The batch fails as a whole, as `put` would.
+            Err(_) => self.put(&TURNS, turn_key(&t.conversation_id, &t.id), t),
+        }
+    }
+
+    fn turn_json(&mut self, t: &Turn, json: &str) -> &mut Self {
         let conv = &t.conversation_id;
-        self.put(&TURNS, turn_key(conv, &t.id), t);
+        self.put_bytes(TURNS.name(), turn_key(conv, &t.id), json.as_bytes().to_vec());
         if let Some(thread) = &t.thread_id {
             let prefix = thread_turn_prefix(conv, thread);
-            self.put(&THREAD_TURNS, format!("{prefix}{}", t.id), t);
+            self.put_bytes(THREAD_TURNS.name(), format!("{prefix}{}", t.id), json.as_bytes().to_vec());
             self.put(&THREAD_AUTHORS, format!("{prefix}{}", esc(&t.participant)), &t.participant);
         }
         self

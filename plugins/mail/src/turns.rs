@@ -3,6 +3,7 @@
 use map_plugin_sdk::store::{Batch, Json, Range};
 use map_plugin_sdk::{ids, Call, Error, Reply, Result};
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 use crate::access::{self, Actor, Reader, Sees, Visit};
@@ -67,19 +68,21 @@ pub fn build(conv: &Conversation, ahead: &Ahead, author: &Participant, spec: Tur
     })
 }
 
-/// Store a built turn with its thread indexes and the conversation's
-/// activity in one commit (it is durable once this returns), and announce it.
-pub fn store(turn: &Turn) -> Result<()> {
-    let mut batch = Batch::new();
-    batch.turn(turn).touch(&turn.conversation_id, turn.timestamp);
-    batch.apply()?;
-    announce(turn);
-    Ok(())
+/// A turn written as JSON once, for the store, its event and the answer.
+pub fn to_json(turn: &Turn) -> Result<Box<RawValue>> {
+    serde_json::value::to_raw_value(turn).map_err(|e| Error::internal(format!("turn {} cannot be written as JSON: {e}", turn.id)))
 }
 
-/// `mail.turn.added`, for those who may see the turn (one read: the audience).
-pub fn announce(turn: &Turn) {
-    announce_to(&events::audience(&turn.conversation_id), turn);
+/// Store a built turn with its thread indexes and the conversation's
+/// activity in one commit (it is durable once this returns), and announce
+/// it (one read: the audience). Returns the turn's JSON.
+pub fn store(turn: &Turn) -> Result<Box<RawValue>> {
+    let json = to_json(turn)?;
+    let mut batch = Batch::new();
+    batch.turn_json(turn, json.get()).touch(&turn.conversation_id, turn.timestamp);
+    batch.apply()?;
+    announce_to(&events::audience(&turn.conversation_id), turn, &json);
+    Ok(json)
 }
 
 /// The data of `mail.turn.added` and `mail.turn.updated`, written straight
@@ -94,34 +97,29 @@ struct TurnEvent<'a> {
     status: Option<TurnStatus>,
     #[serde(skip_serializing_if = "Option::is_none")]
     participant_id: Option<&'a str>,
-    turn: &'a Turn,
+    turn: &'a RawValue,
     #[serde(skip_serializing_if = "Option::is_none")]
     thread_id: Option<&'a str>,
 }
 
 impl<'a> TurnEvent<'a> {
-    fn added(turn: &'a Turn) -> TurnEvent<'a> {
-        TurnEvent { conversation_id: &turn.conversation_id, turn_id: None, status: None, participant_id: None, turn, thread_id: turn.thread_id.as_deref() }
+    fn added(turn: &'a Turn, json: &'a RawValue) -> TurnEvent<'a> {
+        TurnEvent { conversation_id: &turn.conversation_id, turn_id: None, status: None, participant_id: None, turn: json, thread_id: turn.thread_id.as_deref() }
     }
 
-    fn updated(turn: &'a Turn) -> TurnEvent<'a> {
-        TurnEvent { turn_id: Some(&turn.id), status: Some(turn.status), participant_id: Some(&turn.participant), ..TurnEvent::added(turn) }
+    fn updated(turn: &'a Turn, json: &'a RawValue) -> TurnEvent<'a> {
+        TurnEvent { turn_id: Some(&turn.id), status: Some(turn.status), participant_id: Some(&turn.participant), ..TurnEvent::added(turn, json) }
     }
 }
 
-/// A result holding one turn.
-#[derive(Serialize)]
-struct TurnResult<'a> {
-    turn: &'a Turn,
-}
-
-fn turn_result(turn: &Turn) -> Result<Reply> {
-    Reply::json(&TurnResult { turn })
+/// A result holding one turn: `{"turn": …}`.
+fn turn_result(json: &RawValue) -> Reply {
+    Reply::raw(format!(r#"{{"turn":{}}}"#, json.get()))
 }
 
 /// `mail.turn.added`, for participants already known to be the current ones.
-pub fn announce_to(current: &[Participant], turn: &Turn) {
-    events::emit_turn_to(events::TURN_ADDED, current, turn, &TurnEvent::added(turn));
+pub fn announce_to(current: &[Participant], turn: &Turn, json: &RawValue) {
+    events::emit_turn_to(events::TURN_ADDED, current, turn, &TurnEvent::added(turn, json));
 }
 
 #[derive(Deserialize)]
@@ -169,8 +167,8 @@ pub fn record(call: &Call) -> Result<Reply> {
         status: p.status.unwrap_or_default(),
     };
     let turn = build(&visit.conv, &visit.ahead, &author, spec, TurnSource::Explicit { method: "mail/turn".into() })?;
-    store(&turn)?;
-    turn_result(&turn)
+    let json = store(&turn)?;
+    Ok(turn_result(&json))
 }
 
 fn update(visit: &Visit, author: &Participant, turn_id: &str, status: Option<TurnStatus>, content: Option<Value>, metadata: Option<Map<String, Value>>) -> Result<Reply> {
@@ -194,11 +192,12 @@ fn update(visit: &Visit, author: &Participant, turn_id: &str, status: Option<Tur
         turn.metadata.extend(m);
     }
     turn.updated_at = Some(now);
+    let json = to_json(&turn)?;
     let mut batch = Batch::new();
-    batch.turn(&turn).touch(&conv.id, now);
+    batch.turn_json(&turn, json.get()).touch(&conv.id, now);
     batch.apply()?;
-    events::emit_turn(events::TURN_UPDATED, &turn, &TurnEvent::updated(&turn));
-    turn_result(&turn)
+    events::emit_turn(events::TURN_UPDATED, &turn, &TurnEvent::updated(&turn, &json));
+    Ok(turn_result(&json))
 }
 
 // ---------------------------------------------------------------------------
