@@ -413,3 +413,32 @@ plugins = ["echo2"]
     plugin_failure(&acme.answer().await, "timed out");
     assert_eq!(initech.call_ok("echo/call", json!({"after": true})).await, json!({"after": true}));
 }
+
+#[tokio::test]
+async fn a_plugin_calls_another_plugins_methods_through_the_router() {
+    let plugins = format!(
+        "{}[plugins.bad2]\npath = {:?}\nconfig = {{ prefix = \"bad2\" }}\n",
+        misbehave_and_echo(),
+        fixture("misbehave.wasm")
+    );
+    let gw = start(&config(&plugins, r#"["bad", "echo", "bad2"]"#, r#"["bad"]"#, ""));
+    let (mut acme, _) = tenant_ws(&gw, "acme-key").await;
+    // The callee's answer comes back as the caller's own.
+    let relayed = acme.call_ok("bad/relay", json!({"method": "echo/call", "x": 1})).await;
+    assert_eq!(relayed, json!({"method": "", "x": 1}));
+    // A method the callee refuses comes back with its own error.
+    let refused = |resp: &Value, code: i64, words: &str| {
+        assert_eq!(err_code(resp), 30050, "{resp}");
+        let message = err(resp)["message"].as_str().unwrap().to_string();
+        assert!(message.contains(&format!("({code})")) && message.contains(words), "{message}");
+    };
+    refused(&acme.call("bad/relay", json!({"method": "map/agents/list"})).await, -32601, "core method");
+    refused(&acme.call("bad/relay", json!({"method": "bad/ok"})).await, -32601, "its own method");
+    refused(&acme.call("bad/relay", json!({"method": "nobody/here"})).await, -32601, "nobody/here");
+    // Two plugins that call each other back and forth stop at four deep.
+    let looped = acme.call("bad/relay", json!({"method": "bad2/relay", "next": "bad/relay"})).await;
+    refused(&looped, -32603, "nest at most 4 deep");
+    // Another tenant without echo cannot reach it through its plugins.
+    let (mut globex, _) = tenant_ws(&gw, "globex-key").await;
+    refused(&globex.call("bad/relay", json!({"method": "echo/call"})).await, -32601, "echo/call");
+}

@@ -30,6 +30,10 @@ pub trait Extensions: Send + Sync + 'static {
     /// Call a method for a session; `params` is a JSON object's text.
     fn call<'a>(&'a self, active: &'a Active, method: &'a str, params: &'a str) -> BoxFuture<'a, Result<Answer, RpcError>>;
 
+    /// A call made by the extension `from` while it handles a call `depth`
+    /// deep: as `call`, refusing `from`'s own methods.
+    fn call_from<'a>(&'a self, from: &'a str, active: &'a Active, method: &'a str, params: &'a str, depth: u8) -> BoxFuture<'a, Result<Answer, RpcError>>;
+
     /// Whether any observer could want a send with (or without) `meta`.
     fn observes_any(&self, has_meta: bool) -> bool;
 
@@ -57,6 +61,9 @@ impl Extensions for NoExtensions {
         false
     }
     fn call<'a>(&'a self, _: &'a Active, method: &'a str, _: &'a str) -> BoxFuture<'a, Result<Answer, RpcError>> {
+        Box::pin(async move { Err(RpcError::method_not_found(method)) })
+    }
+    fn call_from<'a>(&'a self, _: &'a str, _: &'a Active, method: &'a str, _: &'a str, _: u8) -> BoxFuture<'a, Result<Answer, RpcError>> {
         Box::pin(async move { Err(RpcError::method_not_found(method)) })
     }
     fn observes_any(&self, _: bool) -> bool {

@@ -254,10 +254,11 @@ impl TenantPlugin {
 
     /// Call `rpc.handle`. With the result come the notifications the plugin
     /// sent to its caller, to be written after the response.
-    pub async fn call_rpc(self: &Arc<Self>, active: &Active, caller: Caller, method: &str, params: &str) -> Result<(Box<RawValue>, Vec<Frame>), RpcError> {
+    /// `depth`: how many plugin calls (router calls, observer hops) this one is nested in.
+    pub async fn call_rpc(self: &Arc<Self>, active: &Active, caller: Caller, method: &str, params: &str, depth: u8) -> Result<(Box<RawValue>, Vec<Frame>), RpcError> {
         let invocation = Invocation::Rpc { caller, method: method.to_string(), params: params.to_string() };
         let (answer, deferred) = self
-            .run(Some(active.clone()), 0, invocation, |tp, outcome| match outcome {
+            .run(Some(active.clone()), depth, invocation, |tp, outcome| match outcome {
                 Outcome::Rpc(Ok(text)) => tp.check_result(text).map(Ok),
                 Outcome::Rpc(Err(e)) => tp.check_error(e).map(Err),
                 _ => Err("answered a call with something else".into()),

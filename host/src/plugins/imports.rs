@@ -1,4 +1,4 @@
-//! The host side of the imports every plugin gets (0.2.1): store, events,
+//! The host side of the imports every plugin gets (0.2.2): store, events,
 //! router, log, config, timers, grpc-stream. Each acts only inside the
 //! instance's (tenant, plugin).
 
@@ -203,6 +203,40 @@ impl router::Host for PluginState {
 
     async fn connected_since(&mut self, ids: Vec<String>) -> Wt<Vec<Option<u64>>> {
         Ok(self.ctx.tenant.connected_since(&ids))
+    }
+
+    async fn call(&mut self, method: String, params: String) -> Wt<Result<String, types::RpcError>> {
+        use crate::rpc::codes;
+        if method.starts_with("map/") {
+            let why = format!("{method} is a core method, which plugins cannot call; send messages with router.send");
+            return Ok(Err(to_wit(RpcError::new(codes::METHOD_NOT_FOUND, why))));
+        }
+        if self.hops >= super::calls::MAX_OBSERVER_HOPS {
+            let why = format!("{method} not called: calls between plugins nest at most {} deep", super::calls::MAX_OBSERVER_HOPS);
+            return Ok(Err(to_wit(RpcError::new(codes::INTERNAL_ERROR, why))));
+        }
+        if !params.trim_start().starts_with('{') || serde_json::from_str::<&RawValue>(&params).is_err() {
+            return Ok(Err(to_wit(RpcError::invalid_params("params must be a JSON object"))));
+        }
+        let (active, extensions) = (self.acting(), self.ctx.tenant.extensions());
+        match extensions.call_from(&self.ctx.plugin, &active, &method, &params, self.hops + 1).await {
+            Ok((result, deferred)) => {
+                // The callee's notifications to the caller follow this call's response.
+                if let Some(caller) = &self.caller {
+                    for frame in deferred {
+                        let bytes = frame.len();
+                        if self.deferred.len() >= caller.outbox.capacity() || self.deferred_bytes + bytes > self.ctx.host_bytes {
+                            tracing::warn!(plugin = self.ctx.plugin, tenant = self.ctx.scope.tenant, method, "the caller's queue is full: notifications from a router call dropped");
+                            break;
+                        }
+                        self.deferred_bytes += bytes;
+                        self.deferred.push(frame);
+                    }
+                }
+                Ok(Ok(result.get().to_string()))
+            }
+            Err(e) => Ok(Err(to_wit(e))),
+        }
     }
 }
 

@@ -1,4 +1,4 @@
-//! MAP messages and notifications from the plugin.
+//! MAP messages and notifications from the plugin, and calls to other extensions.
 
 use serde::Serialize;
 use serde_json::Value;
@@ -27,4 +27,15 @@ pub fn send(to: &Value, payload: &Value, meta: Option<&Value>) -> Result<Value, 
 /// connected; `None` when it has no live session.
 pub fn connected_since(ids: &[String]) -> Vec<Option<u64>> {
     wit::connected_since(ids)
+}
+
+/// Call a method that another extension of this tenant serves (e.g.
+/// `mail/create`), as the current caller (outside a call, as the participant
+/// `plugin:<name>`): its result, or its error as it gave it. `params` must
+/// serialise to a JSON object. `map/*` and the plugin's own methods are
+/// refused with -32601; calls nest at most four deep.
+pub fn call<T: Serialize + ?Sized>(method: &str, params: &T) -> Result<Value, RpcError> {
+    let params = serde_json::to_string(params).map_err(|e| RpcError { code: -32602, message: format!("Params cannot be written as JSON: {e}"), data: None })?;
+    let result = wit::call(method, &params)?;
+    Ok(serde_json::from_str(&result).unwrap_or(Value::Null))
 }
