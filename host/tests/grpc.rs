@@ -9,12 +9,6 @@ use std::process::Command;
 
 use common::*;
 
-fn python() -> PathBuf {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let py = std::env::var_os("MAP_TEST_PYTHON").map(PathBuf::from).unwrap_or_else(|| root.join("target/pyenv/bin/python"));
-    assert!(py.exists(), "{} is missing: run scripts/setup.sh --tests (it installs grpcio)", py.display());
-    py
-}
 
 #[tokio::test]
 async fn a_plugin_serves_every_grpc_stream_kind_to_a_grpcio_client() {

@@ -38,6 +38,13 @@ fn error_json(status: StatusCode, message: &str) -> Response<Body> {
     full(status, "application/json", json!({"error": message}).to_string())
 }
 
+/// What the host answers itself under a plugin's prefix, before or instead
+/// of the plugin: `{error, message, status_code}`, the shape HTTP plugins
+/// such as MAMP use for their own errors.
+fn plugin_refusal(status: StatusCode, error: &str, message: &str) -> Response<Body> {
+    full(status, "application/json", json!({"error": error, "message": message, "status_code": status.as_u16()}).to_string())
+}
+
 fn method_not_allowed(allow: &'static str) -> Response<Body> {
     let mut r = full(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "method not allowed\n");
     r.headers_mut().insert(hyper::header::ALLOW, HeaderValue::from_static(allow));
@@ -126,7 +133,14 @@ async fn admin(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Re
 async fn plugin_http(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Response<Body> {
     let tenant = match caller(&gw, peer, req.headers()) {
         Ok(who) => who,
-        Err((status, e)) => return error_json(status, &e.message),
+        Err((status, e)) => {
+            let error = match status {
+                StatusCode::TOO_MANY_REQUESTS => "rate_limited",
+                StatusCode::FORBIDDEN => "forbidden",
+                _ => "unauthorized",
+            };
+            return plugin_refusal(status, error, &e.message);
+        }
     };
     let path = req.uri().path().to_string();
     let route = tenant.as_ref().and_then(|t| crate::plugins::of(&t.tenant).http_route(&path).map(|(tp, rest)| (tp, rest.to_string())));
@@ -134,7 +148,7 @@ async fn plugin_http(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>)
         // Credentials only matter for a path some tenant's plugin serves.
         let served_somewhere = gw.tenants.all().any(|t| crate::plugins::of(t).http_route(&path).is_some());
         return match tenant {
-            None if served_somewhere => full(StatusCode::UNAUTHORIZED, "application/json", json!({"error": "credentials required"}).to_string()),
+            None if served_somewhere => plugin_refusal(StatusCode::UNAUTHORIZED, "unauthorized", "credentials required (Authorization: Bearer <key> or X-Api-Key)"),
             _ => full(StatusCode::NOT_FOUND, "text/plain", "not found\n"),
         };
     };
@@ -144,8 +158,8 @@ async fn plugin_http(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>)
     let limit = gw.config.server.max_message_bytes;
     let body = match read_body(req.into_body(), limit).await {
         Ok(b) => b.to_vec(),
-        Err(BodyError::TooLarge) => return full(StatusCode::PAYLOAD_TOO_LARGE, "text/plain", "body too large\n"),
-        Err(BodyError::Unreadable) => return full(StatusCode::BAD_REQUEST, "text/plain", "could not read the body\n"),
+        Err(BodyError::TooLarge) => return plugin_refusal(StatusCode::PAYLOAD_TOO_LARGE, "message_too_large", &format!("the body is larger than the gateway's limit of {limit} bytes")),
+        Err(BodyError::Unreadable) => return plugin_refusal(StatusCode::BAD_REQUEST, "invalid_request", "could not read the body"),
     };
     let request = crate::plugins::HttpRequest { method, path: rest, query, headers, body };
     match plugin.call_http(request).await {
@@ -161,8 +175,15 @@ async fn plugin_http(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>)
             resp
         }
         Err(e) => {
-            let status = if e.code == crate::rpc::codes::RESOURCE_EXHAUSTED { StatusCode::SERVICE_UNAVAILABLE } else { StatusCode::BAD_GATEWAY };
-            full(status, "application/json", json!({"error": e.message, "details": e.data}).to_string())
+            let (status, error) = match e.code == crate::rpc::codes::RESOURCE_EXHAUSTED {
+                true => (StatusCode::SERVICE_UNAVAILABLE, "service_unavailable"),
+                false => (StatusCode::BAD_GATEWAY, "plugin_failed"),
+            };
+            let mut body = json!({"error": error, "message": e.message, "status_code": status.as_u16()});
+            if let Some(details) = e.data {
+                body["details"] = details;
+            }
+            full(status, "application/json", body.to_string())
         }
     }
 }

@@ -48,6 +48,14 @@ pub fn fixture(name: &str) -> PathBuf {
     p
 }
 
+/// The Python that `scripts/setup.sh --tests` installs (with grpcio), or `MAP_TEST_PYTHON`.
+pub fn python() -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let py = std::env::var_os("MAP_TEST_PYTHON").map(PathBuf::from).unwrap_or_else(|| root.join("target/pyenv/bin/python"));
+    assert!(py.exists(), "{} is missing: run scripts/setup.sh --tests", py.display());
+    py
+}
+
 pub struct TempDir(pub PathBuf);
 
 impl TempDir {

@@ -1,0 +1,93 @@
+//! The MAMP bridge as a gateway plugin (world `http-service`): external
+//! agent systems send `mamp/1.0` messages over HTTP to this tenant's MAP
+//! agents (`agent://<domain>/<agent-id>`), and each MAMP conversation is
+//! recorded as a mail conversation between the bridge and the agent.
+//!
+//! Served under the plugin's HTTP prefix (`/mamp`):
+//! - `POST /v1/messages`: see [`inbound`];
+//! - `GET /v1/card`: the gateway's own card.
+
+mod inbound;
+mod message;
+mod reply;
+mod repo;
+mod settings;
+
+use map_plugin_sdk::{Call, Describe, Error, ErrorRange, Extension, HttpHandler, HttpRequest, HttpResponse, Lifecycle, Methods, Reply, Result};
+use serde::Deserialize;
+use serde_json::json;
+
+use reply::Refusal;
+use settings::Settings;
+
+const ERRORS: ErrorRange = ErrorRange::new(15000, 15999).with_storage_code(15999);
+/// No MAMP conversation with that id (or mail conversation id).
+const CONVERSATION_NOT_FOUND: i64 = ERRORS.code(15000);
+
+struct Mamp;
+
+impl HttpHandler for Mamp {
+    fn handle(req: HttpRequest) -> HttpResponse {
+        match (req.method.as_str(), req.path.as_str()) {
+            ("POST", "/v1/messages") => inbound::receive(&req),
+            ("GET", "/v1/card") => card(),
+            (_, "/v1/messages" | "/v1/card") => Refusal::new(405, "method_not_allowed", format!("{} is not allowed on {}", req.method, req.path)).response(),
+            _ => Refusal::new(404, "not_found", format!("no MAMP endpoint at {}", req.path)).response(),
+        }
+    }
+}
+
+/// The gateway's own card: what it accepts on behalf of its agents.
+fn card() -> HttpResponse {
+    let s = Settings::load();
+    HttpResponse::json(
+        200,
+        &json!({
+            "protocol": message::PROTOCOL,
+            "agent_id": format!("agent://{}/gateway", s.domain),
+            "name": "map-gateway",
+            "description": format!("MAMP bridge to the MAP agents of agent://{}/…", s.domain),
+            "capabilities": {
+                "content_types": ["text", "image", "code", "file"],
+                "max_message_size": s.max_message_size,
+                "streaming": false,
+                "async": true,
+                "tools": [],
+            },
+            "access": {"public": false, "allowed_agents": [], "require_auth": true},
+        }),
+    )
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ConversationParams {
+    conversation_id: String,
+}
+
+/// `mamp/conversation {conversationId}`: the mapping of a MAMP conversation,
+/// found by its MAMP id or its mail conversation id.
+fn conversation(call: &Call) -> Result<Reply> {
+    let p: ConversationParams = call.params()?;
+    let id = match repo::BY_MAIL.get(&p.conversation_id)? {
+        Some(mamp_id) => mamp_id,
+        None => p.conversation_id.clone(),
+    };
+    let mapping = repo::CONVERSATIONS.get(&id)?.ok_or_else(|| {
+        Error::new(CONVERSATION_NOT_FOUND, format!("No MAMP conversation {}", p.conversation_id)).with_details(json!({"conversationId": p.conversation_id}))
+    })?;
+    Reply::json(&json!({ "conversation": mapping }))
+}
+
+impl Extension for Mamp {
+    const ERRORS: ErrorRange = ERRORS;
+    const METHODS: Methods = Methods::new(&[("mamp/conversation", conversation)]);
+
+    fn describe() -> Describe {
+        Describe::new("mamp", env!("CARGO_PKG_VERSION")).capabilities(json!({"enabled": true, "domain": Settings::load().domain}))
+    }
+}
+
+impl Lifecycle for Mamp {}
+
+map_plugin_sdk::export_http_service!(Mamp);
