@@ -13,9 +13,15 @@ use common::*;
 use serde_json::{json, Value};
 
 fn gateway() -> Gateway {
+    gateway_with_peer(0)
+}
+
+/// With `agent://peer.example/…` delivered to a test peer on this port.
+fn gateway_with_peer(port: u16) -> Gateway {
     let dist = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../plugins/dist");
     assert!(dist.join("mamp.wasm").exists() && dist.join("mail.wasm").exists(), "run scripts/build-plugins.sh");
-    let extra = r#"
+    let extra = format!(
+        r#"
 [auth]
 anonymous_tenant = ""
 [[tenants]]
@@ -23,15 +29,71 @@ id = "acme"
 api_keys = ["acme-key"]
 bearer_tokens = ["acme-token"]
 plugins = ["mail", "mamp"]
-plugin_config = { mamp = { domain = "gw.example", maxMessageSize = 4096, floodPerMinute = 5 } }
+outbound_hosts = {{ mamp = ["127.0.0.1"] }}
+[tenants.plugin_config.mamp]
+domain = "gw.example"
+maxMessageSize = 4096
+floodPerMinute = 5
+maxAttempts = 3
+retryBaseMs = 100
+peers = {{ "peer.example" = {{ url = "http://127.0.0.1:{port}", key = "peer-key" }} }}
 [[tenants]]
 id = "globex"
 api_keys = ["globex-key"]
 bearer_tokens = ["globex-token"]
 plugins = ["mamp"]
-plugin_config = { mamp = { domain = "gw.example" } }
-"#;
-    Gateway::start_config(&format!("plugin_dir = {:?}\nmax_message_bytes = 65536", dist), extra)
+plugin_config = {{ mamp = {{ domain = "gw.example" }} }}
+"#
+    );
+    Gateway::start_config(&format!("plugin_dir = {:?}\nmax_message_bytes = 65536", dist), &extra)
+}
+
+/// The test peer (tests/mamp/peer.py): its port, and the requests it got as they come.
+struct Peer {
+    child: std::process::Child,
+    port: u16,
+    lines: std::sync::mpsc::Receiver<Value>,
+    seen: Vec<Value>,
+}
+
+impl Peer {
+    fn start() -> Peer {
+        use std::io::BufRead;
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/mamp/peer.py");
+        let mut child = Command::new(python()).arg(script).stdout(Stdio::piped()).spawn().expect("python runs");
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut first = String::new();
+        out.read_line(&mut first).unwrap();
+        let port = first.trim().strip_prefix("listening ").and_then(|p| p.parse().ok()).expect("the peer's port");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in out.lines().map_while(Result::ok) {
+                let _ = tx.send(serde_json::from_str(&line).unwrap_or(Value::Null));
+            }
+        });
+        Peer { child, port, lines, seen: Vec::new() }
+    }
+
+    /// Wait until `n` requests were about `to`; all of them.
+    async fn requests_to(&mut self, to: &str, n: usize) -> Vec<Value> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            while let Ok(v) = self.lines.try_recv() {
+                self.seen.push(v);
+            }
+            let mine: Vec<Value> = self.seen.iter().filter(|v| v["message"]["to"] == to).cloned().collect();
+            if mine.len() >= n || std::time::Instant::now() > deadline {
+                return mine;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+    }
 }
 
 /// Send these requests with http.client; their answers in order.
@@ -225,4 +287,94 @@ async fn malformed_unauthorised_oversized_and_flooding_requests_get_the_seeds_er
     assert_eq!(misc[0]["body"]["capabilities"]["max_message_size"], 4096);
     refused(&misc[1], 405, "method_not_allowed");
     refused(&misc[2], 404, "not_found");
+}
+
+async fn turns_of(ws: &mut Ws, conv: &str, n: usize) -> Vec<Value> {
+    let mut turns = Vec::new();
+    for _ in 0..200 {
+        turns = ws.call_ok("mail/turns/list", json!({"conversationId": conv})).await["turns"].as_array().cloned().unwrap_or_default();
+        if turns.len() >= n {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    turns
+}
+
+#[tokio::test]
+async fn map_agents_answer_and_start_conversations_with_external_agents() {
+    let mut peer = Peer::start();
+    let gw = gateway_with_peer(peer.port);
+    let (mut alice, _) = gw.ws_connected("agent", Some(api_key("acme-key"))).await;
+    alice.call_ok("map/agents/register", json!({"agentId": "alice"})).await;
+    alice.call_ok("map/subscribe", json!({"filter": {"eventTypes": ["message_failed"]}})).await;
+
+    // bob writes in; alice answers in the same conversation; bob's system gets it.
+    let bob = "agent://peer.example/bob";
+    let answers = http(&gw, vec![post(&message("b-1", bob, "agent://gw.example/alice", None, json!("ping")), "acme-token")]).await;
+    let conv = answers[0]["body"]["conversation_id"].as_str().unwrap().to_string();
+    alice.notification("map/message", Duration::from_secs(5)).await.expect("bob's message");
+    let sent = alice.call_ok("mamp/send", json!({"conversationId": conv, "content": "pong"})).await;
+    assert_eq!(sent["status"], "sent", "{sent}");
+    assert_eq!(sent["conversationId"], conv.as_str());
+    let got = peer.requests_to(bob, 1).await;
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0]["authorization"], "Bearer peer-key");
+    let m = &got[0]["message"];
+    assert_eq!(m["conversation_id"], conv.as_str());
+    assert_eq!(m["from"], "agent://gw.example/alice");
+    assert_eq!(m["content"], json!([{"type": "text", "text": "pong"}]));
+    assert_eq!(m["protocol"], "mamp/1.0");
+    let turns = turns_of(&mut alice, &conv, 2).await;
+    let said: Vec<&Value> = turns.iter().map(|t| &t["content"]["content"][0]["text"]).collect();
+    assert_eq!(said, [&json!("ping"), &json!("pong")], "both sides, in order: {turns:?}");
+
+    // alice starts a conversation; the peer names it, and the next message carries that name.
+    let carol = "agent://peer.example/carol";
+    let first = alice.call_ok("mamp/send", json!({"to": carol, "content": "hello carol"})).await;
+    assert_eq!(first["status"], "sent", "{first}");
+    let peer_conv = first["conversationId"].as_str().unwrap().to_string();
+    assert!(peer_conv.starts_with("peer-conv-"), "{first}");
+    let again = alice.call_ok("mamp/send", json!({"conversationId": peer_conv, "content": "still there?"})).await;
+    assert_eq!(again["status"], "sent");
+    let to_carol = peer.requests_to(carol, 2).await;
+    assert!(to_carol[0]["message"].get("conversation_id").is_none(), "{to_carol:?}");
+    assert_eq!(to_carol[1]["message"]["conversation_id"], peer_conv.as_str());
+    let mapping = alice.call_ok("mamp/conversation", json!({"conversationId": peer_conv})).await["conversation"].clone();
+    assert_eq!(turns_of(&mut alice, mapping["mailConversationId"].as_str().unwrap(), 2).await.len(), 2);
+    // carol answers in it: the message reaches alice in the same mail conversation.
+    let reply = http(&gw, vec![post(&message("c-1", carol, "agent://gw.example/alice", Some(&peer_conv), json!("yes")), "acme-token")]).await;
+    assert_eq!(reply[0]["body"]["conversation_id"], peer_conv.as_str(), "{}", reply[0]);
+    let got = alice.notification("map/message", Duration::from_secs(5)).await.expect("carol's answer");
+    assert_eq!(got["params"]["message"]["meta"]["mail"]["conversationId"], mapping["mailConversationId"]);
+
+    // A peer that fails twice, then accepts: delivered on the third attempt, same message_id.
+    let dave = "agent://peer.example/flaky-dave";
+    let queued = alice.call_ok("mamp/send", json!({"to": dave, "content": "are you up?"})).await;
+    assert_eq!(queued["status"], "queued", "{queued}");
+    let tries = peer.requests_to(dave, 3).await;
+    assert_eq!(tries.iter().map(|t| t["status"].as_u64().unwrap()).collect::<Vec<_>>(), [503, 503, 200]);
+    assert!(tries.iter().all(|t| t["message"]["message_id"] == queued["messageId"]), "{tries:?}");
+
+    // A peer that never accepts: message_failed after maxAttempts (3), to alice.
+    let erin = "agent://peer.example/down-erin";
+    let doomed = alice.call_ok("mamp/send", json!({"to": erin, "content": "hello?"})).await;
+    assert_eq!(doomed["status"], "queued");
+    let (event, _) = alice.notification_where(Duration::from_secs(10), |f| f["params"]["event"]["type"] == "message_failed").await;
+    let data = event.expect("message_failed")["params"]["event"]["data"].clone();
+    assert_eq!(data["messageId"], doomed["messageId"]);
+    assert_eq!(data["to"], erin);
+    assert_eq!(data["attempts"], 3);
+    assert!(data["reason"].as_str().unwrap().contains("503"), "{data}");
+    assert!(data["conversationId"].is_string(), "{data}");
+    assert_eq!(peer.requests_to(erin, 3).await.len(), 3);
+    // A refusal is final at once; bad params are -32602; another agent's conversation is 15001.
+    let refused = alice.call_ok("mamp/send", json!({"to": "agent://peer.example/refuse-frank", "content": "x"})).await;
+    assert_eq!(refused["status"], "failed", "{refused}");
+    assert_eq!(err_code(&alice.call("mamp/send", json!({"content": "no one"})).await), -32602);
+    assert_eq!(err_code(&alice.call("mamp/send", json!({"to": "bob", "content": "x"})).await), -32602);
+    assert_eq!(err_code(&alice.call("mamp/send", json!({"conversationId": "nope", "content": "x"})).await), 15000);
+    let (mut zed, _) = gw.ws_connected("agent", Some(api_key("acme-key"))).await;
+    zed.call_ok("map/agents/register", json!({"agentId": "zed"})).await;
+    assert_eq!(err_code(&zed.call("mamp/send", json!({"conversationId": conv, "content": "x"})).await), 15001);
 }

@@ -120,6 +120,7 @@ fn open_conversation(msg: &Message) -> Result<Mapping, Refusal> {
         peer: msg.from.clone(),
         agent: msg.to.agent.clone(),
         created_at: ids::iso8601(ids::now_ms()),
+        peer_named: true,
     };
     let mut batch = Batch::new();
     batch.put(&CONVERSATIONS, mapping.conversation_id.clone(), &mapping).put(&BY_MAIL, mail_id, &mapping.conversation_id);

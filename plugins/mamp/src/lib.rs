@@ -6,9 +6,13 @@
 //! Served under the plugin's HTTP prefix (`/mamp`):
 //! - `POST /v1/messages`: see [`inbound`];
 //! - `GET /v1/card`: the gateway's own card.
+//!
+//! MAP agents answer and start conversations with `mamp/send` ([`outbound`]).
 
+mod http_client;
 mod inbound;
 mod message;
+mod outbound;
 mod reply;
 mod repo;
 mod settings;
@@ -23,6 +27,8 @@ use settings::Settings;
 const ERRORS: ErrorRange = ErrorRange::new(15000, 15999).with_storage_code(15999);
 /// No MAMP conversation with that id (or mail conversation id).
 const CONVERSATION_NOT_FOUND: i64 = ERRORS.code(15000);
+/// The conversation belongs to another MAP agent.
+const NOT_YOURS: i64 = ERRORS.code(15001);
 
 struct Mamp;
 
@@ -81,13 +87,21 @@ fn conversation(call: &Call) -> Result<Reply> {
 
 impl Extension for Mamp {
     const ERRORS: ErrorRange = ERRORS;
-    const METHODS: Methods = Methods::new(&[("mamp/conversation", conversation)]);
+    const METHODS: Methods = Methods::new(&[("mamp/send", outbound::send), ("mamp/conversation", conversation)]);
 
     fn describe() -> Describe {
         Describe::new("mamp", env!("CARGO_PKG_VERSION")).capabilities(json!({"enabled": true, "domain": Settings::load().domain}))
     }
 }
 
-impl Lifecycle for Mamp {}
+impl Lifecycle for Mamp {
+    fn init() -> std::result::Result<(), String> {
+        outbound::resume()
+    }
+
+    fn on_timer(_timer: u64, tag: String) {
+        outbound::retry(&tag);
+    }
+}
 
 map_plugin_sdk::export_http_service!(Mamp);

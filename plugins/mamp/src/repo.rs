@@ -15,6 +15,10 @@ pub struct Mapping {
     /// The MAP agent's id.
     pub agent: String,
     pub created_at: String,
+    /// Whether the peer knows `conversation_id` (it does once it answered
+    /// our first message, or when it started the conversation).
+    #[serde(default)]
+    pub peer_named: bool,
 }
 
 /// A message received from a sender: claimed while it is delivered, then
