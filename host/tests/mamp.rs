@@ -378,3 +378,41 @@ async fn map_agents_answer_and_start_conversations_with_external_agents() {
     zed.call_ok("map/agents/register", json!({"agentId": "zed"})).await;
     assert_eq!(err_code(&zed.call("mamp/send", json!({"conversationId": conv, "content": "x"})).await), 15001);
 }
+
+#[tokio::test]
+async fn agents_publish_cards_and_access_rules_through_their_registration() {
+    let gw = gateway();
+    let (mut alice, _) = gw.ws_connected("agent", Some(api_key("acme-key"))).await;
+    let mamp = json!({
+        "card": {"name": "Alice", "description": "Reviews plans", "owner": {"user_name": "Ada", "secret": {"nested": "dropped"}}, "capabilities": {"content_types": ["text", "video"], "tools": ["review"]}},
+        "access": {"public": true, "allowed_agents": ["agent://peer.example/*"], "require_auth": true},
+    });
+    alice.call_ok("map/agents/register", json!({"agentId": "alice", "name": "alice-bot", "metadata": {"mamp": mamp}})).await;
+    let (mut zed, _) = gw.ws_connected("agent", Some(api_key("acme-key"))).await;
+    zed.call_ok("map/agents/register", json!({"agentId": "zed"})).await;
+    let get = |path: &str| json!({"method": "GET", "path": path, "headers": {"x-api-key": "acme-key"}});
+    let answers = http(
+        &gw,
+        vec![
+            get("/mamp/v1/agents/alice/card"),
+            get("/mamp/v1/agents/zed/card"),
+            get("/mamp/v1/agents/nobody/card"),
+            post(&message("a-1", "agent://evil.example/eve", "agent://gw.example/alice", None, json!("let me in")), "acme-token"),
+            post(&message("a-2", "agent://peer.example/bob", "agent://gw.example/alice", None, json!("hi")), "acme-token"),
+        ],
+    )
+    .await;
+    let card = &answers[0]["body"];
+    assert_eq!(answers[0]["status"], 200, "{}", answers[0]);
+    assert_eq!(card["agent_id"], "agent://gw.example/alice");
+    assert_eq!(card["name"], "Alice");
+    assert_eq!(card["description"], "Reviews plans");
+    assert_eq!(card["owner"], json!({"user_name": "Ada"}), "only string fields are published");
+    assert_eq!(card["capabilities"]["content_types"], json!(["text"]), "only content types MAMP knows");
+    assert_eq!(card["capabilities"]["tools"], json!(["review"]));
+    assert_eq!(card["access"], json!({"public": true, "allowed_agents": ["agent://peer.example/*"], "require_auth": true}));
+    refused(&answers[1], 404, "agent_not_found");
+    refused(&answers[2], 404, "agent_not_found");
+    refused(&answers[3], 403, "forbidden");
+    assert_eq!(answers[4]["status"], 200, "{}", answers[4]);
+}

@@ -122,6 +122,12 @@ impl Tenant {
         ids.iter().map(|id| reg.connected_since(id)).collect()
     }
 
+    /// An agent as `actor` may see it (as `map/agents/get` shows it), as JSON text.
+    pub fn agent_as_seen_by(&self, actor: &Active, id: &str) -> Option<String> {
+        let reg = self.registry.lock();
+        reg.visible_agent(id, &actor.viewer()).ok().and_then(|a| serde_json::to_string(a).ok())
+    }
+
     /// The session of a participant, if it has one.
     pub fn session_of_participant(&self, participant_id: &str) -> Option<String> {
         self.registry.lock().participants.get(participant_id).cloned()

@@ -205,6 +205,10 @@ impl router::Host for PluginState {
         Ok(self.ctx.tenant.connected_since(&ids))
     }
 
+    async fn agent(&mut self, id: String) -> Wt<Option<String>> {
+        Ok(self.ctx.tenant.agent_as_seen_by(&self.acting(), &id))
+    }
+
     async fn call(&mut self, method: String, params: String) -> Wt<Result<String, types::RpcError>> {
         use crate::rpc::codes;
         if method.starts_with("map/") {

@@ -9,6 +9,7 @@ use map_plugin_sdk::store::{Batch, Outcome};
 use map_plugin_sdk::{ids, router, HttpRequest, HttpResponse};
 use serde_json::{json, Value};
 
+use crate::cards;
 use crate::message::{self, Message};
 use crate::reply::{unavailable, Refusal};
 use crate::repo::{self, Mapping, Received, BY_MAIL, CONVERSATIONS, FLOOD, RECEIVED};
@@ -46,6 +47,8 @@ fn handle(req: &HttpRequest, settings: &Settings) -> Result<Value, Refusal> {
     if router::connected_since(std::slice::from_ref(&msg.to.agent)).first().copied().flatten().is_none() {
         return Err(Refusal::new(404, "agent_not_found", format!("no agent {} is connected here (messages are not queued)", msg.to.agent)));
     }
+    let agent = router::agent(&msg.to.agent).unwrap_or(Value::Null);
+    cards::admits(&cards::access(&agent), &msg.from)?;
     // Claimed before delivery, so that a concurrent retry cannot deliver twice.
     let mut claim = Batch::new();
     claim.expect_absent(&RECEIVED, key.clone()).put(&RECEIVED, key.clone(), &Received { answer: None });

@@ -5,10 +5,12 @@
 //!
 //! Served under the plugin's HTTP prefix (`/mamp`):
 //! - `POST /v1/messages`: see [`inbound`];
-//! - `GET /v1/card`: the gateway's own card.
+//! - `GET /v1/card`: the gateway's own card;
+//! - `GET /v1/agents/{id}/card`: an agent's card, if it published one ([`cards`]).
 //!
 //! MAP agents answer and start conversations with `mamp/send` ([`outbound`]).
 
+mod cards;
 mod http_client;
 mod inbound;
 mod message;
@@ -34,6 +36,12 @@ struct Mamp;
 
 impl HttpHandler for Mamp {
     fn handle(req: HttpRequest) -> HttpResponse {
+        if let Some(id) = req.path.strip_prefix("/v1/agents/").and_then(|r| r.strip_suffix("/card")) {
+            return match req.method.as_str() {
+                "GET" => cards::card(id, &Settings::load()),
+                _ => Refusal::new(405, "method_not_allowed", format!("{} is not allowed on {}", req.method, req.path)).response(),
+            };
+        }
         match (req.method.as_str(), req.path.as_str()) {
             ("POST", "/v1/messages") => inbound::receive(&req),
             ("GET", "/v1/card") => card(),

@@ -39,3 +39,10 @@ pub fn call<T: Serialize + ?Sized>(method: &str, params: &T) -> Result<Value, Rp
     let result = wit::call(method, &params)?;
     Ok(serde_json::from_str(&result).unwrap_or(Value::Null))
 }
+
+/// An agent of this tenant as `map/agents/get` shows it to the current
+/// caller (outside a call, to `plugin:<name>`); `None` when there is no such
+/// agent or it is hidden. The agent wrote it: treat it as untrusted data.
+pub fn agent(id: &str) -> Option<Value> {
+    wit::agent(id).and_then(|text| serde_json::from_str(&text).ok())
+}
