@@ -416,3 +416,91 @@ async fn agents_publish_cards_and_access_rules_through_their_registration() {
     refused(&answers[3], 403, "forbidden");
     assert_eq!(answers[4]["status"], 200, "{}", answers[4]);
 }
+
+/// A gateway whose tenant `t` has agents at `agent://<domain>/…` and sends
+/// `agent://<other>/…` to 127.0.0.1:`port` (0 until the other gateway is up).
+fn peer_config(domain: &str, token: &str, other: &str, other_token: &str, port: u16) -> String {
+    let dist = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../plugins/dist");
+    format!(
+        r#"[server]
+plugin_dir = {dist:?}
+[auth]
+anonymous_tenant = ""
+[[tenants]]
+id = "t"
+api_keys = ["key"]
+bearer_tokens = ["{token}"]
+plugins = ["mail", "mamp"]
+outbound_hosts = {{ mamp = ["127.0.0.1"] }}
+[tenants.plugin_config.mamp]
+domain = "{domain}"
+peers = {{ "{other}" = {{ url = "http://127.0.0.1:{port}", key = "{other_token}" }} }}
+"#
+    )
+}
+
+fn launch_peer(domain: &str, token: &str, other: &str, other_token: &str) -> (Gateway, PathBuf) {
+    let dir = TempDir::new("mamp-peer");
+    let path = dir.path().join("config.toml");
+    let text = peer_config(domain, token, other, other_token, 0);
+    std::fs::write(&path, text.replace("[server]\n", &format!("[server]\ndata_dir = {:?}\n", dir.path().join("data")))).unwrap();
+    (Gateway::launch(dir, path.clone()), path)
+}
+
+/// Point a gateway at the other's port, and reload.
+async fn connect_peer(gw: &Gateway, path: &PathBuf, domain: &str, token: &str, other: &str, other_token: &str, port: u16) {
+    let data = std::fs::read_to_string(path).unwrap();
+    let data_dir = data.lines().find(|l| l.starts_with("data_dir")).unwrap().to_string();
+    let text = peer_config(domain, token, other, other_token, port).replace("[server]\n", &format!("[server]\n{data_dir}\n"));
+    std::fs::write(path, text).unwrap();
+    let resp = common::http(&gw.addr(), "POST", "/admin/reload", &[], b"").await;
+    assert_eq!(resp.status, 200, "reload: {}", String::from_utf8_lossy(&resp.body));
+}
+
+#[tokio::test]
+async fn agents_on_two_gateways_converse_over_mamp_and_both_mail_conversations_hold_it_all() {
+    let (a, a_path) = launch_peer("a.example", "a-token", "b.example", "b-token");
+    let (b, b_path) = launch_peer("b.example", "b-token", "a.example", "a-token");
+    connect_peer(&a, &a_path, "a.example", "a-token", "b.example", "b-token", b.port).await;
+    connect_peer(&b, &b_path, "b.example", "b-token", "a.example", "a-token", a.port).await;
+    let (mut alice, _) = a.ws_connected("agent", Some(api_key("key"))).await;
+    alice.call_ok("map/agents/register", json!({"agentId": "alice"})).await;
+    let (mut bob, _) = b.ws_connected("agent", Some(api_key("key"))).await;
+    bob.call_ok("map/agents/register", json!({"agentId": "bob"})).await;
+
+    let first = alice.call_ok("mamp/send", json!({"to": "agent://b.example/bob", "content": "turn 1"})).await;
+    assert_eq!(first["status"], "sent", "{first}");
+    let conv = first["conversationId"].as_str().unwrap().to_string();
+    let a_mail = alice.call_ok("mamp/conversation", json!({"conversationId": conv})).await["conversation"]["mailConversationId"].as_str().unwrap().to_string();
+    let mut b_mail = String::new();
+    for turn in 2..=6 {
+        // Each side answers once the other's message has arrived and is recorded.
+        let (me, name) = if turn % 2 == 0 { (&mut bob, "bob") } else { (&mut alice, "alice") };
+        let got = me.notification("map/message", Duration::from_secs(5)).await.unwrap_or_else(|| panic!("{name} gets turn {}", turn - 1));
+        let m = &got["params"]["message"];
+        assert_eq!(m["payload"]["content"][0]["text"], format!("turn {}", turn - 1));
+        assert_eq!(m["payload"]["conversation_id"], conv.as_str());
+        let mail = m["meta"]["mail"]["conversationId"].as_str().unwrap().to_string();
+        if name == "bob" {
+            b_mail = mail.clone();
+        } else {
+            assert_eq!(mail, a_mail);
+        }
+        turns_of(me, &mail, turn - 1).await;
+        let sent = me.call_ok("mamp/send", json!({"conversationId": mail, "content": format!("turn {turn}")})).await;
+        assert_eq!(sent["status"], "sent", "{sent}");
+        assert_eq!(sent["conversationId"], conv.as_str());
+    }
+    alice.notification("map/message", Duration::from_secs(5)).await.expect("alice gets turn 6");
+    let a_turns = turns_of(&mut alice, &a_mail, 6).await;
+    let b_turns = turns_of(&mut bob, &b_mail, 6).await;
+    for (side, turns, me) in [("a", &a_turns, "alice"), ("b", &b_turns, "bob")] {
+        let texts: Vec<String> = turns.iter().map(|t| t["content"]["content"][0]["text"].as_str().unwrap_or_default().to_string()).collect();
+        assert_eq!(texts, (1..=6).map(|n| format!("turn {n}")).collect::<Vec<_>>(), "gateway {side}'s conversation in order");
+        let mine = if me == "alice" { [0, 2, 4] } else { [1, 3, 5] };
+        for i in 0..6 {
+            let author = if mine.contains(&i) { me } else { "plugin:mamp" };
+            assert_eq!(turns[i]["participant"], author, "gateway {side}, turn {}", i + 1);
+        }
+    }
+}
