@@ -504,3 +504,20 @@ async fn agents_on_two_gateways_converse_over_mamp_and_both_mail_conversations_h
         }
     }
 }
+
+#[tokio::test]
+async fn a_delivery_waiting_for_a_retry_survives_kill_9() {
+    let mut peer = Peer::start();
+    let gw = gateway_with_peer(peer.port);
+    let (mut alice, _) = gw.ws_connected("agent", Some(api_key("acme-key"))).await;
+    alice.call_ok("map/agents/register", json!({"agentId": "alice"})).await;
+    // The peer refuses the first two attempts; the first fails before the kill.
+    let to = "agent://peer.example/flaky-gina";
+    let queued = alice.call_ok("mamp/send", json!({"to": to, "content": "after the restart"})).await;
+    assert_eq!(queued["status"], "queued", "{queued}");
+    let gw = gw.kill_and_restart();
+    // Nobody calls the restarted gateway: its retries come back by themselves.
+    let tries = peer.requests_to(to, 3).await;
+    assert_eq!(tries.iter().map(|t| t["status"].as_u64().unwrap()).collect::<Vec<_>>(), [503, 503, 200], "{}", gw.log());
+    assert!(tries.iter().all(|t| t["message"]["message_id"] == queued["messageId"]), "the same message_id each time: {tries:?}");
+}

@@ -127,6 +127,10 @@ impl TenantPlugin {
             // One worker per tenant plugin keeps messages in send order.
             runtime.spawn(observe_loop(Arc::downgrade(&tp), rx));
         }
+        if tp.plugin.exports.lifecycle() {
+            // `init` runs now, not at the first call: it may have timers to re-arm.
+            runtime.spawn(start_one(Arc::downgrade(&tp)));
+        }
         Ok(tp)
     }
 
@@ -453,6 +457,17 @@ impl TenantPlugin {
             Err(e) if e.code == codes::RESOURCE_EXHAUSTED => Err(status(code::UNAVAILABLE, e.message)),
             Err(e) => Err(status(code::INTERNAL, e.message)),
         }
+    }
+}
+
+/// Start one instance of a plugin that exports `lifecycle`, so that its
+/// `init` runs when it is bound to the tenant; the instance stays ready.
+async fn start_one(tp: std::sync::Weak<TenantPlugin>) {
+    let Some(tp) = tp.upgrade() else { return };
+    match tp.pool.acquire(&tp.plugin, &tp.ctx).await {
+        Ok(lease) => tp.pool.release(lease, None, &tp.plugin, &tp.ctx),
+        Err(Refused::Failed(reason)) => tracing::warn!(plugin = tp.plugin.name, tenant = tp.ctx.scope.tenant, reason, "plugin instance could not start"),
+        Err(Refused::Busy { why, .. }) => tracing::debug!(plugin = tp.plugin.name, tenant = tp.ctx.scope.tenant, why, "no instance started at bind"),
     }
 }
 
