@@ -98,7 +98,11 @@ pub fn send(call: &Call) -> Result<Reply> {
     // The agent's own turn, recorded as the agent (it is a participant).
     router::call("mail/turn", &json!({"conversationId": mapping.mail_conversation_id, "contentType": "data", "content": msg}))
         .map_err(|e| Error::new(e.code, format!("recording the message in mail: {}", e.message)))?;
-    let pending = Pending { message: msg, agent, mail_conversation_id: mapping.mail_conversation_id.clone(), attempts: 0, timer: None, last_error: String::new() };
+    let mut pending = Pending { message: msg, agent, mail_conversation_id: mapping.mail_conversation_id.clone(), attempts: 0, timer: None, last_error: String::new() };
+    // Kept, with a timer, before the first attempt: if this call dies during
+    // it (its deadline), the timer tries again.
+    pending.timer = timers::schedule(settings.retry_base_ms, &format!("{TIMER_PREFIX}{message_id}")).ok();
+    PENDING.put(&message_id, &pending)?;
     let (status, conversation_id) = attempt(pending, &settings)?;
     Reply::json(&json!({"conversationId": conversation_id, "messageId": message_id, "status": status}))
 }
@@ -140,7 +144,11 @@ enum Failure {
 fn attempt(mut p: Pending, settings: &Settings) -> Result<(&'static str, String)> {
     p.attempts += 1;
     let message_id = p.message["message_id"].as_str().unwrap_or_default().to_string();
-    match post(&p, settings) {
+    let result = post(&p, settings);
+    if let Some(t) = p.timer.take() {
+        timers::cancel(t);
+    }
+    match result {
         Ok(peer_conversation) => {
             let id = remember(&p, &peer_conversation)?;
             PENDING.delete(&message_id)?;
