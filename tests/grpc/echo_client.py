@@ -22,6 +22,8 @@ import time
 import grpc
 from grpc_tools import protoc
 
+from grpc_checks import expect_error
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -31,17 +33,6 @@ def stubs():
     assert code == 0, f"protoc failed with {code}"
     sys.path.insert(0, out)
     return importlib.import_module("echo_pb2"), importlib.import_module("echo_pb2_grpc")
-
-
-def expect_error(code, fn, message=None):
-    try:
-        fn()
-    except grpc.RpcError as e:
-        assert e.code() == code, f"expected {code}, got {e.code()}: {e.details()}"
-        if message is not None:
-            assert message in (e.details() or ""), f"{e.details()!r} should mention {message!r}"
-        return e
-    raise AssertionError(f"expected {code}, the call succeeded")
 
 
 def rpc_raw(addr, api_key, method, params):

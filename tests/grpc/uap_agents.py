@@ -26,6 +26,8 @@ import grpc
 import grpc_tools
 from grpc_tools import protoc
 
+from grpc_checks import expect_error
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROTO = os.path.join(HERE, "..", "..", "plugins", "uap", "proto")
 ACCEPTANCE_TIMEOUT = 0.5
@@ -163,17 +165,6 @@ class Agent:
 
     def disconnect(self):
         self.listen.cancel()
-
-
-def expect_error(code, fn, message=None):
-    try:
-        fn()
-    except grpc.RpcError as e:
-        assert e.code() == code, f"expected {code}, got {e.code()}: {e.details()}"
-        if message is not None:
-            assert message in (e.details() or ""), f"{e.details()!r} should mention {message!r}"
-        return e
-    raise AssertionError(f"expected {code}, the call succeeded")
 
 
 def ts():
