@@ -442,3 +442,23 @@ async fn a_plugin_calls_another_plugins_methods_through_the_router() {
     let (mut globex, _) = tenant_ws(&gw, "globex-key").await;
     refused(&globex.call("bad/relay", json!({"method": "echo/call"})).await, -32601, "echo/call");
 }
+
+#[tokio::test]
+async fn what_a_plugin_prints_reaches_the_log_and_a_panic_names_its_message() {
+    let gw = start(&config(&misbehave_and_echo(), r#"["bad"]"#, "[]", ""));
+    let (mut ws, _) = tenant_ws(&gw, "acme-key").await;
+    assert_eq!(ws.call_ok("bad/print", json!({})).await, json!({"printed": true}));
+    let resp = ws.call("bad/panic", json!({})).await;
+    plugin_failure(&resp, "boom: the plugin panicked on purpose");
+    // The log lines are written as the calls end.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !gw.log().contains("a warning on the plugin's stderr") && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let log = gw.log();
+    for line in ["hello from the plugin's stdout", "a warning on the plugin's stderr"] {
+        let found = log.lines().find(|l| l.contains(line)).unwrap_or_else(|| panic!("{line:?} not in the log:\n{log}"));
+        assert!(found.contains("plugin=\"bad\"") || found.contains("plugin=bad"), "tagged with the plugin: {found}");
+        assert!(found.contains("acme"), "tagged with the tenant: {found}");
+    }
+}

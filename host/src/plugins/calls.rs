@@ -98,6 +98,8 @@ pub struct TenantPlugin {
     runtime: Handle,
     observer: Option<mpsc::Sender<(Active, SentMessage, u8)>>,
     dropped: Throttled,
+    /// Plugin output reaches the log at most once a second.
+    output: Throttled,
 }
 
 impl TenantPlugin {
@@ -122,6 +124,7 @@ impl TenantPlugin {
             runtime: runtime.clone(),
             observer: tx,
             dropped: Throttled::new(),
+            output: Throttled::new(),
         });
         if let Some(rx) = rx {
             // One worker per tenant plugin keeps messages in send order.
@@ -234,6 +237,11 @@ impl TenantPlugin {
             Ok(Err(e)) => Err(classify(&e, limits.deadline.as_millis(), limits.memory_bytes)),
             Ok(Ok(outcome)) => accept(self, outcome),
         };
+        let last_error = self.log_output(lease.instance().store.data());
+        let answer = answer.map_err(|reason| match last_error {
+            Some(line) => format!("{reason}; its stderr said: {line}"),
+            None => reason,
+        });
         match answer {
             Ok(value) => {
                 let data = lease.instance().store.data_mut();
@@ -254,6 +262,32 @@ impl TenantPlugin {
                 Err(self.failure(reason))
             }
         }
+    }
+
+    /// Log what the instance wrote to stdout and stderr during the call (at
+    /// most one call's output per second per tenant plugin); the last two
+    /// lines of stderr, for the call's failure.
+    fn log_output(&self, state: &super::state::PluginState) -> Option<String> {
+        let (out, out_dropped) = state.stdout.take();
+        let (err, err_dropped) = state.stderr.take();
+        if out.is_empty() && err.is_empty() {
+            return None;
+        }
+        if let Some(calls) = self.output.hit() {
+            let (plugin, tenant) = (&self.plugin.name, &self.ctx.scope.tenant);
+            for line in out.iter().take(20) {
+                tracing::info!(plugin, tenant, stream = "stdout", calls, "{line}");
+            }
+            for line in err.iter().take(20) {
+                tracing::warn!(plugin, tenant, stream = "stderr", calls, "{line}");
+            }
+            if out_dropped || err_dropped || out.len() > 20 || err.len() > 20 {
+                tracing::warn!(plugin, tenant, "more plugin output was not logged");
+            }
+        }
+        // A Rust panic ends with where it happened, its message, and a note about backtraces.
+        let telling: Vec<&String> = err.iter().filter(|l| !l.starts_with("note: run with `RUST_BACKTRACE")).collect();
+        (!telling.is_empty()).then(|| telling[telling.len().saturating_sub(2)..].iter().map(|l| l.as_str()).collect::<Vec<_>>().join(" "))
     }
 
     /// Call `rpc.handle`. With the result come the notifications the plugin

@@ -6,7 +6,8 @@
 //! (binding each exported interface), `plugin` (a loaded component),
 //! `instance` (one instance and failure classification), `budget` (the
 //! engine-wide cap on live instances), `pool` (pooled and singleton instances), `calls` (calls into a tenant's plugin),
-//! `imports`/`compat` (the host side of the imports), `timers`, `grpc`,
+//! `imports`/`compat` (the host side of the imports), `output` (the
+//! plugin's stdout and stderr, for the log), `timers`, `grpc`,
 //! `set` (a tenant's plugins), `state` (what an instance's store holds).
 
 mod bindings;
@@ -19,6 +20,7 @@ mod grpc;
 mod imports;
 mod instance;
 mod outbound;
+mod output;
 mod plugin;
 mod pool;
 mod set;

@@ -7,6 +7,8 @@ use std::time::Instant;
 use serde_json::Value;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use super::output::Captured;
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::grpc::GrpcCalls;
@@ -46,6 +48,9 @@ pub struct Context {
 
 pub struct PluginState {
     wasi: WasiCtx,
+    /// What the plugin writes to stdout and stderr, logged after each call.
+    pub stdout: Captured,
+    pub stderr: Captured,
     table: ResourceTable,
     http: WasiHttpCtx,
     outbound: Policy,
@@ -65,10 +70,14 @@ pub struct PluginState {
 
 impl PluginState {
     pub fn new(ctx: Arc<Context>, memory_bytes: usize) -> PluginState {
-        // No preopened directories, environment, network or inherited stdio.
-        let wasi = WasiCtx::builder().build();
+        // No preopened directories, environment or network; stdout and
+        // stderr are captured for the log.
+        let (stdout, stderr) = (Captured::default(), Captured::default());
+        let wasi = WasiCtx::builder().stdout(stdout.clone()).stderr(stderr.clone()).build();
         PluginState {
             wasi,
+            stdout,
+            stderr,
             table: ResourceTable::new(),
             http: WasiHttpCtx::new(),
             outbound: ctx.outbound.clone(),
