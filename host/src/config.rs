@@ -114,6 +114,9 @@ pub struct ServerConfig {
     /// engine reserves memory for this many). When all are taken, idle ones
     /// are retired first; calls then wait up to their deadline for one.
     pub max_instances: usize,
+    /// On SIGTERM or Ctrl-C: how long calls in flight may take to finish
+    /// and connections to close before the process exits anyway.
+    pub drain_secs: u64,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -241,6 +244,7 @@ impl Default for ServerConfig {
             max_connections: 10_000,
             plugin_threads: 0,
             max_instances: 512,
+            drain_secs: 10,
         }
     }
 }

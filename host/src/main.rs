@@ -3,6 +3,7 @@
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -128,8 +129,16 @@ async fn serve(config: Config, config_path: Option<PathBuf>, stdio: bool) -> any
     println!("map-gateway listening on http://{addr}");
     std::io::stdout().flush()?;
     tokio::select! {
-        r = transport::serve(gateway, listener) => r?,
-        _ = shutdown_signal() => tracing::info!("shutting down"),
+        r = transport::serve(gateway.clone(), listener) => r?,
+        _ = shutdown_signal() => {}
+    }
+    // The listener is closed. Connections answer what is in flight and close.
+    let drain = Duration::from_secs(gateway.config.server.drain_secs);
+    tracing::info!(drain_secs = drain.as_secs(), "shutting down: no new connections or requests; calls in flight finish");
+    gateway.drain.begin();
+    match gateway.drain.closed(drain).await {
+        0 => tracing::info!("every connection closed; exiting"),
+        left => tracing::warn!(left, "drain time over with connections still open; exiting"),
     }
     Ok(())
 }

@@ -462,3 +462,25 @@ async fn what_a_plugin_prints_reaches_the_log_and_a_panic_names_its_message() {
         assert!(found.contains("acme"), "tagged with the tenant: {found}");
     }
 }
+
+#[tokio::test]
+async fn sigterm_answers_calls_in_flight_then_closes_connections_and_exits_0() {
+    let mut gw = start(&config(&misbehave_and_echo(), r#"["bad"]"#, "[]", ""));
+    let (mut ws, _) = tenant_ws(&gw, "acme-key").await;
+    // A call that runs until its 300 ms deadline is in flight when SIGTERM comes.
+    ws.send_text(&request(1, "bad/loop", json!({})).to_string()).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let addr = gw.addr();
+    // The gateway exits on its own once its connections closed (the answer
+    // and the close frame wait in this socket's buffer).
+    let status = gw.terminate();
+    assert!(status.success(), "exit status {status:?}\n{}", gw.log());
+    let answer = ws.answer().await;
+    assert_eq!(answer["id"], 1, "the call in flight was answered before the close: {answer}");
+    plugin_failure(&answer, "timed out");
+    let (code, reason) = ws.close_frame(Duration::from_secs(5)).await.expect("a close frame");
+    assert_eq!(code, 1001, "{reason}");
+    assert!(reason.contains("shutting down"), "{reason}");
+    assert!(tokio::net::TcpStream::connect(&addr).await.is_err(), "no new connections");
+    assert!(gw.log().contains("every connection closed"), "{}", gw.log());
+}

@@ -3,6 +3,7 @@
 //! transport calls.
 
 pub mod address;
+pub mod drain;
 pub mod events;
 pub mod extensions;
 pub mod fabric;
@@ -83,6 +84,8 @@ pub struct Gateway {
     sessions: Mutex<HashMap<String, Live>>,
     /// resume token → session id
     resume_tokens: Mutex<HashMap<String, String>>,
+    /// Graceful shutdown: connections watch it, the process waits on it.
+    pub drain: Arc<drain::Drain>,
 }
 
 /// What a transport connection is bound to.
@@ -166,7 +169,7 @@ impl Gateway {
 
     /// A core whose tenants already hold what `extensions` gave them.
     pub fn assemble(config: Config, tenants: Tenants, extensions: Option<Arc<dyn ExtensionHost>>, config_path: Option<PathBuf>) -> Gateway {
-        Gateway { config, tenants, extensions, config_path, sessions: Mutex::new(HashMap::new()), resume_tokens: Mutex::new(HashMap::new()) }
+        Gateway { config, tenants, extensions, config_path, sessions: Mutex::new(HashMap::new()), resume_tokens: Mutex::new(HashMap::new()), drain: drain::Drain::new() }
     }
 
     /// Re-read the configuration file and swap in its extensions. Connections

@@ -336,9 +336,13 @@ fn events(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Respons
             return rpc_error(StatusCode::CONFLICT, err);
         }
     }
+    let stopping = gw.drain.watch();
     let guard = StreamGuard { gw, session, tx };
-    let frames = stream::unfold((rx, guard), |(mut rx, guard): (crate::core::outbox::FrameRx, StreamGuard)| async move {
+    type State = (crate::core::outbox::FrameRx, StreamGuard, tokio::sync::watch::Receiver<bool>);
+    let frames = stream::unfold((rx, guard, stopping), |(mut rx, guard, mut stopping): State| async move {
         let chunk = tokio::select! {
+            // Shutting down: the stream ends (the client reconnects elsewhere).
+            _ = stopping.wait_for(|s| *s) => return None,
             frame = rx.recv() => {
                 let frame = frame?;
                 let mut out = Vec::with_capacity(frame.as_str().len() + 24);
@@ -349,7 +353,7 @@ fn events(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Respons
             }
             _ = tokio::time::sleep(Duration::from_secs(15)) => Bytes::from_static(b": keepalive\n\n"),
         };
-        Some((Ok::<_, Infallible>(BodyFrame::data(chunk)), (rx, guard)))
+        Some((Ok::<_, Infallible>(BodyFrame::data(chunk)), (rx, guard, stopping)))
     });
     let mut resp = Response::new(StreamBody::new(frames).boxed());
     let h = resp.headers_mut();

@@ -61,6 +61,8 @@ pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener) -> std::io::Res
         };
         let gateway = gateway.clone();
         tokio::spawn(async move {
+            let _open = gateway.drain.enter();
+            let stopping = gateway.drain.stopping();
             let service = hyper::service::service_fn(move |req| serve_request(gateway.clone(), peer, req));
             let io = IdleIo { inner: stream, last_active: Arc::new(AtomicU64::new(crate::core::ids::now_ms())), _slot: slot };
             let last_active = io.last_active.clone();
@@ -75,6 +77,8 @@ pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener) -> std::io::Res
                 .keep_alive_timeout(Duration::from_secs(20));
             let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
             tokio::pin!(conn);
+            tokio::pin!(stopping);
+            let mut draining = false;
             // Close a connection whose bytes stopped flowing for the idle time.
             // Upgraded WebSockets keep their own ping-based check; SSE streams
             // write a keep-alive every 15 s.
@@ -85,6 +89,11 @@ pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener) -> std::io::Res
                             tracing::debug!(%peer, error = %e, "connection ended with an error");
                         }
                         break;
+                    }
+                    // Requests in flight finish; no new ones on this connection.
+                    _ = &mut stopping, if !draining => {
+                        draining = true;
+                        conn.as_mut().graceful_shutdown();
                     }
                     _ = tokio::time::sleep(idle / 4) => {
                         if crate::core::ids::now_ms().saturating_sub(last_active.load(Ordering::Relaxed)) >= idle.as_millis() as u64 {

@@ -139,6 +139,10 @@ where
         let _ = sink.close().await;
     });
 
+    let _open = gw.drain.enter();
+    let stopping = gw.drain.stopping();
+    tokio::pin!(stopping);
+    let mut draining = false;
     let mut conn = Conn::new(tx.clone(), super::is_loopback(&peer), "websocket");
     conn.peer_ip = Some(peer.ip());
     conn.preset_auth = preset;
@@ -158,7 +162,16 @@ where
                 }
                 continue;
             }
-            next = tokio::time::timeout(half_idle, source.next()), if running.len() < MAX_RUNNING => next,
+            // Shutting down: read no more requests, answer the running ones, then close.
+            _ = &mut stopping, if !draining => {
+                draining = true;
+                continue;
+            }
+            _ = std::future::ready(()), if draining && running.is_empty() => {
+                close = Some(CloseFrame { code: CloseCode::Away, reason: "the gateway is shutting down".into() });
+                break;
+            }
+            next = tokio::time::timeout(half_idle, source.next()), if !draining && running.len() < MAX_RUNNING => next,
         };
         let msg = match next {
             Ok(Some(m)) => m,

@@ -121,6 +121,13 @@ impl Gateway {
         Gateway::launch(dir, config)
     }
 
+    /// Send SIGTERM and wait for the process to end: its exit status.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let sent = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().expect("kill runs");
+        assert!(sent.success(), "SIGTERM was not sent");
+        self.child.wait().expect("the gateway is waited for")
+    }
+
     /// kill -9 (no shutdown at all), then start again on the same config and data.
     pub fn kill_and_restart(mut self) -> Gateway {
         let _ = self.child.kill();
@@ -285,6 +292,18 @@ impl Ws {
 
     pub async fn send_text(&mut self, text: &str) {
         self.stream.send(Message::text(text.to_string())).await.expect("websocket send");
+    }
+
+    /// Read until the gateway's close frame: its code and reason (`None` on timeout or a close without one).
+    pub async fn close_frame(&mut self, within: Duration) -> Option<(u16, String)> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            match tokio::time::timeout_at(deadline, self.stream.next()).await.ok()?? {
+                Ok(Message::Close(c)) => return c.map(|c| (u16::from(c.code), c.reason.to_string())),
+                Ok(_) => continue,
+                Err(_) => return None,
+            }
+        }
     }
 
     /// The next text frame within `within`, parsed; `None` on timeout.
