@@ -484,3 +484,73 @@ async fn sigterm_answers_calls_in_flight_then_closes_connections_and_exits_0() {
     assert!(tokio::net::TcpStream::connect(&addr).await.is_err(), "no new connections");
     assert!(gw.log().contains("every connection closed"), "{}", gw.log());
 }
+
+/// A TCP relay to PostgreSQL that the test can cut and restore.
+struct Relay {
+    port: u16,
+    target: String,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Relay {
+    async fn start(target: &str) -> Relay {
+        let mut relay = Relay { port: 0, target: target.to_string(), task: None };
+        relay.up().await;
+        relay
+    }
+
+    async fn up(&mut self) {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", self.port)).await.expect("the relay binds");
+        self.port = listener.local_addr().unwrap().port();
+        let target = self.target.clone();
+        self.task = Some(tokio::spawn(async move {
+            let mut links = tokio::task::JoinSet::new();
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let target = target.clone();
+                links.spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+            }
+        }));
+    }
+
+    /// Stop listening and drop every relayed connection (the JoinSet aborts them).
+    fn down(&mut self) {
+        if let Some(t) = self.task.take() {
+            t.abort();
+        }
+    }
+}
+
+async fn readyz(gw: &Gateway) -> (u16, Value) {
+    let r = http(&gw.addr(), "GET", "/readyz", &[], b"").await;
+    (r.status, serde_json::from_slice(&r.body).unwrap_or(Value::Null))
+}
+
+/// PostgreSQL must be running (127.0.0.1:5432, database `test`); this test fails without it.
+/// Two threads: starting the gateway blocks one while the relay serves on the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_is_503_while_the_store_is_down() {
+    let url = std::env::var("MAP_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://root@127.0.0.1:5432/test".into());
+    let (head, rest) = url.split_once('@').expect("a postgres URL with user@host");
+    let (target, db) = rest.split_once('/').expect("a postgres URL with a database");
+    let mut relay = Relay::start(target).await;
+    let via_relay = format!("{head}@127.0.0.1:{}/{db}", relay.port);
+    let gw = start(&config(&misbehave_and_echo(), r#"["bad"]"#, "[]", &format!("[storage]\nurl = {via_relay:?}\n")));
+    assert_eq!(readyz(&gw).await, (200, json!({"status": "ready"})));
+    relay.down();
+    let (status, body) = readyz(&gw).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body["problems"][0].as_str().unwrap().contains("storage (postgres)"), "{body}");
+    // Back up: ready again once the pool reconnects.
+    relay.up().await;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut last = readyz(&gw).await;
+    while last.0 != 200 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        last = readyz(&gw).await;
+    }
+    assert_eq!(last.0, 200, "{}", last.1);
+}

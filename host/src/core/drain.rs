@@ -33,6 +33,10 @@ impl Drain {
         Open(self.clone())
     }
 
+    pub fn is_stopping(&self) -> bool {
+        *self.stopping.borrow()
+    }
+
     pub fn begin(&self) {
         self.stopping.send_replace(true);
     }

@@ -92,4 +92,7 @@ pub trait ExtensionHost: Send + Sync + 'static {
 
     /// What is loaded, for the admin API.
     fn status(&self) -> BoxFuture<'_, Value>;
+
+    /// Whether it can serve: `Err` says what is not ready (for `/readyz`).
+    fn ready(&self) -> BoxFuture<'_, Result<(), String>>;
 }

@@ -289,4 +289,9 @@ impl ExtensionHost for PluginHost {
     fn status(&self) -> BoxFuture<'_, Value> {
         Box::pin(PluginHost::status(self))
     }
+
+    /// The store answers (plugins are loaded once the gateway serves).
+    fn ready(&self) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move { self.db.ping().await.map_err(|e| format!("storage ({}): {e}", self.db.backend_name())) })
+    }
 }

@@ -103,6 +103,14 @@ impl Store {
         Ok(Store { backend })
     }
 
+    /// Whether the database answers a trivial query now (readiness).
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        match &self.backend {
+            Backend::Sqlite(db) => db.ping(),
+            Backend::Postgres(db) => db.ping().await,
+        }
+    }
+
     pub fn backend_name(&self) -> &'static str {
         match self.backend {
             Backend::Sqlite(_) => "sqlite",

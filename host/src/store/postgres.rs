@@ -34,6 +34,16 @@ pub struct Postgres {
 }
 
 impl Postgres {
+    /// A trivial query, given two seconds.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        let query = sqlx::query("SELECT 1").execute(&self.pool);
+        match tokio::time::timeout(std::time::Duration::from_secs(2), query).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(StoreError::Unavailable(e.to_string())),
+            Err(_) => Err(StoreError::Unavailable("PostgreSQL did not answer within 2 s".into())),
+        }
+    }
+
     pub async fn open(url: &str) -> anyhow::Result<Postgres> {
         let pool = PgPoolOptions::new()
             .max_connections(8)

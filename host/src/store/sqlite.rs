@@ -74,6 +74,11 @@ impl Sqlite {
         &self.writer
     }
 
+    /// A trivial query on a reader connection (not through the cache).
+    pub fn ping(&self) -> Result<(), StoreError> {
+        self.read(|conn| Ok(conn.query_row("SELECT 1", [], |r| r.get::<_, i64>(0)).map(|_| ())?))
+    }
+
     /// Run `read` on an idle connection (a new one when all are busy).
     fn read<T>(&self, read: impl FnOnce(&Connection) -> Result<T, StoreError>) -> Result<T, StoreError> {
         let idle = self.readers.lock().pop();

@@ -45,6 +45,24 @@ fn plugin_refusal(status: StatusCode, error: &str, message: &str) -> Response<Bo
     full(status, "application/json", json!({"error": error, "message": message, "status_code": status.as_u16()}).to_string())
 }
 
+/// `GET /readyz`: 200 when the gateway can serve (its store answers and it
+/// is not shutting down), else 503 with what is not ready.
+async fn readiness(gw: &Gateway) -> Response<Body> {
+    let mut problems = Vec::new();
+    if gw.drain.is_stopping() {
+        problems.push("shutting down".to_string());
+    }
+    if let Some(host) = &gw.extensions {
+        if let Err(e) = host.ready().await {
+            problems.push(e);
+        }
+    }
+    match problems.is_empty() {
+        true => full(StatusCode::OK, "application/json", json!({"status": "ready"}).to_string()),
+        false => full(StatusCode::SERVICE_UNAVAILABLE, "application/json", json!({"status": "not ready", "problems": problems}).to_string()),
+    }
+}
+
 fn method_not_allowed(allow: &'static str) -> Response<Body> {
     let mut r = full(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "method not allowed\n");
     r.headers_mut().insert(hyper::header::ALLOW, HeaderValue::from_static(allow));
@@ -74,6 +92,7 @@ pub async fn route(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -
     let origin = super::foreign_origin(req.headers()).and(req.headers().get(hyper::header::ORIGIN).cloned());
     Ok(match (req.method(), path.as_str()) {
         (&Method::GET, "/healthz") => full(StatusCode::OK, "application/json", json!({"status": "ok", "version": env!("CARGO_PKG_VERSION")}).to_string()),
+        (&Method::GET, "/readyz") => readiness(&gw).await,
         (&Method::POST, "/map/rpc" | "/map/batch") => with_cors(rpc(gw, peer, req).await, origin.as_ref()),
         (&Method::GET, "/map/events") => with_cors(events(gw, peer, req), origin.as_ref()),
         (&Method::OPTIONS, _) if map_endpoint && origin.is_some() => {
@@ -85,7 +104,7 @@ pub async fn route(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -
         }
         (_, "/admin/reload" | "/admin/plugins") => admin(gw, peer, req).await,
         (_, "/map/rpc" | "/map/batch") => method_not_allowed("POST"),
-        (_, "/map/events" | "/healthz") => method_not_allowed("GET"),
+        (_, "/map/events" | "/healthz" | "/readyz") => method_not_allowed("GET"),
         _ => plugin_http(gw, peer, req).await,
     })
 }
