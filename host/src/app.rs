@@ -20,3 +20,25 @@ pub async fn start(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
     let host: Arc<dyn ExtensionHost> = Arc::new(host);
     Ok(Arc::new(Gateway::assemble(config, tenants, Some(host), config_path)))
 }
+
+/// Check a configuration as `serve` would use it, without serving: tenants
+/// and credentials, every plugin compiled, instantiated and bound to each
+/// tenant that names it. Nothing is written to its data directory (a
+/// throwaway store and artifact cache are used). A summary, or what is wrong.
+pub async fn check(mut config: Config) -> anyhow::Result<String> {
+    let scratch = std::env::temp_dir().join(format!("map-gateway-check-{}-{}", std::process::id(), crate::core::ids::now_ms()));
+    std::fs::create_dir_all(&scratch)?;
+    let result = async {
+        config.server.data_dir = scratch.clone();
+        let db = Store::open(&format!("sqlite://{}", scratch.join("check.db").display()), false, 0).await?;
+        let host = PluginHost::new(&config, db)?;
+        let tenants = Gateway::tenants_of(&config)?;
+        host.apply(&config, &tenants).await?;
+        let status = host.status().await;
+        let plugins: Vec<String> = status["plugins"].as_array().into_iter().flatten().map(|p| format!("{} {}", p["name"].as_str().unwrap_or("?"), p["version"].as_str().unwrap_or("?"))).collect();
+        anyhow::Ok(format!("configuration OK: {} tenant(s); plugins: {}", config.tenants.len(), if plugins.is_empty() { "none".to_string() } else { plugins.join(", ") }))
+    }
+    .await;
+    let _ = std::fs::remove_dir_all(&scratch);
+    result
+}

@@ -43,6 +43,13 @@ enum Command {
         #[arg(long)]
         stdio: bool,
     },
+    /// Check a configuration without serving: tenants, credentials, and every
+    /// plugin it names compiled and bound to its tenants. Exits non-zero with
+    /// the reason when something is wrong; writes nothing to the data directory.
+    Check {
+        #[arg(short, long, value_name = "FILE")]
+        config: Option<PathBuf>,
+    },
     /// Print the effective configuration (defaults merged with FILE) as TOML, secrets redacted.
     Config {
         #[arg(short, long, value_name = "FILE")]
@@ -88,6 +95,12 @@ fn main() -> anyhow::Result<()> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match cli.command {
+        Command::Check { config } => {
+            let config = load(config.as_ref())?;
+            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            println!("{}", runtime.block_on(map_gateway::app::check(config))?);
+            Ok(())
+        }
         Command::Config { config } => {
             print!("{}", load(config.as_ref())?.to_redacted_toml()?);
             Ok(())

@@ -554,3 +554,26 @@ async fn readyz_is_503_while_the_store_is_down() {
     }
     assert_eq!(last.0, 200, "{}", last.1);
 }
+
+#[test]
+fn check_validates_a_configuration_and_its_plugins_without_serving() {
+    let dir = TempDir::new("check");
+    let check = |extra: &str| {
+        let path = write_config(dir.path(), 65536, extra);
+        std::process::Command::new(BIN).args(["check", "--config"]).arg(&path).output().unwrap()
+    };
+    let good = check(&config(&misbehave_and_echo(), r#"["bad"]"#, r#"["echo"]"#, ""));
+    let stdout = String::from_utf8_lossy(&good.stdout);
+    assert!(good.status.success(), "{stdout}{}", String::from_utf8_lossy(&good.stderr));
+    assert!(stdout.contains("configuration OK: 3 tenant(s)") && stdout.contains("bad 0.1.0") && stdout.contains("echo 1.0.0"), "{stdout}");
+    assert!(!dir.path().join("data").exists(), "nothing written to the data directory");
+    for (extra, says) in [
+        ("[plugins.ghost]\npath = \"/nonexistent/ghost.wasm\"\n".to_string(), "ghost"),
+        (config(&misbehave_and_echo(), r#"["nope"]"#, "[]", ""), "nope"),
+        ("[limits]\nbogus = 1\n".to_string(), "bogus"),
+    ] {
+        let out = check(&extra);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains(says), "{extra} → {stderr}");
+    }
+}
