@@ -12,6 +12,9 @@ use crate::store::Store;
 
 /// A gateway with its storage and plugins, ready to serve.
 pub async fn start(config: Config, config_path: Option<PathBuf>) -> anyhow::Result<Arc<Gateway>> {
+    if config.server.metrics {
+        crate::metrics::install()?;
+    }
     std::fs::create_dir_all(&config.server.data_dir).map_err(|e| anyhow::anyhow!("creating the data directory {}: {e}", config.server.data_dir.display()))?;
     let db = Store::open(&config.storage_url(), config.storage.sync == "full", config.storage.cache_mb << 20).await?;
     let host = PluginHost::new(&config, db)?;

@@ -117,6 +117,9 @@ pub struct ServerConfig {
     /// On SIGTERM or Ctrl-C: how long calls in flight may take to finish
     /// and connections to close before the process exits anyway.
     pub drain_secs: u64,
+    /// Record metrics and serve them at `GET /metrics` (admin token, or
+    /// loopback peers when none is set).
+    pub metrics: bool,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -245,6 +248,7 @@ impl Default for ServerConfig {
             plugin_threads: 0,
             max_instances: 512,
             drain_secs: 10,
+            metrics: true,
         }
     }
 }

@@ -15,6 +15,7 @@ pub mod app;
 pub mod config;
 pub mod core;
 mod ids;
+pub mod metrics;
 pub mod plugins;
 mod rpc;
 mod store;

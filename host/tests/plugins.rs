@@ -577,3 +577,46 @@ fn check_validates_a_configuration_and_its_plugins_without_serving() {
         assert!(!out.status.success() && stderr.contains(says), "{extra} → {stderr}");
     }
 }
+
+/// The value of one sample of the Prometheus text, by its name and labels as written.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')).and_then(|v| v.trim().parse().ok()))
+}
+
+#[tokio::test]
+async fn metrics_count_what_happened() {
+    let gw = start(&config(&misbehave_and_echo(), r#"["bad"]"#, "[]", ""));
+    let (mut ws, _) = tenant_ws(&gw, "acme-key").await;
+    for _ in 0..3 {
+        ws.call_ok("bad/ok", json!({})).await;
+    }
+    ws.call_ok("bad/put", json!({"key": "k", "value": "v"})).await;
+    plugin_failure(&ws.call("bad/trap", json!({})).await, "trapped");
+    ws.call_ok("map/agents/list", json!({})).await;
+    ws.call_ok("map/agents/list", json!({})).await;
+    assert_eq!(err_code(&ws.call("no/such-method", json!({})).await), -32601);
+    assert_eq!(err_code(&ws.call("map/no-such-method", json!({})).await), -32601);
+    let r = http(&gw.addr(), "GET", "/metrics", &[], b"").await;
+    assert_eq!(r.status, 200);
+    let text = String::from_utf8_lossy(&r.body).to_string();
+    let expect = [
+        (r#"map_requests_total{method="bad/ok",code="ok"}"#, 3.0),
+        (r#"map_requests_total{method="bad/trap",code="-32603"}"#, 1.0),
+        (r#"map_requests_total{method="map/agents/list",code="ok"}"#, 2.0),
+        (r#"map_requests_total{method="unknown",code="-32601"}"#, 2.0),
+        (r#"map_request_duration_seconds_count{method="map/agents/list"}"#, 2.0),
+        (r#"map_plugin_calls_total{plugin="bad",outcome="ok"}"#, 4.0),
+        (r#"map_plugin_calls_total{plugin="bad",outcome="trap"}"#, 1.0),
+        (r#"map_connections_open{transport="websocket"}"#, 1.0),
+        (r#"map_sessions_open{tenant="acme"}"#, 1.0),
+        (r#"map_store_op_duration_seconds_count{op="commit",backend="sqlite"}"#, 1.0),
+    ];
+    for (series, value) in expect {
+        assert_eq!(sample(&text, series), Some(value), "{series} in:\n{text}");
+    }
+    assert!(!text.contains("no/such-method") && !text.contains("map/no-such-method"), "unknown methods are not labels");
+    // Behind the admin rule: a peer with a wrong admin token (one is set below) gets 401.
+    let gw2 = start(&format!("[admin]\ntoken = \"adm1n\"\n{}", config(&misbehave_and_echo(), "[]", "[]", "")));
+    assert_eq!(http(&gw2.addr(), "GET", "/metrics", &[], b"").await.status, 401);
+    assert_eq!(http(&gw2.addr(), "GET", "/metrics", &[("authorization", "Bearer adm1n")], b"").await.status, 200);
+}

@@ -513,7 +513,7 @@ async fn out_of_descriptors_the_gateway_refuses_cleanly_and_recovers() {
 #[tokio::test]
 async fn unknown_paths_are_404_even_without_credentials() {
     let gw = walled();
-    for path in ["/metrics", "/nothing/here"] {
+    for path in ["/stats", "/nothing/here"] {
         let r = http(&gw.addr(), "GET", path, &[], b"").await;
         assert_eq!(r.status, 404, "{path}: {}", r.text());
     }

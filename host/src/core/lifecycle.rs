@@ -127,6 +127,7 @@ impl Gateway {
             principal: principal.clone(),
             disconnected: Arc::new(AtomicBool::new(false)),
         };
+        crate::metrics::session(&tenant.id, 1.0);
         self.sessions.lock().insert(info.id.clone(), live);
         self.resume_tokens.lock().insert(token, info.id.clone());
         let event = participant_event("participant_connected", &info, json!({}));
@@ -286,6 +287,7 @@ impl Gateway {
     /// subscriptions end, its token stops working.
     pub(crate) fn expire(&self, session_id: &str, reason: &str) {
         let Some(live) = self.sessions.lock().remove(session_id) else { return };
+        crate::metrics::session(&live.tenant.id, -1.0);
         self.resume_tokens.lock().remove(&live.resume_token);
         live.outbox.close();
         let tenant = &live.tenant;

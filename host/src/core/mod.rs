@@ -19,6 +19,7 @@ mod lifecycle;
 pub use lifecycle::StreamRefused;
 mod methods;
 
+use std::time::Instant;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::net::IpAddr;
@@ -256,23 +257,34 @@ impl Gateway {
     pub async fn start_frame(self: &Arc<Self>, conn: &mut Conn, bytes: &[u8]) -> Handled {
         if bytes.len() <= self.config.server.max_message_bytes {
             if let Decoded::Single(Ok(req)) = rpc::decode_frame(bytes) {
+                let started = Instant::now();
                 return match methods::dispatch(self, conn, &req) {
-                    Some(result) => Handled::Now(answer(req.id, result)),
-                    None => self.start_extension(conn, req),
+                    Some(result) => {
+                        record(&req.method, &result, started);
+                        Handled::Now(answer(req.id, result))
+                    }
+                    None => self.start_extension(conn, req, started),
                 };
             }
         }
         Handled::Now(self.handle_frame(conn, bytes).await)
     }
 
-    fn start_extension(&self, conn: &mut Conn, req: Request<'_>) -> Handled {
+    fn start_extension(&self, conn: &mut Conn, req: Request<'_>, started: Instant) -> Handled {
         let (active, params) = match extension_target(conn, &req) {
             Ok((active, params)) => (active.clone(), params.to_string()),
-            Err(e) => return Handled::Now(answer(req.id, Err(e))),
+            Err(e) => {
+                let result = Err(e);
+                record(UNKNOWN_METHOD, &result, started);
+                return Handled::Now(answer(req.id, result));
+            }
         };
         let (id, method) = (req.id, req.method.into_owned());
         let mut call: BoxFuture<'static, (Option<String>, Vec<Frame>)> = Box::pin(async move {
-            match active.tenant.extensions().call(&active, &method, &params).await {
+            let result = active.tenant.extensions().call(&active, &method, &params).await;
+            let code = result.as_ref().err().map_or(0, |e| e.code);
+            crate::metrics::request(if code == crate::rpc::codes::METHOD_NOT_FOUND { UNKNOWN_METHOD } else { &method }, code, started.elapsed());
+            match result {
                 Ok((result, deferred)) => (answer(id, Ok(Out::Raw(result))), deferred),
                 Err(e) => (answer(id, Err(e)), Vec::new()),
             }
@@ -288,9 +300,18 @@ impl Gateway {
 
     /// Handle one request; notifications get no answer.
     pub async fn handle(self: &Arc<Self>, conn: &mut Conn, req: Request<'_>) -> Option<String> {
+        let started = Instant::now();
         let result = match methods::dispatch(self, conn, &req) {
-            Some(r) => r,
-            None => self.call_extension(conn, &req).await,
+            Some(r) => {
+                record(&req.method, &r, started);
+                r
+            }
+            None => {
+                let served = extension_target(conn, &req).is_ok();
+                let r = self.call_extension(conn, &req).await;
+                record(if served { &req.method } else { UNKNOWN_METHOD }, &r, started);
+                r
+            }
         };
         answer(req.id, result)
     }
@@ -310,6 +331,16 @@ pub enum Handled {
     Now(Option<String>),
     /// A call still running: its answer, and notifications to write after it.
     Later(BoxFuture<'static, (Option<String>, Vec<Frame>)>),
+}
+
+/// The method label of requests nobody serves (labels stay bounded).
+const UNKNOWN_METHOD: &str = "unknown";
+
+/// Count a request; a method not found is `unknown` whatever its name.
+fn record(method: &str, result: &Result<Out, RpcError>, started: Instant) {
+    let code = result.as_ref().err().map_or(0, |e| e.code);
+    let method = if code == crate::rpc::codes::METHOD_NOT_FOUND { UNKNOWN_METHOD } else { method };
+    crate::metrics::request(method, code, started.elapsed());
 }
 
 /// A request's answer; notifications (no id) get none.

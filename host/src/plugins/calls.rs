@@ -213,13 +213,16 @@ impl TenantPlugin {
         accept: impl FnOnce(&TenantPlugin, Outcome) -> Result<T, String>,
     ) -> Result<(T, Vec<Frame>), RpcError> {
         let limits = &self.plugin.limits;
+        let started = Instant::now();
         let mut lease = match self.pool.acquire(&self.plugin, &self.ctx).await {
             Ok(l) => l,
             Err(Refused::Busy { retry_after, why }) => {
+                crate::metrics::plugin_call(&self.plugin.name, "busy", started.elapsed());
                 return Err(RpcError::new(codes::RESOURCE_EXHAUSTED, format!("Plugin {} cannot take the call now: {why}; try again later", self.plugin.name))
                     .with_data(json!({"retryAfterMs": retry_after.as_millis() as u64, "plugin": self.plugin.name})));
             }
             Err(Refused::Failed(reason)) => {
+                crate::metrics::plugin_call(&self.plugin.name, "failed", started.elapsed());
                 tracing::warn!(plugin = self.plugin.name, tenant = self.ctx.scope.tenant, reason, "plugin instance could not start");
                 return Err(self.failure(reason));
             }
@@ -232,11 +235,26 @@ impl TenantPlugin {
             // The epoch check interrupts wasm code; the outer timeout also bounds host calls.
             tokio::time::timeout(limits.deadline + Duration::from_millis(500), bound.invoke(store, invocation)).await
         };
-        let answer = match outcome {
-            Err(_) => Err(format!("timed out after {} ms", limits.deadline.as_millis())),
-            Ok(Err(e)) => Err(classify(&e, limits.deadline.as_millis(), limits.memory_bytes)),
-            Ok(Ok(outcome)) => accept(self, outcome),
+        let (answer, outcome) = match outcome {
+            Err(_) => (Err(format!("timed out after {} ms", limits.deadline.as_millis())), "timeout"),
+            Ok(Err(e)) => {
+                let why = classify(&e, limits.deadline.as_millis(), limits.memory_bytes);
+                let outcome = if why.starts_with("timed out") {
+                    "timeout"
+                } else if why.starts_with("exceeded its memory limit") {
+                    "out_of_memory"
+                } else {
+                    "trap"
+                };
+                (Err(why), outcome)
+            }
+            Ok(Ok(outcome)) => {
+                let answer = accept(self, outcome);
+                let outcome = if answer.is_ok() { "ok" } else { "error" };
+                (answer, outcome)
+            }
         };
+        crate::metrics::plugin_call(&self.plugin.name, outcome, started.elapsed());
         let last_error = self.log_output(lease.instance().store.data());
         let answer = answer.map_err(|reason| match last_error {
             Some(line) => format!("{reason}; its stderr said: {line}"),

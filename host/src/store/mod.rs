@@ -17,6 +17,7 @@ mod postgres;
 mod sqlite;
 mod writer;
 
+use std::time::Instant;
 use std::sync::Arc;
 
 pub use self::ops::{Item, Op, Outcome};
@@ -135,10 +136,13 @@ impl Store {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        match &self.backend {
+        let started = Instant::now();
+        let got = match &self.backend {
             Backend::Sqlite(db) => db.get_many(scope, fill, keys),
             Backend::Postgres(db) => db.get_many(scope, fill, keys).await,
-        }
+        };
+        crate::metrics::store_op("get_many", self.backend_name(), started.elapsed());
+        got
     }
 
     pub async fn put(&self, scope: &Scope, collection: &str, key: &str, value: &str) -> Result<(), StoreError> {
@@ -171,10 +175,13 @@ impl Store {
         if ops.is_empty() {
             return Ok(Outcome::Committed { version: 0, counters: Vec::new(), deleted: 0 });
         }
-        match &self.backend {
+        let started = Instant::now();
+        let done = match &self.backend {
             Backend::Sqlite(db) => db.writer().commit(scope, ops).await,
             Backend::Postgres(db) => db.commit(scope, &ops).await,
-        }
+        };
+        crate::metrics::store_op("commit", self.backend_name(), started.elapsed());
+        done
     }
 
     /// A page of keys in order, bounded by `o.limit` and by `max_bytes` of
@@ -183,10 +190,13 @@ impl Store {
     pub async fn scan_page(&self, scope: &Scope, collection: &str, o: &ScanOptions, max_bytes: usize, hard_max_bytes: usize) -> Result<Page, StoreError> {
         check_key(collection, &o.prefix)?;
         let fill = PageFill::new(o.limit, max_bytes, hard_max_bytes);
-        match &self.backend {
+        let started = Instant::now();
+        let page = match &self.backend {
             Backend::Sqlite(db) => db.scan_page(scope, collection, o, fill),
             Backend::Postgres(db) => db.scan_page(scope, collection, o, fill).await,
-        }
+        };
+        crate::metrics::store_op("scan_page", self.backend_name(), started.elapsed());
+        page
     }
 
     /// Keys in order, values as text. A result that would hold more than

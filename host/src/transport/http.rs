@@ -102,7 +102,7 @@ pub async fn route(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -
             h.insert("access-control-allow-headers", HeaderValue::from_static("content-type, authorization, x-api-key, map-session-id"));
             r
         }
-        (_, "/admin/reload" | "/admin/plugins") => admin(gw, peer, req).await,
+        (_, "/admin/reload" | "/admin/plugins" | "/metrics") => admin(gw, peer, req).await,
         (_, "/map/rpc" | "/map/batch") => method_not_allowed("POST"),
         (_, "/map/events" | "/healthz" | "/readyz") => method_not_allowed("GET"),
         _ => plugin_http(gw, peer, req).await,
@@ -133,6 +133,13 @@ async fn admin(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Re
     if !allowed {
         let why = if token.is_empty() { "the admin API answers loopback peers only (set admin.token to open it)" } else { "admin token required" };
         return error_json(StatusCode::UNAUTHORIZED, why);
+    }
+    if req.uri().path() == "/metrics" {
+        return match (req.method(), crate::metrics::render()) {
+            (&Method::GET, Some(text)) => full(StatusCode::OK, "text/plain; version=0.0.4", text),
+            (&Method::GET, None) => full(StatusCode::NOT_FOUND, "text/plain", "metrics are off (server.metrics = false)\n"),
+            _ => method_not_allowed("GET"),
+        };
     }
     let Some(host) = &gw.extensions else {
         return full(StatusCode::CONFLICT, "application/json", json!({"error": "this gateway runs without plugins"}).to_string());

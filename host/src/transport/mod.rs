@@ -62,6 +62,7 @@ pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener) -> std::io::Res
         let gateway = gateway.clone();
         tokio::spawn(async move {
             let _open = gateway.drain.enter();
+            let _counted = crate::metrics::connection("http");
             let stopping = gateway.drain.stopping();
             let service = hyper::service::service_fn(move |req| serve_request(gateway.clone(), peer, req));
             let io = IdleIo { inner: stream, last_active: Arc::new(AtomicU64::new(crate::core::ids::now_ms())), _slot: slot };

@@ -140,6 +140,7 @@ where
     });
 
     let _open = gw.drain.enter();
+    let _counted = crate::metrics::connection("websocket");
     let stopping = gw.drain.stopping();
     tokio::pin!(stopping);
     let mut draining = false;

@@ -1,0 +1,100 @@
+//! Operational metrics, served as Prometheus text at `GET /metrics`: the
+//! `metrics` facade records, `metrics-exporter-prometheus` keeps and renders.
+//! Labels stay bounded: transports, tenants and plugins from the
+//! configuration, methods the gateway or a loaded plugin serves (anything
+//! else is `unknown`), result codes and outcomes; never agent or session ids.
+//! When `server.metrics` is off nothing is recorded (each call is one atomic load).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+static ON: AtomicBool = AtomicBool::new(false);
+
+/// Latency buckets, 100 µs to 10 s.
+const BUCKETS: &[f64] = &[0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+
+/// Start recording (once per process).
+pub fn install() -> anyhow::Result<()> {
+    if HANDLE.get().is_none() {
+        let handle = PrometheusBuilder::new().set_buckets_for_metric(Matcher::Suffix("_seconds".into()), BUCKETS)?.install_recorder()?;
+        let _ = HANDLE.set(handle);
+        describe();
+    }
+    ON.store(true, Ordering::Relaxed);
+    Ok(())
+}
+
+fn describe() {
+    describe_gauge!("map_connections_open", "Connections open now, by transport");
+    describe_counter!("map_connections_total", "Connections accepted, by transport");
+    describe_gauge!("map_sessions_open", "MAP sessions open now, by tenant");
+    describe_counter!("map_requests_total", "JSON-RPC requests answered, by method and code (ok or the JSON-RPC error code)");
+    describe_histogram!("map_request_duration_seconds", Unit::Seconds, "Time from a request's frame to its answer, by method");
+    describe_counter!("map_plugin_calls_total", "Calls into plugins, by plugin and outcome (ok, error, trap, timeout, out_of_memory, failed, busy)");
+    describe_histogram!("map_plugin_call_duration_seconds", Unit::Seconds, "Time of a plugin call, by plugin");
+    describe_histogram!("map_store_op_duration_seconds", Unit::Seconds, "Time of a storage operation, by operation and backend");
+}
+
+fn on() -> bool {
+    ON.load(Ordering::Relaxed)
+}
+
+/// The text exposition, or `None` when metrics are off.
+pub fn render() -> Option<String> {
+    on().then(|| HANDLE.get().map(PrometheusHandle::render)).flatten()
+}
+
+/// A connection, counted as open while this is held.
+pub struct Connection(&'static str);
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        if on() {
+            gauge!("map_connections_open", "transport" => self.0).decrement(1.0);
+        }
+    }
+}
+
+pub fn connection(transport: &'static str) -> Connection {
+    if on() {
+        gauge!("map_connections_open", "transport" => transport).increment(1.0);
+        counter!("map_connections_total", "transport" => transport).increment(1);
+    }
+    Connection(transport)
+}
+
+/// A session of `tenant` opened (`+1`) or ended (`-1`).
+pub fn session(tenant: &str, delta: f64) {
+    if on() {
+        gauge!("map_sessions_open", "tenant" => tenant.to_string()).increment(delta);
+    }
+}
+
+/// A request answered: `code` 0 for a result, else its error code.
+pub fn request(method: &str, code: i64, took: Duration) {
+    if on() {
+        let code = if code == 0 { "ok".to_string() } else { code.to_string() };
+        counter!("map_requests_total", "method" => method.to_string(), "code" => code).increment(1);
+        histogram!("map_request_duration_seconds", "method" => method.to_string()).record(took.as_secs_f64());
+    }
+}
+
+/// A plugin call ended with `outcome`.
+pub fn plugin_call(plugin: &str, outcome: &'static str, took: Duration) {
+    if on() {
+        counter!("map_plugin_calls_total", "plugin" => plugin.to_string(), "outcome" => outcome).increment(1);
+        histogram!("map_plugin_call_duration_seconds", "plugin" => plugin.to_string()).record(took.as_secs_f64());
+    }
+}
+
+/// A storage operation took this long.
+pub fn store_op(op: &'static str, backend: &'static str, took: Duration) {
+    if on() {
+        histogram!("map_store_op_duration_seconds", "op" => op, "backend" => backend).record(took.as_secs_f64());
+    }
+}
