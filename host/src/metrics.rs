@@ -3,11 +3,15 @@
 //! Labels stay bounded: transports, tenants and plugins from the
 //! configuration, methods the gateway or a loaded plugin serves (anything
 //! else is `unknown`), result codes and outcomes; never agent or session ids.
-//! When `server.metrics` is off nothing is recorded (each call is one atomic load).
+//! When `server.metrics` is off nothing is recorded (each call is one atomic
+//! load); when on, recording allocates nothing once a label value was seen.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
+
+use parking_lot::RwLock;
 
 use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
@@ -44,6 +48,32 @@ fn on() -> bool {
     ON.load(Ordering::Relaxed)
 }
 
+/// A label value as `&'static str`, so that recording allocates nothing.
+/// Label values are bounded (see above), so what is kept stays small.
+fn label(value: &str) -> &'static str {
+    static KEPT: OnceLock<RwLock<HashSet<&'static str>>> = OnceLock::new();
+    let kept = KEPT.get_or_init(Default::default);
+    if let Some(v) = kept.read().get(value) {
+        return v;
+    }
+    let mut kept = kept.write();
+    match kept.get(value) {
+        Some(v) => v,
+        None => {
+            let v: &'static str = Box::leak(value.to_owned().into_boxed_str());
+            kept.insert(v);
+            v
+        }
+    }
+}
+
+fn code_label(code: i64) -> &'static str {
+    match code {
+        0 => "ok",
+        c => label(itoa::Buffer::new().format(c)),
+    }
+}
+
 /// The text exposition, or `None` when metrics are off.
 pub fn render() -> Option<String> {
     on().then(|| HANDLE.get().map(PrometheusHandle::render)).flatten()
@@ -71,24 +101,25 @@ pub fn connection(transport: &'static str) -> Connection {
 /// A session of `tenant` opened (`+1`) or ended (`-1`).
 pub fn session(tenant: &str, delta: f64) {
     if on() {
-        gauge!("map_sessions_open", "tenant" => tenant.to_string()).increment(delta);
+        gauge!("map_sessions_open", "tenant" => label(tenant)).increment(delta);
     }
 }
 
 /// A request answered: `code` 0 for a result, else its error code.
 pub fn request(method: &str, code: i64, took: Duration) {
     if on() {
-        let code = if code == 0 { "ok".to_string() } else { code.to_string() };
-        counter!("map_requests_total", "method" => method.to_string(), "code" => code).increment(1);
-        histogram!("map_request_duration_seconds", "method" => method.to_string()).record(took.as_secs_f64());
+        let method = label(method);
+        counter!("map_requests_total", "method" => method, "code" => code_label(code)).increment(1);
+        histogram!("map_request_duration_seconds", "method" => method).record(took.as_secs_f64());
     }
 }
 
 /// A plugin call ended with `outcome`.
 pub fn plugin_call(plugin: &str, outcome: &'static str, took: Duration) {
     if on() {
-        counter!("map_plugin_calls_total", "plugin" => plugin.to_string(), "outcome" => outcome).increment(1);
-        histogram!("map_plugin_call_duration_seconds", "plugin" => plugin.to_string()).record(took.as_secs_f64());
+        let plugin = label(plugin);
+        counter!("map_plugin_calls_total", "plugin" => plugin, "outcome" => outcome).increment(1);
+        histogram!("map_plugin_call_duration_seconds", "plugin" => plugin).record(took.as_secs_f64());
     }
 }
 
