@@ -7,7 +7,8 @@ guests=target/guests
 
 build() { # workspace-dir [cargo args...]
     local dir=$1; shift
-    (cd "$dir" && cargo build --quiet --release --target wasm32-wasip2 --target-dir "$OLDPWD/$guests" "$@")
+    # Cargo shows its progress: the first build takes minutes.
+    (cd "$dir" && cargo build --release --target wasm32-wasip2 --target-dir "$OLDPWD/$guests" "$@")
 }
 
 if [ -f plugins/Cargo.toml ]; then
