@@ -1,5 +1,6 @@
 //! Intercepted turns: `map/send` messages whose `meta.mail` names a
-//! conversation are recorded as turns of their sender.
+//! conversation are recorded as turns of their sender (unless
+//! `meta.mail.recorded` says the sender already did).
 //!
 //! The host calls this after delivery, so nothing here can delay or fail
 //! the message; a message that cannot be recorded (unknown or closed
@@ -23,6 +24,10 @@ struct MailMeta {
     /// Defaults to `data`: the turn's content is the message payload.
     content_type: Option<String>,
     metadata: Option<Map<String, Value>>,
+    /// The sender recorded the message itself (with `mail/turn`, before
+    /// sending it): `meta.mail` only tells the recipient the conversation.
+    #[serde(default)]
+    recorded: bool,
 }
 
 #[derive(Deserialize)]
@@ -38,6 +43,9 @@ pub fn on_send(caller: &Caller, msg: SentMessage) {
             return;
         }
     };
+    if meta.mail.recorded {
+        return;
+    }
     let message_id = msg.id.clone();
     match record(caller, msg, meta.mail) {
         Ok(turn) => log::debug(&format!("message {message_id} recorded as {}", turn.id)),

@@ -95,8 +95,12 @@ fn deliver(msg: &Message) -> Result<Value, Refusal> {
         }
         None => open_conversation(msg)?,
     };
-    let meta = json!({"protocol": "mamp", "mail": {"conversationId": mapping.mail_conversation_id}});
-    let sent = router::send(&json!({"agent": msg.to.agent}), &msg.payload(&mapping.conversation_id), Some(&meta))
+    // The turn first, so that it comes before anything the agent answers.
+    let payload = msg.payload(&mapping.conversation_id);
+    router::call("mail/turn", &json!({"conversationId": mapping.mail_conversation_id, "contentType": "data", "content": payload}))
+        .map_err(|e| unavailable("recording the message in mail", e.message))?;
+    let meta = json!({"protocol": "mamp", "mail": {"conversationId": mapping.mail_conversation_id, "recorded": true}});
+    let sent = router::send(&json!({"agent": msg.to.agent}), &payload, Some(&meta))
         .map_err(|e| Refusal::new(404, "agent_not_found", format!("agent {} could not be reached: {}", msg.to.agent, e.message)))?;
     if sent["delivered"].as_array().is_none_or(Vec::is_empty) {
         return Err(Refusal::new(404, "agent_not_found", format!("agent {} went away before the message reached it", msg.to.agent)));
