@@ -42,6 +42,9 @@ fn describe() {
     describe_counter!("map_plugin_calls_total", "Calls into plugins, by plugin and outcome (ok, error, trap, timeout, out_of_memory, failed, busy)");
     describe_histogram!("map_plugin_call_duration_seconds", Unit::Seconds, "Time of a plugin call, by plugin");
     describe_histogram!("map_store_op_duration_seconds", Unit::Seconds, "Time of a storage operation, by operation and backend");
+    describe_counter!("map_messages_delivered_total", "map/send deliveries made, by tenant (one per recipient)");
+    describe_counter!("map_messages_undelivered_total", "map/send recipients whose queue was full or gone, by tenant");
+    describe_counter!("map_outbox_full_total", "Frames refused because a session's outgoing queue was full");
 }
 
 fn on() -> bool {
@@ -120,6 +123,24 @@ pub fn plugin_call(plugin: &str, outcome: &'static str, took: Duration) {
         let plugin = label(plugin);
         counter!("map_plugin_calls_total", "plugin" => plugin, "outcome" => outcome).increment(1);
         histogram!("map_plugin_call_duration_seconds", "plugin" => plugin).record(took.as_secs_f64());
+    }
+}
+
+/// One `map/send`: recipients reached and not.
+pub fn messages(tenant: &str, delivered: usize, undelivered: usize) {
+    if on() {
+        let tenant = label(tenant);
+        counter!("map_messages_delivered_total", "tenant" => tenant).increment(delivered as u64);
+        if undelivered > 0 {
+            counter!("map_messages_undelivered_total", "tenant" => tenant).increment(undelivered as u64);
+        }
+    }
+}
+
+/// A frame refused by a full outgoing queue.
+pub fn outbox_full() {
+    if on() {
+        counter!("map_outbox_full_total").increment(1);
     }
 }
 

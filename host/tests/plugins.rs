@@ -596,6 +596,10 @@ async fn metrics_count_what_happened() {
     ws.call_ok("map/agents/list", json!({})).await;
     assert_eq!(err_code(&ws.call("no/such-method", json!({})).await), -32601);
     assert_eq!(err_code(&ws.call("map/no-such-method", json!({})).await), -32601);
+    let (mut agent, _) = gw.ws_connected("agent", Some(api_key("acme-key"))).await;
+    agent.call_ok("map/agents/register", json!({"agentId": "counted"})).await;
+    ws.call_ok("map/send", json!({"to": {"agent": "counted"}, "payload": {"n": 1}})).await;
+    ws.call_ok("map/send", json!({"to": {"agent": "counted"}, "payload": {"n": 2}})).await;
     let r = http(&gw.addr(), "GET", "/metrics", &[], b"").await;
     assert_eq!(r.status, 200);
     let text = String::from_utf8_lossy(&r.body).to_string();
@@ -607,8 +611,9 @@ async fn metrics_count_what_happened() {
         (r#"map_request_duration_seconds_count{method="map/agents/list"}"#, 2.0),
         (r#"map_plugin_calls_total{plugin="bad",outcome="ok"}"#, 4.0),
         (r#"map_plugin_calls_total{plugin="bad",outcome="trap"}"#, 1.0),
-        (r#"map_connections_open{transport="websocket"}"#, 1.0),
-        (r#"map_sessions_open{tenant="acme"}"#, 1.0),
+        (r#"map_connections_open{transport="websocket"}"#, 2.0),
+        (r#"map_sessions_open{tenant="acme"}"#, 2.0),
+        (r#"map_messages_delivered_total{tenant="acme"}"#, 2.0),
         (r#"map_store_op_duration_seconds_count{op="commit",backend="sqlite"}"#, 1.0),
     ];
     for (series, value) in expect {

@@ -202,7 +202,10 @@ impl Outbox {
         match &mut *inner {
             Attachment::Attached(tx) => match tx.try_send(frame) {
                 Ok(()) => Ok(()),
-                Err(mpsc::error::TrySendError::Full(_)) => Err(Full::Backlogged),
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    crate::metrics::outbox_full();
+                    Err(Full::Backlogged)
+                }
                 Err(mpsc::error::TrySendError::Closed(frame)) => {
                     let n = frame.len();
                     *inner = Attachment::Parked(VecDeque::from([frame]), n);
@@ -214,7 +217,10 @@ impl Outbox {
                 parked.push_back(frame);
                 Ok(())
             }
-            Attachment::Parked(..) => Err(Full::Backlogged),
+            Attachment::Parked(..) => {
+                crate::metrics::outbox_full();
+                Err(Full::Backlogged)
+            }
             Attachment::Closed => Err(Full::Closed),
         }
     }

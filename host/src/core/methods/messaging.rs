@@ -153,6 +153,7 @@ pub fn send_message(active: &Active, msg: Outgoing) -> Result<String, RpcError> 
         }
     }
     delivered.push(']');
+    crate::metrics::messages(&active.tenant.id, delivered_count, failed.len());
 
     let meta_str = |key: &str| meta.as_ref().and_then(|m| m.get(key)).and_then(Value::as_str);
     let facets = Facets {
