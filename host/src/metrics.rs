@@ -45,6 +45,8 @@ fn describe() {
     describe_counter!("map_messages_delivered_total", "map/send deliveries made, by tenant (one per recipient)");
     describe_counter!("map_messages_undelivered_total", "map/send recipients whose queue was full or gone, by tenant");
     describe_counter!("map_outbox_full_total", "Frames refused because a session's outgoing queue was full");
+    describe_gauge!("map_plugin_instances_live", "Plugin instances alive now (running or ready), all tenants and plugins");
+    describe_gauge!("map_plugin_instances_max", "The engine's room for instances (server.max_instances)");
 }
 
 fn on() -> bool {
@@ -77,9 +79,25 @@ fn code_label(code: i64) -> &'static str {
     }
 }
 
+type Sampler = Box<dyn Fn() + Send + Sync>;
+
+/// Gauges read when scraped rather than kept up to date.
+static SAMPLERS: RwLock<Vec<Sampler>> = RwLock::new(Vec::new());
+
+/// Run `sample` before each rendering (it sets gauges).
+pub fn sample_on_scrape(sample: impl Fn() + Send + Sync + 'static) {
+    SAMPLERS.write().push(Box::new(sample));
+}
+
 /// The text exposition, or `None` when metrics are off.
 pub fn render() -> Option<String> {
-    on().then(|| HANDLE.get().map(PrometheusHandle::render)).flatten()
+    if !on() {
+        return None;
+    }
+    for sample in SAMPLERS.read().iter() {
+        sample();
+    }
+    HANDLE.get().map(PrometheusHandle::render)
 }
 
 /// A connection, counted as open while this is held.
@@ -141,6 +159,14 @@ pub fn messages(tenant: &str, delivered: usize, undelivered: usize) {
 pub fn outbox_full() {
     if on() {
         counter!("map_outbox_full_total").increment(1);
+    }
+}
+
+/// Plugin instances alive (running or ready), out of the engine's room for them.
+pub fn instances(live: usize, max: usize) {
+    if on() {
+        gauge!("map_plugin_instances_live").set(live as f64);
+        gauge!("map_plugin_instances_max").set(max as f64);
     }
 }
 

@@ -592,6 +592,8 @@ async fn metrics_count_what_happened() {
     }
     ws.call_ok("bad/put", json!({"key": "k", "value": "v"})).await;
     plugin_failure(&ws.call("bad/trap", json!({})).await, "trapped");
+    // The trapped instance is gone; this call leaves a fresh one ready.
+    ws.call_ok("bad/ok", json!({})).await;
     ws.call_ok("map/agents/list", json!({})).await;
     ws.call_ok("map/agents/list", json!({})).await;
     assert_eq!(err_code(&ws.call("no/such-method", json!({})).await), -32601);
@@ -604,16 +606,18 @@ async fn metrics_count_what_happened() {
     assert_eq!(r.status, 200);
     let text = String::from_utf8_lossy(&r.body).to_string();
     let expect = [
-        (r#"map_requests_total{method="bad/ok",code="ok"}"#, 3.0),
+        (r#"map_requests_total{method="bad/ok",code="ok"}"#, 4.0),
         (r#"map_requests_total{method="bad/trap",code="-32603"}"#, 1.0),
         (r#"map_requests_total{method="map/agents/list",code="ok"}"#, 2.0),
         (r#"map_requests_total{method="unknown",code="-32601"}"#, 2.0),
         (r#"map_request_duration_seconds_count{method="map/agents/list"}"#, 2.0),
-        (r#"map_plugin_calls_total{plugin="bad",outcome="ok"}"#, 4.0),
+        (r#"map_plugin_calls_total{plugin="bad",outcome="ok"}"#, 5.0),
         (r#"map_plugin_calls_total{plugin="bad",outcome="trap"}"#, 1.0),
         (r#"map_connections_open{transport="websocket"}"#, 2.0),
         (r#"map_sessions_open{tenant="acme"}"#, 2.0),
         (r#"map_messages_delivered_total{tenant="acme"}"#, 2.0),
+        ("map_plugin_instances_live", 1.0),
+        ("map_plugin_instances_max", 512.0),
         (r#"map_store_op_duration_seconds_count{op="commit",backend="sqlite"}"#, 1.0),
     ];
     for (series, value) in expect {

@@ -28,7 +28,14 @@ pub struct Budget {
 
 impl Budget {
     pub fn new(capacity: usize) -> Arc<Budget> {
-        Arc::new(Budget { tickets: Arc::new(Semaphore::new(capacity)), capacity, pools: Mutex::new(Vec::new()) })
+        let budget = Arc::new(Budget { tickets: Arc::new(Semaphore::new(capacity)), capacity, pools: Mutex::new(Vec::new()) });
+        let weak = Arc::downgrade(&budget);
+        crate::metrics::sample_on_scrape(move || {
+            if let Some(b) = weak.upgrade() {
+                crate::metrics::instances(b.capacity - b.tickets.available_permits(), b.capacity);
+            }
+        });
+        budget
     }
 
     pub fn capacity(&self) -> usize {
