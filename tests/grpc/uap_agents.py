@@ -163,6 +163,21 @@ class Agent:
         call = getattr(self.hub, method)(stream_of(q), metadata=self.creds + [("x-session-id", session_id)])
         return next(call), q, call
 
+    def run(self, session_id, reports):
+        """Accept a proposed test session and run it: RUNNING, then the
+        TestResponses `reports(init)` gives, then the end of the stream.
+        Returns its TestInit."""
+        self.accept(session_id)
+        init, q, call = self.execute(session_id)
+        TR, TS = PB["TestResponse"], PB["TestStatus"]
+        q.put(TR(timestamp=ts(), status=TS(state=PB["TestState"].Value("TEST_STATE_RUNNING"), message="running")))
+        for r in reports(init):
+            q.put(r)
+        for _ in call:
+            pass
+        q.put(None)
+        return init
+
     def disconnect(self):
         self.listen.cancel()
 

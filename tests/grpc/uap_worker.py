@@ -23,18 +23,18 @@ def serve(agent):
             return
         if not msg.HasField("session_proposal"):
             continue
-        sid = msg.session_proposal.session_id
-        agent.accept(sid)
-        init, q, call = agent.execute(sid)
-        name = init.payloads[0].attachment.name if init.payloads else ""
-        TR, TS = PB["TestResponse"], PB["TestStatus"]
-        q.put(TR(timestamp=ts(), status=TS(state=PB["TestState"].Value("TEST_STATE_RUNNING"), message="running")))
-        q.put(TR(timestamp=ts(), telemetry=PB["Telemetry"](message=f"checked {name}", severity=PB["Severity"].Value("SEVERITY_INFO"))))
-        report = PB["StepReport"](name=name, status=PB["StepStatus"].Value("STEP_STATUS_PASSED"))
-        q.put(TR(timestamp=ts(), result=PB["TestResult"](status=TS(state=PB["TestState"].Value("TEST_STATE_COMPLETED"), message="done"), reports=[report])))
-        for _ in call:
-            pass
-        q.put(None)
+        agent.run(msg.session_proposal.session_id, reports)
+
+
+def reports(init):
+    """Telemetry naming the first payload, then a completed result with one step for it."""
+    name = init.payloads[0].attachment.name if init.payloads else ""
+    TR, TS = PB["TestResponse"], PB["TestStatus"]
+    report = PB["StepReport"](name=name, status=PB["StepStatus"].Value("STEP_STATUS_PASSED"))
+    return [
+        TR(timestamp=ts(), telemetry=PB["Telemetry"](message=f"checked {name}", severity=PB["Severity"].Value("SEVERITY_INFO"))),
+        TR(timestamp=ts(), result=PB["TestResult"](status=TS(state=PB["TestState"].Value("TEST_STATE_COMPLETED"), message="done"), reports=[report])),
+    ]
 
 
 def main():

@@ -275,15 +275,14 @@ impl Gateway {
             Ok((active, params)) => (active.clone(), params.to_string()),
             Err(e) => {
                 let result = Err(e);
-                record(UNKNOWN_METHOD, &result, started);
+                record(&req.method, &result, started);
                 return Handled::Now(answer(req.id, result));
             }
         };
         let (id, method) = (req.id, req.method.into_owned());
         let mut call: BoxFuture<'static, (Option<String>, Vec<Frame>)> = Box::pin(async move {
             let result = active.tenant.extensions().call(&active, &method, &params).await;
-            let code = result.as_ref().err().map_or(0, |e| e.code);
-            crate::metrics::request(if code == crate::rpc::codes::METHOD_NOT_FOUND { UNKNOWN_METHOD } else { &method }, code, started.elapsed());
+            record_code(&method, result.as_ref().err().map_or(0, |e| e.code), started);
             match result {
                 Ok((result, deferred)) => (answer(id, Ok(Out::Raw(result))), deferred),
                 Err(e) => (answer(id, Err(e)), Vec::new()),
@@ -307,9 +306,8 @@ impl Gateway {
                 r
             }
             None => {
-                let served = extension_target(conn, &req).is_ok();
                 let r = self.call_extension(conn, &req).await;
-                record(if served { &req.method } else { UNKNOWN_METHOD }, &r, started);
+                record(&req.method, &r, started);
                 r
             }
         };
@@ -336,9 +334,13 @@ pub enum Handled {
 /// The method label of requests nobody serves (labels stay bounded).
 const UNKNOWN_METHOD: &str = "unknown";
 
-/// Count a request; a method not found is `unknown` whatever its name.
+/// Count a request; a method not found is `unknown` whatever its name
+/// (nobody serves it, so its name would be an unbounded label).
 fn record(method: &str, result: &Result<Out, RpcError>, started: Instant) {
-    let code = result.as_ref().err().map_or(0, |e| e.code);
+    record_code(method, result.as_ref().err().map_or(0, |e| e.code), started);
+}
+
+fn record_code(method: &str, code: i64, started: Instant) {
     let method = if code == crate::rpc::codes::METHOD_NOT_FOUND { UNKNOWN_METHOD } else { method };
     crate::metrics::request(method, code, started.elapsed());
 }
