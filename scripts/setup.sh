@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the build needs beyond rustup and cargo: the wasm32-wasip2
-# target for plugins; with --tests, the npm packages of the interop suite and
-# the Python gRPC client (grpcio) in target/pyenv.
+# target for plugins; with --tests, the npm packages of the interop suite, the
+# Python gRPC client (grpcio) in target/pyenv, and Chromium for the dashboard's
+# browser test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,5 +24,16 @@ if [ "${1:-}" = "--tests" ]; then
         fi
         target/pyenv/bin/pip install --quiet --disable-pip-version-check -r tests/grpc/requirements.txt
         cp tests/grpc/requirements.txt target/pyenv/requirements.txt
+    fi
+    if [ ! -x /usr/bin/chromium ]; then
+        echo "==> installing Chromium (the dashboard's browser test)"
+        apt_install() {
+            apt-get install -y -q "$@" >/dev/null || sudo apt-get install -y -q "$@" >/dev/null
+        }
+        apt_update() {
+            apt-get update -q >/dev/null || sudo apt-get update -q >/dev/null
+        }
+        # A fresh machine may have no package lists yet: update, then retry.
+        apt_install chromium chromium-driver || { apt_update && apt_install chromium chromium-driver; }
     fi
 fi

@@ -47,7 +47,7 @@ async fn grpc_unary(gw: std::sync::Arc<Gateway>) -> anyhow::Result<Vec<Duration>
     use bytes::{BufMut, BytesMut};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
-    tokio::spawn(map_gateway::transport::serve(gw, listener));
+    tokio::spawn(map_gateway::transport::serve(gw, listener, None));
     let (client, conn) = h2::client::handshake(tokio::net::TcpStream::connect(addr).await?).await?;
     tokio::spawn(conn);
     let mut client = client.ready().await?;

@@ -21,7 +21,17 @@ pub async fn start(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
     let tenants = Gateway::tenants_of(&config)?;
     host.apply(&config, &tenants).await?;
     let host: Arc<dyn ExtensionHost> = Arc::new(host);
-    Ok(Arc::new(Gateway::assemble(config, tenants, Some(host), config_path)))
+    let gateway = Arc::new(Gateway::assemble(config, tenants, Some(host), config_path));
+    let weak = Arc::downgrade(&gateway);
+    crate::metrics::sample_on_scrape(move || {
+        if let Some(gw) = weak.upgrade() {
+            for t in gw.tenants.all() {
+                let log = t.fabric.inspect();
+                crate::metrics::event_log(&t.id, log.log_events, log.log_bytes);
+            }
+        }
+    });
+    Ok(gateway)
 }
 
 /// Check a configuration as `serve` would use it, without serving: tenants
@@ -32,6 +42,9 @@ pub async fn check(mut config: Config) -> anyhow::Result<String> {
     let scratch = std::env::temp_dir().join(format!("map-gateway-check-{}-{}", std::process::id(), crate::core::ids::now_ms()));
     std::fs::create_dir_all(&scratch)?;
     let result = async {
+        if config.tls.enabled() {
+            crate::transport::tls::load(&config.tls.cert_file, &config.tls.key_file)?;
+        }
         config.server.data_dir = scratch.clone();
         let db = Store::open(&format!("sqlite://{}", scratch.join("check.db").display()), false, 0).await?;
         let host = PluginHost::new(&config, db)?;

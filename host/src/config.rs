@@ -15,6 +15,8 @@ pub struct Config {
     pub limits: LimitsConfig,
     pub storage: StorageConfig,
     pub admin: AdminConfig,
+    pub telemetry: TelemetryConfig,
+    pub tls: TlsConfig,
     /// Plugins by name. Absent: every `*.wasm` in `server.plugin_dir`, with default limits.
     pub plugins: Option<BTreeMap<String, PluginConfig>>,
     pub tenants: Vec<TenantConfig>,
@@ -38,6 +40,49 @@ pub struct StorageConfig {
 pub struct AdminConfig {
     /// Bearer token for `/admin/*`. Empty: the admin API answers loopback peers only.
     pub token: String,
+}
+
+/// TLS on the listener, for deployments without a proxy in front. Both
+/// files empty: plain TCP. The files are read again on SIGHUP and when they
+/// change, so a renewed certificate is served without a restart.
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM certificate chain, leaf first.
+    pub cert_file: PathBuf,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1).
+    pub key_file: PathBuf,
+}
+
+impl TlsConfig {
+    pub fn enabled(&self) -> bool {
+        !self.cert_file.as_os_str().is_empty()
+    }
+}
+
+/// Logs and traces. Read once at start (a reload does not change them).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// Log lines on stderr as `text` or `json` (one object per line).
+    pub log_format: String,
+    /// OTLP/HTTP collector for traces, e.g. `http://127.0.0.1:4318` (spans
+    /// go to `/v1/traces` under it; plain HTTP, so a collector on the host
+    /// or its private network). Empty: no traces are made.
+    pub otlp_endpoint: String,
+    /// `http/protobuf` or `http/json`.
+    pub otlp_protocol: String,
+    /// Share of traces started here that are kept (0.0 to 1.0); a caller's
+    /// `traceparent` decides for the traces it continues.
+    pub sample_ratio: f64,
+    /// The spans' `service.name`.
+    pub service_name: String,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        TelemetryConfig { log_format: "text".into(), otlp_endpoint: String::new(), otlp_protocol: "http/protobuf".into(), sample_ratio: 1.0, service_name: "map-gateway".into() }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -273,6 +318,8 @@ impl Default for Config {
             limits: LimitsConfig::default(),
             storage: StorageConfig::default(),
             admin: AdminConfig::default(),
+            telemetry: TelemetryConfig::default(),
+            tls: TlsConfig::default(),
             plugins: None,
             tenants: vec![TenantConfig { id: "default".into(), ..Default::default() }],
         }
@@ -292,6 +339,11 @@ impl Config {
             };
             rebase(&mut config.server.data_dir);
             rebase(&mut config.server.plugin_dir);
+            for file in [&mut config.tls.cert_file, &mut config.tls.key_file] {
+                if !file.as_os_str().is_empty() {
+                    rebase(file);
+                }
+            }
             for j in config.tenants.iter_mut().filter_map(|t| t.jwt.as_mut()) {
                 if !j.public_key_file.as_os_str().is_empty() {
                     rebase(&mut j.public_key_file);
@@ -350,6 +402,22 @@ impl Config {
             if o != "*" && !(o.starts_with("http://") || o.starts_with("https://")) || o.ends_with('/') {
                 bail!("server.allowed_origins: {o:?} is not an origin like https://app.example (or *)");
             }
+        }
+        if self.tls.cert_file.as_os_str().is_empty() != self.tls.key_file.as_os_str().is_empty() {
+            bail!("tls.cert_file and tls.key_file go together: give both or neither");
+        }
+        let t = &self.telemetry;
+        if !matches!(t.log_format.as_str(), "text" | "json") {
+            bail!("telemetry.log_format must be text or json");
+        }
+        if !matches!(t.otlp_protocol.as_str(), "http/protobuf" | "http/json") {
+            bail!("telemetry.otlp_protocol must be http/protobuf or http/json");
+        }
+        if !(t.otlp_endpoint.is_empty() || t.otlp_endpoint.starts_with("http://")) {
+            bail!("telemetry.otlp_endpoint must be an http:// URL (or empty): export to a collector on the host or its network");
+        }
+        if !(0.0..=1.0).contains(&t.sample_ratio) {
+            bail!("telemetry.sample_ratio must be between 0.0 and 1.0");
         }
         Ok(())
     }

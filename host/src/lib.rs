@@ -6,7 +6,7 @@
 //! serving extensions) → `core` (MAP: sessions, agents, scopes, routing,
 //! events; the traits it needs from extensions) → `tenants` (credentials
 //! into tenants) → `store` (durable storage) → `rpc` (codec, errors) →
-//! `ids`, `config`.
+//! `ids`, `metrics`, `telemetry` (logs and traces), `config`.
 
 // What an embedder uses: start a gateway (`app`), configure it (`config`),
 // serve it (`transport`), drive the core directly (`core`) and reach a
@@ -19,5 +19,6 @@ pub mod metrics;
 pub mod plugins;
 mod rpc;
 mod store;
+pub mod telemetry;
 mod tenants;
 pub mod transport;

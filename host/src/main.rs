@@ -88,15 +88,10 @@ fn load(path: Option<&PathBuf>) -> anyhow::Result<Config> {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("MAP_GATEWAY_LOG").unwrap_or_else(|_| "info".into()))
-        .with_writer(std::io::stderr)
-        // Colours only for a terminal, never into a log file.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
     match cli.command {
         Command::Check { config } => {
             let config = load(config.as_ref())?;
+            let _logs = map_gateway::telemetry::init(&Default::default())?;
             let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             println!("{}", runtime.block_on(map_gateway::app::check(config))?);
             Ok(())
@@ -120,8 +115,14 @@ fn main() -> anyhow::Result<()> {
             if let Some(d) = data_dir {
                 config.server.data_dir = d;
             }
+            // Before the runtime: the trace exporter runs on a thread of its own.
+            let telemetry = map_gateway::telemetry::init(&config.telemetry)?;
             let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-            runtime.block_on(serve(config, config_path, stdio))
+            let served = runtime.block_on(serve(config, config_path, stdio));
+            // Tasks still running (a stdin read, say) do not hold the exit up.
+            runtime.shutdown_timeout(Duration::from_secs(1));
+            telemetry.shutdown();
+            served
         }
     }
 }
@@ -129,20 +130,28 @@ fn main() -> anyhow::Result<()> {
 
 async fn serve(config: Config, config_path: Option<PathBuf>, stdio: bool) -> anyhow::Result<()> {
     let listen = config.server.listen;
+    let tls = match config.tls.enabled() {
+        true => Some(transport::tls::Tls::new(&config.tls)?),
+        false => None,
+    };
     let gateway = map_gateway::app::start(config, config_path).await?;
-    spawn_reload_on_hangup(gateway.clone());
+    spawn_reload_on_hangup(gateway.clone(), tls.clone());
     if stdio {
         transport::stdio::serve(gateway).await?;
         return Ok(());
     }
     let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("binding {listen}"))?;
     let addr = listener.local_addr()?;
-    tracing::info!(%addr, tenants = gateway.config.tenants.len(), "gateway ready");
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    tracing::info!(%addr, tls = tls.is_some(), tenants = gateway.config.tenants.len(), "gateway ready");
     // Tests and scripts wait for this line.
-    println!("map-gateway listening on http://{addr}");
+    println!("map-gateway listening on {scheme}://{addr}");
+    if let Some(tls) = &tls {
+        tls.watch();
+    }
     std::io::stdout().flush()?;
     tokio::select! {
-        r = transport::serve(gateway.clone(), listener) => r?,
+        r = transport::serve(gateway.clone(), listener, tls) => r?,
         _ = shutdown_signal() => {}
     }
     // The listener is closed. Connections answer what is in flight and close.
@@ -156,12 +165,16 @@ async fn serve(config: Config, config_path: Option<PathBuf>, stdio: bool) -> any
     Ok(())
 }
 
-/// SIGHUP re-reads the configuration and swaps plugins, like `POST /admin/reload`.
-fn spawn_reload_on_hangup(gateway: std::sync::Arc<Gateway>) {
+/// SIGHUP re-reads the configuration and swaps plugins, like `POST /admin/reload`,
+/// and reads the TLS certificate and key again.
+fn spawn_reload_on_hangup(gateway: std::sync::Arc<Gateway>, tls: Option<std::sync::Arc<transport::tls::Tls>>) {
     #[cfg(unix)]
     tokio::spawn(async move {
         let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else { return };
         while hup.recv().await.is_some() {
+            if let Some(Err(e)) = tls.as_ref().map(|t| t.reload()) {
+                tracing::error!(error = %format!("{e:#}"), "TLS reload failed; the previous certificate stays");
+            }
             match gateway.reload().await {
                 Ok(status) => tracing::info!(%status, "configuration reloaded"),
                 Err(e) => tracing::error!(error = %format!("{e:#}"), "reload failed; the previous plugins stay"),

@@ -47,6 +47,8 @@ fn describe() {
     describe_counter!("map_outbox_full_total", "Frames refused because a session's outgoing queue was full");
     describe_gauge!("map_plugin_instances_live", "Plugin instances alive now (running or ready), all tenants and plugins");
     describe_gauge!("map_plugin_instances_max", "The engine's room for instances (server.max_instances)");
+    describe_gauge!("map_event_log_events", "Events held in the replay log, by tenant");
+    describe_gauge!("map_event_log_bytes", Unit::Bytes, "Approximate bytes held in the replay log, by tenant");
 }
 
 fn on() -> bool {
@@ -167,6 +169,15 @@ pub fn instances(live: usize, max: usize) {
     if on() {
         gauge!("map_plugin_instances_live").set(live as f64);
         gauge!("map_plugin_instances_max").set(max as f64);
+    }
+}
+
+/// The replay log of `tenant` holds this many events and about this many bytes.
+pub fn event_log(tenant: &str, events: usize, bytes: usize) {
+    if on() {
+        let tenant = label(tenant);
+        gauge!("map_event_log_events", "tenant" => tenant).set(events as f64);
+        gauge!("map_event_log_bytes", "tenant" => tenant).set(bytes as f64);
     }
 }
 

@@ -82,10 +82,15 @@ async fn a_singleton_keeps_state_and_reinitialises_after_its_own_trap() {
     assert!(gw.log().contains("singleton failed"), "the failure is logged");
     // And shown to the operator.
     let status = http(&gw.addr(), "GET", "/admin/plugins", &[], b"").await.json();
-    let health = &status["singletons"][0];
+    let health = &status["tenants"][0];
     assert_eq!(health["plugin"], "state", "{status}");
+    assert_eq!(health["mode"], "singleton", "{status}");
     assert_eq!(health["health"]["failures"], 0, "the call after the trap succeeded: {status}");
     assert!(health["health"]["lastError"].as_str().unwrap().contains("trapped"), "{status}");
+    assert_eq!(health["calls"]["ok"], 4, "{status}");
+    assert_eq!(health["calls"]["trap"], 1, "{status}");
+    assert_eq!(health["recentFailures"][0]["outcome"], "trap", "{status}");
+    assert!(health["recentFailures"][0]["reason"].as_str().unwrap().contains("trapped"), "{status}");
 }
 
 #[tokio::test]

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::json;
 
@@ -61,6 +61,28 @@ pub trait Fabric: Send + Sync {
     fn subscribe(&self, session: &str, filter: Filter, from: Option<ReplayFrom>) -> String;
     fn unsubscribe(&self, session: &str, subscription: &str) -> bool;
     fn replay(&self, query: &ReplayQuery) -> ReplayPage;
+    /// For the operator: the live subscriptions and the replay log's size.
+    fn inspect(&self) -> FabricView;
+}
+
+/// What `Fabric::inspect` shows.
+pub struct FabricView {
+    pub subscriptions: Vec<SubscriptionView>,
+    pub log_events: usize,
+    pub log_bytes: usize,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SubscriptionView {
+    pub id: String,
+    pub session_id: String,
+    /// The filter's event types (empty: every type).
+    pub event_types: Vec<String>,
+    /// Events sent so far (the last sequence number).
+    pub sequence: u64,
+    /// Events dropped since the last overflow notice.
+    pub dropped: u64,
 }
 
 struct Subscription {
@@ -263,6 +285,16 @@ impl Fabric for LocalFabric {
 
     fn has_subscribers(&self) -> bool {
         self.subscribers.load(Ordering::Relaxed) > 0
+    }
+
+    fn inspect(&self) -> FabricView {
+        let events = self.events.lock();
+        let subscriptions = events
+            .subscriptions
+            .iter()
+            .map(|s| SubscriptionView { id: s.id.clone(), session_id: s.session.clone(), event_types: s.filter.event_types.clone(), sequence: s.sequence, dropped: s.dropped })
+            .collect();
+        FabricView { subscriptions, log_events: events.log.len(), log_bytes: events.log_bytes }
     }
 
     fn subscribe(&self, session: &str, filter: Filter, from: Option<ReplayFrom>) -> String {

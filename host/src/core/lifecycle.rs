@@ -49,7 +49,7 @@ pub(crate) fn agent_event(kind: &'static str, agent: &Agent, mut data: Value) ->
     ev
 }
 
-fn participant_event(kind: &'static str, s: &SessionInfo, extra: Value) -> NewEvent {
+pub(crate) fn participant_event(kind: &'static str, s: &SessionInfo, extra: Value) -> NewEvent {
     let source = Source { participant_id: Some(s.participant_id.clone()), ..Source::default() };
     let mut data = json!({"participantId": s.participant_id, "participantType": s.participant_type});
     if let (Value::Object(d), Value::Object(e)) = (&mut data, extra) {

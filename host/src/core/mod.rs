@@ -3,6 +3,7 @@
 //! transport calls.
 
 pub mod address;
+mod admin;
 pub mod drain;
 pub mod events;
 pub mod extensions;
@@ -128,6 +129,8 @@ pub struct Conn {
     pub state: ConnState,
     /// Notifications to write right after the current answer (a plugin's to its caller).
     pub deferred: Vec<Frame>,
+    /// W3C `traceparent` and `tracestate` of the HTTP request being handled.
+    pub trace_parent: Option<(String, Option<String>)>,
 }
 
 /// A credential was refused (as opposed to malformed or throttled).
@@ -144,7 +147,20 @@ impl Active {
 
 impl Conn {
     pub fn new(tx: FrameTx, loopback: bool, transport: &'static str) -> Conn {
-        Conn { tx, loopback, peer_ip: None, auth_failures: 0, transport, preset_auth: None, streams: true, state: ConnState::Fresh, deferred: Vec::new() }
+        Conn { tx, loopback, peer_ip: None, auth_failures: 0, transport, preset_auth: None, streams: true, state: ConnState::Fresh, deferred: Vec::new(), trace_parent: None }
+    }
+
+    /// The span of one request on this connection (disabled unless traces are on).
+    fn request_span(&self, method: &str) -> tracing::Span {
+        let tenant = match &self.state {
+            ConnState::Active(a) => a.tenant.id.as_str(),
+            _ => "",
+        };
+        let span = crate::telemetry::request(method, tenant);
+        if let Some((parent, state)) = &self.trace_parent {
+            crate::telemetry::continue_trace(&span, Some(parent), state.as_deref());
+        }
+        span
     }
 
     pub fn active(&self) -> Result<&Active, RpcError> {
@@ -258,36 +274,39 @@ impl Gateway {
         if bytes.len() <= self.config.server.max_message_bytes {
             if let Decoded::Single(Ok(req)) = rpc::decode_frame(bytes) {
                 let started = Instant::now();
-                return match methods::dispatch(self, conn, &req) {
+                let span = conn.request_span(&req.method);
+                return match span.in_scope(|| methods::dispatch(self, conn, &req)) {
                     Some(result) => {
-                        record(&req.method, &result, started);
+                        record(&req.method, &result, started, &span);
                         Handled::Now(answer(req.id, result))
                     }
-                    None => self.start_extension(conn, req, started),
+                    None => self.start_extension(conn, req, started, span),
                 };
             }
         }
         Handled::Now(self.handle_frame(conn, bytes).await)
     }
 
-    fn start_extension(&self, conn: &mut Conn, req: Request<'_>, started: Instant) -> Handled {
+    fn start_extension(&self, conn: &mut Conn, req: Request<'_>, started: Instant, span: tracing::Span) -> Handled {
         let (active, params) = match extension_target(conn, &req) {
             Ok((active, params)) => (active.clone(), params.to_string()),
             Err(e) => {
                 let result = Err(e);
-                record(&req.method, &result, started);
+                record(&req.method, &result, started, &span);
                 return Handled::Now(answer(req.id, result));
             }
         };
         let (id, method) = (req.id, req.method.into_owned());
-        let mut call: BoxFuture<'static, (Option<String>, Vec<Frame>)> = Box::pin(async move {
+        let in_span = span.clone();
+        let call = async move {
             let result = active.tenant.extensions().call(&active, &method, &params).await;
-            record_code(&method, result.as_ref().err().map_or(0, |e| e.code), started);
+            record_code(&method, result.as_ref().err().map_or(0, |e| e.code), started, &span);
             match result {
                 Ok((result, deferred)) => (answer(id, Ok(Out::Raw(result))), deferred),
                 Err(e) => (answer(id, Err(e)), Vec::new()),
             }
-        });
+        };
+        let mut call: BoxFuture<'static, (Option<String>, Vec<Frame>)> = Box::pin(tracing::Instrument::instrument(call, in_span));
         match futures_util::FutureExt::now_or_never(&mut call) {
             Some((answer, deferred)) => {
                 conn.deferred.extend(deferred);
@@ -300,17 +319,12 @@ impl Gateway {
     /// Handle one request; notifications get no answer.
     pub async fn handle(self: &Arc<Self>, conn: &mut Conn, req: Request<'_>) -> Option<String> {
         let started = Instant::now();
-        let result = match methods::dispatch(self, conn, &req) {
-            Some(r) => {
-                record(&req.method, &r, started);
-                r
-            }
-            None => {
-                let r = self.call_extension(conn, &req).await;
-                record(&req.method, &r, started);
-                r
-            }
+        let span = conn.request_span(&req.method);
+        let result = match span.in_scope(|| methods::dispatch(self, conn, &req)) {
+            Some(r) => r,
+            None => tracing::Instrument::instrument(self.call_extension(conn, &req), span.clone()).await,
         };
+        record(&req.method, &result, started, &span);
         answer(req.id, result)
     }
 
@@ -336,13 +350,14 @@ const UNKNOWN_METHOD: &str = "unknown";
 
 /// Count a request; a method not found is `unknown` whatever its name
 /// (nobody serves it, so its name would be an unbounded label).
-fn record(method: &str, result: &Result<Out, RpcError>, started: Instant) {
-    record_code(method, result.as_ref().err().map_or(0, |e| e.code), started);
+fn record(method: &str, result: &Result<Out, RpcError>, started: Instant, span: &tracing::Span) {
+    record_code(method, result.as_ref().err().map_or(0, |e| e.code), started, span);
 }
 
-fn record_code(method: &str, code: i64, started: Instant) {
+fn record_code(method: &str, code: i64, started: Instant, span: &tracing::Span) {
     let method = if code == crate::rpc::codes::METHOD_NOT_FOUND { UNKNOWN_METHOD } else { method };
     crate::metrics::request(method, code, started.elapsed());
+    crate::telemetry::answered(span, code);
 }
 
 /// A request's answer; notifications (no id) get none.

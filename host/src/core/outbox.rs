@@ -3,7 +3,7 @@
 //! stream) a bounded number of frames wait for the next one.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -66,22 +66,31 @@ pub enum Full {
 /// A connection's queue of outgoing frames, bounded by count and by bytes.
 pub fn channel(frames: usize, bytes: usize) -> (FrameTx, FrameRx) {
     let (tx, rx) = mpsc::channel(frames.max(1));
-    let queued = Arc::new(AtomicUsize::new(0));
-    (FrameTx { tx, queued: queued.clone(), max_bytes: bytes }, FrameRx { rx, queued })
+    let shared = Arc::new(Shared::default());
+    (FrameTx { tx, shared: shared.clone(), max_bytes: bytes }, FrameRx { rx, shared })
+}
+
+/// What both ends of a channel see.
+#[derive(Default)]
+struct Shared {
+    /// Bytes sent and not yet received.
+    queued: AtomicUsize,
+    /// `FrameTx::end` was called: the connection is to close.
+    ended: AtomicBool,
+    wake: tokio::sync::Notify,
 }
 
 /// The writing end of `channel`.
 #[derive(Clone)]
 pub struct FrameTx {
     tx: mpsc::Sender<Frame>,
-    /// Bytes sent and not yet received.
-    queued: Arc<AtomicUsize>,
+    shared: Arc<Shared>,
     max_bytes: usize,
 }
 
 pub struct FrameRx {
     rx: mpsc::Receiver<Frame>,
-    queued: Arc<AtomicUsize>,
+    shared: Arc<Shared>,
 }
 
 impl FrameTx {
@@ -89,9 +98,9 @@ impl FrameTx {
     /// being read). Bytes are counted, so notifications see the backlog.
     pub async fn send(&self, frame: Frame) -> Result<(), Frame> {
         let n = frame.len();
-        self.queued.fetch_add(n, Ordering::Relaxed);
+        self.shared.queued.fetch_add(n, Ordering::Relaxed);
         self.tx.send(frame).await.map_err(|e| {
-            self.queued.fetch_sub(n, Ordering::Relaxed);
+            self.shared.queued.fetch_sub(n, Ordering::Relaxed);
             e.0
         })
     }
@@ -100,13 +109,13 @@ impl FrameTx {
     /// larger than the whole budget still goes into an empty queue).
     pub fn try_send(&self, frame: Frame) -> Result<(), mpsc::error::TrySendError<Frame>> {
         let n = frame.len();
-        let before = self.queued.fetch_add(n, Ordering::Relaxed);
+        let before = self.shared.queued.fetch_add(n, Ordering::Relaxed);
         if before > 0 && before + n > self.max_bytes {
-            self.queued.fetch_sub(n, Ordering::Relaxed);
+            self.shared.queued.fetch_sub(n, Ordering::Relaxed);
             return Err(mpsc::error::TrySendError::Full(frame));
         }
         self.tx.try_send(frame).inspect_err(|_| {
-            self.queued.fetch_sub(n, Ordering::Relaxed);
+            self.shared.queued.fetch_sub(n, Ordering::Relaxed);
         })
     }
 
@@ -117,18 +126,36 @@ impl FrameTx {
     pub fn is_closed(&self) -> bool {
         self.tx.is_closed()
     }
+
+    /// Close the connection: its reader's `recv` answers `None` from now on.
+    pub fn end(&self) {
+        self.shared.ended.store(true, Ordering::SeqCst);
+        self.shared.wake.notify_one();
+    }
 }
 
 impl FrameRx {
+    /// The next frame; `None` when every sender is gone or the channel was ended.
     pub async fn recv(&mut self) -> Option<Frame> {
-        let f = self.rx.recv().await?;
-        self.queued.fetch_sub(f.len(), Ordering::Relaxed);
+        if self.ended() {
+            return None;
+        }
+        let f = tokio::select! {
+            f = self.rx.recv() => f?,
+            _ = self.shared.wake.notified() => return None,
+        };
+        self.shared.queued.fetch_sub(f.len(), Ordering::Relaxed);
         Some(f)
+    }
+
+    /// The writing side called `FrameTx::end`.
+    pub fn ended(&self) -> bool {
+        self.shared.ended.load(Ordering::SeqCst)
     }
 
     pub fn try_recv(&mut self) -> Option<Frame> {
         let f = self.rx.try_recv().ok()?;
-        self.queued.fetch_sub(f.len(), Ordering::Relaxed);
+        self.shared.queued.fetch_sub(f.len(), Ordering::Relaxed);
         Some(f)
     }
 }
@@ -196,6 +223,13 @@ impl Outbox {
         *self.inner.lock() = Attachment::Closed;
     }
 
+    /// Close for good, and end the connection attached now (if any).
+    pub fn close_and_end(&self) {
+        if let Attachment::Attached(tx) = std::mem::replace(&mut *self.inner.lock(), Attachment::Closed) {
+            tx.end();
+        }
+    }
+
     /// Queue a notification without waiting; a full queue refuses it.
     pub fn push(&self, frame: Frame) -> Result<(), Full> {
         let mut inner = self.inner.lock();
@@ -261,6 +295,18 @@ mod tests {
         assert!(rx.try_recv().is_none());
         ob.close();
         assert_eq!(ob.push(Frame::from_static("e")), Err(Full::Closed));
+    }
+
+    #[tokio::test]
+    async fn ending_wakes_a_waiting_reader() {
+        let ob = Arc::new(Outbox::new(2, 1 << 20));
+        let (tx, mut rx) = channel(2, 1 << 20);
+        ob.attach(tx.clone());
+        let reader = tokio::spawn(async move { (rx.recv().await, rx.ended()) });
+        tokio::task::yield_now().await;
+        ob.close_and_end();
+        assert_eq!(reader.await.unwrap(), (None, true));
+        assert_eq!(ob.push(Frame::from_static("x")), Err(Full::Closed));
     }
 
     #[test]

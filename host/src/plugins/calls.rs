@@ -19,6 +19,7 @@ use super::instance::classify;
 use super::plugin::{Descriptor, Plugin, Refused};
 use super::pool::Pool;
 use super::state::Context;
+use super::stats::CallStats;
 use crate::config::InstanceMode;
 use crate::core::Observed;
 use crate::core::outbox::Frame;
@@ -100,6 +101,7 @@ pub struct TenantPlugin {
     dropped: Throttled,
     /// Plugin output reaches the log at most once a second.
     output: Throttled,
+    stats: CallStats,
 }
 
 impl TenantPlugin {
@@ -125,6 +127,7 @@ impl TenantPlugin {
             observer: tx,
             dropped: Throttled::new(),
             output: Throttled::new(),
+            stats: CallStats::default(),
         });
         if let Some(rx) = rx {
             // One worker per tenant plugin keeps messages in send order.
@@ -168,6 +171,18 @@ impl TenantPlugin {
         self.pool.health()
     }
 
+    /// This tenant plugin for the admin API: mode, calls by outcome,
+    /// instances, singleton health and the last failures.
+    pub fn inspect(&self, tenant: &str) -> Value {
+        let (calls, recent) = self.stats.view();
+        let mode = match self.plugin.limits.mode {
+            InstanceMode::Pooled => "pooled",
+            InstanceMode::Singleton => "singleton",
+        };
+        json!({"tenant": tenant, "plugin": self.plugin.name, "version": self.plugin.version(), "mode": mode,
+               "calls": calls, "instances": self.pool.instances(&self.plugin), "health": self.pool.health(), "recentFailures": recent})
+    }
+
     /// This version was replaced by a hot swap: its gRPC calls end with
     /// UNAVAILABLE so that clients reconnect to the new one.
     pub fn retire(&self) {
@@ -191,7 +206,9 @@ impl TenantPlugin {
         accept: impl FnOnce(&TenantPlugin, Outcome) -> Result<T, String> + Send + 'static,
     ) -> Result<(T, Vec<Frame>), RpcError> {
         let this = self.clone();
-        let mut call = Box::pin(async move { this.run_here(caller, hops, invocation, accept).await });
+        // A child of the request's span (current here), carried to the plugin threads with the call.
+        let span = crate::telemetry::plugin_call(&self.plugin.name, &self.ctx.scope.tenant, invocation.kind());
+        let mut call = Box::pin(tracing::Instrument::instrument(async move { this.run_here(caller, hops, invocation, accept).await }, span));
         // Most calls finish within their first slice (at most one 5 ms epoch
         // tick): answer those here, without a thread hop. A call that yields
         // (still running at the tick, or waiting for storage or a turn) goes
@@ -217,12 +234,12 @@ impl TenantPlugin {
         let mut lease = match self.pool.acquire(&self.plugin, &self.ctx).await {
             Ok(l) => l,
             Err(Refused::Busy { retry_after, why }) => {
-                crate::metrics::plugin_call(&self.plugin.name, "busy", started.elapsed());
+                self.stats.record(&self.plugin.name, "busy", started.elapsed(), Some(&why));
                 return Err(RpcError::new(codes::RESOURCE_EXHAUSTED, format!("Plugin {} cannot take the call now: {why}; try again later", self.plugin.name))
                     .with_data(json!({"retryAfterMs": retry_after.as_millis() as u64, "plugin": self.plugin.name})));
             }
             Err(Refused::Failed(reason)) => {
-                crate::metrics::plugin_call(&self.plugin.name, "failed", started.elapsed());
+                self.stats.record(&self.plugin.name, "failed", started.elapsed(), Some(&reason));
                 tracing::warn!(plugin = self.plugin.name, tenant = self.ctx.scope.tenant, reason, "plugin instance could not start");
                 return Err(self.failure(reason));
             }
@@ -254,12 +271,13 @@ impl TenantPlugin {
                 (answer, outcome)
             }
         };
-        crate::metrics::plugin_call(&self.plugin.name, outcome, started.elapsed());
         let last_error = self.log_output(lease.instance().store.data());
         let answer = answer.map_err(|reason| match last_error {
             Some(line) => format!("{reason}; its stderr said: {line}"),
             None => reason,
         });
+        self.stats.record(&self.plugin.name, outcome, started.elapsed(), answer.as_ref().err().map(String::as_str));
+        crate::telemetry::plugin_outcome(&tracing::Span::current(), outcome);
         match answer {
             Ok(value) => {
                 let data = lease.instance().store.data_mut();
@@ -437,7 +455,9 @@ impl TenantPlugin {
         let info = CallInfo { id, path, metadata, principal, timeout_ms: timeout.map(|t| t.as_millis() as u64) };
         let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
         let this = self.clone();
-        self.runtime.spawn(async move { this.drive_grpc(info, requests, ended, deadline).await });
+        // Its callbacks are children of the call's span (current here).
+        let span = tracing::Span::current();
+        self.runtime.spawn(tracing::Instrument::instrument(async move { this.drive_grpc(info, requests, ended, deadline).await }, span));
         response
     }
 

@@ -62,6 +62,19 @@ pub enum Invocation {
 }
 
 impl Invocation {
+    /// What kind of call this is, for its trace span.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Invocation::Describe | Invocation::Interest | Invocation::Services => "describe",
+            Invocation::Init => "init",
+            Invocation::Rpc { .. } => "rpc",
+            Invocation::Observe { .. } => "observe",
+            Invocation::Http(_) => "http",
+            Invocation::Timer { .. } => "timer",
+            Invocation::GrpcOpen(_) | Invocation::GrpcMessage(..) | Invocation::GrpcHalfClose(_) | Invocation::GrpcClosed(_) => "grpc",
+        }
+    }
+
     /// The gRPC call a callback is about.
     pub fn grpc_call(&self) -> Option<u64> {
         match self {

@@ -25,6 +25,7 @@ mod plugin;
 mod pool;
 mod set;
 mod state;
+mod stats;
 mod timers;
 
 use std::collections::HashMap;
@@ -263,17 +264,9 @@ impl PluginHost {
             .map(|(name, l)| serde_json::json!({"name": name, "version": l.plugin.version(), "digest": l.digest, "path": l.settings.path}))
             .collect();
         plugins.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
-        // Singletons: whether each runs, and its failures in a row.
-        let singletons: Vec<Value> = self
-            .bound
-            .lock()
-            .iter()
-            .filter_map(|(tenant, tp)| {
-                let health = tp.health()?;
-                Some(serde_json::json!({"tenant": tenant, "plugin": tp.name(), "health": health}))
-            })
-            .collect();
-        serde_json::json!({"plugins": plugins, "singletons": singletons, "lastError": *self.last_error.lock()})
+        // Each plugin in each tenant: calls by outcome, instances, failures.
+        let tenants: Vec<Value> = self.bound.lock().iter().map(|(tenant, tp)| tp.inspect(tenant)).collect();
+        serde_json::json!({"plugins": plugins, "tenants": tenants, "lastError": *self.last_error.lock()})
     }
 }
 

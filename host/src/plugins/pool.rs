@@ -151,6 +151,23 @@ impl Pool {
         }
     }
 
+    /// Instances ready and in use: `{idle, busy, max}`.
+    pub fn instances(&self, plugin: &Plugin) -> serde_json::Value {
+        match self {
+            Pool::Pooled { idle, slots } => {
+                let max = plugin.limits.max_concurrency.max(1);
+                serde_json::json!({"idle": idle.lock().len(), "busy": max - slots.available_permits(), "max": max})
+            }
+            Pool::Singleton(cell) => {
+                let (idle, busy) = match cell.try_lock() {
+                    Ok(s) => (usize::from(s.instance.is_some()), 0),
+                    Err(_) => (0, 1),
+                };
+                serde_json::json!({"idle": idle, "busy": busy, "max": 1})
+            }
+        }
+    }
+
     /// The singleton's state, for the operator: `{running, failures, lastError}`
     /// (`{busy: true}` while a call holds it).
     pub fn health(&self) -> Option<serde_json::Value> {

@@ -20,6 +20,8 @@ mod writer;
 use std::time::Instant;
 use std::sync::Arc;
 
+use tracing::Instrument;
+
 pub use self::ops::{Item, Op, Outcome};
 use self::ops::{check_key, check_ops, over_budget, ManyFill, PageFill, MAX_PAGE};
 use self::postgres::Postgres;
@@ -137,10 +139,13 @@ impl Store {
             return Ok(Vec::new());
         }
         let started = Instant::now();
-        let got = match &self.backend {
-            Backend::Sqlite(db) => db.get_many(scope, fill, keys),
-            Backend::Postgres(db) => db.get_many(scope, fill, keys).await,
+        let got = async {
+            match &self.backend {
+                Backend::Sqlite(db) => db.get_many(scope, fill, keys),
+                Backend::Postgres(db) => db.get_many(scope, fill, keys).await,
+            }
         };
+        let got = got.instrument(crate::telemetry::store_op("get_many", self.backend_name())).await;
         crate::metrics::store_op("get_many", self.backend_name(), started.elapsed());
         got
     }
@@ -176,10 +181,13 @@ impl Store {
             return Ok(Outcome::Committed { version: 0, counters: Vec::new(), deleted: 0 });
         }
         let started = Instant::now();
-        let done = match &self.backend {
-            Backend::Sqlite(db) => db.writer().commit(scope, ops).await,
-            Backend::Postgres(db) => db.commit(scope, &ops).await,
+        let done = async {
+            match &self.backend {
+                Backend::Sqlite(db) => db.writer().commit(scope, ops).await,
+                Backend::Postgres(db) => db.commit(scope, &ops).await,
+            }
         };
+        let done = done.instrument(crate::telemetry::store_op("commit", self.backend_name())).await;
         crate::metrics::store_op("commit", self.backend_name(), started.elapsed());
         done
     }
@@ -191,10 +199,13 @@ impl Store {
         check_key(collection, &o.prefix)?;
         let fill = PageFill::new(o.limit, max_bytes, hard_max_bytes);
         let started = Instant::now();
-        let page = match &self.backend {
-            Backend::Sqlite(db) => db.scan_page(scope, collection, o, fill),
-            Backend::Postgres(db) => db.scan_page(scope, collection, o, fill).await,
+        let page = async {
+            match &self.backend {
+                Backend::Sqlite(db) => db.scan_page(scope, collection, o, fill),
+                Backend::Postgres(db) => db.scan_page(scope, collection, o, fill).await,
+            }
         };
+        let page = page.instrument(crate::telemetry::store_op("scan_page", self.backend_name())).await;
         crate::metrics::store_op("scan_page", self.backend_name(), started.elapsed());
         page
     }

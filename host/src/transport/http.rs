@@ -23,7 +23,7 @@ pub type Body = BoxBody<Bytes, Infallible>;
 /// Header naming the session of an HTTP request (returned by `map/connect`).
 pub const SESSION_HEADER: &str = "map-session-id";
 
-fn full(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Response<Body> {
+pub(super) fn full(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Response<Body> {
     let mut r = Response::new(Full::new(body.into()).boxed());
     *r.status_mut() = status;
     r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
@@ -34,7 +34,7 @@ fn rpc_error(status: StatusCode, err: RpcError) -> Response<Body> {
     full(status, "application/json", encode_error(&Value::Null, &err))
 }
 
-fn error_json(status: StatusCode, message: &str) -> Response<Body> {
+pub(super) fn error_json(status: StatusCode, message: &str) -> Response<Body> {
     full(status, "application/json", json!({"error": message}).to_string())
 }
 
@@ -63,7 +63,7 @@ async fn readiness(gw: &Gateway) -> Response<Body> {
     }
 }
 
-fn method_not_allowed(allow: &'static str) -> Response<Body> {
+pub(super) fn method_not_allowed(allow: &'static str) -> Response<Body> {
     let mut r = full(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "method not allowed\n");
     r.headers_mut().insert(hyper::header::ALLOW, HeaderValue::from_static(allow));
     r
@@ -102,56 +102,13 @@ pub async fn route(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -
             h.insert("access-control-allow-headers", HeaderValue::from_static("content-type, authorization, x-api-key, map-session-id"));
             r
         }
-        (_, "/admin/reload" | "/admin/plugins" | "/metrics") => admin(gw, peer, req).await,
+        (_, "/metrics") => super::admin::route(gw, peer, req).await,
+        (_, p) if p.starts_with("/admin/") => super::admin::route(gw, peer, req).await,
+        (_, p) if p == "/dashboard" || p.starts_with("/dashboard/") => super::dashboard::serve(req.method(), p),
         (_, "/map/rpc" | "/map/batch") => method_not_allowed("POST"),
         (_, "/map/events" | "/healthz" | "/readyz") => method_not_allowed("GET"),
         _ => plugin_http(gw, peer, req).await,
     })
-}
-
-/// `POST /admin/reload` re-reads the configuration and swaps plugins;
-/// `GET /admin/plugins` lists what is loaded. Bearer `admin.token`, or loopback when none is set.
-async fn admin(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Response<Body> {
-    // Never for a browser page of another origin, whatever it carries.
-    let cross_site = req.headers().get("sec-fetch-site").is_some_and(|v| v.as_bytes() != b"same-origin" && v.as_bytes() != b"none");
-    if cross_site || super::foreign_origin(req.headers()).is_some() {
-        return error_json(StatusCode::FORBIDDEN, "the admin API does not answer cross-origin requests");
-    }
-    let token = &gw.config.admin.token;
-    let allowed = if token.is_empty() {
-        super::is_loopback(&peer)
-    } else {
-        if let Err(e) = gw.tenants.throttle.check(peer.ip()) {
-            return error_json(StatusCode::TOO_MANY_REQUESTS, &e.message);
-        }
-        let ok = super::header_credentials(req.headers()).is_some_and(|(kind, t)| kind == "bearer" && crate::core::ids::secrets_equal(&t, token));
-        if !ok {
-            gw.tenants.throttle.failed(peer.ip());
-        }
-        ok
-    };
-    if !allowed {
-        let why = if token.is_empty() { "the admin API answers loopback peers only (set admin.token to open it)" } else { "admin token required" };
-        return error_json(StatusCode::UNAUTHORIZED, why);
-    }
-    if req.uri().path() == "/metrics" {
-        return match (req.method(), crate::metrics::render()) {
-            (&Method::GET, Some(text)) => full(StatusCode::OK, "text/plain; version=0.0.4", text),
-            (&Method::GET, None) => full(StatusCode::NOT_FOUND, "text/plain", "metrics are off (server.metrics = false)\n"),
-            _ => method_not_allowed("GET"),
-        };
-    }
-    let Some(host) = &gw.extensions else {
-        return full(StatusCode::CONFLICT, "application/json", json!({"error": "this gateway runs without plugins"}).to_string());
-    };
-    match (req.method(), req.uri().path()) {
-        (&Method::POST, "/admin/reload") => match gw.reload().await {
-            Ok(status) => full(StatusCode::OK, "application/json", status.to_string()),
-            Err(e) => full(StatusCode::UNPROCESSABLE_ENTITY, "application/json", json!({"error": format!("{e:#}")}).to_string()),
-        },
-        (&Method::GET, "/admin/plugins") => full(StatusCode::OK, "application/json", host.status().await.to_string()),
-        _ => full(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "method not allowed\n"),
-    }
 }
 
 /// A path under an HTTP plugin's prefix, for the tenant the credentials
@@ -178,6 +135,9 @@ async fn plugin_http(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>)
             _ => full(StatusCode::NOT_FOUND, "text/plain", "not found\n"),
         };
     };
+    let span = crate::telemetry::inbound("http", &path, tenant.as_ref().map_or("", |t| t.tenant.id.as_str()));
+    let (parent, state) = trace_headers(req.headers());
+    crate::telemetry::continue_trace(&span, parent.as_deref(), state.as_deref());
     let method = req.method().to_string();
     let query = req.uri().query().unwrap_or_default().to_string();
     let headers = req.headers().iter().filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string()))).collect();
@@ -188,7 +148,7 @@ async fn plugin_http(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>)
         Err(BodyError::Unreadable) => return plugin_refusal(StatusCode::BAD_REQUEST, "invalid_request", "could not read the body"),
     };
     let request = crate::plugins::HttpRequest { method, path: rest, query, headers, body };
-    match plugin.call_http(request).await {
+    match tracing::Instrument::instrument(plugin.call_http(request), span).await {
         Ok(answer) => {
             let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             let mut resp = Response::new(Full::new(Bytes::from(answer.body)).boxed());
@@ -212,6 +172,12 @@ async fn plugin_http(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>)
             full(status, "application/json", body.to_string())
         }
     }
+}
+
+/// W3C trace context headers (`traceparent`, `tracestate`), when present.
+pub(super) fn trace_headers(headers: &hyper::HeaderMap) -> (Option<String>, Option<String>) {
+    let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+    (get("traceparent"), get("tracestate"))
 }
 
 /// Who an HTTP request is: its `Authorization` / `X-Api-Key` credentials,
@@ -289,6 +255,7 @@ async fn rpc(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Resp
     let limit = gw.config.server.max_message_bytes;
     let session = session_of(&req);
     let preset = super::header_credentials(req.headers());
+    let trace = trace_headers(req.headers());
     // A request naming a session must come from whoever opened it.
     let who = match session.as_ref().map(|_| caller(&gw, peer, req.headers())) {
         Some(Err((status, e))) => return rpc_error(status, e),
@@ -309,6 +276,10 @@ async fn rpc(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Resp
     conn.peer_ip = Some(peer.ip());
     conn.preset_auth = preset;
     conn.streams = false;
+    conn.trace_parent = match trace {
+        (Some(parent), state) => Some((parent, state)),
+        _ => None,
+    };
     if let Some(id) = &session {
         if !gw.bind_session(&mut conn, id, who.as_ref()) {
             return session_refused(id);

@@ -3,9 +3,12 @@
 //! plugin routes), WebSocket upgrades and, over HTTP/2, gRPC for plugins;
 //! stdio is served on its own.
 
+mod admin;
+mod dashboard;
 mod grpc;
 mod http;
 pub mod stdio;
+pub mod tls;
 mod ws;
 
 use std::net::SocketAddr;
@@ -30,10 +33,11 @@ fn raise_file_limit() -> u64 {
     }
 }
 
-/// Accept connections until the process ends. Past `max_connections` a peer
-/// is answered 503 and closed; a peer that sends nothing within the header
-/// timeout, or idles between requests, is closed.
-pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener) -> std::io::Result<()> {
+/// Accept connections until the process ends (over TLS when `tls` is
+/// given). Past `max_connections` a peer is answered 503 and closed; a peer
+/// that sends nothing within the header timeout (or does not finish its TLS
+/// handshake in it), or idles between requests, is closed.
+pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener, tls: Option<Arc<tls::Tls>>) -> std::io::Result<()> {
     let server = &gateway.config.server;
     let files = raise_file_limit();
     // Keep descriptors for the store, plugins and logs beyond the cap.
@@ -43,7 +47,6 @@ pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener) -> std::io::Res
     }
     let slots = Arc::new(tokio::sync::Semaphore::new(cap));
     let header_timeout = Duration::from_millis(server.header_timeout_ms);
-    let idle = Duration::from_secs(server.idle_timeout_secs);
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(x) => x,
@@ -60,51 +63,72 @@ pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener) -> std::io::Res
             continue;
         };
         let gateway = gateway.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
             let _open = gateway.drain.enter();
             let _counted = crate::metrics::connection("http");
-            let stopping = gateway.drain.stopping();
-            let service = hyper::service::service_fn(move |req| serve_request(gateway.clone(), peer, req));
-            let io = IdleIo { inner: stream, last_active: Arc::new(AtomicU64::new(crate::core::ids::now_ms())), _slot: slot };
-            let last_active = io.last_active.clone();
-            // HTTP/1.1, or HTTP/2 when the client opens with its preface (gRPC).
-            let mut builder = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
-            builder.http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(header_timeout);
-            builder
-                .http2()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .max_concurrent_streams(MAX_STREAMS)
-                .keep_alive_interval(Some(idle / 4))
-                .keep_alive_timeout(Duration::from_secs(20));
-            let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
-            tokio::pin!(conn);
-            tokio::pin!(stopping);
-            let mut draining = false;
-            // Close a connection whose bytes stopped flowing for the idle time.
-            // Upgraded WebSockets keep their own ping-based check; SSE streams
-            // write a keep-alive every 15 s.
-            loop {
-                tokio::select! {
-                    r = conn.as_mut() => {
-                        if let Err(e) = r {
-                            tracing::debug!(%peer, error = %e, "connection ended with an error");
-                        }
-                        break;
-                    }
-                    // Requests in flight finish; no new ones on this connection.
-                    _ = &mut stopping, if !draining => {
-                        draining = true;
-                        conn.as_mut().graceful_shutdown();
-                    }
-                    _ = tokio::time::sleep(idle / 4) => {
-                        if crate::core::ids::now_ms().saturating_sub(last_active.load(Ordering::Relaxed)) >= idle.as_millis() as u64 {
-                            tracing::debug!(%peer, "closing an idle connection");
-                            break;
-                        }
-                    }
-                }
+            let last_active = Arc::new(AtomicU64::new(crate::core::ids::now_ms()));
+            match tls {
+                None => serve_connection(gateway, peer, IdleIo { inner: stream, last_active, _slot: slot }).await,
+                Some(tls) => match tokio::time::timeout(header_timeout, tls.acceptor().accept(stream)).await {
+                    Ok(Ok(stream)) => serve_connection(gateway, peer, IdleIo { inner: stream, last_active, _slot: slot }).await,
+                    Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                    Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                },
             }
         });
+    }
+}
+
+/// One connection: HTTP/1.1, or HTTP/2 when the client opens with its preface (gRPC).
+async fn serve_connection<S>(gateway: Arc<Gateway>, peer: SocketAddr, io: IdleIo<S>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let server = &gateway.config.server;
+    let header_timeout = Duration::from_millis(server.header_timeout_ms);
+    let idle = Duration::from_secs(server.idle_timeout_secs);
+    let stopping = gateway.drain.stopping();
+    let last_active = io.last_active.clone();
+    let service = {
+        let gateway = gateway.clone();
+        hyper::service::service_fn(move |req| serve_request(gateway.clone(), peer, req))
+    };
+    let mut builder = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+    builder.http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(header_timeout);
+    builder
+        .http2()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .max_concurrent_streams(MAX_STREAMS)
+        .keep_alive_interval(Some(idle / 4))
+        .keep_alive_timeout(Duration::from_secs(20));
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+    tokio::pin!(conn);
+    tokio::pin!(stopping);
+    let mut draining = false;
+    // Close a connection whose bytes stopped flowing for the idle time.
+    // Upgraded WebSockets keep their own ping-based check; SSE streams
+    // write a keep-alive every 15 s.
+    loop {
+        tokio::select! {
+            r = conn.as_mut() => {
+                if let Err(e) = r {
+                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                }
+                break;
+            }
+            // Requests in flight finish; no new ones on this connection.
+            _ = &mut stopping, if !draining => {
+                draining = true;
+                conn.as_mut().graceful_shutdown();
+            }
+            _ = tokio::time::sleep(idle / 4) => {
+                if crate::core::ids::now_ms().saturating_sub(last_active.load(Ordering::Relaxed)) >= idle.as_millis() as u64 {
+                    tracing::debug!(%peer, "closing an idle connection");
+                    break;
+                }
+            }
+        }
     }
 }
 
@@ -132,20 +156,20 @@ async fn refuse_busy(mut stream: tokio::net::TcpStream) {
 /// A TCP stream that remembers when bytes last moved, for the idle timeout,
 /// and holds its connection slot until it is dropped (after a WebSocket
 /// upgrade too).
-struct IdleIo {
-    inner: tokio::net::TcpStream,
+struct IdleIo<S> {
+    inner: S,
     /// Milliseconds since the epoch when bytes last moved.
     last_active: Arc<AtomicU64>,
     _slot: tokio::sync::OwnedSemaphorePermit,
 }
 
-impl IdleIo {
+impl<S> IdleIo<S> {
     fn touch(&self) {
         self.last_active.store(crate::core::ids::now_ms(), Ordering::Relaxed);
     }
 }
 
-impl tokio::io::AsyncRead for IdleIo {
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for IdleIo<S> {
     fn poll_read(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>, buf: &mut tokio::io::ReadBuf<'_>) -> std::task::Poll<std::io::Result<()>> {
         let before = buf.filled().len();
         let r = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
@@ -156,7 +180,7 @@ impl tokio::io::AsyncRead for IdleIo {
     }
 }
 
-impl tokio::io::AsyncWrite for IdleIo {
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for IdleIo<S> {
     fn poll_write(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>, data: &[u8]) -> std::task::Poll<std::io::Result<usize>> {
         let r = std::pin::Pin::new(&mut self.inner).poll_write(cx, data);
         if matches!(r, std::task::Poll::Ready(Ok(n)) if n > 0) {

@@ -136,6 +136,11 @@ where
                 return;
             }
         }
+        if rx.ended() {
+            // The session was ended by an operator: a close frame that says so.
+            let frame = CloseFrame { code: CloseCode::Policy, reason: "the session was disconnected by an operator".into() };
+            let _ = sink.send(Message::Close(Some(frame))).await;
+        }
         let _ = sink.close().await;
     });
 

@@ -182,10 +182,15 @@ impl Gateway {
         let line = line.trim_end();
         let port = line
             .strip_prefix("map-gateway listening on http://127.0.0.1:")
+            .or_else(|| line.strip_prefix("map-gateway listening on https://127.0.0.1:"))
             .and_then(|p| p.parse::<u16>().ok())
             .unwrap_or_else(|| panic!("unexpected ready line {line:?}; log:\n{}", guard.log()));
         guard.port = port;
         guard
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     pub fn addr(&self) -> String {

@@ -1,0 +1,128 @@
+//! What the admin API reads of the core and does to it: tenants, sessions,
+//! agents, scopes and subscriptions as an operator sees them (every
+//! session, whatever its visibility rules), and ending a session.
+
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use super::lifecycle::participant_event;
+use super::{Gateway, Tenant};
+
+impl Gateway {
+    /// The tenants named (or all), sorted by id; `None` when the name is unknown.
+    fn tenants_named(&self, tenant: Option<&str>) -> Option<Vec<Arc<Tenant>>> {
+        let mut all: Vec<Arc<Tenant>> = match tenant {
+            Some(id) => vec![self.tenants.get(id)?],
+            None => self.tenants.all().cloned().collect(),
+        };
+        all.sort_by(|a, b| a.id.cmp(&b.id));
+        Some(all)
+    }
+
+    /// `{tenants: [{id, sessions, agents, scopes, subscriptions, eventLog: {events, bytes}}]}`.
+    pub fn admin_tenants(&self) -> Value {
+        let tenants: Vec<Value> = self
+            .tenants_named(None)
+            .unwrap_or_default()
+            .iter()
+            .map(|t| {
+                let (sessions, agents, scopes) = {
+                    let reg = t.registry.lock();
+                    (reg.sessions.len(), reg.agents.len(), reg.scopes.len())
+                };
+                let fabric = t.fabric.inspect();
+                json!({"id": t.id, "sessions": sessions, "agents": agents, "scopes": scopes,
+                       "subscriptions": fabric.subscriptions.len(),
+                       "eventLog": {"events": fabric.log_events, "bytes": fabric.log_bytes}})
+            })
+            .collect();
+        json!({ "tenants": tenants })
+    }
+
+    /// `{sessions: [...]}`: each session with its tenant, principal and subscription count.
+    pub fn admin_sessions(&self, tenant: Option<&str>) -> Option<Value> {
+        let mut out = Vec::new();
+        for t in self.tenants_named(tenant)? {
+            let subscriptions = t.fabric.inspect().subscriptions;
+            let reg = t.registry.lock();
+            let mut sessions: Vec<_> = reg.sessions.values().collect();
+            sessions.sort_by_key(|s| s.created_at);
+            for s in sessions {
+                let mut v = serde_json::to_value(s).expect("session info serialises");
+                v["tenant"] = json!(t.id);
+                v["principal"] = json!(self.live(&s.id).map(|l| l.principal.to_string()));
+                v["subscriptions"] = json!(subscriptions.iter().filter(|x| x.session_id == s.id).count());
+                out.push(v);
+            }
+        }
+        Some(json!({ "sessions": out }))
+    }
+
+    /// `{agents: [...]}`: every agent as the wire shows it, with its tenant and session.
+    pub fn admin_agents(&self, tenant: Option<&str>) -> Option<Value> {
+        let mut out = Vec::new();
+        for t in self.tenants_named(tenant)? {
+            let reg = t.registry.lock();
+            for a in reg.agents_sorted() {
+                let mut v = serde_json::to_value(a).expect("agent serialises");
+                v["tenant"] = json!(t.id);
+                v["sessionId"] = json!(a.session);
+                out.push(v);
+            }
+        }
+        Some(json!({ "agents": out }))
+    }
+
+    /// `{scopes: [...]}`: every scope with its members.
+    pub fn admin_scopes(&self, tenant: Option<&str>) -> Option<Value> {
+        let mut out = Vec::new();
+        for t in self.tenants_named(tenant)? {
+            let reg = t.registry.lock();
+            let mut scopes: Vec<_> = reg.scopes.values().collect();
+            scopes.sort_by(|a, b| a.id.cmp(&b.id));
+            for s in scopes {
+                let mut v = serde_json::to_value(s).expect("scope serialises");
+                v["tenant"] = json!(t.id);
+                v["members"] = json!(s.members);
+                out.push(v);
+            }
+        }
+        Some(json!({ "scopes": out }))
+    }
+
+    /// `{subscriptions: [{id, sessionId, eventTypes, sequence, dropped, tenant}]}`.
+    pub fn admin_subscriptions(&self, tenant: Option<&str>) -> Option<Value> {
+        let mut out = Vec::new();
+        for t in self.tenants_named(tenant)? {
+            for s in t.fabric.inspect().subscriptions {
+                let mut v = serde_json::to_value(s).expect("subscription serialises");
+                v["tenant"] = json!(t.id);
+                out.push(v);
+            }
+        }
+        Some(json!({ "subscriptions": out }))
+    }
+
+    /// End a session now, as if its resume window had closed: its connection
+    /// is closed (WebSocket 1008, event stream ended), its agents go, its
+    /// resume token stops working. False when no such session is live.
+    pub fn admin_disconnect(&self, session_id: &str) -> bool {
+        let Some(live) = self.live(session_id) else { return false };
+        live.outbox.close_and_end();
+        let event = {
+            let mut reg = live.tenant.registry.lock();
+            reg.sessions.get_mut(session_id).filter(|s| s.connected).map(|info| {
+                info.connected = false;
+                info.disconnected_at = Some(super::ids::now_ms());
+                participant_event("participant_disconnected", info, json!({"reason": "disconnected by an operator"}))
+            })
+        };
+        if let Some(e) = event {
+            live.tenant.fabric.publish(e);
+        }
+        self.expire(session_id, "disconnected by an operator");
+        tracing::info!(session = session_id, tenant = live.tenant.id, "session disconnected by an operator");
+        true
+    }
+}

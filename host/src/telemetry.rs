@@ -1,0 +1,167 @@
+//! Logs and traces. Logs: `tracing` events on stderr, as text or JSON lines
+//! (`telemetry.log_format`), filtered by `MAP_GATEWAY_LOG`. Traces: spans
+//! of the target [`TARGET`] (one per JSON-RPC request, plugin call and
+//! storage operation), turned into OpenTelemetry spans by
+//! `tracing-opentelemetry` and exported over OTLP/HTTP by
+//! `opentelemetry-otlp` when `telemetry.otlp_endpoint` is set. With no
+//! endpoint those spans are never enabled: making one costs a cached check.
+
+use opentelemetry::propagation::{Extractor, TextMapPropagator};
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::{Protocol, WithExportConfig};
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
+use tracing::field::Empty;
+use tracing::{Level, Span};
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+use tracing_subscriber::filter::{EnvFilter, Targets};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::Layer;
+
+use crate::config::TelemetryConfig;
+
+/// The target of trace spans (kept out of the log lines).
+pub const TARGET: &str = "map_trace";
+
+/// What must outlive serving: the trace exporter, flushed by `shutdown`.
+pub struct Telemetry {
+    provider: Option<SdkTracerProvider>,
+}
+
+impl Telemetry {
+    /// Export the spans still buffered (at exit).
+    pub fn shutdown(self) {
+        if let Some(p) = self.provider {
+            if let Err(e) = p.shutdown() {
+                eprintln!("map-gateway: flushing traces failed: {e}");
+            }
+        }
+    }
+}
+
+/// Install the process's logger and, when configured, the trace exporter.
+/// Call outside any async runtime (the exporter runs its own thread).
+pub fn init(config: &TelemetryConfig) -> anyhow::Result<Telemetry> {
+    let filter = EnvFilter::try_from_env("MAP_GATEWAY_LOG").unwrap_or_else(|_| EnvFilter::new("info")).add_directive(format!("{TARGET}=off").parse()?);
+    let stderr_is_terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let logs = match config.log_format.as_str() {
+        "json" => tracing_subscriber::fmt::layer().json().with_current_span(false).with_writer(std::io::stderr).boxed(),
+        // Colours only for a terminal, never into a log file.
+        _ => tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(stderr_is_terminal).boxed(),
+    };
+    let provider = match config.otlp_endpoint.as_str() {
+        "" => None,
+        endpoint => Some(provider(config, endpoint)?),
+    };
+    let traces = provider.as_ref().map(|p| {
+        tracing_opentelemetry::layer()
+            .with_tracer(p.tracer("map-gateway"))
+            .with_location(false)
+            .with_threads(false)
+            .with_filter(Targets::new().with_target(TARGET, Level::INFO))
+    });
+    tracing_subscriber::registry().with(logs.with_filter(filter)).with(traces).try_init()?;
+    Ok(Telemetry { provider })
+}
+
+fn provider(config: &TelemetryConfig, endpoint: &str) -> anyhow::Result<SdkTracerProvider> {
+    let protocol = match config.otlp_protocol.as_str() {
+        "http/json" => Protocol::HttpJson,
+        _ => Protocol::HttpBinary,
+    };
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_protocol(protocol)
+        .with_endpoint(format!("{}/v1/traces", endpoint.trim_end_matches('/')))
+        // A collector that is down delays nothing but its own export, and the exit by at most this.
+        .with_timeout(std::time::Duration::from_secs(3))
+        .build()?;
+    let resource = opentelemetry_sdk::Resource::builder().with_service_name(config.service_name.clone()).build();
+    Ok(SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(config.sample_ratio))))
+        .with_resource(resource)
+        .build())
+}
+
+/// A W3C `traceparent` (and `tracestate`) as the propagator reads them.
+struct TraceHeaders<'a> {
+    parent: &'a str,
+    state: Option<&'a str>,
+}
+
+impl Extractor for TraceHeaders<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        match key {
+            "traceparent" => Some(self.parent),
+            "tracestate" => self.state,
+            _ => None,
+        }
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        vec!["traceparent", "tracestate"]
+    }
+}
+
+/// Continue the caller's trace, when it sent a valid `traceparent`.
+pub fn continue_trace(span: &Span, parent: Option<&str>, state: Option<&str>) {
+    if let (Some(parent), false) = (parent, span.is_disabled()) {
+        let cx = TraceContextPropagator::new().extract(&TraceHeaders { parent, state });
+        let _ = span.set_parent(cx);
+    }
+}
+
+/// The span of one JSON-RPC request.
+pub fn request(method: &str, tenant: &str) -> Span {
+    tracing::info_span!(target: TARGET, "rpc", otel.name = method, otel.kind = "server", otel.status_code = Empty,
+        rpc.system = "jsonrpc", rpc.method = method, rpc.jsonrpc.error_code = Empty, map.tenant = tenant)
+}
+
+/// The request was answered: `code` 0 for a result, else its error code.
+pub fn answered(span: &Span, code: i64) {
+    if !span.is_disabled() {
+        span.record("rpc.jsonrpc.error_code", code);
+        if code != 0 {
+            span.record("otel.status_code", "ERROR");
+        }
+    }
+}
+
+/// The span of one call into a plugin (`what`: rpc, http, grpc, observe, timer).
+pub fn plugin_call(plugin: &str, tenant: &str, what: &'static str) -> Span {
+    let span = tracing::info_span!(target: TARGET, "plugin", otel.name = Empty, otel.status_code = Empty, map.plugin = plugin, map.tenant = tenant, map.call = what, map.outcome = Empty);
+    if !span.is_disabled() {
+        span.record("otel.name", format!("plugin {plugin} {what}"));
+    }
+    span
+}
+
+/// How a plugin call ended (`ok`, `error`, `trap`, `timeout`, ...).
+pub fn plugin_outcome(span: &Span, outcome: &'static str) {
+    if !span.is_disabled() {
+        span.record("map.outcome", outcome);
+        if outcome != "ok" {
+            span.record("otel.status_code", "ERROR");
+        }
+    }
+}
+
+/// The span of one storage operation.
+pub fn store_op(op: &'static str, backend: &'static str) -> Span {
+    let span = tracing::info_span!(target: TARGET, "store", otel.name = Empty, db.system = backend, db.operation = op);
+    if !span.is_disabled() {
+        span.record("otel.name", format!("store {op}"));
+    }
+    span
+}
+
+/// The span of an HTTP request to a plugin's prefix or of a gRPC call.
+pub fn inbound(kind: &'static str, path: &str, tenant: &str) -> Span {
+    let span = tracing::info_span!(target: TARGET, "inbound", otel.name = Empty, otel.kind = "server", map.transport = kind, url.path = path, map.tenant = tenant);
+    if !span.is_disabled() {
+        span.record("otel.name", format!("{kind} {path}"));
+    }
+    span
+}

@@ -1,0 +1,96 @@
+//! The admin API and `/metrics`, behind `admin.token` (Bearer), or open to
+//! loopback peers when no token is set. Never answers a page of another origin.
+//!
+//! - `GET /admin/tenants`: each tenant's sessions, agents, scopes,
+//!   subscriptions and replay log size.
+//! - `GET /admin/sessions|agents|scopes|subscriptions[?tenant=ID]`.
+//! - `DELETE /admin/sessions/{id}`: end a session now.
+//! - `GET /admin/plugins`: loaded plugins, and per tenant their calls,
+//!   instances, health and recent failures.
+//! - `POST /admin/reload`: re-read the configuration and swap plugins.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use serde_json::{json, Value};
+
+use super::http::{error_json, full, method_not_allowed, Body};
+use crate::core::Gateway;
+
+fn ok_json(v: Value) -> Response<Body> {
+    full(StatusCode::OK, "application/json", v.to_string())
+}
+
+/// The `tenant` query parameter, if given.
+fn tenant_param(req: &Request<Incoming>) -> Option<String> {
+    let query = req.uri().query()?;
+    form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "tenant").map(|(_, v)| v.into_owned())
+}
+
+/// Whether the peer may use the admin API; the refusal otherwise.
+fn authorise(gw: &Gateway, peer: SocketAddr, req: &Request<Incoming>) -> Result<(), Response<Body>> {
+    let cross_site = req.headers().get("sec-fetch-site").is_some_and(|v| v.as_bytes() != b"same-origin" && v.as_bytes() != b"none");
+    if cross_site || super::foreign_origin(req.headers()).is_some() {
+        return Err(error_json(StatusCode::FORBIDDEN, "the admin API does not answer cross-origin requests"));
+    }
+    let token = &gw.config.admin.token;
+    let allowed = if token.is_empty() {
+        super::is_loopback(&peer)
+    } else {
+        if let Err(e) = gw.tenants.throttle.check(peer.ip()) {
+            return Err(error_json(StatusCode::TOO_MANY_REQUESTS, &e.message));
+        }
+        let ok = super::header_credentials(req.headers()).is_some_and(|(kind, t)| kind == "bearer" && crate::core::ids::secrets_equal(&t, token));
+        if !ok {
+            gw.tenants.throttle.failed(peer.ip());
+        }
+        ok
+    };
+    if allowed {
+        return Ok(());
+    }
+    let why = if token.is_empty() { "the admin API answers loopback peers only (set admin.token to open it)" } else { "admin token required" };
+    Err(error_json(StatusCode::UNAUTHORIZED, why))
+}
+
+pub async fn route(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Response<Body> {
+    if let Err(refused) = authorise(&gw, peer, &req) {
+        return refused;
+    }
+    let path = req.uri().path();
+    let tenant = tenant_param(&req);
+    let unknown_tenant = || error_json(StatusCode::NOT_FOUND, &format!("no tenant {:?}", tenant.as_deref().unwrap_or_default()));
+    let listing = |v: Option<Value>| v.map_or_else(unknown_tenant, ok_json);
+    match (req.method(), path) {
+        (&Method::GET, "/metrics") => match crate::metrics::render() {
+            Some(text) => full(StatusCode::OK, "text/plain; version=0.0.4", text),
+            None => full(StatusCode::NOT_FOUND, "text/plain", "metrics are off (server.metrics = false)\n"),
+        },
+        (&Method::GET, "/admin/tenants") => ok_json(gw.admin_tenants()),
+        (&Method::GET, "/admin/sessions") => listing(gw.admin_sessions(tenant.as_deref())),
+        (&Method::GET, "/admin/agents") => listing(gw.admin_agents(tenant.as_deref())),
+        (&Method::GET, "/admin/scopes") => listing(gw.admin_scopes(tenant.as_deref())),
+        (&Method::GET, "/admin/subscriptions") => listing(gw.admin_subscriptions(tenant.as_deref())),
+        (&Method::DELETE, p) if p.starts_with("/admin/sessions/") => {
+            let id = &p["/admin/sessions/".len()..];
+            match gw.admin_disconnect(id) {
+                true => ok_json(json!({"disconnected": id})),
+                false => error_json(StatusCode::NOT_FOUND, "no such session"),
+            }
+        }
+        (&Method::GET, "/admin/plugins") => match &gw.extensions {
+            Some(host) => ok_json(host.status().await),
+            None => ok_json(json!({"plugins": [], "tenants": [], "lastError": null})),
+        },
+        (&Method::POST, "/admin/reload") => match gw.reload().await {
+            Ok(status) => ok_json(status),
+            Err(e) => full(StatusCode::UNPROCESSABLE_ENTITY, "application/json", json!({"error": format!("{e:#}")}).to_string()),
+        },
+        (_, "/metrics" | "/admin/tenants" | "/admin/sessions" | "/admin/agents" | "/admin/scopes" | "/admin/subscriptions" | "/admin/plugins") => method_not_allowed("GET"),
+        (_, "/admin/reload") => method_not_allowed("POST"),
+        (_, p) if p.starts_with("/admin/sessions/") => method_not_allowed("DELETE"),
+        _ => error_json(StatusCode::NOT_FOUND, "no such admin endpoint"),
+    }
+}

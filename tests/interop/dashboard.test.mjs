@@ -1,0 +1,233 @@
+// The live dashboard (GET /dashboard) in a real browser: headless Chromium,
+// driven with playwright-core, signs in, and the page follows what SDK agents
+// do through the gateway: the agent graph (parent and scope edges), the event
+// stream, mail conversations and their turns, trajectory checkpoints and their
+// content, UAP jobs, the admin tables (plugins, sessions, with a working
+// disconnect button) and the metric sparklines. A second test covers an admin
+// token and a tenant credential: a refused token leaves the MAP panels working,
+// the right one opens the admin view, and the page shows only its tenant.
+//
+// Needs Chromium at /usr/bin/chromium (scripts/setup.sh --tests installs it;
+// CHROMIUM_PATH overrides). Leaves a screenshot at target/artifacts/dashboard.png.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync, mkdirSync } from 'node:fs';
+import { join, dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+import { startGateway, connectAgent, connectClient, DEFAULT_TENANTS } from './harness.mjs';
+
+const HERE = dirname(fileURLToPath(import.meta.url));
+const ROOT = join(HERE, '..', '..');
+const DIST = join(ROOT, 'plugins', 'dist');
+const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+const SCREENSHOT = join(ROOT, 'target', 'artifacts', 'dashboard.png');
+/** How long the page may take to show something (the metrics poll every 2 s). */
+const WAIT = 15_000;
+
+const sel = (attr, value) => `[${attr}=${JSON.stringify(String(value))}]`;
+const pluginToml = (name, extra = '') => `[plugins.${name}]\npath = ${JSON.stringify(join(DIST, `${name}.wasm`))}\n${extra}\n`;
+
+let browser;
+before(async () => {
+  assert.ok(existsSync(CHROMIUM), `Chromium is missing at ${CHROMIUM}: run scripts/setup.sh --tests (it installs Debian's chromium)`);
+  for (const p of ['mail', 'trajectory', 'uap']) {
+    assert.ok(existsSync(join(DIST, `${p}.wasm`)), `${p}.wasm is missing: run scripts/build-plugins.sh`);
+  }
+  browser = await chromium.launch({ executablePath: CHROMIUM, headless: true });
+});
+after(async () => { await browser?.close(); });
+
+/** A fresh page whose uncaught errors and CSP violations fail the test. */
+async function openPage() {
+  const context = await browser.newContext({ viewport: { width: 1440, height: 900 } });
+  const page = await context.newPage();
+  page.setDefaultTimeout(WAIT);
+  const problems = [];
+  page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+  page.on('console', (m) => {
+    if (m.type() === 'error' && /Content Security Policy|Uncaught|SyntaxError|TypeError/.test(m.text())) problems.push(`console: ${m.text()}`);
+  });
+  return { page, context, problems };
+}
+
+async function signIn(page, { credential = '', adminToken = '' } = {}) {
+  await page.waitForSelector('#signin', { state: 'visible' });
+  await page.fill('#credential', credential);
+  await page.fill('#admin-token', adminToken);
+  await page.click('#signin-submit');
+}
+
+async function waitConnected(page) {
+  await page.waitForSelector('.status[data-state="connected"]');
+  const text = await page.textContent('.status');
+  assert.match(text, /^connected\b/, `status line: ${text}`);
+  return text;
+}
+
+test('the dashboard follows agents, scopes, events, mail, trajectory, UAP, plugins, sessions and metrics live', async () => {
+  const gw = await startGateway({
+    extraToml: pluginToml('mail') + pluginToml('trajectory') + pluginToml('uap', 'mode = "singleton"\ndeadline_ms = 5000'),
+  });
+  const { page, context, problems } = await openPage();
+  try {
+    const resp = await page.goto(`${gw.baseUrl}/dashboard`);
+    assert.equal(resp.status(), 200, 'GET /dashboard');
+    assert.match(resp.headers()['content-type'] ?? '', /^text\/html/);
+    for (const [path, type] of [['/dashboard/app.js', /javascript/], ['/dashboard/style.css', /^text\/css/]]) {
+      const r = await fetch(`${gw.baseUrl}${path}`);
+      assert.equal(r.status, 200, `GET ${path}`);
+      assert.match(r.headers.get('content-type') ?? '', type, `${path} content-type`);
+    }
+
+    // Empty credentials: the anonymous tenant on loopback, the admin API on loopback.
+    await signIn(page);
+    const status = await waitConnected(page);
+    assert.match(status, /tenant default/);
+
+    // Two agents, the second a child of the first, both in one scope.
+    const scope = `team-${process.pid}`;
+    const lead = await connectAgent(gw, { name: 'lead', role: 'planner', scopes: [scope] });
+    const worker = await connectAgent(gw, { name: 'worker', role: 'coder', parent: lead.id });
+    await worker.conn.joinScope(scope);
+
+    await page.waitForSelector(`#graph ${sel('data-agent-id', lead.id)}`);
+    await page.waitForSelector(`#graph ${sel('data-agent-id', worker.id)}`);
+    assert.match(await page.textContent(`#graph ${sel('data-agent-id', lead.id)}`), /lead/);
+    assert.match(await page.textContent(`#graph ${sel('data-agent-id', worker.id)}`), /worker/);
+    // (a straight edge has an empty box: attached, not visible)
+    await page.waitForSelector(`#graph path.edge-parent${sel('data-from', lead.id)}${sel('data-to', worker.id)}`, { state: 'attached' });
+    await page.waitForSelector(`#graph ${sel('data-scope-id', scope)}`);
+    await page.waitForFunction((s) => document.querySelectorAll(`#graph line.edge-scope[data-scope="${s}"]`).length === 2, scope);
+
+    // A message between them shows in the stream, highlighted.
+    await lead.conn.send({ agent: worker.id }, { text: 'hello from the lead' });
+    const sent = await page.waitForSelector('.event-row[data-event-type="message_sent"]');
+    assert.match(await sent.textContent(), /hello from the lead/);
+    assert.ok(await sent.evaluate((el) => el.classList.contains('msg')), 'message rows are highlighted');
+    await page.waitForSelector('.event-row[data-event-type="agent_registered"]');
+
+    // Wire text is shown as text, never as markup.
+    await lead.conn.send({ agent: worker.id }, { text: '<img src=x id=injected><b>bold</b>' });
+    await page.waitForFunction(() => [...document.querySelectorAll('.event-row')].some((r) => r.textContent.includes('<b>bold</b>')));
+    assert.equal(await page.$$eval('#events img, #events b, #injected', (els) => els.length), 0, 'payload markup must not become elements');
+
+    // Mail: a conversation and a turn; clicking it loads the turns.
+    const { conversation } = await lead.conn.createConversation({
+      subject: 'release plan',
+      initialParticipants: [{ id: worker.id, role: 'worker' }],
+    });
+    await lead.conn.recordTurn({ conversationId: conversation.id, contentType: 'text', content: { text: 'ship it on Friday' } });
+    const conv = await page.waitForSelector(`#mail-conversations ${sel('data-conversation-id', conversation.id)}`);
+    assert.match(await conv.textContent(), /release plan/);
+    await conv.click();
+    await page.waitForFunction(() => [...document.querySelectorAll('#mail-turns .turn')].some((t) => t.textContent.includes('ship it on Friday')));
+    // A later turn arrives by itself in the open conversation.
+    await worker.conn.recordTurn({ conversationId: conversation.id, contentType: 'text', content: { text: 'agreed' } });
+    await page.waitForFunction(() => [...document.querySelectorAll('#mail-turns .turn')].some((t) => t.textContent.includes('agreed')));
+
+    // Trajectory: a checkpoint with content, listed under its agent.
+    const checkpointId = `ckpt-${process.pid}`;
+    await worker.conn.callExtension('trajectory/checkpoint', {
+      checkpoint: { id: checkpointId, label: 'parser written', metadata: { files: 3 } },
+      content: { notes: 'the parser handles nested scopes' },
+    });
+    const cp = await page.waitForSelector(`#trajectory ${sel('data-checkpoint-id', checkpointId)}`);
+    assert.match(await cp.textContent(), /parser written/);
+    await cp.click();
+    await page.waitForFunction(() => document.querySelector('#trajectory-content')?.textContent.includes('the parser handles nested scopes'));
+
+    // UAP: the panel shows once the plugin answers; a submitted job is listed.
+    const submitter = await connectClient(gw, { name: 'submitter' });
+    const { job } = await submitter.conn.callExtension('uap/submit', { kind: 'test', type: 'dashboard-check' });
+    await page.waitForSelector('#panel-uap', { state: 'visible' });
+    await page.waitForSelector(`#uap-jobs tr.uap-job${sel('data-job-id', job.id)}`);
+
+    // Admin: the plugins and sessions tables.
+    for (const p of ['mail', 'trajectory', 'uap']) await page.waitForSelector(`#plugins-table tr.plugin-row${sel('data-plugin', p)}${sel('data-tenant', 'default')}`);
+    await page.waitForFunction(() => Number(document.querySelector('#plugins-table tr.plugin-row[data-plugin="mail"][data-tenant="default"] td.num')?.textContent) > 0);
+    for (const h of [lead, worker, submitter]) await page.waitForSelector(`#sessions-table tr.session-row${sel('data-session-id', h.sessionId)}`);
+    await page.waitForSelector('#sessions-table tr.session-row.mine');
+    assert.equal(await page.isVisible('#admin-unavailable'), false);
+
+    // Metrics: the sparklines have lines (the poll runs every 2 s; rates need two samples).
+    await page.waitForFunction(() => {
+      const lines = [...document.querySelectorAll('svg.sparkline polyline')];
+      return lines.length >= 4 && lines.every((l) => (l.getAttribute('points') ?? '').trim().split(/\s+/).length >= 2);
+    });
+    await page.waitForFunction(() => Number(document.querySelector('.metric[data-metric="connections"] .value')?.textContent) >= 4);
+
+    mkdirSync(dirname(SCREENSHOT), { recursive: true });
+    await page.screenshot({ path: SCREENSHOT, fullPage: true });
+
+    // Disconnect the worker's session from the sessions table: its socket
+    // closes, its agent leaves the graph and its row the table.
+    const closed = new Promise((resolve) => worker.ws.addEventListener('close', (ev) => resolve(ev.code)));
+    await page.click(`#sessions-table button.disconnect${sel('data-session-id', worker.sessionId)}`);
+    await page.waitForSelector(`#graph ${sel('data-agent-id', worker.id)}`, { state: 'detached' });
+    await page.waitForSelector(`#sessions-table tr.session-row${sel('data-session-id', worker.sessionId)}`, { state: 'detached' });
+    let timer;
+    const code = await Promise.race([closed, new Promise((_, reject) => { timer = setTimeout(() => reject(new Error('the worker socket stayed open')), WAIT); })])
+      .finally(() => clearTimeout(timer));
+    assert.notEqual(code, 1000, `the gateway closed the disconnected session's socket (code ${code})`);
+    assert.ok(await page.$(`#graph ${sel('data-agent-id', lead.id)}`), 'the lead stays');
+    await page.waitForSelector('.event-row[data-event-type="agent_unregistered"]');
+
+    // A reload stays signed in (sessionStorage) and reads the graph again.
+    await page.reload();
+    await waitConnected(page);
+    assert.equal(await page.isVisible('#signin'), false, 'no sign-in form after a reload');
+    await page.waitForSelector(`#graph ${sel('data-agent-id', lead.id)}`);
+    assert.equal(await page.$(`#graph ${sel('data-agent-id', worker.id)}`), null);
+
+    assert.deepEqual(problems, [], 'the page logged no errors');
+  } finally {
+    await context.close();
+    await gw.stop();
+  }
+});
+
+test('an admin token and a tenant credential: refused admin keeps the MAP view, the right token opens it, one tenant only', async () => {
+  const gw = await startGateway({ tenants: DEFAULT_TENANTS, extraToml: '[admin]\ntoken = "admin-secret"\n' });
+  const { page, context, problems } = await openPage();
+  try {
+    const other = await connectAgent(gw, { name: 'default-tenant-agent' });
+    const mine = await connectAgent(gw, { name: 'acme-agent', auth: { method: 'api-key', credential: 'acme-key' } });
+    await page.goto(`${gw.baseUrl}/dashboard`);
+
+    // A wrong tenant credential goes back to the form with the reason.
+    await signIn(page, { credential: 'not-a-key' });
+    await page.waitForSelector('#signin-error', { state: 'visible' });
+    assert.match(await page.textContent('.status'), /refused/);
+
+    // The right credential with a wrong admin token: MAP panels, no admin view.
+    await signIn(page, { credential: 'acme-key', adminToken: 'wrong' });
+    assert.match(await waitConnected(page), /tenant acme/);
+    await page.waitForSelector(`#graph ${sel('data-agent-id', mine.id)}`);
+    assert.equal(await page.$(`#graph ${sel('data-agent-id', other.id)}`), null, 'another tenant\'s agent is not shown');
+    await page.waitForSelector('#admin-unavailable', { state: 'visible' });
+    assert.match(await page.textContent('#admin-unavailable'), /admin view unavailable/);
+    assert.equal(await page.isVisible('#panel-plugins'), false);
+    assert.equal(await page.isVisible('#panel-sessions'), false);
+    assert.equal(await page.isVisible('#panel-graph'), true);
+
+    // Sign out, then in with the admin token: sessions of the caller's tenant.
+    await page.click('#signout');
+    await signIn(page, { credential: 'acme-key', adminToken: 'admin-secret' });
+    await waitConnected(page);
+    await page.waitForSelector(`#sessions-table tr.session-row${sel('data-session-id', mine.sessionId)}`);
+    assert.equal(await page.$eval('#tenant-select', (s) => s.value), 'acme');
+    assert.equal(await page.$(`#sessions-table tr.session-row${sel('data-session-id', other.sessionId)}`), null);
+    assert.equal(await page.isVisible('#admin-unavailable'), false);
+    await page.waitForSelector('svg.sparkline polyline');
+
+    // The operator may look at another tenant.
+    await page.selectOption('#tenant-select', 'default');
+    await page.waitForSelector(`#sessions-table tr.session-row${sel('data-session-id', other.sessionId)}`);
+
+    assert.deepEqual(problems, [], 'the page logged no errors');
+  } finally {
+    await context.close();
+    await gw.stop();
+  }
+});
