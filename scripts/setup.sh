@@ -33,7 +33,7 @@ if [ "${1:-}" = "--tests" ]; then
         apt_update() {
             apt-get update -q >/dev/null || sudo apt-get update -q >/dev/null
         }
-        # A fresh machine may have no package lists yet: update, then retry.
+        # Without package lists (a fresh system), update them and try again.
         apt_install chromium chromium-driver || { apt_update && apt_install chromium chromium-driver; }
     fi
 fi

@@ -8,6 +8,8 @@ const STORE = {
   signedIn: 'map-dashboard.signed-in',
   credential: 'map-dashboard.credential',
   adminToken: 'map-dashboard.admin-token',
+  /** The MAP session's resume token: a reload or a dropped socket takes the same session up again. */
+  resumeToken: 'map-dashboard.resume-token',
 };
 const EVENT_ROWS = 200;
 const METRIC_SAMPLES = 60;
@@ -244,6 +246,7 @@ function signOut() {
   sessionStorage.removeItem(STORE.signedIn);
   sessionStorage.removeItem(STORE.credential);
   sessionStorage.removeItem(STORE.adminToken);
+  sessionStorage.removeItem(STORE.resumeToken);
   setStatus('signed-out', 'signed out');
   showSignin();
 }
@@ -252,6 +255,7 @@ function signOut() {
 function authFailed(message) {
   stop();
   sessionStorage.removeItem(STORE.signedIn);
+  sessionStorage.removeItem(STORE.resumeToken);
   setStatus('refused', `sign-in refused: ${message}`);
   showSignin(message);
 }
@@ -270,8 +274,13 @@ function resetView() {
   for (const id of ['#mail-conversations', '#trajectory']) $(id).replaceChildren();
   $('#mail-turns').replaceChildren(h('p', { class: 'empty' }, 'Select a conversation to read its turns.'));
   $('#trajectory-content').replaceChildren(h('p', { class: 'empty' }, 'Select a checkpoint to see its content.'));
+  for (const id of ['#sessions-table tbody', '#plugins-table tbody', '#uap-jobs tbody', '#uap-agents tbody', '#tenant-select']) $(id).replaceChildren();
+  for (const id of ['#tenant-stats', '#plugins-note', '#metrics-note', '#mail-note', '#trajectory-note']) $(id).textContent = '';
+  $('#plugins-error').hidden = true;
   $('#admin-unavailable').hidden = true;
-  for (const el of document.querySelectorAll('.admin, #panel-metrics')) el.hidden = false;
+  for (const el of document.querySelectorAll('.admin, #panel-metrics, #panel-mail, #panel-trajectory')) el.hidden = false;
+  $('#panel-uap').hidden = true;
+  state.plugins = { mail: null, trajectory: null, uap: null };
   renderSparklines();
 }
 
@@ -313,6 +322,9 @@ async function connectMap() {
   };
   const auth = authParams(state.credential);
   if (auth) params.auth = auth;
+  // A token the gateway no longer knows (the session ended) just opens a new session.
+  const resumeToken = sessionStorage.getItem(STORE.resumeToken);
+  if (resumeToken) params.resumeToken = resumeToken;
   let result;
   try {
     result = await sock.request('map/connect', params);
@@ -329,6 +341,8 @@ async function connectMap() {
     return authFailed('this gateway admits no anonymous peers: give a tenant credential');
   }
   state.retry = 0;
+  if (result.resumeToken) sessionStorage.setItem(STORE.resumeToken, result.resumeToken);
+  else sessionStorage.removeItem(STORE.resumeToken);
   state.sessionId = result.sessionId;
   state.participantId = result.participantId;
   state.tenant = result.principal?.claims?.tenant ?? null;
@@ -336,12 +350,13 @@ async function connectMap() {
     state.admin.tenant = state.tenant;
     refreshAdmin();
   }
-  setStatus('connected', `connected · tenant ${state.tenant ?? '?'} · ${result.principal?.id ?? 'anonymous'}`);
+  setStatus('connected', `connected · tenant ${state.tenant ?? '?'} · ${result.principal?.id ?? 'anonymous'}${result.reconnected ? ' · resumed' : ''}`);
   try {
-    await sock.request('map/subscribe', {});
+    // A resumed session keeps its subscription (and gets the events parked while away).
+    if (!result.reconnected) await sock.request('map/subscribe', {});
     await loadSnapshot();
   } catch (e) {
-    if (live()) setStatus('connected', `connected · tenant ${state.tenant ?? '?'} · loading failed: ${e.message}`);
+    if (live() && sock.isOpen) setStatus('connected', `connected · tenant ${state.tenant ?? '?'} · loading failed: ${e.message}`);
   }
   if (!live()) return;
   probePlugins();
@@ -547,9 +562,14 @@ function renderGraph() {
   for (const sc of scopes) {
     for (const m of sc.members) {
       const p = pos.get(m.id);
-      scopeEdges.append(s('line', {
+      // From the agent's right side, so that it does not run along a parent edge.
+      const x1 = p.x + NODE_W;
+      const y1 = p.y + NODE_H / 2;
+      const x2 = sc.x + sc.w / 2;
+      const y2 = sc.y;
+      scopeEdges.append(s('path', {
         class: 'edge edge-scope', 'data-scope': sc.id, 'data-agent': m.id,
-        x1: p.x + NODE_W / 2, y1: p.y + NODE_H, x2: sc.x + sc.w / 2, y2: sc.y,
+        d: `M${x1},${y1} C${x1 + 36},${y1} ${x2},${y2 - 36} ${x2},${y2}`,
       }));
     }
     nodes.append(s('g', { class: 'node scope', 'data-scope-id': sc.id, transform: `translate(${sc.x},${sc.y})` },

@@ -187,3 +187,102 @@ pub fn store_op(op: &'static str, backend: &'static str, took: Duration) {
         histogram!("map_store_op_duration_seconds", "op" => op, "backend" => backend).record(took.as_secs_f64());
     }
 }
+
+/// A plugin's own series (the `metrics` import): a counter increment or a gauge value.
+pub enum PluginSample {
+    Counter(u64),
+    Gauge(f64),
+}
+
+/// Series each (tenant, plugin) may make.
+const PLUGIN_SERIES: usize = 256;
+const PLUGIN_LABELS: usize = 4;
+
+fn metric_name_ok(s: &str) -> bool {
+    (1..=64).contains(&s.len()) && s.as_bytes()[0].is_ascii_lowercase() && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+/// Record a plugin's sample as `map_plugin_<name>{tenant, plugin, labels…}`,
+/// within the limits the WIT `metrics` interface states.
+pub fn plugin_sample(tenant: &str, plugin: &str, name: &str, labels: &[(String, String)], sample: PluginSample) -> Result<(), String> {
+    if !metric_name_ok(name) {
+        return Err(format!("metric name {name:?}: 1 to 64 of a-z, 0-9 and _, starting with a letter"));
+    }
+    if labels.len() > PLUGIN_LABELS {
+        return Err(format!("at most {PLUGIN_LABELS} labels"));
+    }
+    for (k, v) in labels {
+        if !metric_name_ok(k) || k == "tenant" || k == "plugin" {
+            return Err(format!("label key {k:?}: 1 to 64 of a-z, 0-9 and _, starting with a letter; not tenant or plugin"));
+        }
+        if v.len() > 64 {
+            return Err(format!("label {k}: values are at most 64 bytes"));
+        }
+    }
+    if labels.iter().enumerate().any(|(i, (k, _))| labels[..i].iter().any(|(k2, _)| k2 == k)) {
+        return Err("a label key is given twice".into());
+    }
+    if !on() {
+        return Ok(());
+    }
+    let is_counter = matches!(sample, PluginSample::Counter(_));
+    // The series made so far, per (tenant, plugin): name and labels → counter or gauge.
+    type Series = std::collections::HashMap<(String, String), std::collections::HashMap<String, bool>>;
+    static SERIES: OnceLock<parking_lot::Mutex<Series>> = OnceLock::new();
+    let mut key = String::from(name);
+    for (k, v) in labels {
+        key.push('\0');
+        key.push_str(k);
+        key.push('=');
+        key.push_str(v);
+    }
+    {
+        let mut all = SERIES.get_or_init(Default::default).lock();
+        let mine = all.entry((tenant.to_string(), plugin.to_string())).or_default();
+        if let Some(kind) = mine.iter().find(|(k, _)| k.split('\0').next() == Some(name)).map(|(_, c)| *c) {
+            if kind != is_counter {
+                return Err(format!("{name} is a {} already", if kind { "counter" } else { "gauge" }));
+            }
+        }
+        if !mine.contains_key(&key) {
+            if mine.len() >= PLUGIN_SERIES {
+                return Err(format!("this plugin has {PLUGIN_SERIES} series in this tenant already; no more are made"));
+            }
+            mine.insert(key, is_counter);
+        }
+    }
+    let mut all_labels = vec![metrics::Label::new("tenant", label(tenant)), metrics::Label::new("plugin", label(plugin))];
+    all_labels.extend(labels.iter().map(|(k, v)| metrics::Label::new(k.clone(), v.clone())));
+    let name = format!("map_plugin_{name}");
+    match sample {
+        PluginSample::Counter(n) => counter!(name, all_labels).increment(n),
+        PluginSample::Gauge(v) => gauge!(name, all_labels).set(v),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plugin_samples_are_checked_and_bounded() {
+        install().unwrap();
+        let l = |k: &str, v: &str| (k.to_string(), v.to_string());
+        assert!(plugin_sample("t", "p", "jobs_total", &[l("status", "done")], PluginSample::Counter(2)).is_ok());
+        assert!(plugin_sample("t", "p", "Jobs", &[], PluginSample::Counter(1)).is_err());
+        assert!(plugin_sample("t", "p", "jobs_total", &[l("tenant", "other")], PluginSample::Counter(1)).is_err());
+        assert!(plugin_sample("t", "p", "jobs_total", &[l("a", "1"), l("a", "2")], PluginSample::Counter(1)).is_err());
+        assert!(plugin_sample("t", "p", "jobs_total", &[l("status", &"x".repeat(65))], PluginSample::Counter(1)).is_err());
+        assert!(plugin_sample("t", "p", "jobs_total", &[], PluginSample::Gauge(1.0)).is_err(), "a counter stays a counter");
+        for i in 0..PLUGIN_SERIES - 1 {
+            plugin_sample("t", "p", "queue", &[l("n", &i.to_string())], PluginSample::Gauge(i as f64)).unwrap();
+        }
+        let refused = plugin_sample("t", "p", "queue", &[l("n", "one-too-many")], PluginSample::Gauge(0.0));
+        assert!(refused.unwrap_err().contains("256 series"));
+        assert!(plugin_sample("t", "p", "queue", &[l("n", "3")], PluginSample::Gauge(7.0)).is_ok(), "existing series keep working");
+        assert!(plugin_sample("t2", "p", "queue", &[l("n", "new")], PluginSample::Gauge(0.0)).is_ok(), "another tenant has its own room");
+        let text = render().unwrap();
+        assert!(text.contains(r#"map_plugin_jobs_total{tenant="t",plugin="p",status="done"} 2"#), "{text}");
+    }
+}

@@ -94,6 +94,15 @@ async fn the_uap_hub_serves_grpcio_agents_and_map_clients() {
     let (mut globex, _) = gw.ws_connected("client", Some(api_key("globex-key"))).await;
     assert_eq!(globex.call_ok("uap/list", serde_json::json!({})).await["jobs"], serde_json::json!([]));
     assert_eq!(globex.call_ok("uap/agents", serde_json::json!({})).await["agents"], serde_json::json!([]));
+    // The hub's own counters and gauges, at the gateway's /metrics.
+    let text = http(&gw.addr(), "GET", "/metrics", &[], b"").await.text();
+    let value = |series: &str| text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse::<f64>().ok());
+    for status in ["queued", "proposed", "running", "completed", "failed", "cancelled"] {
+        let n = value(&format!(r#"map_plugin_uap_jobs_total{{tenant="acme",plugin="uap",status="{status}"}}"#));
+        assert!(n.is_some_and(|n| n >= 1.0), "jobs {status}:\n{text}");
+    }
+    assert!(value(r#"map_plugin_uap_jobs_running{tenant="acme",plugin="uap"}"#).is_some(), "{text}");
+    assert!(!text.contains(r#"tenant="globex",plugin="uap",status"#), "globex ran no jobs");
 }
 
 #[tokio::test]

@@ -12,6 +12,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, mkdirSync } from 'node:fs';
+import { createHmac } from 'node:crypto';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
@@ -24,6 +25,15 @@ const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 const SCREENSHOT = join(ROOT, 'target', 'artifacts', 'dashboard.png');
 /** How long the page may take to show something (the metrics poll every 2 s). */
 const WAIT = 15_000;
+
+const JWT_SECRET = '0123456789abcdef-dashboard';
+
+/** An HS256 JWT for the `idp` tenant. */
+function jwt(claims) {
+  const part = (o) => Buffer.from(JSON.stringify(o)).toString('base64url');
+  const body = `${part({ alg: 'HS256', typ: 'JWT' })}.${part(claims)}`;
+  return `${body}.${createHmac('sha256', JWT_SECRET).update(body).digest('base64url')}`;
+}
 
 const sel = (attr, value) => `[${attr}=${JSON.stringify(String(value))}]`;
 const pluginToml = (name, extra = '') => `[plugins.${name}]\npath = ${JSON.stringify(join(DIST, `${name}.wasm`))}\n${extra}\n`;
@@ -98,7 +108,7 @@ test('the dashboard follows agents, scopes, events, mail, trajectory, UAP, plugi
     // (a straight edge has an empty box: attached, not visible)
     await page.waitForSelector(`#graph path.edge-parent${sel('data-from', lead.id)}${sel('data-to', worker.id)}`, { state: 'attached' });
     await page.waitForSelector(`#graph ${sel('data-scope-id', scope)}`);
-    await page.waitForFunction((s) => document.querySelectorAll(`#graph line.edge-scope[data-scope="${s}"]`).length === 2, scope);
+    await page.waitForFunction((s) => document.querySelectorAll(`#graph path.edge-scope[data-scope="${s}"]`).length === 2, scope);
 
     // A message between them shows in the stream, highlighted.
     await lead.conn.send({ agent: worker.id }, { text: 'hello from the lead' });
@@ -173,12 +183,26 @@ test('the dashboard follows agents, scopes, events, mail, trajectory, UAP, plugi
     assert.ok(await page.$(`#graph ${sel('data-agent-id', lead.id)}`), 'the lead stays');
     await page.waitForSelector('.event-row[data-event-type="agent_unregistered"]');
 
-    // A reload stays signed in (sessionStorage) and reads the graph again.
+    // Disconnecting the page's own session: it reconnects (a new session) and reads the graph again.
+    const own = await page.getAttribute('#sessions-table tr.session-row.mine', 'data-session-id');
+    await page.click(`#sessions-table button.disconnect${sel('data-session-id', own)}`);
+    await page.waitForFunction((old) => {
+      const mine = document.querySelector('#sessions-table tr.session-row.mine');
+      return mine && mine.dataset.sessionId !== old && document.querySelector('.status').dataset.state === 'connected';
+    }, own);
+    await page.waitForSelector(`#graph ${sel('data-agent-id', lead.id)}`);
+
+    // A reload stays signed in (sessionStorage), takes up the same session and reads the graph again.
+    const before = await page.getAttribute('#sessions-table tr.session-row.mine', 'data-session-id');
     await page.reload();
-    await waitConnected(page);
+    assert.match(await waitConnected(page), /resumed/);
     assert.equal(await page.isVisible('#signin'), false, 'no sign-in form after a reload');
     await page.waitForSelector(`#graph ${sel('data-agent-id', lead.id)}`);
     assert.equal(await page.$(`#graph ${sel('data-agent-id', worker.id)}`), null);
+    await page.waitForSelector(`#sessions-table tr.session-row.mine${sel('data-session-id', before)}`);
+    // The resumed session still has its subscription: new events keep coming.
+    await lead.conn.send({ agent: lead.id }, { text: 'after the reload' });
+    await page.waitForFunction(() => [...document.querySelectorAll('.event-row[data-event-type="message_sent"]')].some((r) => r.textContent.includes('after the reload')));
 
     assert.deepEqual(problems, [], 'the page logged no errors');
   } finally {
@@ -188,7 +212,10 @@ test('the dashboard follows agents, scopes, events, mail, trajectory, UAP, plugi
 });
 
 test('an admin token and a tenant credential: refused admin keeps the MAP view, the right token opens it, one tenant only', async () => {
-  const gw = await startGateway({ tenants: DEFAULT_TENANTS, extraToml: '[admin]\ntoken = "admin-secret"\n' });
+  const gw = await startGateway({
+    tenants: [...DEFAULT_TENANTS, { id: 'idp', toml: `jwt = { secret = ${JSON.stringify(JWT_SECRET)} }` }],
+    extraToml: '[admin]\ntoken = "admin-secret"\n',
+  });
   const { page, context, problems } = await openPage();
   try {
     const other = await connectAgent(gw, { name: 'default-tenant-agent' });
@@ -210,6 +237,8 @@ test('an admin token and a tenant credential: refused admin keeps the MAP view, 
     assert.equal(await page.isVisible('#panel-plugins'), false);
     assert.equal(await page.isVisible('#panel-sessions'), false);
     assert.equal(await page.isVisible('#panel-graph'), true);
+    // No plugins are loaded here: their panels hide once the methods answer -32601.
+    for (const panel of ['#panel-mail', '#panel-trajectory', '#panel-uap']) await page.waitForSelector(panel, { state: 'hidden' });
 
     // Sign out, then in with the admin token: sessions of the caller's tenant.
     await page.click('#signout');
@@ -224,6 +253,13 @@ test('an admin token and a tenant credential: refused admin keeps the MAP view, 
     // The operator may look at another tenant.
     await page.selectOption('#tenant-select', 'default');
     await page.waitForSelector(`#sessions-table tr.session-row${sel('data-session-id', other.sessionId)}`);
+
+    // A JWT (two dots) goes as a bearer credential: its tenant, its subject.
+    await page.click('#signout');
+    await signIn(page, { credential: jwt({ sub: 'operator-7', exp: Math.floor(Date.now() / 1000) + 600 }), adminToken: 'admin-secret' });
+    assert.match(await waitConnected(page), /tenant idp · operator-7/);
+    await page.waitForSelector('#sessions-table tr.session-row.mine');
+    assert.equal(await page.$eval('#tenant-select', (s) => s.value), 'idp');
 
     assert.deepEqual(problems, [], 'the page logged no errors');
   } finally {

@@ -1,5 +1,5 @@
 //! The imports of `map-gateway:plugin@0.1.0`, for components built against
-//! it: each delegates to its 0.2.2 counterpart (the same functions, with the
+//! it: each delegates to its 0.2.3 counterpart (the same functions, with the
 //! same meaning).
 
 use super::bindings::map_gateway::plugin as now;

@@ -1,11 +1,11 @@
-//! The host side of the imports every plugin gets (0.2.2): store, events,
-//! router, log, config, timers, grpc-stream. Each acts only inside the
-//! instance's (tenant, plugin).
+//! The host side of the imports every plugin gets (0.2.3): store, events,
+//! router, log, config, timers, grpc-stream, metrics. Each acts only inside
+//! the instance's (tenant, plugin).
 
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use super::bindings::map_gateway::plugin::{config, events, grpc_stream, grpc_types, log, router, store, timers, types};
+use super::bindings::map_gateway::plugin::{config, events, grpc_stream, grpc_types, log, metrics, router, store, timers, types};
 use super::state::PluginState;
 use crate::core::events::{NewEvent, Source};
 use crate::core::Outgoing;
@@ -255,6 +255,16 @@ impl log::Host for PluginState {
             log::Level::Error => tracing::error!(tenant, plugin, "{message}"),
         }
         Ok(())
+    }
+}
+
+impl metrics::Host for PluginState {
+    async fn counter_add(&mut self, name: String, labels: Vec<(String, String)>, delta: u64) -> Wt<Result<(), String>> {
+        Ok(crate::metrics::plugin_sample(&self.ctx.scope.tenant, &self.ctx.plugin, &name, &labels, crate::metrics::PluginSample::Counter(delta)))
+    }
+
+    async fn gauge_set(&mut self, name: String, labels: Vec<(String, String)>, value: f64) -> Wt<Result<(), String>> {
+        Ok(crate::metrics::plugin_sample(&self.ctx.scope.tenant, &self.ctx.plugin, &name, &labels, crate::metrics::PluginSample::Gauge(value)))
     }
 }
 

@@ -1,6 +1,6 @@
 //! Protocol handlers as WebAssembly components: loading, per-tenant plugin
 //! sets, limits, hot swap. The contract is `wit/` (package
-//! `map-gateway:plugin@0.2.2`; components built against 0.1.0 and 0.2.0 still load).
+//! `map-gateway:plugin@0.2.3`; components built against 0.1.0 and 0.2.0 still load).
 //!
 //! One job per file: `engine` (wasmtime and the artifact cache), `exports`
 //! (binding each exported interface), `plugin` (a loaded component),

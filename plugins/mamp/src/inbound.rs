@@ -6,7 +6,7 @@
 //! and is recorded as a turn of the mapped mail conversation.
 
 use map_plugin_sdk::store::{Batch, Outcome};
-use map_plugin_sdk::{ids, router, HttpRequest, HttpResponse};
+use map_plugin_sdk::{ids, metrics, router, HttpRequest, HttpResponse};
 use serde_json::{json, Value};
 
 use crate::cards;
@@ -17,9 +17,16 @@ use crate::settings::Settings;
 
 pub fn receive(req: &HttpRequest) -> HttpResponse {
     let settings = Settings::load();
+    // `/metrics`: messages received, by how they were answered.
     match handle(req, &settings) {
-        Ok(answer) => HttpResponse::json(200, &answer),
-        Err(refusal) => refusal.response(),
+        Ok(answer) => {
+            metrics::count("mamp_received_total", &[("result", "accepted")], 1);
+            HttpResponse::json(200, &answer)
+        }
+        Err(refusal) => {
+            metrics::count("mamp_received_total", &[("result", refusal.error)], 1);
+            refusal.response()
+        }
     }
 }
 

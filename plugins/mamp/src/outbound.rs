@@ -143,6 +143,9 @@ enum Failure {
 /// `(status, conversation id)`.
 fn attempt(mut p: Pending, settings: &Settings) -> Result<(&'static str, String)> {
     p.attempts += 1;
+    if p.attempts > 1 {
+        metrics::count("mamp_retries_total", &[], 1);
+    }
     let message_id = p.message["message_id"].as_str().unwrap_or_default().to_string();
     let result = post(&p, settings);
     if let Some(t) = p.timer.take() {
@@ -152,6 +155,7 @@ fn attempt(mut p: Pending, settings: &Settings) -> Result<(&'static str, String)
         Ok(peer_conversation) => {
             let id = remember(&p, &peer_conversation)?;
             PENDING.delete(&message_id)?;
+            metrics::count("mamp_sent_total", &[("result", "delivered")], 1);
             Ok(("sent", id))
         }
         Err(Failure::Transient(why)) if p.attempts < settings.max_attempts => {
@@ -172,6 +176,7 @@ fn attempt(mut p: Pending, settings: &Settings) -> Result<(&'static str, String)
             });
             events::emit_to("message_failed", &data, std::slice::from_ref(&p.agent));
             log::warn(&format!("gave up on MAMP message {message_id} after {} attempts: {why}", p.attempts));
+            metrics::count("mamp_sent_total", &[("result", "failed")], 1);
             Ok(("failed", current_id(&p)))
         }
     }

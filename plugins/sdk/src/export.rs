@@ -242,27 +242,27 @@ mod glue {
 #[macro_export]
 macro_rules! __export_interface {
     (rpc, $ty:ident) => {
-        $crate::bindings::exports::map_gateway::plugin::rpc::__export_map_gateway_plugin_rpc_0_2_2_cabi!(
+        $crate::bindings::exports::map_gateway::plugin::rpc::__export_map_gateway_plugin_rpc_0_2_3_cabi!(
             $ty with_types_in $crate::bindings::exports::map_gateway::plugin::rpc
         );
     };
     (send_observer, $ty:ident) => {
-        $crate::bindings::exports::map_gateway::plugin::send_observer::__export_map_gateway_plugin_send_observer_0_2_2_cabi!(
+        $crate::bindings::exports::map_gateway::plugin::send_observer::__export_map_gateway_plugin_send_observer_0_2_3_cabi!(
             $ty with_types_in $crate::bindings::exports::map_gateway::plugin::send_observer
         );
     };
     (lifecycle, $ty:ident) => {
-        $crate::bindings::exports::map_gateway::plugin::lifecycle::__export_map_gateway_plugin_lifecycle_0_2_2_cabi!(
+        $crate::bindings::exports::map_gateway::plugin::lifecycle::__export_map_gateway_plugin_lifecycle_0_2_3_cabi!(
             $ty with_types_in $crate::bindings::exports::map_gateway::plugin::lifecycle
         );
     };
     (http_handler, $ty:ident) => {
-        $crate::bindings::exports::map_gateway::plugin::http_handler::__export_map_gateway_plugin_http_handler_0_2_2_cabi!(
+        $crate::bindings::exports::map_gateway::plugin::http_handler::__export_map_gateway_plugin_http_handler_0_2_3_cabi!(
             $ty with_types_in $crate::bindings::exports::map_gateway::plugin::http_handler
         );
     };
     (grpc_handler, $ty:ident) => {
-        $crate::bindings::exports::map_gateway::plugin::grpc_handler::__export_map_gateway_plugin_grpc_handler_0_2_2_cabi!(
+        $crate::bindings::exports::map_gateway::plugin::grpc_handler::__export_map_gateway_plugin_grpc_handler_0_2_3_cabi!(
             $ty with_types_in $crate::bindings::exports::map_gateway::plugin::grpc_handler
         );
     };

@@ -15,8 +15,8 @@
 //!   by page, [`get_many`](Collection::get_many) in one call, atomic
 //!   [`Batch`]es with compare-and-swap and counters, and a [`retry`] loop;
 //! - [`ids`]: time-ordered `prefix-<ULID>` ids and the clock;
-//! - [`events`], [`log`], [`config`], [`router`], [`timers`], [`grpc`]:
-//!   the other imports, with JSON handled.
+//! - [`events`], [`log`], [`config`], [`router`], [`timers`], [`grpc`],
+//!   [`metrics`]: the other imports, with JSON handled.
 //!
 //! A whole extension:
 //!
@@ -63,6 +63,7 @@ pub mod events;
 pub mod export;
 pub mod ids;
 pub mod log;
+pub mod metrics;
 pub mod params;
 pub mod router;
 pub mod rpc;
@@ -85,6 +86,6 @@ pub mod grpc {
 pub mod prelude {
     pub use crate::error::codes;
     pub use crate::store::{self, retry, Attempt, Batch, Collection, Counter, Outcome};
-    pub use crate::{config, events, ids, log, params, router};
+    pub use crate::{config, events, ids, log, metrics, params, router};
     pub use crate::{Call, Caller, Describe, Error, ErrorRange, EventFilter, Extension, Methods, Reply, Result};
 }

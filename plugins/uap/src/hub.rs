@@ -162,7 +162,19 @@ impl Hub {
     /// Save the job with a history entry; it is durable when this returns.
     fn record(&mut self, job: &mut Job, message: Option<String>) -> Result<()> {
         job.updated_at = repo::now();
-        repo::save(job, repo::entry(job, message))
+        repo::save(job, repo::entry(job, message))?;
+        self.count(job.status);
+        Ok(())
+    }
+
+    /// The operator's view (`/metrics`): jobs that reached `status`, and the
+    /// queue, proposals, sessions and listening agents now.
+    fn count(&self, status: JobStatus) {
+        metrics::count("uap_jobs_total", &[("status", status.name())], 1);
+        metrics::gauge("uap_jobs_queued", &[], self.queue.len() as f64);
+        metrics::gauge("uap_jobs_proposed", &[], self.proposals.len() as f64);
+        metrics::gauge("uap_jobs_running", &[], self.sessions.len() as f64);
+        metrics::gauge("uap_agents_listening", &[], self.listeners.len() as f64);
     }
 
     /// A new job: stored as queued, announced, then offered if someone can take it.
@@ -172,6 +184,7 @@ impl Hub {
         repo::save_with(&job, repo::entry(&job, None), batch)?;
         events::emit("uap.job.submitted", &json!({"jobId": job.id, "job": job}));
         self.queue.insert(job.id.clone(), Queued { kind: job.kind, job_type: job.job_type.clone(), declined_by: Vec::new() });
+        self.count(JobStatus::Queued);
         self.drain()?;
         Ok(JOBS.get(&job.id)?.unwrap_or_else(|| {
             job.status = JobStatus::Queued;
