@@ -2,10 +2,15 @@
 # Builds the gateway and its standard plugins, then runs it on the embedded
 # defaults: ws://127.0.0.1:4700, SQLite under ./data, tenant "default".
 # Extra arguments go to `map-gateway serve` (e.g. --config gateway.toml).
+#
+# It builds the same profile as scripts/test.sh (dependencies optimised, the
+# gateway's own crate not), so the two commands share one build. For
+# production and benchmarks build `cargo build --release -p map-gateway`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/setup.sh
 scripts/build-plugins.sh
-cargo build --locked --release -p map-gateway
-exec target/release/map-gateway serve "$@"
+echo "==> building the gateway"
+cargo build --locked -p map-gateway
+exec target/debug/map-gateway serve "$@"

@@ -261,6 +261,7 @@ function authFailed(message) {
 }
 
 function resetView() {
+  state.tenant = state.sessionId = state.participantId = null;
   state.agents.clear();
   state.scopes.clear();
   state.selectedAgent = null;
@@ -388,7 +389,7 @@ async function loadSnapshot() {
     const { scopes = [] } = await rpc('map/scopes/list', {});
     state.agents = new Map(agents.map((a) => [a.id, a]));
     state.scopes = new Map(scopes.map((sc) => [sc.id, sc]));
-    for (const ev of state.replaying) applyToGraph(ev);
+    for (const ev of state.replaying) if (ev.type !== 'subscription.overflow') applyToGraph(ev);
   } finally {
     state.replaying = null;
   }

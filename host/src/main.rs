@@ -91,7 +91,9 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Check { config } => {
             let config = load(config.as_ref())?;
-            let _logs = map_gateway::telemetry::init(&Default::default())?;
+            // Its log format; no traces for a check.
+            let logs = map_gateway::config::TelemetryConfig { otlp_endpoint: String::new(), ..config.telemetry.clone() };
+            let _logs = map_gateway::telemetry::init(&logs)?;
             let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             println!("{}", runtime.block_on(map_gateway::app::check(config))?);
             Ok(())

@@ -8,6 +8,7 @@
 //! See README.md beside Cargo.toml.
 
 mod client;
+mod overhead;
 mod report;
 mod scenarios;
 mod servers;
@@ -25,6 +26,8 @@ const USAGE: &str = "\
 usage:
   map-bench all [options]                  every scenario against reference, gateway and ceiling, then the tables
   map-bench SCENARIO --target T [options]  one scenario against one target (for profiling)
+  map-bench overhead [options]             map/send on the gateway with metrics off, metrics on, and
+                                           metrics + OTLP traces (all and 1% sampled), in alternating rounds
 
 scenarios: send, fanout, watch, mail, idle, startup
 targets:   reference, gateway, ceiling
@@ -43,6 +46,7 @@ options:
   --gateway-bin P     gateway binary (default target/release/map-gateway, built by cargo first)
   --plugin-dir P      gateway plugin_dir (default plugins/dist of the workspace)
   --reference-dir P   reference server folder (default tests/bench/reference of the workspace)
+  --rounds N          overhead: rounds per variant (default 3; the median is reported)
   --no-build          do not run `cargo build --release -p map-gateway` (and map-ceiling) first
 ";
 
@@ -63,6 +67,7 @@ struct Opts {
     plugin_dir: Option<PathBuf>,
     reference_dir: Option<PathBuf>,
     no_build: bool,
+    rounds: usize,
 }
 
 fn parse() -> Result<Opts, String> {
@@ -86,6 +91,7 @@ fn parse() -> Result<Opts, String> {
         plugin_dir: None,
         reference_dir: None,
         no_build: false,
+        rounds: 3,
     };
     while let Some(a) = args.next() {
         let mut val = || args.next().ok_or(format!("{a} needs a value"));
@@ -106,6 +112,7 @@ fn parse() -> Result<Opts, String> {
             "--plugin-dir" => o.plugin_dir = Some(val()?.into()),
             "--reference-dir" => o.reference_dir = Some(val()?.into()),
             "--no-build" => o.no_build = true,
+            "--rounds" => o.rounds = (num(val()?)? as usize).max(1),
             "-h" | "--help" => return Err(String::new()),
             _ => return Err(format!("unknown option {a}")),
         }
@@ -349,7 +356,11 @@ fn main() {
     }
     let nofile = servers::raise_nofile();
     let needs_servers = o.url.is_none();
-    let targets: Vec<Target> = if o.command == "all" { o.targets.clone() } else { o.target.into_iter().collect() };
+    let targets: Vec<Target> = match o.command.as_str() {
+        "all" => o.targets.clone(),
+        "overhead" => vec![Target::Gateway],
+        _ => o.target.into_iter().collect(),
+    };
     if needs_servers && !o.no_build && o.gateway_bin.is_none() {
         if let Err(e) = build(&p, &mut notes) {
             eprintln!("map-bench: {e}");
@@ -371,6 +382,23 @@ fn main() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
     let started = Instant::now();
     let load_before = loadavg();
+    if o.command == "overhead" {
+        let (pairs, per) = split(o.inflight, o.pairs);
+        match rt.block_on(overhead::run(&p, pairs, per, timing(&o), o.rounds)) {
+            Ok(table) => {
+                let _ = std::fs::remove_dir_all(&p.scratch);
+                println!("## map-bench overhead ({} s, {} cores, load average {load_before} before / {} after)\n\n{table}", started.elapsed().as_secs(), cores(), loadavg());
+                for n in notes {
+                    println!("\n{n}");
+                }
+                return;
+            }
+            Err(e) => {
+                eprintln!("map-bench: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
     let rows = rt.block_on(async {
         if o.command == "all" {
             Ok(all(&o, &p, &mut notes).await)

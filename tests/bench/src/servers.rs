@@ -79,6 +79,11 @@ impl Server {
     }
 
     pub fn start(target: Target, paths: &Paths, tag: &str) -> Result<Server, String> {
+        Server::start_with(target, paths, tag, "", "")
+    }
+
+    /// `start`, with these lines in the gateway's `[server]` section and these sections after it.
+    pub fn start_with(target: Target, paths: &Paths, tag: &str, server_lines: &str, sections: &str) -> Result<Server, String> {
         std::fs::create_dir_all(&paths.scratch).map_err(|e| format!("{}: {e}", paths.scratch.display()))?;
         let log = paths.scratch.join(format!("{}-{tag}.log", target.name()));
         let log_file = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
@@ -88,7 +93,7 @@ impl Server {
                 // One data_dir per benchmark run: the first start compiles the plugins
                 // (cold cache), later starts reuse the compiled artifacts.
                 let text = format!(
-                    "[server]\ndata_dir = {:?}\nplugin_dir = {:?}\n\n[limits]\noutbox_frames = 4096\n",
+                    "[server]\ndata_dir = {:?}\nplugin_dir = {:?}\n{server_lines}\n\n[limits]\noutbox_frames = 4096\n\n{sections}\n",
                     paths.scratch.join("gateway-data").display().to_string(),
                     paths.plugin_dir.display().to_string()
                 );
