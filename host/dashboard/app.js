@@ -40,6 +40,17 @@ function build(el, attrs, children) {
 
 /** An HTML element: h('td', {class: 'x'}, 'text', child). */
 const h = (tag, attrs, ...children) => build(document.createElement(tag), attrs, children);
+
+/** A list item chosen by click or Enter: `kind` is its class, `attr`/`id` name it. */
+function selectable(kind, attr, id, selected, onSelect, ...children) {
+  return h('li', {
+    class: `${kind}${id === selected ? ' selected' : ''}`,
+    [attr]: id,
+    tabindex: 0,
+    onclick: () => onSelect(id),
+    onkeydown: (ev) => { if (ev.key === 'Enter') onSelect(id); },
+  }, ...children);
+}
 /** An SVG element. */
 const s = (tag, attrs, ...children) => build(document.createElementNS(SVG_NS, tag), attrs, children);
 
@@ -758,13 +769,7 @@ async function loadMail() {
     list.replaceChildren(h('li', { class: 'empty' }, 'No conversations yet.'));
     return;
   }
-  list.replaceChildren(...convs.map((c) => h('li', {
-    class: `conversation${c.id === state.selectedConversation ? ' selected' : ''}`,
-    'data-conversation-id': c.id,
-    tabindex: 0,
-    onclick: () => selectConversation(c.id),
-    onkeydown: (ev) => { if (ev.key === 'Enter') selectConversation(c.id); },
-  },
+  list.replaceChildren(...convs.map((c) => selectable('conversation', 'data-conversation-id', c.id, state.selectedConversation, selectConversation,
   h('span', { class: 'subject' }, clip(c.subject || c.id, 60)),
   h('span', { class: 'meta' }, `${c.type ?? ''} · ${c.status ?? ''} · ${c.participantCount ?? 0} participant${c.participantCount === 1 ? '' : 's'} · ${when(c.updatedAt ?? c.createdAt)}`))));
 }
@@ -820,13 +825,7 @@ async function loadTrajectory() {
   }
   box.replaceChildren(...[...byAgent].map(([agentId, list]) => h('div', { class: 'agent-checkpoints', 'data-agent-id-ref': agentId },
     h('h3', {}, agentLabel(agentId), h('small', { class: 'note' }, ` ${list.length}`)),
-    h('ul', { class: 'list' }, ...list.map((c) => h('li', {
-      class: `checkpoint${c.id === state.selectedCheckpoint ? ' selected' : ''}`,
-      'data-checkpoint-id': c.id,
-      tabindex: 0,
-      onclick: () => selectCheckpoint(c.id),
-      onkeydown: (ev) => { if (ev.key === 'Enter') selectCheckpoint(c.id); },
-    },
+    h('ul', { class: 'list' }, ...list.map((c) => selectable('checkpoint', 'data-checkpoint-id', c.id, state.selectedCheckpoint, selectCheckpoint,
     h('span', { class: 'subject' }, clip(c.label || c.id, 60)),
     h('span', { class: 'meta' }, `${when(c.timestamp)}${c.sessionId ? ` · ${c.sessionId}` : ''}`)))))));
 }

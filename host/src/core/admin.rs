@@ -40,68 +40,73 @@ impl Gateway {
         json!({ "tenants": tenants })
     }
 
-    /// `{sessions: [...]}`: each session with its tenant, principal and subscription count.
-    pub fn admin_sessions(&self, tenant: Option<&str>) -> Option<Value> {
+    /// `{key: [...]}`: what `rows` gives for each tenant named (or all),
+    /// each row tagged with its tenant; `None` for an unknown tenant.
+    fn listing(&self, tenant: Option<&str>, key: &str, rows: impl Fn(&Tenant) -> Vec<Value>) -> Option<Value> {
         let mut out = Vec::new();
         for t in self.tenants_named(tenant)? {
+            for mut row in rows(&t) {
+                row["tenant"] = json!(t.id);
+                out.push(row);
+            }
+        }
+        Some(json!({ key: out }))
+    }
+
+    /// `{sessions: [...]}`: each session with its principal and subscription count.
+    pub fn admin_sessions(&self, tenant: Option<&str>) -> Option<Value> {
+        self.listing(tenant, "sessions", |t| {
             let subscriptions = t.fabric.inspect().subscriptions;
             let reg = t.registry.lock();
             let mut sessions: Vec<_> = reg.sessions.values().collect();
             sessions.sort_by_key(|s| s.created_at);
-            for s in sessions {
-                let mut v = serde_json::to_value(s).expect("session info serialises");
-                v["tenant"] = json!(t.id);
-                v["principal"] = json!(self.live(&s.id).map(|l| l.principal.to_string()));
-                v["subscriptions"] = json!(subscriptions.iter().filter(|x| x.session_id == s.id).count());
-                out.push(v);
-            }
-        }
-        Some(json!({ "sessions": out }))
+            sessions
+                .into_iter()
+                .map(|s| {
+                    let mut v = serde_json::to_value(s).expect("session info serialises");
+                    v["principal"] = json!(self.live(&s.id).map(|l| l.principal.to_string()));
+                    v["subscriptions"] = json!(subscriptions.iter().filter(|x| x.session_id == s.id).count());
+                    v
+                })
+                .collect()
+        })
     }
 
-    /// `{agents: [...]}`: every agent as the wire shows it, with its tenant and session.
+    /// `{agents: [...]}`: every agent as the wire shows it, with its session.
     pub fn admin_agents(&self, tenant: Option<&str>) -> Option<Value> {
-        let mut out = Vec::new();
-        for t in self.tenants_named(tenant)? {
+        self.listing(tenant, "agents", |t| {
             let reg = t.registry.lock();
-            for a in reg.agents_sorted() {
-                let mut v = serde_json::to_value(a).expect("agent serialises");
-                v["tenant"] = json!(t.id);
-                v["sessionId"] = json!(a.session);
-                out.push(v);
-            }
-        }
-        Some(json!({ "agents": out }))
+            reg.agents_sorted()
+                .into_iter()
+                .map(|a| {
+                    let mut v = serde_json::to_value(a).expect("agent serialises");
+                    v["sessionId"] = json!(a.session);
+                    v
+                })
+                .collect()
+        })
     }
 
     /// `{scopes: [...]}`: every scope with its members.
     pub fn admin_scopes(&self, tenant: Option<&str>) -> Option<Value> {
-        let mut out = Vec::new();
-        for t in self.tenants_named(tenant)? {
+        self.listing(tenant, "scopes", |t| {
             let reg = t.registry.lock();
             let mut scopes: Vec<_> = reg.scopes.values().collect();
             scopes.sort_by(|a, b| a.id.cmp(&b.id));
-            for s in scopes {
-                let mut v = serde_json::to_value(s).expect("scope serialises");
-                v["tenant"] = json!(t.id);
-                v["members"] = json!(s.members);
-                out.push(v);
-            }
-        }
-        Some(json!({ "scopes": out }))
+            scopes
+                .into_iter()
+                .map(|s| {
+                    let mut v = serde_json::to_value(s).expect("scope serialises");
+                    v["members"] = json!(s.members);
+                    v
+                })
+                .collect()
+        })
     }
 
     /// `{subscriptions: [{id, sessionId, eventTypes, sequence, dropped, tenant}]}`.
     pub fn admin_subscriptions(&self, tenant: Option<&str>) -> Option<Value> {
-        let mut out = Vec::new();
-        for t in self.tenants_named(tenant)? {
-            for s in t.fabric.inspect().subscriptions {
-                let mut v = serde_json::to_value(s).expect("subscription serialises");
-                v["tenant"] = json!(t.id);
-                out.push(v);
-            }
-        }
-        Some(json!({ "subscriptions": out }))
+        self.listing(tenant, "subscriptions", |t| t.fabric.inspect().subscriptions.into_iter().map(|s| serde_json::to_value(s).expect("subscription serialises")).collect())
     }
 
     /// End a session now, as if its resume window had closed: its connection
