@@ -130,11 +130,23 @@ pub fn session(tenant: &str, delta: f64) {
 
 /// A request answered: `code` 0 for a result, else its error code.
 pub fn request(method: &str, code: i64, took: Duration) {
-    if on() {
-        let method = label(method);
-        counter!("map_requests_total", "method" => method, "code" => code_label(code)).increment(1);
-        histogram!("map_request_duration_seconds", "method" => method).record(took.as_secs_f64());
+    if !on() {
+        return;
     }
+    let method = label(method);
+    // The handles of each (method, code) are looked up once per thread:
+    // the registry's lookup by name and labels costs more than recording.
+    thread_local! {
+        static HANDLES: std::cell::RefCell<foldhash::HashMap<(usize, i64), (metrics::Counter, metrics::Histogram)>> = Default::default();
+    }
+    HANDLES.with(|h| {
+        let mut h = h.borrow_mut();
+        let (count, time) = h.entry((method.as_ptr() as usize, code)).or_insert_with(|| {
+            (counter!("map_requests_total", "method" => method, "code" => code_label(code)), histogram!("map_request_duration_seconds", "method" => method))
+        });
+        count.increment(1);
+        time.record(took.as_secs_f64());
+    });
 }
 
 /// A plugin call ended with `outcome`.
@@ -148,12 +160,20 @@ pub fn plugin_call(plugin: &str, outcome: &'static str, took: Duration) {
 
 /// One `map/send`: recipients reached and not.
 pub fn messages(tenant: &str, delivered: usize, undelivered: usize) {
-    if on() {
-        let tenant = label(tenant);
-        counter!("map_messages_delivered_total", "tenant" => tenant).increment(delivered as u64);
-        if undelivered > 0 {
-            counter!("map_messages_undelivered_total", "tenant" => tenant).increment(undelivered as u64);
-        }
+    if !on() {
+        return;
+    }
+    let tenant = label(tenant);
+    thread_local! {
+        static DELIVERED: std::cell::RefCell<foldhash::HashMap<usize, metrics::Counter>> = Default::default();
+    }
+    DELIVERED.with(|d| {
+        let mut d = d.borrow_mut();
+        let c = d.entry(tenant.as_ptr() as usize).or_insert_with(|| counter!("map_messages_delivered_total", "tenant" => tenant));
+        c.increment(delivered as u64);
+    });
+    if undelivered > 0 {
+        counter!("map_messages_undelivered_total", "tenant" => tenant).increment(undelivered as u64);
     }
 }
 

@@ -178,3 +178,32 @@ async fn a_malformed_traceparent_starts_a_fresh_trace() {
     assert!(connect[0]["parentSpanId"].as_str().unwrap_or_default().is_empty(), "a root span: {}", connect[0]);
     assert_eq!(connect[0]["traceId"].as_str().unwrap().len(), 32);
 }
+
+/// Roots are sampled before any span is made: at `sample_ratio` 0 only a
+/// caller's sampled `traceparent` makes a trace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sampling_follows_the_ratio_and_the_callers_flag() {
+    let collector = Collector::default();
+    let port = collector.start().await;
+    let telemetry = format!("[telemetry]\notlp_endpoint = \"http://127.0.0.1:{port}\"\notlp_protocol = \"http/json\"\nsample_ratio = 0.0\n[[tenants]]\nid = \"default\"\n");
+    let mut gw = Gateway::start_config("max_message_bytes = 65536", &telemetry);
+    let connect = request(1, "map/connect", json!({"protocolVersion": 1})).to_string();
+    let post = |traceparent: Option<&'static str>| {
+        let addr = gw.addr();
+        let connect = connect.clone();
+        async move {
+            let mut headers = vec![("content-type", "application/json")];
+            headers.extend(traceparent.map(|t| ("traceparent", t)));
+            assert_eq!(http(&addr, "POST", "/map/rpc", &headers, connect.as_bytes()).await.status, 200);
+        }
+    };
+    for _ in 0..20 {
+        post(None).await;
+    }
+    post(Some("00-11111111111111111111111111111111-2222222222222222-00")).await;
+    post(Some("00-33333333333333333333333333333333-4444444444444444-01")).await;
+    assert!(gw.terminate().success());
+    let spans = collector.spans();
+    assert_eq!(spans.len(), 1, "only the sampled caller's request: {spans:#?}");
+    assert_eq!(spans[0]["traceId"], "33333333333333333333333333333333");
+}

@@ -156,11 +156,11 @@ impl Conn {
             ConnState::Active(a) => a.tenant.id.as_str(),
             _ => "",
         };
-        let span = crate::telemetry::request(method, tenant);
-        if let Some((parent, state)) = &self.trace_parent {
-            crate::telemetry::continue_trace(&span, Some(parent), state.as_deref());
-        }
-        span
+        let (parent, state) = match &self.trace_parent {
+            Some((parent, state)) => (Some(parent.as_str()), state.as_deref()),
+            None => (None, None),
+        };
+        crate::telemetry::request(method, tenant, parent, state)
     }
 
     pub fn active(&self) -> Result<&Active, RpcError> {

@@ -174,9 +174,8 @@ pub async fn serve(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -
     let Some(plugin) = crate::plugins::of(&who.tenant).grpc_route(&path) else {
         return refuse(Code::Unimplemented, format!("no plugin of this tenant serves {path}"));
     };
-    let span = crate::telemetry::inbound("grpc", &path, &who.tenant.id);
     let (parent, state) = super::http::trace_headers(req.headers());
-    crate::telemetry::continue_trace(&span, parent.as_deref(), state.as_deref());
+    let span = crate::telemetry::inbound("grpc", &path, &who.tenant.id, parent.as_deref(), state.as_deref());
     let limit = gw.config.server.max_message_bytes;
     let call = Call { plugin, path, principal: who.principal.to_string(), timeout: grpc_timeout(req.headers()) };
     let mut grpc = Grpc::new(Raw).max_decoding_message_size(limit).max_encoding_message_size(limit);

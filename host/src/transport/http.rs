@@ -135,9 +135,8 @@ async fn plugin_http(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>)
             _ => full(StatusCode::NOT_FOUND, "text/plain", "not found\n"),
         };
     };
-    let span = crate::telemetry::inbound("http", &path, tenant.as_ref().map_or("", |t| t.tenant.id.as_str()));
     let (parent, state) = trace_headers(req.headers());
-    crate::telemetry::continue_trace(&span, parent.as_deref(), state.as_deref());
+    let span = crate::telemetry::inbound("http", &path, tenant.as_ref().map_or("", |t| t.tenant.id.as_str()), parent.as_deref(), state.as_deref());
     let method = req.method().to_string();
     let query = req.uri().query().unwrap_or_default().to_string();
     let headers = req.headers().iter().filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string()))).collect();
