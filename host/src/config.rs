@@ -17,6 +17,7 @@ pub struct Config {
     pub admin: AdminConfig,
     pub telemetry: TelemetryConfig,
     pub tls: TlsConfig,
+    pub acp: AcpConfig,
     /// Plugins by name. Absent: every `*.wasm` in `server.plugin_dir`, with default limits.
     pub plugins: Option<BTreeMap<String, PluginConfig>>,
     pub tenants: Vec<TenantConfig>,
@@ -40,6 +41,21 @@ pub struct StorageConfig {
 pub struct AdminConfig {
     /// Bearer token for `/admin/*`. Empty: the admin API answers loopback peers only.
     pub token: String,
+}
+
+/// The ACP bridge (`/acp` and `map-gateway acp`).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AcpConfig {
+    /// How long a request of a MAP agent to the editor (a permission prompt,
+    /// a file read) may stay unanswered before the agent is told it failed.
+    pub client_request_timeout_ms: u64,
+}
+
+impl Default for AcpConfig {
+    fn default() -> Self {
+        AcpConfig { client_request_timeout_ms: 30_000 }
+    }
 }
 
 /// TLS on the listener, for deployments without a proxy in front. Both
@@ -320,6 +336,7 @@ impl Default for Config {
             admin: AdminConfig::default(),
             telemetry: TelemetryConfig::default(),
             tls: TlsConfig::default(),
+            acp: AcpConfig::default(),
             plugins: None,
             tenants: vec![TenantConfig { id: "default".into(), ..Default::default() }],
         }
@@ -405,6 +422,9 @@ impl Config {
         }
         if self.tls.cert_file.as_os_str().is_empty() != self.tls.key_file.as_os_str().is_empty() {
             bail!("tls.cert_file and tls.key_file go together: give both or neither");
+        }
+        if self.acp.client_request_timeout_ms == 0 {
+            bail!("acp.client_request_timeout_ms must be positive");
         }
         let t = &self.telemetry;
         if !matches!(t.log_format.as_str(), "text" | "json") {

@@ -2,7 +2,8 @@
 //!
 //! Modules, each depending only on those after it (a test in
 //! `host/tests/layers.rs` keeps it so): `app` (the composition root) →
-//! `transport` (bytes ↔ JSON-RPC, HTTP/2 gRPC) → `plugins` (Wasm components
+//! `transport` (bytes ↔ JSON-RPC, HTTP/2 gRPC) → `acp` (editors' ACP
+//! bridged to MAP agents) → `plugins` (Wasm components
 //! serving extensions) → `core` (MAP: sessions, agents, scopes, routing,
 //! events; the traits it needs from extensions) → `tenants` (credentials
 //! into tenants) → `store` (durable storage) → `rpc` (codec, errors) →
@@ -11,6 +12,7 @@
 // What an embedder uses: start a gateway (`app`), configure it (`config`),
 // serve it (`transport`), drive the core directly (`core`) and reach a
 // tenant's plugins (`plugins`). The rest is internal.
+pub mod acp;
 pub mod app;
 pub mod config;
 pub mod core;

@@ -55,6 +55,25 @@ enum Command {
         #[arg(short, long, value_name = "FILE")]
         config: Option<PathBuf>,
     },
+    /// Bridge an editor speaking ACP on stdin/stdout to a MAP agent of the
+    /// gateway at --url (launch it as the editor's agent command).
+    Acp {
+        /// The MAP agent: its id, or a role (the first agent with it).
+        #[arg(long)]
+        agent: String,
+        /// The gateway's MAP WebSocket.
+        #[arg(long, default_value = "ws://127.0.0.1:4700/map")]
+        url: String,
+        /// An API key of the tenant (else MAP_GATEWAY_API_KEY; none: the anonymous tenant).
+        #[arg(long, env = "MAP_GATEWAY_API_KEY", hide_env_values = true)]
+        api_key: Option<String>,
+        /// A bearer token or JWT instead of an API key (else MAP_GATEWAY_TOKEN).
+        #[arg(long, env = "MAP_GATEWAY_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        /// How long the agent's requests to the editor may stay unanswered.
+        #[arg(long, default_value_t = 30_000)]
+        client_request_timeout_ms: u64,
+    },
     /// Plugin development.
     Plugin {
         #[command(subcommand)]
@@ -101,6 +120,19 @@ fn main() -> anyhow::Result<()> {
         Command::Config { config } => {
             print!("{}", load(config.as_ref())?.to_redacted_toml()?);
             Ok(())
+        }
+        Command::Acp { agent, url, api_key, token, client_request_timeout_ms } => {
+            // stdout carries the protocol: logs go to stderr only (warnings by default).
+            let logs = map_gateway::config::TelemetryConfig::default();
+            if std::env::var_os("MAP_GATEWAY_LOG").is_none() {
+                std::env::set_var("MAP_GATEWAY_LOG", "warn");
+            }
+            let _logs = map_gateway::telemetry::init(&logs)?;
+            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            let timeout = Duration::from_millis(client_request_timeout_ms.max(1));
+            let served = runtime.block_on(map_gateway::acp::serve_stdio(&url, &agent, api_key, token, timeout));
+            runtime.shutdown_timeout(Duration::from_secs(1));
+            served
         }
         Command::Plugin { command: PluginCommand::New { name, dir, sdk } } => {
             let project = scaffold::create(&name, dir, sdk)?;

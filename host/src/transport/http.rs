@@ -82,9 +82,12 @@ fn with_cors(mut resp: Response<Body>, origin: Option<&HeaderValue>) -> Response
 
 pub async fn route(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
     let path = req.uri().path().to_string();
-    let map_endpoint = matches!(path.as_str(), "/map/rpc" | "/map/batch" | "/map/events");
+    let map_endpoint = matches!(path.as_str(), "/map/rpc" | "/map/batch" | "/map/events" | "/acp");
     if (super::ws::is_upgrade(&req) || map_endpoint) && !super::origin_allowed(&gw.config.server.allowed_origins, req.headers()) {
         return Ok(error_json(StatusCode::FORBIDDEN, "cross-origin requests from this origin are not allowed (server.allowed_origins)"));
+    }
+    if super::ws::is_upgrade(&req) && path == "/acp" {
+        return Ok(super::acp::upgrade(gw, peer, req));
     }
     if super::ws::is_upgrade(&req) {
         return Ok(super::ws::upgrade(gw, peer, req));

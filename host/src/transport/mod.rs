@@ -3,6 +3,7 @@
 //! plugin routes), WebSocket upgrades and, over HTTP/2, gRPC for plugins;
 //! stdio is served on its own.
 
+mod acp;
 mod admin;
 mod dashboard;
 mod grpc;

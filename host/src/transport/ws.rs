@@ -36,21 +36,34 @@ pub fn is_upgrade(req: &Request<Incoming>) -> bool {
     req.headers().get(UPGRADE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
 }
 
-pub fn upgrade(gw: Arc<Gateway>, peer: SocketAddr, mut req: Request<Incoming>) -> Response<Body> {
+pub fn upgrade(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Response<Body> {
+    let preset = super::header_credentials(req.headers());
+    let max = gw.config.server.max_message_bytes;
+    accept(max, peer, req, move |socket| run(gw, socket, peer, preset))
+}
+
+/// A WebSocket the handshake accepted.
+pub type Socket = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
+
+/// Answer the WebSocket handshake; `serve` gets the socket once upgraded.
+pub fn accept<F, Fut>(max_message_bytes: usize, peer: SocketAddr, mut req: Request<Incoming>, serve: F) -> Response<Body>
+where
+    F: FnOnce(Socket) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
     use http_body_util::{BodyExt, Empty};
     let Some(key) = req.headers().get(SEC_WEBSOCKET_KEY).map(|k| derive_accept_key(k.as_bytes())) else {
         let mut r = Response::new(Empty::new().boxed());
         *r.status_mut() = StatusCode::BAD_REQUEST;
         return r;
     };
-    let preset = super::header_credentials(req.headers());
     let on_upgrade = hyper::upgrade::on(&mut req);
     tokio::spawn(async move {
         match on_upgrade.await {
             Ok(upgraded) => {
                 // Frames past our own limit are answered with an error; only far
                 // larger ones make the WebSocket layer close with 1009.
-                let hard_cap = gw.config.server.max_message_bytes.saturating_mul(4).max(16 << 20);
+                let hard_cap = max_message_bytes.saturating_mul(4).max(16 << 20);
                 // tungstenite's 128 KiB default read buffer is zero-filled per
                 // connection: ~140 KiB per idle session. 8 KiB keeps it ~10×
                 // smaller; larger frames are read in more chunks.
@@ -59,7 +72,7 @@ pub fn upgrade(gw: Arc<Gateway>, peer: SocketAddr, mut req: Request<Incoming>) -
                     .max_frame_size(Some(hard_cap))
                     .read_buffer_size(8 << 10);
                 let socket = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config)).await;
-                run(gw, socket, peer, preset).await;
+                serve(socket).await;
             }
             Err(e) => tracing::debug!(%peer, error = %e, "websocket upgrade failed"),
         }

@@ -1,0 +1,146 @@
+//! The bridge's MAP side: a JSON-RPC client of a MAP session, either inside
+//! this gateway (frames go straight to the core, as from a transport) or
+//! over a WebSocket to a gateway elsewhere (`map-gateway acp --url`).
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use anyhow::Context;
+use futures_util::{SinkExt, StreamExt};
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, oneshot};
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::core::{Conn, Gateway};
+
+/// An error answer of the MAP side: its JSON-RPC error object.
+pub type MapError = Value;
+
+type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Value, MapError>>>>>;
+
+/// A MAP session the bridge acts through.
+pub struct Link {
+    out: mpsc::Sender<String>,
+    pending: Pending,
+    next_id: AtomicU64,
+}
+
+impl Link {
+    /// A link over two frame channels; notifications (`map/message`,
+    /// `map/event`) come out of the returned receiver.
+    fn over(out: mpsc::Sender<String>, mut incoming: mpsc::Receiver<String>) -> (Link, mpsc::Receiver<Value>) {
+        let pending: Pending = Arc::default();
+        let (notes_tx, notes_rx) = mpsc::channel(1024);
+        let answers = pending.clone();
+        tokio::spawn(async move {
+            while let Some(frame) = incoming.recv().await {
+                let Ok(v) = serde_json::from_str::<Value>(&frame) else { continue };
+                match v.get("id").and_then(Value::as_u64).filter(|_| v.get("method").is_none()) {
+                    Some(id) => {
+                        let result = match v.get("error") {
+                            Some(e) => Err(e.clone()),
+                            None => Ok(v.get("result").cloned().unwrap_or(Value::Null)),
+                        };
+                        if let Some(tx) = answers.lock().remove(&id) {
+                            let _ = tx.send(result);
+                        }
+                    }
+                    None if v.get("method").is_some() => {
+                        if notes_tx.send(v).await.is_err() {
+                            break;
+                        }
+                    }
+                    None => {}
+                }
+            }
+            // The MAP side is gone: every call still waiting fails.
+            for (_, tx) in answers.lock().drain() {
+                let _ = tx.send(Err(json!({"code": -32603, "message": "the MAP connection closed"})));
+            }
+        });
+        (Link { out, pending, next_id: AtomicU64::new(1) }, notes_rx)
+    }
+
+    /// Call a MAP method and wait for its answer.
+    pub async fn call(&self, method: &str, params: Value) -> Result<Value, MapError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        self.pending.lock().insert(id, tx);
+        let frame = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
+        if self.out.send(frame).await.is_err() {
+            self.pending.lock().remove(&id);
+            return Err(json!({"code": -32603, "message": "the MAP connection closed"}));
+        }
+        rx.await.unwrap_or_else(|_| Err(json!({"code": -32603, "message": "the MAP connection closed"})))
+    }
+}
+
+/// A session inside this gateway, as a transport would open it: `preset`
+/// credentials are those the editor's connection carried (HTTP headers).
+pub fn in_process(gw: Arc<Gateway>, preset: Option<(String, String)>, loopback: bool, peer_ip: Option<IpAddr>) -> (Link, mpsc::Receiver<Value>) {
+    let (frames_tx, mut frames_rx) = crate::core::outbox::channel(gw.config.limits.outbox_frames, gw.config.limits.outbox_bytes);
+    let (out_tx, mut out_rx) = mpsc::channel::<String>(64);
+    let (in_tx, in_rx) = mpsc::channel::<String>(1024);
+    let notes = in_tx.clone();
+    tokio::spawn(async move {
+        while let Some(frame) = frames_rx.recv().await {
+            if notes.send(frame.as_str().to_string()).await.is_err() {
+                break;
+            }
+        }
+    });
+    tokio::spawn(async move {
+        let mut conn = Conn::new(frames_tx, loopback, "acp");
+        conn.peer_ip = peer_ip;
+        conn.preset_auth = preset;
+        while let Some(frame) = out_rx.recv().await {
+            let answer = gw.handle_frame(&mut conn, frame.as_bytes()).await;
+            for f in conn.deferred.drain(..) {
+                let _ = in_tx.send(f.as_str().to_string()).await;
+            }
+            if let Some(a) = answer {
+                if in_tx.send(a).await.is_err() {
+                    break;
+                }
+            }
+        }
+        gw.connection_closed(&mut conn);
+    });
+    Link::over(out_tx, in_rx)
+}
+
+/// A session on the gateway at `url` (`ws://HOST:PORT/map`).
+pub async fn websocket(url: &str) -> anyhow::Result<(Link, mpsc::Receiver<Value>)> {
+    let rest = url.strip_prefix("ws://").with_context(|| format!("{url}: only ws:// URLs are supported (put a TLS proxy's plain side here, or run the bridge on the gateway's host)"))?;
+    let authority = rest.split('/').next().unwrap_or(rest);
+    let tcp = tokio::net::TcpStream::connect(authority).await.with_context(|| format!("connecting to {authority}"))?;
+    let _ = tcp.set_nodelay(true);
+    let (socket, _) = tokio_tungstenite::client_async(url, tcp).await.with_context(|| format!("WebSocket handshake with {url}"))?;
+    let (mut sink, mut source) = socket.split();
+    let (out_tx, mut out_rx) = mpsc::channel::<String>(64);
+    let (in_tx, in_rx) = mpsc::channel::<String>(1024);
+    tokio::spawn(async move {
+        while let Some(frame) = out_rx.recv().await {
+            if sink.send(Message::text(frame)).await.is_err() {
+                break;
+            }
+        }
+        let _ = sink.close().await;
+    });
+    tokio::spawn(async move {
+        while let Some(Ok(m)) = source.next().await {
+            let text = match m {
+                Message::Text(t) => t.to_string(),
+                Message::Close(_) => break,
+                _ => continue,
+            };
+            if in_tx.send(text).await.is_err() {
+                break;
+            }
+        }
+    });
+    Ok(Link::over(out_tx, in_rx))
+}

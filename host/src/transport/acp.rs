@@ -1,0 +1,73 @@
+//! `GET /acp?agent=ID_OR_ROLE` upgraded to a WebSocket: an editor speaking
+//! ACP (one JSON-RPC message per text frame), bridged to that MAP agent by
+//! a session of this gateway opened with the connection's credentials
+//! (`Authorization: Bearer …` or `X-Api-Key`, else the anonymous tenant).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
+use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::Message;
+
+use super::http::{error_json, Body};
+use crate::acp::{bridge, link};
+use crate::core::Gateway;
+
+pub fn upgrade(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Response<Body> {
+    let agent = req.uri().query().and_then(|q| form_urlencoded::parse(q.as_bytes()).find(|(k, _)| k == "agent").map(|(_, v)| v.into_owned()));
+    let Some(agent) = agent.filter(|a| !a.is_empty()) else {
+        return error_json(StatusCode::BAD_REQUEST, "name the MAP agent: /acp?agent=<agent id or role>");
+    };
+    let preset = super::header_credentials(req.headers());
+    let opts = bridge::Options { agent, client_request_timeout: Duration::from_millis(gw.config.acp.client_request_timeout_ms) };
+    let max = gw.config.server.max_message_bytes;
+    super::ws::accept(max, peer, req, move |socket| session(gw, socket, peer, preset, opts))
+}
+
+async fn session(gw: Arc<Gateway>, socket: super::ws::Socket, peer: SocketAddr, preset: Option<(String, String)>, opts: bridge::Options) {
+    let _open = gw.drain.enter();
+    let _counted = crate::metrics::connection("acp");
+    let (map, notes) = link::in_process(gw.clone(), preset, super::is_loopback(&peer), Some(peer.ip()));
+    let (mut sink, mut source) = socket.split();
+    let (in_tx, in_rx) = mpsc::channel::<String>(64);
+    let (out_tx, mut out_rx) = mpsc::channel::<String>(1024);
+    let writer = tokio::spawn(async move {
+        while let Some(text) = out_rx.recv().await {
+            if sink.send(Message::text(text)).await.is_err() {
+                return;
+            }
+        }
+        let _ = sink.close().await;
+    });
+    let stopping = gw.drain.stopping();
+    let reader = async move {
+        tokio::pin!(stopping);
+        loop {
+            let next = tokio::select! {
+                next = source.next() => next,
+                _ = &mut stopping => break,
+            };
+            match next {
+                Some(Ok(Message::Text(t))) => {
+                    if in_tx.send(t.to_string()).await.is_err() {
+                        break;
+                    }
+                }
+                Some(Ok(Message::Binary(b))) => {
+                    if in_tx.send(String::from_utf8_lossy(&b).into_owned()).await.is_err() {
+                        break;
+                    }
+                }
+                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
+                Some(Ok(_)) => continue,
+            }
+        }
+    };
+    tokio::spawn(reader);
+    bridge::run(map, notes, in_rx, out_tx, opts, None).await;
+    let _ = writer.await;
+}
