@@ -29,9 +29,14 @@ after(async () => {
 async function codingAgent(role) {
   const agent = await connectAgent(gw, { name: `coder-${uid()}`, role });
   const cancelled = new Map();
+  const loaded = [];
   const adapter = new ACPAgentAdapter(agent.conn, {
     initialize: async () => ({ protocolVersion: ACP_PROTOCOL_VERSION, agentCapabilities: { loadSession: false } }),
     newSession: async () => ({ sessionId: `sess-${uid()}` }),
+    loadSession: async (params) => {
+      loaded.push(params.sessionId);
+      return {};
+    },
     prompt: async (params, ctx) => {
       const text = params.prompt.map((p) => p.text).join(' ');
       const say = (t) => adapter.sendSessionUpdate(ctx.streamId, {
@@ -45,7 +50,9 @@ async function codingAgent(role) {
           options: [{ optionId: 'allow', name: 'Allow', kind: 'allow_once' }, { optionId: 'reject', name: 'Reject', kind: 'reject_once' }],
         });
         const file = await adapter.readTextFile(ctx.streamId, { sessionId: params.sessionId, path: '/work/src/main.rs' });
-        await say(`permission ${permission.outcome.optionId}; the file has ${file.content.length} bytes`);
+        await adapter.writeTextFile(ctx.streamId, { sessionId: params.sessionId, path: '/work/src/lib.rs', content: 'pub fn lib() {}\n' });
+        const terminal = await adapter.createTerminal(ctx.streamId, { sessionId: params.sessionId, command: 'cargo', args: ['test'] });
+        await say(`permission ${permission.outcome.optionId}; the file has ${file.content.length} bytes; terminal ${terminal.terminalId}`);
         return { stopReason: 'end_turn' };
       }
       if (text === 'ask') {
@@ -68,7 +75,7 @@ async function codingAgent(role) {
       cancelled.get(params.sessionId)?.();
     },
   });
-  return { agent, adapter };
+  return { agent, adapter, loaded };
 }
 
 /** An editor on the official ACP library: records updates, answers
@@ -87,6 +94,14 @@ function editor({ permission = 'allow', files = { '/work/src/main.rs': 'fn main(
     .onRequest(acp.methods.client.fs.readTextFile, ({ params }) => {
       requests.push({ method: 'fs/read_text_file', params });
       return { content: files[params.path] ?? '' };
+    })
+    .onRequest(acp.methods.client.fs.writeTextFile, ({ params }) => {
+      requests.push({ method: 'fs/write_text_file', params });
+      return {};
+    })
+    .onRequest(acp.methods.client.terminal.create, ({ params }) => {
+      requests.push({ method: 'terminal/create', params });
+      return { terminalId: 'term-1' };
     });
   return { app, updates: updates.items, updated: updates.until, requests };
 }
@@ -109,20 +124,24 @@ async function session(agentApi) {
 }
 
 test('over WebSocket: initialize, a session, a prompt with streamed updates, a permission and a file read served by the editor', async () => {
-  const { agent } = await codingAgent('coder');
+  const { agent, loaded } = await codingAgent('coder');
   const ed = editor();
   await ed.app.connectWith(overWebSocket(agent.id), async (a) => {
     const sessionId = await session(a);
+    await a.request(acp.methods.agent.session.load, { sessionId, cwd: '/work', mcpServers: [] });
+    assert.deepEqual(loaded, [sessionId]);
     const plain = await a.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: 'text', text: 'hello' }] });
     assert.equal(plain.stopReason, 'end_turn');
     const edit = await a.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: 'text', text: 'edit' }] });
     assert.equal(edit.stopReason, 'end_turn');
   });
-  assert.deepEqual(text(ed.updates), ['working on: hello', 'working on: edit', 'permission allow; the file has 13 bytes']);
-  assert.deepEqual(ed.requests.map((r) => r.method), ['session/request_permission', 'fs/read_text_file'],
+  assert.deepEqual(text(ed.updates), ['working on: hello', 'working on: edit', 'permission allow; the file has 13 bytes; terminal term-1']);
+  assert.deepEqual(ed.requests.map((r) => r.method), ['session/request_permission', 'fs/read_text_file', 'fs/write_text_file', 'terminal/create'],
     'the SDK\'s request_permission reaches the editor as ACP\'s session/request_permission');
   assert.equal(ed.requests[0].params.toolCall.toolCallId, 'edit-1');
   assert.equal(ed.requests[1].params.path, '/work/src/main.rs');
+  assert.equal(ed.requests[2].params.content, 'pub fn lib() {}\n');
+  assert.deepEqual(ed.requests[3].params.args, ['test']);
 });
 
 test('the agent is found by role, and cancel ends a running prompt', async () => {
@@ -236,7 +255,7 @@ test('over stdio: map-gateway acp launched as the editor launches an agent', asy
   }
   const code = await new Promise((resolve) => child.once('exit', resolve));
   assert.equal(code, 0, stderr);
-  assert.ok(text(ed.updates).includes('permission reject; the file has 13 bytes'), JSON.stringify(ed.updates));
+  assert.ok(text(ed.updates).includes('permission reject; the file has 13 bytes; terminal term-1'), JSON.stringify(ed.updates));
 });
 
 /** A list whose `until(cond)` resolves as soon as a push makes `cond` true. */
