@@ -249,6 +249,11 @@ test('over stdio: map-gateway acp launched as the editor launches an agent', asy
       await ed.updated(() => text(ed.updates).includes('working on: wait'));
       await a.notify(acp.methods.agent.session.cancel, { sessionId });
       assert.equal((await running).stopReason, 'cancelled');
+      // The agent going mid-prompt reaches the editor through the subprocess too.
+      const hanging = a.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: 'text', text: 'hang' }] });
+      await ed.updated(() => text(ed.updates).includes('working on: hang'));
+      await agent.conn.disconnect();
+      await assert.rejects(hanging, (e) => /went away before answering session\/prompt/.test(e.message ?? JSON.stringify(e)));
     });
   } finally {
     child.stdin.end();
