@@ -356,7 +356,9 @@ impl TenantPlugin {
     /// one) and it fits the message limit; `Err` names how it broke the contract.
     fn check_error(&self, e: WitError) -> Result<RpcError, String> {
         let (lo, hi) = self.descriptor.as_ref().map(|d| d.error_range).unwrap_or((0, -1));
-        let standard = (-32700..=-32600).contains(&e.code) && e.code != codes::INTERNAL_ERROR;
+        // Every JSON-RPC code, -32603 included (as wit/types.wit says): a
+        // plugin may report its own internal error and keep its instance.
+        let standard = (-32700..=-32600).contains(&e.code);
         if !standard && !(lo..=hi).contains(&e.code) {
             let head: String = e.message.chars().take(200).collect();
             return Err(format!("returned error code {} outside its range {lo}..={hi}: {head}", e.code));
