@@ -124,14 +124,16 @@ export async function startGateway(opts = {}) {
   });
 
   const removeDir = () => { try { rmSync(dir, { recursive: true, force: true }); } catch { /* ignore */ } };
+  // opts.readyTimeoutMs: longer for large plugins, which compile at the first start.
+  const readyMs = opts.readyTimeoutMs ?? 20_000;
   const port = await new Promise((resolve, reject) => {
     let out = '';
     const timer = setTimeout(() => {
       cleanup();
       proc.kill('SIGKILL');
       removeDir();
-      reject(new Error(`gateway did not print its ready line within 20 s.\nstdout: ${out}\nstderr: ${stderrBuf.slice(-4000)}`));
-    }, 20_000);
+      reject(new Error(`gateway did not print its ready line within ${readyMs / 1000} s.\nstdout: ${out}\nstderr: ${stderrBuf.slice(-4000)}`));
+    }, readyMs);
     const onData = (d) => {
       out += d;
       for (const line of out.split('\n')) {

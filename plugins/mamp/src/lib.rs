@@ -11,7 +11,6 @@
 //! MAP agents answer and start conversations with `mamp/send` ([`outbound`]).
 
 mod cards;
-mod http_client;
 mod inbound;
 mod message;
 mod outbound;

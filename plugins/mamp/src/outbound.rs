@@ -10,7 +10,7 @@ use map_plugin_sdk::timers;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::http_client::{self, Url};
+use map_plugin_sdk::http::{self, Url};
 use crate::message::{self, AgentUri, PROTOCOL};
 use crate::repo::{Mapping, BY_MAIL, CONVERSATIONS};
 use crate::settings::Settings;
@@ -193,7 +193,7 @@ fn post(p: &Pending, settings: &Settings) -> Result<String, Failure> {
     let peer = settings.peer(&to.domain);
     let url = Url::parse(&peer.url).ok_or_else(|| Failure::Refused(format!("peer URL {:?} is not http(s)://…", peer.url)))?;
     let key = (!peer.key.is_empty()).then_some(peer.key.as_str());
-    let (status, body) = http_client::post_json(&url, "/mamp/v1/messages", key, p.message.to_string().as_bytes()).map_err(Failure::Transient)?;
+    let (status, body) = http::post_json(&url, "/mamp/v1/messages", key, p.message.to_string().as_bytes()).map_err(Failure::Transient)?;
     let answer: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     match status {
         200..=299 => answer["conversation_id"].as_str().map(String::from).ok_or_else(|| Failure::Refused(format!("the peer answered {status} without a conversation_id"))),

@@ -16,7 +16,8 @@
 //!   [`Batch`]es with compare-and-swap and counters, and a [`retry`] loop;
 //! - [`ids`]: time-ordered `prefix-<ULID>` ids and the clock;
 //! - [`events`], [`log`], [`config`], [`router`], [`timers`], [`grpc`],
-//!   [`metrics`]: the other imports, with JSON handled.
+//!   [`metrics`]: the other imports, with JSON handled;
+//! - [`http`]: a JSON POST to an allowed host through `wasi:http`.
 //!
 //! A whole extension:
 //!
@@ -60,6 +61,7 @@ pub mod bindings;
 pub mod config;
 pub mod error;
 pub mod events;
+pub mod http;
 pub mod export;
 pub mod ids;
 pub mod log;

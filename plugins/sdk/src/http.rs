@@ -1,5 +1,7 @@
-//! One JSON POST through `wasi:http/outgoing-handler` (the host lets it
-//! reach only the hosts the deployment allows this plugin).
+//! Outbound HTTP through `wasi:http/outgoing-handler`: the host lets a
+//! plugin reach only the hosts the deployment lists in its `outbound_hosts`
+//! (any other request fails with an error), within `outbound_timeout_ms`
+//! and `outbound_max_bytes`.
 
 use wasi::http::outgoing_handler;
 use wasi::http::types::{Fields, IncomingBody, Method, OutgoingBody, OutgoingRequest, Scheme};
