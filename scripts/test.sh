@@ -11,10 +11,14 @@ scripts/build-plugins.sh --fixtures
 echo "==> building the gateway"
 cargo build --locked -p map-gateway
 
-echo "==> a plugin made by map-gateway plugin new (interop suite: plugin-new.test.mjs)"
-rm -rf target/scaffold/sdk-example
+echo "==> plugins made by map-gateway plugin new, in Rust, Python and JavaScript (interop suite: plugin-new.test.mjs)"
+rm -rf target/scaffold/sdk-example target/scaffold/sdk-example-python target/scaffold/sdk-example-js
 target/debug/map-gateway plugin new sdk-example --dir target/scaffold/sdk-example >/dev/null
 (cd target/scaffold/sdk-example && CARGO_TARGET_DIR=.. cargo build --quiet --release --target wasm32-wasip2)
+target/debug/map-gateway plugin new sdk-example --lang python --dir target/scaffold/sdk-example-python >/dev/null
+target/scaffold/sdk-example-python/build.sh
+target/debug/map-gateway plugin new sdk-example --lang js --dir target/scaffold/sdk-example-js >/dev/null
+target/scaffold/sdk-example-js/build.sh
 
 echo "==> Rust tests: gateway and benchmark harness"
 cargo test --locked -p map-gateway -p map-bench

@@ -4,6 +4,10 @@
 //! instantiation, and a gRPC unary call through the singleton's
 //! `grpc-handler` over a real HTTP/2 connection (the `h2` client).
 //!
+//! Then the audit example (examples/audit) built in Rust, Python and
+//! JavaScript: component size, start-up with a cold and a warm artifact
+//! cache, call latency and instantiation.
+//!
 //! Run: `scripts/build-plugins.sh --fixtures && cargo bench -p map-gateway --bench plugin_dispatch`
 
 use std::path::PathBuf;
@@ -132,6 +136,72 @@ fn main() -> anyhow::Result<()> {
         println!("| fresh instantiation (pooling allocator) | {:.1} | {:.1} |", micros(percentile(&inst, 0.5)), micros(percentile(&inst, 0.99)));
         anyhow::Ok(())
     })?;
+    let _ = std::fs::remove_dir_all(data);
+
+    println!();
+    println!("the audit example in three languages: audit/stats ({LANG_CALLS} calls, in-process), start-up to ready with a cold and a warm compiled-artifact cache, fresh instantiation");
+    println!("| language | component | start, cold cache | start, warm cache | call p50 µs | call p99 µs | instantiation p50 µs | instantiation p99 µs |");
+    println!("|---|---|---|---|---|---|---|---|");
+    let builds = [
+        ("Rust", root.join("target/guests/wasm32-wasip2/release/audit.wasm")),
+        ("Python", root.join("examples/audit/python/audit.wasm")),
+        ("JavaScript", root.join("examples/audit/js/audit.wasm")),
+    ];
+    for (lang, wasm) in builds {
+        anyhow::ensure!(wasm.exists(), "{} is missing: run scripts/build-plugins.sh --fixtures", wasm.display());
+        rt.block_on(language_row(lang, wasm))?;
+    }
+    Ok(())
+}
+
+const LANG_CALLS: usize = 5_000;
+
+/// One row of the language table: the same extension built in `lang`.
+async fn language_row(lang: &str, wasm: PathBuf) -> anyhow::Result<()> {
+    let data = std::env::temp_dir().join(format!("map-gateway-bench-{}-{lang}", std::process::id()));
+    let mut config = Config::default();
+    config.server.data_dir = data.clone();
+    let plugin = PluginConfig { path: wasm.clone(), memory_mb: 64, deadline_ms: 5000, ..PluginConfig::default() };
+    config.plugins = Some([("audit".to_string(), plugin)].into());
+    let size = std::fs::metadata(&wasm)?.len() as f64 / (1024.0 * 1024.0);
+    let started = Instant::now();
+    drop(map_gateway::app::start(config.clone(), None).await?);
+    let cold = started.elapsed();
+    let started = Instant::now();
+    let gw = map_gateway::app::start(config, None).await?;
+    let warm = started.elapsed();
+    let (tx, mut rx) = map_gateway::core::outbox::channel(1024, 1 << 30);
+    tokio::spawn(async move { while rx.recv().await.is_some() {} });
+    let mut conn = Conn::new(tx, true, "bench");
+    gw.handle_frame(&mut conn, br#"{"jsonrpc":"2.0","id":0,"method":"map/connect","params":{"protocolVersion":1}}"#).await;
+    let frame = r#"{"jsonrpc":"2.0","id":1,"method":"audit/stats","params":{}}"#;
+    for _ in 0..WARMUP {
+        gw.handle_frame(&mut conn, frame.as_bytes()).await.expect("an answer");
+    }
+    let mut calls = Vec::with_capacity(LANG_CALLS);
+    for _ in 0..LANG_CALLS {
+        let t = Instant::now();
+        let answer = gw.handle_frame(&mut conn, frame.as_bytes()).await.expect("an answer");
+        calls.push(t.elapsed());
+        anyhow::ensure!(answer.contains("\"total\""), "audit/stats failed in {lang}: {answer}");
+    }
+    calls.sort();
+    let tenant = gw.tenants.get("default").expect("default tenant");
+    let tp = map_gateway::plugins::of(&tenant).method("audit/stats").expect("audit is loaded");
+    let mut inst = Vec::new();
+    for _ in 0..50 {
+        inst.push(tp.time_instantiation().await?);
+    }
+    inst.sort();
+    println!(
+        "| {lang} | {size:.1} MiB | {:.0} ms | {:.0} ms | {:.1} | {:.1} | {:.0} | {:.0} |",
+        cold.as_secs_f64() * 1000.0,
+        warm.as_secs_f64() * 1000.0,
+        micros(percentile(&calls, 0.5)),
+        micros(percentile(&calls, 0.99)),
+        micros(percentile(&inst, 0.5)),
+        micros(percentile(&inst, 0.99))
+    );
     let _ = std::fs::remove_dir_all(data);
     Ok(())
 }

@@ -83,9 +83,9 @@ enum Command {
 
 #[derive(Subcommand)]
 enum PluginCommand {
-    /// Create a plugin project on the Rust plugin SDK that builds for
-    /// wasm32-wasip2 and loads as is (two example methods, a README with the
-    /// build and the [plugins.NAME] stanza).
+    /// Create a plugin project (Rust on the plugin SDK, Python or JavaScript)
+    /// that builds with one command and loads as is (two example methods, a
+    /// README with the build and the [plugins.NAME] stanza).
     New {
         /// The plugin's name: its [plugins.NAME] key, crate name and method namespace.
         name: String,
@@ -95,6 +95,9 @@ enum PluginCommand {
         /// The SDK (plugins/sdk of a map-gateway checkout) instead of the one this binary was built from.
         #[arg(long, value_name = "PATH")]
         sdk: Option<PathBuf>,
+        /// The plugin's language.
+        #[arg(long, value_enum, default_value = "rust")]
+        lang: scaffold::Lang,
     },
 }
 
@@ -134,10 +137,10 @@ fn main() -> anyhow::Result<()> {
             runtime.shutdown_timeout(Duration::from_secs(1));
             served
         }
-        Command::Plugin { command: PluginCommand::New { name, dir, sdk } } => {
-            let project = scaffold::create(&name, dir, sdk)?;
+        Command::Plugin { command: PluginCommand::New { name, dir, sdk, lang } } => {
+            let project = scaffold::create(&name, dir, sdk, lang)?;
             println!("created {} in {}", project.name, project.dir.display());
-            println!("build it:  (cd {} && cargo build --release --target wasm32-wasip2)", project.dir.display());
+            println!("build it:  (cd {} && {})", project.dir.display(), project.build_command());
             println!("load it:   [plugins.{}] path = {:?}", project.name, project.wasm());
             Ok(())
         }

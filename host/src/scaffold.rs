@@ -1,9 +1,13 @@
-//! `map-gateway plugin new NAME`: writes a plugin project on the Rust
-//! plugin SDK (`plugins/sdk`) that builds for `wasm32-wasip2` and loads as
-//! is: `Cargo.toml`, `src/lib.rs` with two methods (a store write that
-//! emits an event, and a read), a README with the build and the
-//! `[plugins.NAME]` stanza, and the SDK workspace's `Cargo.lock`, so the
-//! first build uses the versions the SDK is tested with.
+//! `map-gateway plugin new NAME [--lang rust|python|js]`: writes a plugin
+//! project that builds with one command and loads as is, with two methods
+//! (a store write that emits an event, and a read) and a README with the
+//! build and the `[plugins.NAME]` stanza.
+//!
+//! - Rust: on the plugin SDK (`plugins/sdk`), with the SDK workspace's
+//!   `Cargo.lock`, so the first build uses the versions the SDK is tested with.
+//! - Python (componentize-py) and JavaScript (componentize-js): the sources
+//!   in `scaffold/python` and `scaffold/js`, a `build.sh`, and a copy of the
+//!   gateway's `wit/` (what those toolchains bind against).
 
 use std::path::{Path, PathBuf};
 
@@ -14,13 +18,30 @@ pub fn default_sdk() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/sdk")
 }
 
+/// The language of a new plugin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Lang {
+    Rust,
+    Python,
+    Js,
+}
+
 /// What `plugin new` creates.
 pub struct Project {
     /// Plugin name: the `[plugins.NAME]` key, the crate name, the method namespace.
     pub name: String,
     pub dir: PathBuf,
     pub sdk: PathBuf,
+    pub lang: Lang,
 }
+
+const PYTHON: [(&str, &str); 2] = [("app.py", include_str!("scaffold/python/app.py")), ("build.sh", include_str!("scaffold/python/build.sh"))];
+const JS: [(&str, &str); 4] = [
+    ("plugin.js", include_str!("scaffold/js/plugin.js")),
+    ("build.mjs", include_str!("scaffold/js/build.mjs")),
+    ("package.json", include_str!("scaffold/js/package.json")),
+    ("build.sh", include_str!("scaffold/js/build.sh")),
+];
 
 /// A plugin name: 1 to 64 of `a-z`, `0-9` and `-`, starting with a letter,
 /// not ending with `-`, and not `map` (whose methods belong to the core).
@@ -40,7 +61,7 @@ pub fn check_name(name: &str) -> anyhow::Result<()> {
 
 /// Write the project. Refuses a `dir` that exists and is not empty, and an
 /// SDK path without the SDK's `Cargo.toml`.
-pub fn create(name: &str, dir: Option<PathBuf>, sdk: Option<PathBuf>) -> anyhow::Result<Project> {
+pub fn create(name: &str, dir: Option<PathBuf>, sdk: Option<PathBuf>, lang: Lang) -> anyhow::Result<Project> {
     check_name(name)?;
     let sdk = sdk.unwrap_or_else(default_sdk);
     let sdk_manifest = sdk.join("Cargo.toml");
@@ -53,10 +74,41 @@ pub fn create(name: &str, dir: Option<PathBuf>, sdk: Option<PathBuf>) -> anyhow:
     if dir.exists() && std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))?.next().is_some() {
         bail!("{} exists and is not empty", dir.display());
     }
-    std::fs::create_dir_all(dir.join("src")).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let dir = dir.canonicalize()?;
-    let project = Project { name: name.to_string(), dir, sdk };
+    let project = Project { name: name.to_string(), dir, sdk, lang };
+    match lang {
+        Lang::Rust => write_rust(&project)?,
+        Lang::Python => write_sources(&project, &PYTHON, ".venv/\n__pycache__/\n*.wasm\n")?,
+        Lang::Js => write_sources(&project, &JS, "node_modules/\n*.wasm\n")?,
+    }
+    Ok(project)
+}
 
+/// The Python or JavaScript sources with the name filled in, `wit/`, a README.
+fn write_sources(p: &Project, files: &[(&str, &str)], ignore: &str) -> anyhow::Result<()> {
+    for (file, text) in files {
+        let path = p.dir.join(file);
+        write(&path, &text.replace("@NAME@", &p.name))?;
+        if file.ends_with(".sh") {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
+        }
+    }
+    let wit = p.sdk.join("../../wit");
+    std::fs::create_dir_all(p.dir.join("wit"))?;
+    for entry in std::fs::read_dir(&wit).with_context(|| format!("reading {}", wit.display()))? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "wit") {
+            std::fs::copy(&path, p.dir.join("wit").join(path.file_name().expect("a file name")))?;
+        }
+    }
+    write(&p.dir.join("README.md"), &readme(p))?;
+    write(&p.dir.join(".gitignore"), ignore)
+}
+
+fn write_rust(project: &Project) -> anyhow::Result<()> {
+    std::fs::create_dir_all(project.dir.join("src"))?;
     write(&project.dir.join("Cargo.toml"), &cargo_toml(&project))?;
     write(&project.dir.join("src/lib.rs"), &lib_rs(&project))?;
     write(&project.dir.join("README.md"), &readme(&project))?;
@@ -66,7 +118,7 @@ pub fn create(name: &str, dir: Option<PathBuf>, sdk: Option<PathBuf>) -> anyhow:
     if let Ok(lock) = std::fs::read_to_string(project.sdk.join("../Cargo.lock")) {
         write(&project.dir.join("Cargo.lock"), &lock)?;
     }
-    Ok(project)
+    Ok(())
 }
 
 fn write(path: &Path, text: &str) -> anyhow::Result<()> {
@@ -79,9 +131,20 @@ impl Project {
         self.name.replace('-', "_")
     }
 
-    /// Where `cargo build --release --target wasm32-wasip2` puts the component.
+    /// Where the build puts the component.
     pub fn wasm(&self) -> PathBuf {
-        self.dir.join("target/wasm32-wasip2/release").join(format!("{}.wasm", self.lib_name()))
+        match self.lang {
+            Lang::Rust => self.dir.join("target/wasm32-wasip2/release").join(format!("{}.wasm", self.lib_name())),
+            Lang::Python | Lang::Js => self.dir.join(format!("{}.wasm", self.name)),
+        }
+    }
+
+    /// The one command that builds it, run in the project's folder.
+    pub fn build_command(&self) -> &'static str {
+        match self.lang {
+            Lang::Rust => "cargo build --release --target wasm32-wasip2",
+            Lang::Python | Lang::Js => "./build.sh",
+        }
     }
 }
 
@@ -203,8 +266,7 @@ map_plugin_sdk::export_extension!(Plugin);
 fn readme(p: &Project) -> String {
     const TEMPLATE: &str = r#"# @NAME@
 
-A map-gateway plugin made with `map-gateway plugin new`, on the Rust plugin
-SDK (`map-plugin-sdk`, at `@SDK@`). It serves two JSON-RPC methods:
+A map-gateway plugin made with `map-gateway plugin new`, @INTRO@. It serves two JSON-RPC methods:
 
 | method | params | result |
 |---|---|---|
@@ -213,12 +275,7 @@ SDK (`map-plugin-sdk`, at `@SDK@`). It serves two JSON-RPC methods:
 
 ## Build
 
-```sh
-rustup target add wasm32-wasip2     # once
-cargo build --release --target wasm32-wasip2
-```
-
-The component is `target/wasm32-wasip2/release/@LIB@.wasm`.
+@BUILD@
 
 ## Load
 
@@ -245,15 +302,29 @@ receives its events.
 
 ## Where to go from here
 
-- `src/lib.rs`: add a method by writing a handler `fn(&Call) -> Result<Reply>`
-  and listing it in `METHODS`.
-- The SDK's crate documentation (`cargo doc --open -p map-plugin-sdk`):
-  typed collections and ranges, atomic batches with compare-and-swap and
-  counters, ids, errors, events, configuration, and the export macros for
-  observers, timers, HTTP and gRPC.
-- The contract itself is the WIT in the gateway's `wit/` folder.
+@NEXT@
 "#;
+    let (intro, build, next) = match p.lang {
+        Lang::Rust => (
+            format!("on the Rust plugin SDK (`map-plugin-sdk`, at `{}`)", p.sdk.display()),
+            "```sh\nrustup target add wasm32-wasip2     # once\ncargo build --release --target wasm32-wasip2\n```\n\nThe component is `target/wasm32-wasip2/release/@LIB@.wasm`.",
+            "- `src/lib.rs`: add a method by writing a handler `fn(&Call) -> Result<Reply>`\n  and listing it in `METHODS`.\n- The SDK's crate documentation (`cargo doc --open -p map-plugin-sdk`):\n  typed collections and ranges, atomic batches with compare-and-swap and\n  counters, ids, errors, events, configuration, and the export macros for\n  observers, timers, HTTP and gRPC.\n- The contract itself is the WIT in the gateway's `wit/` folder.",
+        ),
+        Lang::Python => (
+            "in Python, built into a Wasm component with `componentize-py`".to_string(),
+            "```sh\n./build.sh      # installs componentize-py in .venv the first time\n```\n\nThe component is `@NAME@.wasm` (about 18 MB: it carries CPython). The\ngateway compiles it once at the first start (10 to 20 s) and keeps the result\nin its artifact cache; later starts take a fraction of a second. Give it\n`memory_mb = 64` (a Python instance starts at about 13 MB).",
+            "- `app.py`: add a function to `METHODS`. Import modules at the top only,\n  and call host imports only inside calls.\n- `wit/` is a copy of the gateway's contract: every import (`store`, `events`,\n  `router`, `config`, `metrics`, …) and its guarantees are documented there.",
+        ),
+        Lang::Js => (
+            "in JavaScript, built into a Wasm component with `componentize-js`".to_string(),
+            "```sh\n./build.sh      # npm installs componentize-js the first time\n```\n\nThe component is `@NAME@.wasm` (about 12 MB: it carries the JavaScript\nengine). The gateway compiles it once at the first start (about 20 s) and\nkeeps the result in its artifact cache; later starts take a fraction of a\nsecond.",
+            "- `plugin.js`: add a function to `METHODS`.\n- `wit/` is a copy of the gateway's contract: every import (`store`, `events`,\n  `router`, `config`, `metrics`, …) and its guarantees are documented there.",
+        ),
+    };
     TEMPLATE
+        .replace("@INTRO@", &intro)
+        .replace("@BUILD@", build)
+        .replace("@NEXT@", next)
         .replace("@NAME@", &p.name)
         .replace("@LIB@", &p.lib_name())
         .replace("@SDK@", &p.sdk.to_string_lossy())
@@ -276,7 +347,7 @@ mod tests {
 
     #[test]
     fn templates_name_the_plugin_everywhere() {
-        let p = Project { name: "task-board".into(), dir: PathBuf::from("/tmp/tb"), sdk: PathBuf::from("/src/plugins/sdk") };
+        let p = Project { name: "task-board".into(), dir: PathBuf::from("/tmp/tb"), sdk: PathBuf::from("/src/plugins/sdk"), lang: Lang::Rust };
         let lib = lib_rs(&p);
         assert!(lib.contains(r#"("task-board/put", put)"#) && !lib.contains("@NAME@"));
         assert!(cargo_toml(&p).contains(r#"map-plugin-sdk = { path = "/src/plugins/sdk" }"#));

@@ -1,13 +1,18 @@
-// A plugin made by `map-gateway plugin new` (the Rust plugin SDK's template),
-// built as generated, answers the real SDK client: the extension is listed at
-// map/connect, `sdk-example/put` stores and emits `sdk-example.put` to a
-// subscriber, `sdk-example/get` reads back, and errors keep their codes.
+// A plugin made by `map-gateway plugin new` in each language (Rust on the
+// plugin SDK, Python with componentize-py, JavaScript with componentize-js),
+// built as generated, answers the real SDK client the same way: the extension
+// is listed at map/connect, `sdk-example/put` stores and emits
+// `sdk-example.put` to a subscriber, `sdk-example/get` reads back, and errors
+// keep their codes.
 //
-// scripts/test.sh makes and builds the project (target/scaffold/sdk-example);
-// by hand:
+// scripts/test.sh makes and builds the three projects (target/scaffold/); by hand:
 //   target/debug/map-gateway plugin new sdk-example --dir target/scaffold/sdk-example
 //   (cd target/scaffold/sdk-example && CARGO_TARGET_DIR=.. cargo build --release --target wasm32-wasip2)
-import { test, before, after } from 'node:test';
+//   target/debug/map-gateway plugin new sdk-example --lang python --dir target/scaffold/sdk-example-python
+//   target/scaffold/sdk-example-python/build.sh
+//   target/debug/map-gateway plugin new sdk-example --lang js --dir target/scaffold/sdk-example-js
+//   target/scaffold/sdk-example-js/build.sh
+import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -15,55 +20,63 @@ import { existsSync } from 'node:fs';
 import { startGateway, connectClient, connectAgent, rejectsWithCode } from './harness.mjs';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
-const WASM = process.env.SCAFFOLD_WASM ?? join(HERE, '..', '..', 'target', 'scaffold', 'wasm32-wasip2', 'release', 'sdk_example.wasm');
+const SCAFFOLD = join(HERE, '..', '..', 'target', 'scaffold');
+const BUILDS = {
+  rust: join(SCAFFOLD, 'wasm32-wasip2', 'release', 'sdk_example.wasm'),
+  python: join(SCAFFOLD, 'sdk-example-python', 'sdk-example.wasm'),
+  js: join(SCAFFOLD, 'sdk-example-js', 'sdk-example.wasm'),
+};
 const call = (h, method, params) => h.conn.callExtension(method, params);
 
-let gw;
-before(async () => {
-  assert.ok(existsSync(WASM), `${WASM} is missing: build it as the header of this file says (scripts/test.sh does)`);
-  gw = await startGateway({ extraToml: `[plugins.sdk-example]\npath = ${JSON.stringify(WASM)}\n` });
-});
-after(async () => { await gw?.stop(); });
+for (const [lang, WASM] of Object.entries(BUILDS)) describe(`plugin new --lang ${lang}`, () => {
+  let gw;
+  before(async () => {
+    assert.ok(existsSync(WASM), `${WASM} is missing: build it as the header of this file says (scripts/test.sh does)`);
+    // A Python or JavaScript component compiles for a while at its first start.
+    gw = await startGateway({ readyTimeoutMs: 120_000, extraToml: `[plugins.sdk-example]\npath = ${JSON.stringify(WASM)}\nmemory_mb = 64\n` });
+  }, { timeout: 130_000 });
+  after(async () => { await gw?.stop(); });
 
-test('map/connect lists the generated extension and its capabilities', async () => {
-  const c = await connectClient(gw);
-  const caps = c.connectResult.capabilities;
-  const ext = caps.extensions.find((e) => e.uri === 'urn:map:ext:sdk-example:1');
-  assert.ok(ext, `extensions list urn:map:ext:sdk-example:1: ${JSON.stringify(caps.extensions)}`);
-  assert.deepEqual(ext.methods, ['sdk-example/put', 'sdk-example/get']);
-  assert.deepEqual(caps['sdk-example'], { enabled: true });
-});
+  test('map/connect lists the generated extension and its capabilities', async () => {
+    const c = await connectClient(gw);
+    const caps = c.connectResult.capabilities;
+    const ext = caps.extensions.find((e) => e.uri === 'urn:map:ext:sdk-example:1');
+    assert.ok(ext, `extensions list urn:map:ext:sdk-example:1: ${JSON.stringify(caps.extensions)}`);
+    assert.deepEqual(ext.methods, ['sdk-example/put', 'sdk-example/get']);
+    assert.deepEqual(caps['sdk-example'], { enabled: true });
+  });
 
-test('put stores an item and emits sdk-example.put; get reads it back', async () => {
-  const watcher = await connectClient(gw, { name: 'watcher' });
-  const sub = await watcher.conn.subscribe({ eventTypes: ['sdk-example.put'] });
-  const a = await connectAgent(gw, { name: 'writer' });
+  test('put stores an item and emits sdk-example.put; get reads it back', async () => {
+    const watcher = await connectClient(gw, { name: 'watcher' });
+    const sub = await watcher.conn.subscribe({ eventTypes: ['sdk-example.put'] });
+    const a = await connectAgent(gw, { name: 'writer' });
 
-  const item = await call(a, 'sdk-example/put', { text: 'hello from the SDK client' });
-  assert.match(item.id, /^item-[0-9A-HJKMNP-TV-Z]{26}$/);
-  assert.equal(item.text, 'hello from the SDK client');
-  assert.equal(typeof item.createdAt, 'number');
+    const item = await call(a, 'sdk-example/put', { text: 'hello from the SDK client' });
+    assert.match(item.id, /^item-[0-9A-HJKMNP-TV-Z]{26}$/);
+    assert.equal(item.text, 'hello from the SDK client');
+    assert.equal(typeof item.createdAt, 'number');
 
-  const [ev] = await watcher.tap.waitForEvents(sub.id, (e) => e.type === 'sdk-example.put', 1);
-  assert.equal(ev.event.data.itemId, item.id);
+    const [ev] = await watcher.tap.waitForEvents(sub.id, (e) => e.type === 'sdk-example.put', 1);
+    assert.equal(ev.event.data.itemId, item.id);
 
-  const c = await connectClient(gw);
-  assert.deepEqual(await call(c, 'sdk-example/get', { itemId: item.id }), item, 'another session reads the stored item');
-  const later = await call(a, 'sdk-example/put', { text: 'second' });
-  assert.ok(later.id > item.id, 'ids are time-ordered');
-});
+    const c = await connectClient(gw);
+    assert.deepEqual(await call(c, 'sdk-example/get', { itemId: item.id }), item, 'another session reads the stored item');
+    const later = await call(a, 'sdk-example/put', { text: 'second' });
+    assert.ok(later.id > item.id, 'ids are time-ordered');
+  });
 
-test('errors: the plugin range for a missing item, -32602 for bad params', async () => {
-  const c = await connectClient(gw);
-  const missing = await rejectsWithCode(call(c, 'sdk-example/get', { itemId: 'item-none' }), 20001, 'missing item');
-  assert.equal(missing.data.details.itemId, 'item-none');
-  const bad = await rejectsWithCode(call(c, 'sdk-example/put', { txt: 'typo' }), -32602, 'missing text');
-  assert.match(bad.message, /missing field `text`/);
-});
+  test('errors: the plugin range for a missing item, -32602 for bad params', async () => {
+    const c = await connectClient(gw);
+    const missing = await rejectsWithCode(call(c, 'sdk-example/get', { itemId: 'item-none' }), 20001, 'missing item');
+    assert.equal(missing.data.details.itemId, 'item-none');
+    const bad = await rejectsWithCode(call(c, 'sdk-example/put', { txt: 'typo' }), -32602, 'missing text');
+    assert.match(bad.message, /missing field `text`/);
+  });
 
-test('tenants keep separate items', async () => {
-  const a = await connectAgent(gw, { name: 'acme-writer', auth: { method: 'api-key', credential: 'acme-key' } });
-  const item = await call(a, 'sdk-example/put', { text: 'acme only' });
-  const other = await connectClient(gw);
-  await rejectsWithCode(call(other, 'sdk-example/get', { itemId: item.id }), 20001, "another tenant's item");
+  test('tenants keep separate items', async () => {
+    const a = await connectAgent(gw, { name: 'acme-writer', auth: { method: 'api-key', credential: 'acme-key' } });
+    const item = await call(a, 'sdk-example/put', { text: 'acme only' });
+    const other = await connectClient(gw);
+    await rejectsWithCode(call(other, 'sdk-example/get', { itemId: item.id }), 20001, "another tenant's item");
+  });
 });

@@ -46,6 +46,7 @@ FROM_PREFIX = "from/"
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 200
 SCAN_PAGE = 1000  # the host's cap on one scan-page
+ATTEMPTS = 3  # of a commit that conflicts
 
 
 class RpcFailure(Exception):
@@ -80,12 +81,14 @@ def storage(what, fn, *args):
 
 
 def commit(what, ops):
-    outcome = storage(what, store.commit, ops)
-    if isinstance(outcome, store.Outcome_Conflict):
-        # No expect-* ops here: only a concurrent transaction (PostgreSQL).
-        raise RpcFailure(PLUGIN_FAILURE, f"storage conflict ({what}), retry",
-                         {"index": outcome.value})
-    return outcome.value  # Committed(version, counters)
+    """Apply ops atomically. Without expect-* ops a conflict only comes from a
+    concurrent transaction (PostgreSQL): try again, ATTEMPTS times in all."""
+    for _ in range(ATTEMPTS):
+        outcome = storage(what, store.commit, ops)
+        if isinstance(outcome, store.Outcome_Committed):
+            return outcome.value  # Committed(version, counters)
+    raise RpcFailure(PLUGIN_FAILURE, f"storage conflict ({what}) {ATTEMPTS} times",
+                     {"index": outcome.value})
 
 
 def scan_all(collection, prefix):
@@ -100,6 +103,14 @@ def scan_all(collection, prefix):
         if page.next is None or not page.entries:
             return
         after = page.next
+
+
+def counter(text):
+    """A counter's value: decimal text (absent, or not a number, is 0)."""
+    try:
+        return int(text.strip()) if text is not None else 0
+    except ValueError:
+        return 0
 
 
 def is_int(v):
@@ -128,22 +139,27 @@ def audit_stats(caller: Caller, params):
     total = storage("read total", store.get, COUNTERS, TOTAL)  # Optional[str]
     by_sender = {}
     for key, value in scan_all(COUNTERS, FROM_PREFIX):
-        by_sender[key[len(FROM_PREFIX):]] = int(value.decode("utf-8"))
-    return {"total": int(total) if total is not None else 0, "bySender": by_sender}
+        by_sender[key[len(FROM_PREFIX):]] = counter(value.decode("utf-8"))
+    return {"total": counter(total), "bySender": by_sender}
 
 
 def audit_forget(caller: Caller, params):
     sender = params.get("from")
     if not isinstance(sender, str):
         raise invalid_params("`from` must be a string")
-    keys = [key for key, value in scan_all(RECORDS, "")
-            if json.loads(value.decode("utf-8")).get("from") == sender]
-    ops = [store.Op_Delete(store.KeyRef(RECORDS, key)) for key in keys]
-    ops.append(store.Op_Delete(store.KeyRef(COUNTERS, FROM_PREFIX + sender)))
-    if keys:
-        ops.append(store.Op_Add(store.AddOp(COUNTERS, TOTAL, -len(keys))))
-    commit("forget", ops)
-    return {"removed": len(keys)}
+    for _ in range(ATTEMPTS):
+        keys = [key for key, value in scan_all(RECORDS, "")
+                if json.loads(value.decode("utf-8")).get("from") == sender]
+        ops = [store.Op_Delete(store.KeyRef(RECORDS, key)) for key in keys]
+        ops.append(store.Op_Delete(store.KeyRef(COUNTERS, FROM_PREFIX + sender)))
+        if keys:
+            ops.append(store.Op_Add(store.AddOp(COUNTERS, TOTAL, -len(keys))))
+        outcome = storage("forget", store.commit, ops)
+        if isinstance(outcome, store.Outcome_Committed):
+            return {"removed": len(keys)}
+    # A conflict: the records may have changed meanwhile, so they were read again.
+    raise RpcFailure(PLUGIN_FAILURE, f"storage conflict (forget) {ATTEMPTS} times",
+                     {"index": outcome.value})
 
 
 METHODS = {"audit/list": audit_list, "audit/stats": audit_stats, "audit/forget": audit_forget}
