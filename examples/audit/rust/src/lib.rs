@@ -32,25 +32,23 @@ const COUNTER_VALUES: Collection<String, Text> = Collection::new("counters");
 const TOTAL: &str = "total";
 const FROM: &str = "from/";
 
+/// `limit` and `cursor` may be absent or `null`.
 #[derive(Deserialize)]
 struct List {
-    #[serde(default = "fifty")]
-    limit: u32,
+    #[serde(default)]
+    limit: Option<u32>,
     #[serde(default)]
     cursor: Option<String>,
-}
-
-fn fifty() -> u32 {
-    50
 }
 
 /// `audit/list {limit?, cursor?}`: records oldest first.
 fn list(call: &Call) -> Result<Reply> {
     let p: List = call.params()?;
-    if !(1..=200).contains(&p.limit) {
+    let limit = p.limit.unwrap_or(50);
+    if !(1..=200).contains(&limit) {
         return Err(Error::invalid_params("limit must be an integer from 1 to 200"));
     }
-    let page = RECORDS.all().resume(p.cursor).page(p.limit)?;
+    let page = RECORDS.all().resume(p.cursor).page(limit)?;
     let records: Vec<Record> = page.entries.into_iter().map(|e| e.value).collect();
     Reply::json(&json!({ "records": records, "nextCursor": page.next }))
 }
@@ -117,7 +115,8 @@ impl Extension for Audit {
     const METHODS: Methods = Methods::new(&[("audit/list", list), ("audit/stats", stats), ("audit/forget", forget), ("audit/export", export)]);
 
     fn describe() -> Describe {
-        Describe::new("audit", env!("CARGO_PKG_VERSION"))
+        // The same descriptor as the Python and JavaScript builds.
+        Describe::new("audit", "1.0.0").uri("urn:example:audit:1")
     }
 }
 
