@@ -28,11 +28,16 @@ fn micros(d: Duration) -> f64 {
 }
 
 async fn measure(gw: &std::sync::Arc<Gateway>, conn: &mut Conn, frame: &str) -> Vec<Duration> {
+    measure_n(gw, conn, frame, CALLS).await
+}
+
+/// `calls` timed calls of `frame` after a warm-up, sorted.
+async fn measure_n(gw: &std::sync::Arc<Gateway>, conn: &mut Conn, frame: &str, calls: usize) -> Vec<Duration> {
     for _ in 0..WARMUP {
         gw.handle_frame(conn, frame.as_bytes()).await.expect("an answer");
     }
-    let mut out = Vec::with_capacity(CALLS);
-    for _ in 0..CALLS {
+    let mut out = Vec::with_capacity(calls);
+    for _ in 0..calls {
         let t = Instant::now();
         let answer = gw.handle_frame(conn, frame.as_bytes()).await.expect("an answer");
         out.push(t.elapsed());
@@ -174,18 +179,7 @@ async fn language_row(lang: &str, wasm: PathBuf) -> anyhow::Result<()> {
     tokio::spawn(async move { while rx.recv().await.is_some() {} });
     let mut conn = Conn::new(tx, true, "bench");
     gw.handle_frame(&mut conn, br#"{"jsonrpc":"2.0","id":0,"method":"map/connect","params":{"protocolVersion":1}}"#).await;
-    let frame = r#"{"jsonrpc":"2.0","id":1,"method":"audit/stats","params":{}}"#;
-    for _ in 0..WARMUP {
-        gw.handle_frame(&mut conn, frame.as_bytes()).await.expect("an answer");
-    }
-    let mut calls = Vec::with_capacity(LANG_CALLS);
-    for _ in 0..LANG_CALLS {
-        let t = Instant::now();
-        let answer = gw.handle_frame(&mut conn, frame.as_bytes()).await.expect("an answer");
-        calls.push(t.elapsed());
-        anyhow::ensure!(answer.contains("\"total\""), "audit/stats failed in {lang}: {answer}");
-    }
-    calls.sort();
+    let calls = measure_n(&gw, &mut conn, r#"{"jsonrpc":"2.0","id":1,"method":"audit/stats","params":{}}"#, LANG_CALLS).await;
     let tenant = gw.tenants.get("default").expect("default tenant");
     let tp = map_gateway::plugins::of(&tenant).method("audit/stats").expect("audit is loaded");
     let mut inst = Vec::new();

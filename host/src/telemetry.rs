@@ -186,7 +186,7 @@ pub fn answered(span: &Span, code: i64) {
 
 /// The span of one call into a plugin (`what`: rpc, http, grpc, observe, timer).
 pub fn plugin_call(plugin: &str, tenant: &str, what: &'static str) -> Span {
-    if Span::current().is_none() {
+    if KEEP_BELOW.get().is_none() || Span::current().is_none() {
         return Span::none();
     }
     let span = tracing::info_span!(target: TARGET, "plugin", otel.name = Empty, otel.status_code = Empty, map.plugin = plugin, map.tenant = tenant, map.call = what, map.outcome = Empty);
@@ -208,7 +208,7 @@ pub fn plugin_outcome(span: &Span, outcome: &'static str) {
 
 /// The span of one storage operation.
 pub fn store_op(op: &'static str, backend: &'static str) -> Span {
-    if Span::current().is_none() {
+    if KEEP_BELOW.get().is_none() || Span::current().is_none() {
         return Span::none();
     }
     let span = tracing::info_span!(target: TARGET, "store", otel.name = Empty, db.system = backend, db.operation = op);
