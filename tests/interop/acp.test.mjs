@@ -189,6 +189,16 @@ test('an unknown agent, and a missing ?agent=, are refused clearly', async () =>
     await assert.rejects(a.request(acp.methods.agent.initialize, { protocolVersion: acp.PROTOCOL_VERSION, clientCapabilities: {} }),
       (e) => /no MAP agent has the id or role/.test(e.message ?? JSON.stringify(e)));
   });
+  // Credentials the gateway refuses: said at the first request, not mistaken for a missing agent.
+  const bad = new WebSocket(`ws://127.0.0.1:${gw.port}/acp?agent=coder`, { headers: { 'x-api-key': 'not-a-key' } });
+  await new Promise((r, j) => { bad.once('open', r); bad.once('error', j); });
+  const answer = new Promise((r) => bad.once('message', (d) => r(JSON.parse(d.toString()))));
+  bad.send(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: 1, clientCapabilities: {} } }));
+  const init = await answer;
+  assert.equal(init.id, 1);
+  assert.match(init.error.message, /map\/connect failed/, JSON.stringify(init));
+  bad.close();
+
   const ws = new WebSocket(`ws://127.0.0.1:${gw.port}/acp`);
   const refused = await new Promise((resolve) => ws.once('unexpected-response', (_req, res) => {
     let body = '';

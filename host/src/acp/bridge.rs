@@ -49,6 +49,8 @@ struct Bridge {
     agent: Option<(String, String)>,
     /// Why the bound agent is unavailable, when it went away.
     gone: Option<String>,
+    /// The MAP session is open (`map/connect` succeeded).
+    connected: bool,
     session_id: Option<String>,
     /// The protocol version the editor asked for in `initialize`.
     editor_version: Option<Value>,
@@ -79,6 +81,7 @@ pub async fn run(link: Link, mut notes: mpsc::Receiver<Value>, mut from_editor: 
         to_editor,
         stream_id: format!("acp-{}", crate::ids::ulid()),
         agent: None,
+        connected: refusal.is_none(),
         gone: refusal,
         session_id: None,
         editor_version: None,
@@ -87,7 +90,7 @@ pub async fn run(link: Link, mut notes: mpsc::Receiver<Value>, mut from_editor: 
         watch: None,
         editor_subscriptions: Vec::new(),
     };
-    if b.gone.is_none() {
+    if b.connected {
         b.bind().await;
     }
     let mut tick = tokio::time::interval(Duration::from_millis(250));
@@ -175,7 +178,7 @@ impl Bridge {
         if method == "initialize" {
             self.editor_version = msg.pointer("/params/protocolVersion").cloned();
         }
-        if self.agent.is_none() || self.gone.is_some() {
+        if self.connected && (self.agent.is_none() || self.gone.is_some()) {
             // Bound by role, another agent may have it now.
             self.bind().await;
         }
