@@ -47,6 +47,27 @@ async fn measure_n(gw: &std::sync::Arc<Gateway>, conn: &mut Conn, frame: &str, c
     out
 }
 
+/// A connection of the default tenant, after `map/connect`.
+async fn connected(gw: &std::sync::Arc<Gateway>) -> Conn {
+    let (tx, mut rx) = map_gateway::core::outbox::channel(1024, 1 << 30);
+    tokio::spawn(async move { while rx.recv().await.is_some() {} });
+    let mut conn = Conn::new(tx, true, "bench");
+    gw.handle_frame(&mut conn, br#"{"jsonrpc":"2.0","id":0,"method":"map/connect","params":{"protocolVersion":1}}"#).await;
+    conn
+}
+
+/// `n` fresh instantiations (and `init`) of the plugin serving `method`, sorted.
+async fn instantiations(gw: &Gateway, method: &str, n: usize) -> anyhow::Result<Vec<Duration>> {
+    let tenant = gw.tenants.get("default").expect("default tenant");
+    let tp = map_gateway::plugins::of(&tenant).method(method).expect("the plugin is loaded");
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        out.push(tp.time_instantiation().await?);
+    }
+    out.sort();
+    Ok(out)
+}
+
 const GRPC_CALLS: usize = 5_000;
 
 /// Serve the gateway on a loopback port and time unary gRPC calls with a
@@ -106,23 +127,14 @@ fn main() -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async {
         let gw = map_gateway::app::start(config, None).await?;
-        let (tx, mut rx) = map_gateway::core::outbox::channel(1024, 1 << 30);
-        tokio::spawn(async move { while rx.recv().await.is_some() {} });
-        let mut conn = Conn::new(tx, true, "bench");
-        gw.handle_frame(&mut conn, br#"{"jsonrpc":"2.0","id":0,"method":"map/connect","params":{"protocolVersion":1}}"#).await;
+        let mut conn = connected(&gw).await;
 
         let params = r#"{"text":"hello","n":42,"tags":["a","b","c"],"nested":{"ok":true}}"#;
         let plugin = measure(&gw, &mut conn, &format!(r#"{{"jsonrpc":"2.0","id":1,"method":"echo/call","params":{params}}}"#)).await;
         let single = measure(&gw, &mut conn, r#"{"jsonrpc":"2.0","id":1,"method":"state/count","params":{}}"#).await;
         let native = measure(&gw, &mut conn, &format!(r#"{{"jsonrpc":"2.0","id":1,"method":"map/subscribe.ack","params":{params}}}"#)).await;
 
-        let tenant = gw.tenants.get("default").expect("default tenant");
-        let tp = map_gateway::plugins::of(&tenant).method("echo/call").expect("echo is loaded");
-        let mut inst = Vec::new();
-        for _ in 0..200 {
-            inst.push(tp.time_instantiation().await?);
-        }
-        inst.sort();
+        let inst = instantiations(&gw, "echo/call", 200).await?;
 
         let grpc = grpc_unary(gw.clone()).await?;
 
@@ -175,18 +187,9 @@ async fn language_row(lang: &str, wasm: PathBuf) -> anyhow::Result<()> {
     let started = Instant::now();
     let gw = map_gateway::app::start(config, None).await?;
     let warm = started.elapsed();
-    let (tx, mut rx) = map_gateway::core::outbox::channel(1024, 1 << 30);
-    tokio::spawn(async move { while rx.recv().await.is_some() {} });
-    let mut conn = Conn::new(tx, true, "bench");
-    gw.handle_frame(&mut conn, br#"{"jsonrpc":"2.0","id":0,"method":"map/connect","params":{"protocolVersion":1}}"#).await;
+    let mut conn = connected(&gw).await;
     let calls = measure_n(&gw, &mut conn, r#"{"jsonrpc":"2.0","id":1,"method":"audit/stats","params":{}}"#, LANG_CALLS).await;
-    let tenant = gw.tenants.get("default").expect("default tenant");
-    let tp = map_gateway::plugins::of(&tenant).method("audit/stats").expect("audit is loaded");
-    let mut inst = Vec::new();
-    for _ in 0..50 {
-        inst.push(tp.time_instantiation().await?);
-    }
-    inst.sort();
+    let inst = instantiations(&gw, "audit/stats", 50).await?;
     println!(
         "| {lang} | {size:.1} MiB | {:.0} ms | {:.0} ms | {:.1} | {:.1} | {:.0} | {:.0} |",
         cold.as_secs_f64() * 1000.0,

@@ -216,6 +216,16 @@ pub enum PluginSample {
 
 /// Series each (tenant, plugin) may make.
 const PLUGIN_SERIES: usize = 256;
+
+/// What one (tenant, plugin) has made: its series (name and labels) and
+/// whether each name is a counter.
+#[derive(Default)]
+struct PluginSeries {
+    series: HashSet<String>,
+    kinds: std::collections::HashMap<String, bool>,
+}
+
+static PLUGIN_SERIES_MADE: OnceLock<parking_lot::Mutex<std::collections::HashMap<(String, String), PluginSeries>>> = OnceLock::new();
 const PLUGIN_LABELS: usize = 4;
 
 fn metric_name_ok(s: &str) -> bool {
@@ -246,9 +256,6 @@ pub fn plugin_sample(tenant: &str, plugin: &str, name: &str, labels: &[(String, 
         return Ok(());
     }
     let is_counter = matches!(sample, PluginSample::Counter(_));
-    // The series made so far, per (tenant, plugin): name and labels → counter or gauge.
-    type Series = std::collections::HashMap<(String, String), std::collections::HashMap<String, bool>>;
-    static SERIES: OnceLock<parking_lot::Mutex<Series>> = OnceLock::new();
     let mut key = String::from(name);
     for (k, v) in labels {
         key.push('\0');
@@ -257,18 +264,18 @@ pub fn plugin_sample(tenant: &str, plugin: &str, name: &str, labels: &[(String, 
         key.push_str(v);
     }
     {
-        let mut all = SERIES.get_or_init(Default::default).lock();
+        let mut all = PLUGIN_SERIES_MADE.get_or_init(Default::default).lock();
         let mine = all.entry((tenant.to_string(), plugin.to_string())).or_default();
-        if let Some(kind) = mine.iter().find(|(k, _)| k.split('\0').next() == Some(name)).map(|(_, c)| *c) {
-            if kind != is_counter {
-                return Err(format!("{name} is a {} already", if kind { "counter" } else { "gauge" }));
-            }
+        match mine.kinds.get(name) {
+            Some(&kind) if kind != is_counter => return Err(format!("{name} is a {} already", if kind { "counter" } else { "gauge" })),
+            _ => {}
         }
-        if !mine.contains_key(&key) {
-            if mine.len() >= PLUGIN_SERIES {
+        if !mine.series.contains(&key) {
+            if mine.series.len() >= PLUGIN_SERIES {
                 return Err(format!("this plugin has {PLUGIN_SERIES} series in this tenant already; no more are made"));
             }
-            mine.insert(key, is_counter);
+            mine.series.insert(key);
+            mine.kinds.entry(name.to_string()).or_insert(is_counter);
         }
     }
     let mut all_labels = vec![metrics::Label::new("tenant", label(tenant)), metrics::Label::new("plugin", label(plugin))];
