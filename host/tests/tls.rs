@@ -108,6 +108,17 @@ async fn https_and_wss_are_served_and_a_renewed_certificate_is_picked_up() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(https_get(&addr, &renewed, "/healthz").await.starts_with("HTTP/1.1 200"));
+
+    // A renewal that rewrites the files is picked up without a signal (the files are looked at every 10 s).
+    let dir3 = TempDir::new("tls-third");
+    let third = certificate(dir3.path(), &["127.0.0.1"]);
+    std::fs::copy(dir3.path().join("key.pem"), dir.path().join("key.pem")).unwrap();
+    std::fs::copy(dir3.path().join("cert.pem"), dir.path().join("cert.pem")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(25);
+    while tls_connect(&addr, &third).await.is_err() {
+        assert!(Instant::now() < deadline, "the rewritten certificate was not picked up; log:\n{}", gw.log());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 #[test]
