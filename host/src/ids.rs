@@ -78,6 +78,12 @@ pub fn ulid() -> String {
 pub struct Ulid([u8; 26]);
 
 impl Ulid {
+    /// A ULID as text, if it is 26 ASCII letters and digits.
+    pub fn parse(s: &str) -> Option<Ulid> {
+        let bytes: [u8; 26] = s.as_bytes().try_into().ok()?;
+        bytes.iter().all(u8::is_ascii_alphanumeric).then_some(Ulid(bytes))
+    }
+
     pub fn as_str(&self) -> &str {
         std::str::from_utf8(&self.0).expect("alphabet is ASCII")
     }

@@ -75,6 +75,89 @@ impl NewEvent {
     }
 }
 
+/// A recorded event as the durable log and the cluster carry it: what
+/// fan-out, filters and replay need, with `data` as JSON text.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct StoredEvent {
+    pub id: String,
+    pub ts: u64,
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub participant: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+    pub data: Box<serde_json::value::RawValue>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caused_by: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_role: Option<Arc<str>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roles: Vec<Arc<str>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scopes: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correlation_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audience: Option<Vec<String>>,
+}
+
+impl StoredEvent {
+    pub fn of(id: &str, ts: u64, e: &NewEvent) -> StoredEvent {
+        let data = match &e.data_text {
+            Some(text) => text.clone(),
+            None => serde_json::to_string(&e.data).expect("data serialises"),
+        };
+        StoredEvent {
+            id: id.to_string(),
+            ts,
+            kind: e.kind.to_string(),
+            agent: e.source.agent_id.clone(),
+            participant: e.source.participant_id.clone(),
+            scope: e.source.scope_id.clone(),
+            data: serde_json::value::RawValue::from_string(data).unwrap_or_else(|_| serde_json::value::RawValue::from_string("null".into()).expect("null")),
+            caused_by: e.caused_by.clone(),
+            source_role: e.facets.source_role.clone(),
+            roles: e.facets.roles.clone(),
+            scopes: e.facets.scopes.clone(),
+            priority: e.facets.priority.as_ref().map(|p| p.to_string()),
+            correlation_id: e.facets.correlation_id.clone(),
+            metadata: e.facets.metadata.clone(),
+            audience: e.audience.clone(),
+        }
+    }
+
+    /// The event back, with its id and timestamp.
+    pub fn into_event(self) -> (String, u64, NewEvent) {
+        let source = Source { agent_id: self.agent, participant_id: self.participant, scope_id: self.scope };
+        let facets = Facets {
+            source_role: self.source_role,
+            roles: self.roles,
+            scopes: self.scopes,
+            priority: self.priority.map(Cow::Owned),
+            correlation_id: self.correlation_id,
+            metadata: self.metadata,
+        };
+        let event = NewEvent {
+            kind: Cow::Owned(self.kind),
+            source,
+            data: Value::Null,
+            data_text: Some(String::from(self.data.get())),
+            caused_by: self.caused_by,
+            facets,
+            audience: self.audience,
+            recorded: true,
+            hidden_agent: None,
+        };
+        (self.id, self.ts, event)
+    }
+}
+
 /// A filter key an extension declares over its events' `data`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DataFilterSpec {
@@ -95,7 +178,7 @@ struct DataFilter {
 
 /// A subscription filter: AND across fields, OR within a field. Absent or
 /// empty fields select everything.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct Filter {
     pub event_types: Vec<String>,
@@ -108,7 +191,8 @@ pub struct Filter {
     pub priorities: Vec<String>,
     pub correlation_ids: Vec<String>,
     pub metadata_match: Map<String, Value>,
-    /// Keys of no core field: extension filters, resolved by `resolve`.
+    /// Keys of no core field: extension filters, resolved by `resolve` (and
+    /// kept, so the filter serialises as it was given).
     #[serde(flatten)]
     pub other: Map<String, Value>,
     #[serde(skip)]
@@ -165,7 +249,7 @@ impl Filter {
     /// (`spec_of(key)`). A key no extension declares is ignored, as unknown
     /// keys are; a declared field given a non-string value is an error.
     pub fn resolve(mut self, spec_of: impl Fn(&str) -> Option<DataFilterSpec>) -> Result<Filter, String> {
-        for (key, wanted) in std::mem::take(&mut self.other) {
+        for (key, wanted) in self.other.clone() {
             let Some(spec) = spec_of(&key) else { continue };
             let wanted = match wanted {
                 Value::Object(m) => m,

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::json;
 
-use super::events::{Filter, NewEvent};
+use super::events::{Filter, NewEvent, StoredEvent};
 use super::ids::{self, Ulid, UlidGen};
 use super::outbox::{Frame, Full, Outbox};
 use crate::rpc::push_json_str;
@@ -63,6 +63,10 @@ pub trait Fabric: Send + Sync {
     fn replay(&self, query: &ReplayQuery) -> ReplayPage;
     /// For the operator: the live subscriptions and the replay log's size.
     fn inspect(&self) -> FabricView;
+    /// Take up a subscription a session had on another node (a resume after
+    /// that node died): same id, numbering on from `sequence`, recorded
+    /// events since `from` first.
+    fn adopt_subscription(&self, session: &str, id: &str, filter: Filter, sequence: u64, from: ReplayFrom);
 }
 
 /// What `Fabric::inspect` shows.
@@ -83,6 +87,11 @@ pub struct SubscriptionView {
     pub sequence: u64,
     /// Events dropped since the last overflow notice.
     pub dropped: u64,
+    /// The last event queued for the session.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_event_id: Option<String>,
+    #[serde(skip)]
+    pub filter: Filter,
 }
 
 struct Subscription {
@@ -94,9 +103,11 @@ struct Subscription {
     dropped: u64,
     oldest_dropped: Option<String>,
     newest_dropped: Option<String>,
+    /// The last event queued (where a resume elsewhere goes on from).
+    last: Option<Ulid>,
 }
 
-struct Recorded {
+pub struct Recorded {
     event_id: Ulid,
     timestamp: u64,
     event: NewEvent,
@@ -126,6 +137,13 @@ fn event_size(e: &NewEvent) -> usize {
 
 /// The `event` object as sent: `{id, type, timestamp, source, data}`. Built
 /// only when someone receives the event (most events are only ever recorded).
+impl Recorded {
+    /// The entry as the durable log keeps it.
+    pub fn stored(&self) -> StoredEvent {
+        StoredEvent::of(self.event_id.as_str(), self.timestamp, &self.event)
+    }
+}
+
 fn body_of(event_id: &str, timestamp: u64, event: &NewEvent) -> String {
     let data = match &event.data_text {
         Some(text) => std::borrow::Cow::Borrowed(text.as_str()),
@@ -144,7 +162,7 @@ fn body_of(event_id: &str, timestamp: u64, event: &NewEvent) -> String {
 
 struct Events {
     subscriptions: Vec<Subscription>,
-    log: VecDeque<Recorded>,
+    log: VecDeque<Arc<Recorded>>,
     /// Sum of the log's `bytes`.
     log_bytes: usize,
     /// Event ids, made under this lock so the log stays in id order.
@@ -219,7 +237,10 @@ impl Subscription {
             self.newest_dropped = None;
         }
         match self.outbox.push(event_frame(self, event_id, timestamp, caused_by, body)) {
-            Ok(()) => self.sequence += 1,
+            Ok(()) => {
+                self.sequence += 1;
+                self.last = Ulid::parse(event_id);
+            }
             Err(_) => self.note_drop(event_id),
         }
     }
@@ -229,6 +250,123 @@ impl Subscription {
         self.oldest_dropped.get_or_insert_with(|| event_id.to_string());
         self.newest_dropped = Some(event_id.to_string());
     }
+}
+
+impl LocalFabric {
+    /// Fan an event out to matching subscriptions and keep it in the log.
+    fn record(&self, mut guard: parking_lot::MutexGuard<'_, Events>, id: Ulid, timestamp: u64, event: NewEvent) {
+        let events = &mut *guard;
+        let event_id = id.as_str();
+        let mut body: Option<String> = None;
+        let parsed = std::cell::OnceCell::new();
+        for sub in events.subscriptions.iter_mut() {
+            if event.visible_to(&sub.session) && sub.filter.matches_with(&event, &parsed) {
+                let body = body.get_or_insert_with(|| body_of(event_id, timestamp, &event));
+                sub.offer(event_id, timestamp, event.caused_by.as_deref(), body);
+            }
+        }
+        if !event.recorded {
+            return;
+        }
+        let evicted = self.keep(events, Recorded { event_id: id, timestamp, bytes: event_size(&event), event });
+        drop(guard);
+        // Free the evicted entries outside the lock.
+        drop(evicted);
+    }
+
+    /// Append to the log and evict what the bounds no longer admit.
+    fn keep(&self, events: &mut Events, rec: Recorded) -> Vec<Arc<Recorded>> {
+        events.log_bytes += rec.bytes;
+        events.log.push_back(Arc::new(rec));
+        let mut evicted = Vec::new();
+        while events.log.len() > self.log_capacity || (events.log_bytes > self.log_max_bytes && events.log.len() > 1) {
+            let Some(old) = events.log.pop_front() else { break };
+            events.log_bytes -= old.bytes;
+            evicted.push(old);
+        }
+        evicted
+    }
+
+    /// A fresh event id and timestamp (for an event numbered here and
+    /// recorded when it comes back, as the cluster does).
+    pub fn next_id(&self) -> (Ulid, u64) {
+        self.events.lock().ids.next_id()
+    }
+
+    /// Fan out and record an event numbered elsewhere (another node, or
+    /// this one through the cluster's log). Events arrive in log order.
+    pub fn ingest(&self, stored: StoredEvent) {
+        let Some(id) = Ulid::parse(&stored.id) else { return };
+        let (_, timestamp, event) = stored.into_event();
+        self.record(self.events.lock(), id, timestamp, event);
+    }
+
+    /// Refill the log from a durable copy, oldest first, at start-up (no fan-out).
+    pub fn restore(&self, entries: Vec<StoredEvent>) {
+        let mut events = self.events.lock();
+        for stored in entries {
+            let Some(id) = Ulid::parse(&stored.id) else { continue };
+            let (_, timestamp, event) = stored.into_event();
+            let bytes = event_size(&event);
+            self.keep(&mut events, Recorded { event_id: id, timestamp, event, bytes });
+        }
+    }
+
+    /// The logged entries after `after` (all when `None` or when it has left
+    /// the log), oldest first.
+    pub fn recorded_after(&self, after: Option<&str>) -> Vec<Arc<Recorded>> {
+        let events = self.events.lock();
+        let start = after.map_or(0, |a| position_after(&events.log, a));
+        events.log.range(start..).cloned().collect()
+    }
+
+    fn start_subscription(&self, session: &str, id: String, filter: Filter, sequence: u64, from: Option<ReplayFrom>) {
+        let mut inner = self.events.lock();
+        let outbox = self.outboxes.read().get(session).cloned().unwrap_or_else(|| Arc::new(Outbox::new(1, 1)));
+        let mut sub = Subscription {
+            id,
+            session: session.to_string(),
+            filter,
+            outbox,
+            sequence,
+            dropped: 0,
+            oldest_dropped: None,
+            newest_dropped: None,
+            last: None,
+        };
+        if let Some(from) = from {
+            let start = match &from {
+                ReplayFrom::EventId(after) => position_after(&inner.log, after),
+                ReplayFrom::Timestamp(t) => inner.log.partition_point(|r| r.timestamp < *t),
+            };
+            for r in inner.log.range(start..) {
+                if r.event.visible_to(&sub.session) && sub.filter.matches(&r.event) {
+                    let id = r.event_id.as_str();
+                    sub.offer(id, r.timestamp, r.event.caused_by.as_deref(), &body_of(id, r.timestamp, &r.event));
+                }
+            }
+        }
+        inner.subscriptions.push(sub);
+        self.subscribers.store(inner.subscriptions.len(), Ordering::Relaxed);
+    }
+
+
+    /// The id of the newest logged entry.
+    pub fn newest(&self) -> Option<String> {
+        self.events.lock().log.back().map(|r| r.event_id.to_string())
+    }
+}
+
+/// Where the entries after event `after` start. The log is in id order on
+/// one node; in a cluster it is in the order of the shared log, which ids
+/// from several nodes follow only roughly, so an id not found by halving is
+/// looked for from the newest end.
+fn position_after(log: &VecDeque<Arc<Recorded>>, after: &str) -> usize {
+    let guess = log.partition_point(|r| r.event_id.as_str() <= after);
+    if guess > 0 && log[guess - 1].event_id.as_str() == after {
+        return guess;
+    }
+    log.iter().rposition(|r| r.event_id.as_str() == after).map_or(guess, |i| i + 1)
 }
 
 impl Fabric for LocalFabric {
@@ -253,35 +391,12 @@ impl Fabric for LocalFabric {
 
     fn publish(&self, event: NewEvent) -> Ulid {
         let mut guard = self.events.lock();
-        let events = &mut *guard;
         // Id and timestamp are taken under the lock, so the log stays in event-id order.
-        let (id, timestamp) = events.ids.next_id();
-        let event_id = id.as_str();
-        let mut body: Option<String> = None;
-        let parsed = std::cell::OnceCell::new();
-        for sub in events.subscriptions.iter_mut() {
-            if event.visible_to(&sub.session) && sub.filter.matches_with(&event, &parsed) {
-                let body = body.get_or_insert_with(|| body_of(event_id, timestamp, &event));
-                sub.offer(event_id, timestamp, event.caused_by.as_deref(), body);
-            }
-        }
-        if !event.recorded {
-            return id;
-        }
-        let bytes = event_size(&event);
-        events.log_bytes += bytes;
-        events.log.push_back(Recorded { event_id: id, timestamp, event, bytes });
-        let mut evicted = Vec::new();
-        while events.log.len() > self.log_capacity || (events.log_bytes > self.log_max_bytes && events.log.len() > 1) {
-            let Some(old) = events.log.pop_front() else { break };
-            events.log_bytes -= old.bytes;
-            evicted.push(old);
-        }
-        drop(guard);
-        // Free the evicted entries outside the lock.
-        drop(evicted);
+        let (id, timestamp) = guard.ids.next_id();
+        self.record(guard, id, timestamp, event);
         id
     }
+
 
     fn has_subscribers(&self) -> bool {
         self.subscribers.load(Ordering::Relaxed) > 0
@@ -292,40 +407,27 @@ impl Fabric for LocalFabric {
         let subscriptions = events
             .subscriptions
             .iter()
-            .map(|s| SubscriptionView { id: s.id.clone(), session_id: s.session.clone(), event_types: s.filter.event_types.clone(), sequence: s.sequence, dropped: s.dropped })
+            .map(|s| SubscriptionView {
+                id: s.id.clone(),
+                session_id: s.session.clone(),
+                event_types: s.filter.event_types.clone(),
+                sequence: s.sequence,
+                dropped: s.dropped,
+                last_event_id: s.last.map(|l| l.to_string()),
+                filter: s.filter.clone(),
+            })
             .collect();
         FabricView { subscriptions, log_events: events.log.len(), log_bytes: events.log_bytes }
     }
 
     fn subscribe(&self, session: &str, filter: Filter, from: Option<ReplayFrom>) -> String {
         let id = ids::prefixed("sub");
-        let mut inner = self.events.lock();
-        let outbox = self.outboxes.read().get(session).cloned().unwrap_or_else(|| Arc::new(Outbox::new(1, 1)));
-        let mut sub = Subscription {
-            id: id.clone(),
-            session: session.to_string(),
-            filter,
-            outbox,
-            sequence: 0,
-            dropped: 0,
-            oldest_dropped: None,
-            newest_dropped: None,
-        };
-        if let Some(from) = from {
-            let start = match &from {
-                ReplayFrom::EventId(after) => inner.log.partition_point(|r| r.event_id.as_str() <= after.as_str()),
-                ReplayFrom::Timestamp(t) => inner.log.partition_point(|r| r.timestamp < *t),
-            };
-            for r in inner.log.range(start..) {
-                if r.event.visible_to(&sub.session) && sub.filter.matches(&r.event) {
-                    let id = r.event_id.as_str();
-                    sub.offer(id, r.timestamp, r.event.caused_by.as_deref(), &body_of(id, r.timestamp, &r.event));
-                }
-            }
-        }
-        inner.subscriptions.push(sub);
-        self.subscribers.store(inner.subscriptions.len(), Ordering::Relaxed);
+        self.start_subscription(session, id.clone(), filter, 0, from);
         id
+    }
+
+    fn adopt_subscription(&self, session: &str, id: &str, filter: Filter, sequence: u64, from: ReplayFrom) {
+        self.start_subscription(session, id.to_string(), filter, sequence, Some(from));
     }
 
     fn unsubscribe(&self, session: &str, subscription: &str) -> bool {
@@ -340,7 +442,7 @@ impl Fabric for LocalFabric {
         let limit = q.limit.unwrap_or(100).clamp(1, 1000);
         let inner = self.events.lock();
         let start = match &q.after_event_id {
-            Some(after) => inner.log.partition_point(|r| r.event_id.as_str() <= after.as_str()),
+            Some(after) => position_after(&inner.log, after),
             None => 0,
         };
         let selected = inner.log.range(start..).filter(|r| {

@@ -13,6 +13,7 @@ pub mod model;
 pub mod outbox;
 pub mod registry;
 mod tenant;
+pub mod tracked;
 pub use methods::messaging::{Observed, Outgoing};
 pub use tenant::Tenant;
 

@@ -6,6 +6,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::model::{Agent, Scope};
+use super::tracked::Tracked;
 use crate::rpc::{codes, RpcError};
 
 #[derive(Debug, Clone, Serialize)]
@@ -55,11 +56,11 @@ pub struct Viewer<'a> {
 /// Looked up on every send: foldhash (seeded per process) instead of SipHash.
 #[derive(Default)]
 pub struct Registry {
-    pub sessions: HashMap<String, SessionInfo>,
+    pub sessions: Tracked<SessionInfo>,
     /// participant id → session id
     pub participants: HashMap<String, String>,
-    pub agents: HashMap<String, Agent>,
-    pub scopes: HashMap<String, Scope>,
+    pub agents: Tracked<Agent>,
+    pub scopes: Tracked<Scope>,
     /// participant id → the principal that first used it; nobody else may claim it.
     pub participant_owners: HashMap<String, std::sync::Arc<str>>,
 }

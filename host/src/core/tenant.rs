@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::RwLock;
 
 use super::events::NewEvent;
 use super::extensions::{Extensions, NoExtensions};
@@ -14,12 +14,12 @@ use super::outbox::{Frame, Outbox};
 use super::Active;
 use crate::rpc::RpcError;
 use super::fabric::{Fabric, LocalFabric};
-use super::registry::Registry;
+use super::tracked::Directory;
 use crate::config::LimitsConfig;
 
 pub struct Tenant {
     pub id: String,
-    pub registry: Mutex<Registry>,
+    pub registry: Directory,
     pub fabric: Arc<dyn Fabric>,
     extensions: RwLock<Arc<dyn Extensions>>,
     /// Which sends the observers may want (see `may_observe`), kept beside
@@ -35,7 +35,7 @@ impl Tenant {
     pub fn new(id: &str, limits: &LimitsConfig) -> Tenant {
         Tenant {
             id: id.to_string(),
-            registry: Mutex::new(Registry::default()),
+            registry: Directory::default(),
             fabric: Arc::new(LocalFabric::new(limits.replay_events, limits.replay_bytes)),
             extensions: RwLock::new(Arc::new(NoExtensions)),
             observed: AtomicU8::new(OBSERVE_NONE),
