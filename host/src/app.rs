@@ -3,10 +3,13 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::config::Config;
 use crate::core::extensions::ExtensionHost;
+use crate::core::fabric::LocalFabric;
 use crate::core::Gateway;
+use crate::journal::Journal;
 use crate::plugins::PluginHost;
 use crate::store::Store;
 
@@ -18,10 +21,29 @@ pub async fn start(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
     std::fs::create_dir_all(&config.server.data_dir).map_err(|e| anyhow::anyhow!("creating the data directory {}: {e}", config.server.data_dir.display()))?;
     let db = Store::open(&config.storage_url(), config.storage.sync == "full", config.storage.cache_mb << 20).await?;
     let host = PluginHost::new(&config, db)?;
-    let tenants = Gateway::tenants_of(&config)?;
+    let journal = Journal::open(&config.server.data_dir.join("events.db"), config.limits.replay_events)?;
+    let mut failed = None;
+    let tenants = Gateway::tenants_with(&config, |id| {
+        let fresh = LocalFabric::new(config.limits.replay_events, config.limits.replay_bytes);
+        match journal.fabric_for(id, fresh) {
+            Ok(f) => f,
+            Err(e) => {
+                failed.get_or_insert(e);
+                Arc::new(LocalFabric::new(config.limits.replay_events, config.limits.replay_bytes))
+            }
+        }
+    })?;
+    if let Some(e) = failed {
+        return Err(e.context("reading the event log"));
+    }
+    for t in tenants.all() {
+        journal.keep_scopes(&t)?;
+    }
+    journal.spawn_flusher(Duration::from_millis(config.storage.event_log_flush_ms));
     host.apply(&config, &tenants).await?;
     let host: Arc<dyn ExtensionHost> = Arc::new(host);
     let gateway = Arc::new(Gateway::assemble(config, tenants, Some(host), config_path));
+    gateway.at_stop(move || journal.flush());
     let weak = Arc::downgrade(&gateway);
     crate::metrics::sample_on_scrape(move || {
         if let Some(gw) = weak.upgrade() {

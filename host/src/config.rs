@@ -34,6 +34,10 @@ pub struct StorageConfig {
     /// SQLite only: MiB of recently read and written values kept in memory
     /// (0: none). PostgreSQL reads always go to the database.
     pub cache_mb: usize,
+    /// Embedded default: how often each tenant's replay window is written
+    /// to `<data_dir>/events.db` (events newer than this are lost to a
+    /// kill -9; a graceful stop writes everything).
+    pub event_log_flush_ms: u64,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, Default)]
@@ -289,7 +293,7 @@ impl Default for PluginConfig {
 
 impl Default for StorageConfig {
     fn default() -> Self {
-        StorageConfig { url: String::new(), sync: "normal".into(), cache_mb: 64 }
+        StorageConfig { url: String::new(), sync: "normal".into(), cache_mb: 64, event_log_flush_ms: 100 }
     }
 }
 

@@ -4,7 +4,8 @@
 //! `host/tests/layers.rs` keeps it so): `app` (the composition root) →
 //! `transport` (bytes ↔ JSON-RPC, HTTP/2 gRPC) → `acp` (editors' ACP
 //! bridged to MAP agents) → `plugins` (Wasm components
-//! serving extensions) → `core` (MAP: sessions, agents, scopes, routing,
+//! serving extensions) → `cluster` (several gateways as one, over NATS) →
+//! `journal` (the embedded default's durable event log) → `core` (MAP: sessions, agents, scopes, routing,
 //! events; the traits it needs from extensions) → `tenants` (credentials
 //! into tenants) → `store` (durable storage) → `rpc` (codec, errors) →
 //! `ids`, `metrics`, `telemetry` (logs and traces), `config`.
@@ -14,8 +15,10 @@
 // tenant's plugins (`plugins`). The rest is internal.
 pub mod acp;
 pub mod app;
+mod cluster;
 pub mod config;
 pub mod core;
+mod journal;
 mod ids;
 pub mod metrics;
 pub mod plugins;

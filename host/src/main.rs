@@ -199,6 +199,7 @@ async fn serve(config: Config, config_path: Option<PathBuf>, stdio: bool) -> any
         0 => tracing::info!("every connection closed; exiting"),
         left => tracing::warn!(left, "drain time over with connections still open; exiting"),
     }
+    gateway.stopped();
     Ok(())
 }
 

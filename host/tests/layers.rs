@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 /// Top to bottom.
 /// `scaffold` belongs to the binary (`plugin new`) and uses no other module.
-const LAYERS: &[&str] = &["scaffold", "app", "transport", "acp", "plugins", "core", "tenants", "store", "rpc", "ids", "metrics", "telemetry", "config"];
+const LAYERS: &[&str] = &["scaffold", "app", "transport", "acp", "plugins", "cluster", "journal", "core", "tenants", "store", "rpc", "ids", "metrics", "telemetry", "config"];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap().flatten() {

@@ -138,6 +138,10 @@ fn event_size(e: &NewEvent) -> usize {
 /// The `event` object as sent: `{id, type, timestamp, source, data}`. Built
 /// only when someone receives the event (most events are only ever recorded).
 impl Recorded {
+    pub fn id(&self) -> &str {
+        self.event_id.as_str()
+    }
+
     /// The entry as the durable log keeps it.
     pub fn stored(&self) -> StoredEvent {
         StoredEvent::of(self.event_id.as_str(), self.timestamp, &self.event)

@@ -89,6 +89,8 @@ pub struct Gateway {
     resume_tokens: Mutex<HashMap<String, String>>,
     /// Graceful shutdown: connections watch it, the process waits on it.
     pub drain: Arc<drain::Drain>,
+    /// What to do last at a graceful stop (write the event log, say).
+    finally: Mutex<Vec<Box<dyn FnOnce() + Send>>>,
 }
 
 /// What a transport connection is bound to.
@@ -179,6 +181,12 @@ impl Gateway {
         Tenants::from_config(config, |t| Tenant::new(&t.id, &config.limits))
     }
 
+    /// The configured tenants, each with the fabric `fabric_for(id)` makes.
+    pub fn tenants_with(config: &Config, fabric_for: impl FnMut(&str) -> Arc<dyn fabric::Fabric>) -> anyhow::Result<Tenants> {
+        let fabric_for = std::cell::RefCell::new(fabric_for);
+        Tenants::from_config(config, |t| Tenant::with_fabric(&t.id, (fabric_for.borrow_mut())(&t.id)))
+    }
+
     /// A core without extensions.
     pub fn new(config: Config) -> Arc<Gateway> {
         let tenants = Gateway::tenants_of(&config).expect("a valid configuration");
@@ -187,7 +195,19 @@ impl Gateway {
 
     /// A core whose tenants already hold what `extensions` gave them.
     pub fn assemble(config: Config, tenants: Tenants, extensions: Option<Arc<dyn ExtensionHost>>, config_path: Option<PathBuf>) -> Gateway {
-        Gateway { config, tenants, extensions, config_path, sessions: Mutex::new(HashMap::new()), resume_tokens: Mutex::new(HashMap::new()), drain: drain::Drain::new() }
+        Gateway { config, tenants, extensions, config_path, sessions: Mutex::new(HashMap::new()), resume_tokens: Mutex::new(HashMap::new()), drain: drain::Drain::new(), finally: Mutex::new(Vec::new()) }
+    }
+
+    /// Run `f` at a graceful stop, after the connections have drained.
+    pub fn at_stop(&self, f: impl FnOnce() + Send + 'static) {
+        self.finally.lock().push(Box::new(f));
+    }
+
+    /// The graceful stop's last steps, in the order they were added.
+    pub fn stopped(&self) {
+        for f in std::mem::take(&mut *self.finally.lock()) {
+            f();
+        }
     }
 
     /// Re-read the configuration file and swap in its extensions. Connections

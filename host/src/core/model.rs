@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use crate::rpc::{codes, RpcError};
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Agent {
     pub id: String,
@@ -22,10 +22,10 @@ pub struct Agent {
     pub role: Option<Arc<str>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parent: Option<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub children: Vec<String>,
     pub state: String,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub scopes: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub visibility: Option<String>,
@@ -42,7 +42,7 @@ pub struct Agent {
     pub suspended_from: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Lifecycle {
     pub created_at: u64,
@@ -51,7 +51,7 @@ pub struct Lifecycle {
     pub exit_reason: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Scope {
     pub id: String,

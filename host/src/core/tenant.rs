@@ -33,10 +33,15 @@ const OBSERVE_ALL: u8 = 2;
 
 impl Tenant {
     pub fn new(id: &str, limits: &LimitsConfig) -> Tenant {
+        Tenant::with_fabric(id, Arc::new(LocalFabric::new(limits.replay_events, limits.replay_bytes)))
+    }
+
+    /// A tenant whose deliveries and events go through `fabric`.
+    pub fn with_fabric(id: &str, fabric: Arc<dyn Fabric>) -> Tenant {
         Tenant {
             id: id.to_string(),
             registry: Directory::default(),
-            fabric: Arc::new(LocalFabric::new(limits.replay_events, limits.replay_bytes)),
+            fabric,
             extensions: RwLock::new(Arc::new(NoExtensions)),
             observed: AtomicU8::new(OBSERVE_NONE),
         }

@@ -1,0 +1,162 @@
+//! The embedded default's durable event log and scopes: a SQLite file
+//! (`<data_dir>/events.db`) beside the plugin store. Each tenant's replay
+//! window is written behind the fabric every `storage.event_log_flush_ms`
+//! (at most the window's size per flush, however fast events come) and at
+//! shutdown, and read back at start-up; scope definitions are written as
+//! they change, before the call that changed them is answered.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use parking_lot::Mutex;
+use rusqlite::{params, Connection};
+
+use crate::core::events::StoredEvent;
+use crate::core::fabric::LocalFabric;
+use crate::core::model::Scope;
+use crate::core::registry::Registry;
+use crate::core::tracked::{ChangeSink, Changes, Track};
+use crate::core::Tenant;
+
+pub struct Journal {
+    conn: Mutex<Connection>,
+    /// Events kept per tenant.
+    capacity: usize,
+    /// Per tenant: the fabric and the newest event written.
+    logs: Mutex<Vec<(String, Arc<LocalFabric>, Option<String>)>>,
+}
+
+impl Journal {
+    pub fn open(path: &Path, capacity: usize) -> anyhow::Result<Arc<Journal>> {
+        let conn = Connection::open(path).with_context(|| format!("opening the event log {}", path.display()))?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.execute_batch(
+            "CREATE TABLE IF NOT EXISTS events (tenant TEXT NOT NULL, id TEXT NOT NULL, body TEXT NOT NULL, PRIMARY KEY (tenant, id)) WITHOUT ROWID;
+             CREATE TABLE IF NOT EXISTS scopes (tenant TEXT NOT NULL, id TEXT NOT NULL, body TEXT NOT NULL, PRIMARY KEY (tenant, id)) WITHOUT ROWID;",
+        )?;
+        Ok(Arc::new(Journal { conn: Mutex::new(conn), capacity: capacity.max(1), logs: Mutex::new(Vec::new()) }))
+    }
+
+    /// A tenant's fabric, refilled with its logged events, and written from now on.
+    pub fn fabric_for(&self, tenant: &str, fabric: LocalFabric) -> anyhow::Result<Arc<LocalFabric>> {
+        let entries: Vec<StoredEvent> = {
+            let conn = self.conn.lock();
+            let mut stmt = conn.prepare("SELECT body FROM (SELECT id, body FROM events WHERE tenant = ?1 ORDER BY id DESC LIMIT ?2) ORDER BY id")?;
+            let rows = stmt.query_map(params![tenant, self.capacity as i64], |r| r.get::<_, String>(0))?;
+            rows.filter_map(|r| r.ok()).filter_map(|body| serde_json::from_str(&body).ok()).collect()
+        };
+        let newest = entries.last().map(|e| e.id.clone());
+        fabric.restore(entries);
+        let fabric = Arc::new(fabric);
+        self.logs.lock().push((tenant.to_string(), fabric.clone(), newest));
+        Ok(fabric)
+    }
+
+    /// Put a tenant's saved scopes back (without members: agents do not
+    /// outlive the process) and save its scope changes from now on.
+    pub fn keep_scopes(self: &Arc<Self>, tenant: &Tenant) -> anyhow::Result<()> {
+        let scopes: Vec<Scope> = {
+            let conn = self.conn.lock();
+            let mut stmt = conn.prepare("SELECT body FROM scopes WHERE tenant = ?1")?;
+            let rows = stmt.query_map(params![tenant.id], |r| r.get::<_, String>(0))?;
+            rows.filter_map(|r| r.ok()).filter_map(|body| serde_json::from_str(&body).ok()).collect()
+        };
+        {
+            let mut reg = tenant.registry.lock();
+            for scope in scopes {
+                reg.scopes.insert_quiet(scope.id.clone(), scope);
+            }
+        }
+        let sink = Arc::new(ScopeSink { journal: self.clone(), tenant: tenant.id.clone(), saved: Mutex::new(Default::default()) });
+        tenant.registry.watch(sink, Track { agents: false, scopes: true, sessions: false });
+        Ok(())
+    }
+
+    /// Write every tenant's events recorded since the last flush, and drop
+    /// those past the window.
+    pub fn flush(&self) {
+        let mut logs = self.logs.lock();
+        for (tenant, fabric, newest) in logs.iter_mut() {
+            let entries = fabric.recorded_after(newest.as_deref());
+            let Some(last) = entries.last() else { continue };
+            let last = last.id().to_string();
+            let bodies: Vec<(String, String)> = entries.iter().map(|r| (r.id().to_string(), serde_json::to_string(&r.stored()).expect("events serialise"))).collect();
+            match self.write_events(tenant, &bodies) {
+                Ok(()) => *newest = Some(last),
+                Err(e) => tracing::error!(tenant = %tenant, error = %e, "writing the event log failed; retrying at the next flush"),
+            }
+        }
+    }
+
+    fn write_events(&self, tenant: &str, bodies: &[(String, String)]) -> rusqlite::Result<()> {
+        let mut conn = self.conn.lock();
+        let tx = conn.transaction()?;
+        {
+            let mut insert = tx.prepare_cached("INSERT OR REPLACE INTO events (tenant, id, body) VALUES (?1, ?2, ?3)")?;
+            for (id, body) in bodies {
+                insert.execute(params![tenant, id, body])?;
+            }
+            tx.execute(
+                "DELETE FROM events WHERE tenant = ?1 AND id < (SELECT id FROM events WHERE tenant = ?1 ORDER BY id DESC LIMIT 1 OFFSET ?2)",
+                params![tenant, (self.capacity - 1) as i64],
+            )?;
+        }
+        tx.commit()
+    }
+
+    /// Flush every `every` until the process ends.
+    pub fn spawn_flusher(self: &Arc<Self>, every: Duration) {
+        let journal = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every.max(Duration::from_millis(1)));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(j) = journal.upgrade() else { return };
+                // SQLite calls block: off the async workers.
+                let _ = tokio::task::spawn_blocking(move || j.flush()).await;
+            }
+        });
+    }
+
+    fn write_scope(&self, tenant: &str, id: &str, body: Option<&str>) -> rusqlite::Result<()> {
+        let conn = self.conn.lock();
+        match body {
+            Some(body) => conn.execute("INSERT OR REPLACE INTO scopes (tenant, id, body) VALUES (?1, ?2, ?3)", params![tenant, id, body])?,
+            None => conn.execute("DELETE FROM scopes WHERE tenant = ?1 AND id = ?2", params![tenant, id])?,
+        };
+        Ok(())
+    }
+}
+
+/// Saves a tenant's scope definitions when they change (a member joining
+/// or leaving changes nothing saved, so it writes nothing).
+struct ScopeSink {
+    journal: Arc<Journal>,
+    tenant: String,
+    /// What was last saved per scope.
+    saved: Mutex<foldhash::HashMap<String, String>>,
+}
+
+impl ChangeSink for ScopeSink {
+    fn changed(&self, reg: &Registry, changes: Changes) {
+        let mut saved = self.saved.lock();
+        for id in changes.scopes {
+            let body = reg.scopes.get(&id).map(|s| serde_json::to_string(s).expect("scopes serialise"));
+            if saved.get(&id) == body.as_ref() {
+                continue;
+            }
+            if let Err(e) = self.journal.write_scope(&self.tenant, &id, body.as_deref()) {
+                tracing::error!(tenant = %self.tenant, scope = %id, error = %e, "saving a scope failed");
+                continue;
+            }
+            match body {
+                Some(b) => saved.insert(id, b),
+                None => saved.remove(&id),
+            };
+        }
+    }
+}
