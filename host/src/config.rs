@@ -18,6 +18,7 @@ pub struct Config {
     pub telemetry: TelemetryConfig,
     pub tls: TlsConfig,
     pub acp: AcpConfig,
+    pub cluster: ClusterConfig,
     /// Plugins by name. Absent: every `*.wasm` in `server.plugin_dir`, with default limits.
     pub plugins: Option<BTreeMap<String, PluginConfig>>,
     pub tenants: Vec<TenantConfig>,
@@ -38,6 +39,39 @@ pub struct StorageConfig {
     /// to `<data_dir>/events.db` (events newer than this are lost to a
     /// kill -9; a graceful stop writes everything).
     pub event_log_flush_ms: u64,
+}
+
+/// Cluster mode: several gateways on one PostgreSQL and one NATS server
+/// (with JetStream) behave as one. Off while `nats` is empty.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// `nats://host:port` of the NATS server (JetStream enabled).
+    pub nats: String,
+    /// This node's name, unique in the cluster; empty: the host name and process id.
+    pub node: String,
+    /// Prefix of every stream, bucket and subject the cluster uses: clusters
+    /// sharing one NATS server take different names.
+    pub name: String,
+    /// A node not heard from for this long is dead: its sessions are
+    /// disconnected (and may be resumed elsewhere) and, after the resume
+    /// window, its agents are unregistered.
+    pub presence_timeout_ms: u64,
+    /// How often subscription positions are saved for a resume on another
+    /// node (a resumed subscription starts from its next-to-last save).
+    pub checkpoint_ms: u64,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig { nats: String::new(), node: String::new(), name: "map".into(), presence_timeout_ms: 3000, checkpoint_ms: 250 }
+    }
+}
+
+impl ClusterConfig {
+    pub fn enabled(&self) -> bool {
+        !self.nats.is_empty()
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, Default)]
@@ -341,6 +375,7 @@ impl Default for Config {
             telemetry: TelemetryConfig::default(),
             tls: TlsConfig::default(),
             acp: AcpConfig::default(),
+            cluster: ClusterConfig::default(),
             plugins: None,
             tenants: vec![TenantConfig { id: "default".into(), ..Default::default() }],
         }
@@ -429,6 +464,17 @@ impl Config {
         }
         if self.acp.client_request_timeout_ms == 0 {
             bail!("acp.client_request_timeout_ms must be positive");
+        }
+        if self.cluster.enabled() {
+            if !self.storage.url.starts_with("postgres") {
+                bail!("cluster mode keeps plugin state in PostgreSQL: set storage.url to a postgres:// URL shared by every node");
+            }
+            if self.cluster.name.is_empty() || !self.cluster.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+                bail!("cluster.name must be letters, digits, - and _");
+            }
+            if self.cluster.presence_timeout_ms < 100 || self.cluster.checkpoint_ms == 0 {
+                bail!("cluster.presence_timeout_ms must be at least 100 and cluster.checkpoint_ms positive");
+            }
         }
         let t = &self.telemetry;
         if !matches!(t.log_format.as_str(), "text" | "json") {

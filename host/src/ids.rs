@@ -143,6 +143,12 @@ pub fn session_id() -> String {
     s
 }
 
+/// SHA-256 of a secret, hex: what is kept where the secret itself must not be.
+pub fn secret_hash(secret: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(secret.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// Compare two secrets in time that depends only on their lengths.
 pub fn secrets_equal(a: &str, b: &str) -> bool {
     use subtle::ConstantTimeEq;

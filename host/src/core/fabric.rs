@@ -67,6 +67,24 @@ pub trait Fabric: Send + Sync {
     /// that node died): same id, numbering on from `sequence`, recorded
     /// events since `from` first.
     fn adopt_subscription(&self, session: &str, id: &str, filter: Filter, sequence: u64, from: ReplayFrom);
+    /// Whether a session served by `node` may be taken over here: that node
+    /// has died (cluster only).
+    fn home_is_gone(&self, _node: &str) -> bool {
+        false
+    }
+    /// The subscriptions a session had on a node that died, as last checkpointed.
+    fn parked_subscriptions(&self, _session: &str) -> Vec<ParkedSubscription> {
+        Vec::new()
+    }
+}
+
+/// A subscription left behind by a node that died.
+pub struct ParkedSubscription {
+    pub id: String,
+    /// As given (extension keys not yet resolved).
+    pub filter: Filter,
+    pub sequence: u64,
+    pub from: ReplayFrom,
 }
 
 /// What `Fabric::inspect` shows.

@@ -107,6 +107,34 @@ pub(crate) fn release_agents(tenant: &Tenant, session_id: &str, orphan: bool, re
     }
 }
 
+impl Tenant {
+    /// A session whose cluster node died: mark it disconnected, as a closed
+    /// connection would, so it can be resumed elsewhere until it expires.
+    pub fn park_session(&self, session_id: &str) {
+        let event = {
+            let mut reg = self.registry.lock();
+            let Some(info) = reg.sessions.get_mut(session_id).filter(|s| s.connected) else { return };
+            info.connected = false;
+            info.disconnected_at = Some(ids::now_ms());
+            participant_event("participant_disconnected", info, json!({"reason": "node lost"}))
+        };
+        self.fabric.publish(event);
+    }
+
+    /// End for good a session that no node serves: its agents go (or are
+    /// orphaned, as it asked), and it leaves the directory.
+    pub fn end_session(&self, session_id: &str, reason: &str) {
+        let orphan = self.registry.lock().sessions.get(session_id).is_some_and(|s| s.agent_behavior == "orphan");
+        release_agents(self, session_id, orphan, reason);
+        let mut reg = self.registry.lock();
+        if let Some(info) = reg.sessions.remove(session_id) {
+            if reg.participants.get(&info.participant_id).is_some_and(|s| s == session_id) {
+                reg.participants.remove(&info.participant_id);
+            }
+        }
+    }
+}
+
 impl Gateway {
     /// Create a session in `tenant` for this connection and bind the connection to it.
     pub(crate) fn open_session(self: &Arc<Self>, conn: &mut Conn, who: Authenticated, info: SessionInfo) -> Active {
@@ -117,6 +145,8 @@ impl Gateway {
         }
         tenant.fabric.join(&info.id, outbox.clone());
         let token = ids::secret();
+        let mut info = info;
+        info.resume_hash = ids::secret_hash(&token);
         let live = Live {
             tenant: tenant.clone(),
             outbox: outbox.clone(),
@@ -178,6 +208,7 @@ impl Gateway {
             info.connected = true;
             info.connected_at = ids::now_ms();
             info.disconnected_at = None;
+            info.resume_hash = ids::secret_hash(&new_token);
             let owned = info.agents.clone();
             (owned, participant_event("participant_connected", info, json!({"reconnected": true})))
         };
@@ -189,6 +220,67 @@ impl Gateway {
             participant_type: live.participant_type.clone(),
             principal: live.principal.clone(),
             outbox: live.outbox.clone(),
+        };
+        conn.state = ConnState::Active(active.clone());
+        Some((active, new_token, owned))
+    }
+
+    /// Take up a session whose cluster node died, if `token` resumes it and
+    /// `who` opened it: same id, agents and subscriptions (from their last
+    /// checkpoint, so events may come again but none are skipped).
+    pub(crate) fn adopt_session(self: &Arc<Self>, conn: &mut Conn, who: &Authenticated, token: &str) -> Option<(Active, String, Vec<String>)> {
+        let tenant = who.tenant.clone();
+        let hash = ids::secret_hash(token);
+        let new_token = ids::secret();
+        let outbox = Arc::new(Outbox::new(self.config.limits.outbox_frames, self.config.limits.outbox_bytes));
+        let (info, owned, event) = {
+            let mut reg = tenant.registry.lock();
+            let id = reg
+                .sessions
+                .values()
+                .find(|s| ids::secrets_equal(&s.resume_hash, &hash) && ids::secrets_equal(&s.principal, &who.principal))
+                .filter(|s| s.home.as_deref().is_some_and(|home| tenant.fabric.home_is_gone(home)))
+                .map(|s| s.id.clone())?;
+            let info = reg.sessions.get_mut(&id)?;
+            info.home = None;
+            info.connected = true;
+            info.connected_at = ids::now_ms();
+            info.disconnected_at = None;
+            info.resume_hash = ids::secret_hash(&new_token);
+            let event = participant_event("participant_connected", info, json!({"reconnected": true}));
+            (info.clone(), info.agents.clone(), event)
+        };
+        if conn.streams {
+            outbox.attach(conn.tx.clone());
+        }
+        tenant.fabric.join(&info.id, outbox.clone());
+        let extensions = tenant.extensions();
+        for sub in tenant.fabric.parked_subscriptions(&info.id) {
+            if let Ok(filter) = sub.filter.resolve(|key| extensions.data_filter(key)) {
+                tenant.fabric.adopt_subscription(&info.id, &sub.id, filter, sub.sequence, sub.from);
+            }
+        }
+        let live = Live {
+            tenant: tenant.clone(),
+            outbox: outbox.clone(),
+            generation: Arc::new(AtomicU64::new(1)),
+            resume_token: new_token.clone(),
+            participant_id: info.participant_id.clone(),
+            participant_type: info.participant_type.clone(),
+            principal: info.principal.clone(),
+            disconnected: Arc::new(AtomicBool::new(false)),
+        };
+        crate::metrics::session(&tenant.id, 1.0);
+        self.sessions.lock().insert(info.id.clone(), live);
+        self.resume_tokens.lock().insert(new_token.clone(), info.id.clone());
+        tenant.fabric.publish(event);
+        let active = Active {
+            tenant,
+            session_id: info.id.clone(),
+            participant_id: info.participant_id.clone(),
+            participant_type: info.participant_type.clone(),
+            principal: info.principal.clone(),
+            outbox,
         };
         conn.state = ConnState::Active(active.clone());
         Some((active, new_token, owned))

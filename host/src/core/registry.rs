@@ -33,6 +33,15 @@ pub struct SessionInfo {
     pub agent_behavior: String,
     #[serde(skip)]
     pub capabilities: Value,
+    /// Who opened it (a resume must come from the same principal).
+    #[serde(skip)]
+    pub principal: std::sync::Arc<str>,
+    /// SHA-256 (hex) of its current resume token.
+    #[serde(skip)]
+    pub resume_hash: String,
+    /// The node that serves it, when that is another node of a cluster.
+    #[serde(skip)]
+    pub home: Option<std::sync::Arc<str>>,
 }
 
 /// Whether declared capabilities hold `true` at a dotted path (no empty segments).
@@ -256,6 +265,9 @@ mod tests {
             disconnected_at: None,
             agent_behavior: "grace-period".into(),
             capabilities,
+            principal: "p".into(),
+            resume_hash: String::new(),
+            home: None,
         }
     }
 

@@ -115,8 +115,13 @@ pub fn connect(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out,
         let resumable = gw.resumable(token).filter(|live| {
             caller.as_ref().is_some_and(|c| Arc::ptr_eq(&c.tenant, &live.tenant) && ids::secrets_equal(&c.principal, &live.principal))
         });
-        if resumable.is_some() {
-            if let Some((active, token, owned)) = gw.resume_session(conn, token) {
+        let resumed = match resumable {
+            Some(_) => gw.resume_session(conn, token),
+            // Not here: perhaps a session of a cluster node that has died.
+            None => caller.as_ref().and_then(|c| gw.adopt_session(conn, c, token)),
+        };
+        {
+            if let Some((active, token, owned)) = resumed {
                 let mut result = connect_result(gw, &active, draft, &p);
                 result["reconnected"] = json!(true);
                 result["resumeToken"] = json!(token);
@@ -215,6 +220,9 @@ fn start_session(gw: &Arc<Gateway>, conn: &mut Conn, caller: Authenticated, p: &
         disconnected_at: None,
         agent_behavior: behavior,
         capabilities: p.capabilities.clone().unwrap_or(Value::Null),
+        principal: caller.principal.clone(),
+        resume_hash: String::new(),
+        home: None,
     };
     Ok(gw.open_session(conn, caller, info))
 }
