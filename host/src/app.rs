@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::config::Config;
 use crate::core::extensions::ExtensionHost;
 use crate::core::fabric::LocalFabric;
+use crate::cluster::Cluster;
 use crate::core::Gateway;
 use crate::journal::Journal;
 use crate::plugins::PluginHost;
@@ -21,6 +22,16 @@ pub async fn start(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
     std::fs::create_dir_all(&config.server.data_dir).map_err(|e| anyhow::anyhow!("creating the data directory {}: {e}", config.server.data_dir.display()))?;
     let db = Store::open(&config.storage_url(), config.storage.sync == "full", config.storage.cache_mb << 20).await?;
     let host = PluginHost::new(&config, db)?;
+    if config.cluster.enabled() {
+        let cluster = Cluster::connect(&config).await?;
+        let tenants = Gateway::tenants_with(&config, |id| cluster.fabric_for(id))?;
+        host.apply(&config, &tenants).await?;
+        let host: Arc<dyn ExtensionHost> = Arc::new(host);
+        let gateway = Arc::new(Gateway::assemble(config, tenants, Some(host), config_path));
+        cluster.start(&gateway).await?;
+        sample_log_sizes(&gateway);
+        return Ok(gateway);
+    }
     let journal = Journal::open(&config.server.data_dir.join("events.db"), config.limits.replay_events)?;
     let mut failed = None;
     let tenants = Gateway::tenants_with(&config, |id| {
@@ -37,14 +48,20 @@ pub async fn start(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
         return Err(e.context("reading the event log"));
     }
     for t in tenants.all() {
-        journal.keep_scopes(&t)?;
+        journal.keep_scopes(t)?;
     }
     journal.spawn_flusher(Duration::from_millis(config.storage.event_log_flush_ms));
     host.apply(&config, &tenants).await?;
     let host: Arc<dyn ExtensionHost> = Arc::new(host);
     let gateway = Arc::new(Gateway::assemble(config, tenants, Some(host), config_path));
     gateway.at_stop(move || journal.flush());
-    let weak = Arc::downgrade(&gateway);
+    sample_log_sizes(&gateway);
+    Ok(gateway)
+}
+
+/// Report each tenant's replay log size when metrics are scraped.
+fn sample_log_sizes(gateway: &Arc<Gateway>) {
+    let weak = Arc::downgrade(gateway);
     crate::metrics::sample_on_scrape(move || {
         if let Some(gw) = weak.upgrade() {
             for t in gw.tenants.all() {
@@ -53,7 +70,6 @@ pub async fn start(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
             }
         }
     });
-    Ok(gateway)
 }
 
 /// Check a configuration as `serve` would use it, without serving: tenants

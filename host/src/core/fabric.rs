@@ -69,7 +69,7 @@ pub trait Fabric: Send + Sync {
     fn adopt_subscription(&self, session: &str, id: &str, filter: Filter, sequence: u64, from: ReplayFrom);
     /// Whether a session served by `node` may be taken over here: that node
     /// has died (cluster only).
-    fn home_is_gone(&self, _node: &str) -> bool {
+    fn home_is_gone(&self, _node: &str, _session: &str) -> bool {
         false
     }
     /// The subscriptions a session had on a node that died, as last checkpointed.
@@ -317,9 +317,11 @@ impl LocalFabric {
 
     /// Fan out and record an event numbered elsewhere (another node, or
     /// this one through the cluster's log). Events arrive in log order.
-    pub fn ingest(&self, stored: StoredEvent) {
+    /// `recorded`: false for a live-only event (fanned out, not kept).
+    pub fn ingest(&self, stored: StoredEvent, recorded: bool) {
         let Some(id) = Ulid::parse(&stored.id) else { return };
-        let (_, timestamp, event) = stored.into_event();
+        let (_, timestamp, mut event) = stored.into_event();
+        event.recorded = recorded;
         self.record(self.events.lock(), id, timestamp, event);
     }
 
@@ -372,6 +374,11 @@ impl LocalFabric {
         self.subscribers.store(inner.subscriptions.len(), Ordering::Relaxed);
     }
 
+
+    /// Whether a session is joined here.
+    pub fn serves(&self, session: &str) -> bool {
+        self.outboxes.read().contains_key(session)
+    }
 
     /// The id of the newest logged entry.
     pub fn newest(&self) -> Option<String> {

@@ -239,7 +239,7 @@ impl Gateway {
                 .sessions
                 .values()
                 .find(|s| ids::secrets_equal(&s.resume_hash, &hash) && ids::secrets_equal(&s.principal, &who.principal))
-                .filter(|s| s.home.as_deref().is_some_and(|home| tenant.fabric.home_is_gone(home)))
+                .filter(|s| s.home.as_deref().is_some_and(|home| tenant.fabric.home_is_gone(home, &s.id)))
                 .map(|s| s.id.clone())?;
             let info = reg.sessions.get_mut(&id)?;
             info.home = None;

@@ -1,0 +1,329 @@
+//! One tenant's fabric on a cluster node: the node's own sessions and
+//! subscriptions live in a `LocalFabric`; events go through the shared log
+//! and deliveries to other nodes' sessions through NATS.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream;
+use bytes::Bytes;
+use futures_util::StreamExt;
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::mpsc;
+
+use super::{directory, token, Cluster};
+use crate::core::events::{Filter, NewEvent, StoredEvent};
+use crate::core::fabric::{Fabric, FabricView, LocalFabric, ParkedSubscription, ReplayFrom, ReplayPage, ReplayQuery};
+use crate::core::ids::Ulid;
+use crate::core::outbox::{Frame, Full, Outbox};
+
+/// What the node's publisher sends, in the order it was asked.
+enum Out {
+    /// A recorded event, to the log.
+    Event(String, Bytes),
+    /// A live-only event or a delivery, on NATS core.
+    Core(String, Bytes),
+}
+
+/// A subscription's position, as the directory keeps it for a resume elsewhere.
+#[derive(serde::Serialize, serde::Deserialize, Clone, PartialEq)]
+pub struct Checkpoint {
+    pub session: String,
+    pub filter: Filter,
+    pub sequence: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last: Option<String>,
+    /// When the subscription began (where a replay starts if nothing was sent yet).
+    pub since: u64,
+}
+
+impl PartialEq for Filter {
+    fn eq(&self, other: &Filter) -> bool {
+        serde_json::to_value(self).ok() == serde_json::to_value(other).ok()
+    }
+}
+
+pub struct ClusterFabric {
+    local: LocalFabric,
+    node: Arc<str>,
+    /// This tenant's subjects: the log's and the live events'.
+    log_subject: String,
+    live_subject: String,
+    /// `<name>.dl.` (a node name follows).
+    deliver_prefix: String,
+    tenant_token: String,
+    out: mpsc::UnboundedSender<Out>,
+    /// Sessions served by other nodes → their node.
+    pub(super) routes: RwLock<foldhash::HashMap<String, Arc<str>>>,
+    /// Checkpoints of subscriptions of other nodes' sessions, by session.
+    pub(super) parked: Mutex<foldhash::HashMap<String, Vec<(String, Checkpoint)>>>,
+    presence: Arc<super::Presence>,
+}
+
+impl ClusterFabric {
+    pub(super) fn new(cluster: &Arc<Cluster>, tenant: &str) -> Arc<ClusterFabric> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let t = token(tenant);
+        let fabric = Arc::new(ClusterFabric {
+            local: LocalFabric::new(cluster.replay_events, cluster.replay_bytes),
+            node: cluster.node.clone(),
+            log_subject: cluster.subject("ev", &t),
+            live_subject: cluster.subject("live", &t),
+            deliver_prefix: cluster.subject("dl", ""),
+            tenant_token: t,
+            out: tx,
+            routes: RwLock::default(),
+            parked: Mutex::default(),
+            presence: cluster.presence.clone(),
+        });
+        tokio::spawn(publish(cluster.client.clone(), cluster.js.clone(), rx));
+        fabric
+    }
+
+    /// Read this tenant's log from its start (what the stream still holds)
+    /// and then as it grows; live-only events too. Returns once the log is
+    /// read up to now.
+    pub(super) async fn spawn_log_reader(self: &Arc<Self>, cluster: &Arc<Cluster>, tenant: &str) -> anyhow::Result<()> {
+        let mut stream = cluster.js.get_stream(format!("{}_events", cluster.name)).await?;
+        let pending = stream.info().await.map(|i| i.state.messages).unwrap_or(0);
+        let consumer = stream
+            .create_consumer(jetstream::consumer::pull::OrderedConfig {
+                filter_subject: self.log_subject.clone(),
+                deliver_policy: jetstream::consumer::DeliverPolicy::All,
+                ..Default::default()
+            })
+            .await?;
+        let mut messages = consumer.messages().await?;
+        let (caught_up_tx, caught_up) = tokio::sync::oneshot::channel();
+        let fabric = self.clone();
+        let tenant = tenant.to_string();
+        tokio::spawn(async move {
+            let mut caught_up_tx = Some(caught_up_tx);
+            if pending == 0 {
+                let _ = caught_up_tx.take().map(|t| t.send(()));
+            }
+            while let Some(msg) = messages.next().await {
+                let msg = match msg {
+                    Ok(m) => m,
+                    Err(e) => {
+                        tracing::warn!(tenant = %tenant, error = %e, "reading the cluster's event log");
+                        continue;
+                    }
+                };
+                match serde_json::from_slice::<StoredEvent>(&msg.payload) {
+                    Ok(stored) => fabric.local.ingest(stored, true),
+                    Err(e) => tracing::warn!(tenant = %tenant, error = %e, "an unreadable entry in the cluster's event log"),
+                }
+                if msg.info().is_ok_and(|i| i.pending == 0) {
+                    let _ = caught_up_tx.take().map(|t| t.send(()));
+                }
+            }
+        });
+        let mut live = cluster.client.subscribe(self.live_subject.clone()).await?;
+        let fabric = self.clone();
+        tokio::spawn(async move {
+            while let Some(msg) = live.next().await {
+                if let Ok(stored) = serde_json::from_slice::<StoredEvent>(&msg.payload) {
+                    fabric.local.ingest(stored, false);
+                }
+            }
+        });
+        // Start serving once the retained log is in (or after a bound, if it is huge).
+        let _ = tokio::time::timeout(Duration::from_secs(30), caught_up).await;
+        Ok(())
+    }
+
+    /// Save the positions of this node's subscriptions every checkpoint
+    /// interval; what is saved is the position one interval earlier, so a
+    /// frame still queued for a slow connection is sent again after a
+    /// resume elsewhere rather than skipped.
+    pub(super) fn spawn_checkpoints(self: &Arc<Self>, cluster: &Arc<Cluster>) {
+        let fabric = Arc::downgrade(self);
+        let dir = cluster.dir.clone();
+        let every = cluster.checkpoint;
+        let tenant = self.tenant_token.clone();
+        tokio::spawn(async move {
+            let mut previous: foldhash::HashMap<String, Checkpoint> = Default::default();
+            let mut saved: foldhash::HashMap<String, Checkpoint> = Default::default();
+            let mut first_seen: foldhash::HashMap<String, u64> = Default::default();
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                let Some(fabric) = fabric.upgrade() else { return };
+                let now = crate::core::ids::now_ms();
+                let current: foldhash::HashMap<String, Checkpoint> = fabric
+                    .local
+                    .inspect()
+                    .subscriptions
+                    .into_iter()
+                    .map(|s| {
+                        let since = *first_seen.entry(s.id.clone()).or_insert(now.saturating_sub(every.as_millis() as u64));
+                        (s.id, Checkpoint { session: s.session_id, filter: s.filter, sequence: s.sequence, last: s.last_event_id, since })
+                    })
+                    .collect();
+                drop(fabric);
+                first_seen.retain(|id, _| current.contains_key(id));
+                // Save the previous tick's positions (new subscriptions at their start).
+                for (id, now_at) in &current {
+                    let at = previous.get(id).cloned().unwrap_or_else(|| Checkpoint { sequence: 0, last: None, ..now_at.clone() });
+                    if saved.get(id) != Some(&at) {
+                        let key = directory::key(&tenant, directory::SUBSCRIPTION, id);
+                        let body = serde_json::to_vec(&at).expect("checkpoints serialise");
+                        if dir.put(key, body.into()).await.is_ok() {
+                            saved.insert(id.clone(), at);
+                        }
+                    }
+                }
+                let gone: Vec<String> = saved.keys().filter(|id| !current.contains_key(*id)).cloned().collect();
+                for id in gone {
+                    let _ = dir.delete(directory::key(&tenant, directory::SUBSCRIPTION, &id)).await;
+                    saved.remove(&id);
+                }
+                previous = current;
+            }
+        });
+    }
+
+    /// A delivery from another node, for a session served here.
+    fn deliver_here(&self, session: &str, frame: Frame) {
+        let _ = self.local.deliver(session, frame);
+    }
+}
+
+/// Send what the fabrics of this node publish, in order. Log appends are
+/// pipelined: their acknowledgements are awaited alongside, not one by one.
+async fn publish(client: async_nats::Client, js: jetstream::Context, mut rx: mpsc::UnboundedReceiver<Out>) {
+    let mut acks = futures_util::stream::FuturesUnordered::new();
+    loop {
+        tokio::select! {
+            next = rx.recv() => {
+                let Some(out) = next else { break };
+                match out {
+                    Out::Event(subject, body) => match js.publish(subject, body).await {
+                        Ok(ack) => acks.push(std::future::IntoFuture::into_future(ack)),
+                        Err(e) => tracing::error!(error = %e, "appending to the cluster's event log failed"),
+                    },
+                    Out::Core(subject, body) => {
+                        if let Err(e) = client.publish(subject, body).await {
+                            tracing::warn!(error = %e, "publishing to NATS failed");
+                        }
+                    }
+                }
+                while acks.len() > 4096 {
+                    if let Some(Err(e)) = acks.next().await {
+                        tracing::error!(error = %e, "the cluster's event log refused an event");
+                    }
+                }
+            }
+            Some(done) = acks.next(), if !acks.is_empty() => {
+                if let Err(e) = done {
+                    tracing::error!(error = %e, "the cluster's event log refused an event");
+                }
+            }
+        }
+    }
+}
+
+/// Deliveries from other nodes: `<tenant token> <session>\n<frame>`.
+pub(super) async fn spawn_deliveries(cluster: &Arc<Cluster>) -> anyhow::Result<()> {
+    let mut sub = cluster.client.subscribe(cluster.subject("dl", &cluster.node)).await?;
+    let fabrics: foldhash::HashMap<String, Arc<ClusterFabric>> = cluster.fabrics.lock().iter().map(|(_, f)| (f.tenant_token.clone(), f.clone())).collect();
+    tokio::spawn(async move {
+        while let Some(msg) = sub.next().await {
+            let Some(nl) = msg.payload.iter().position(|b| *b == b'\n') else { continue };
+            let Ok(head) = std::str::from_utf8(&msg.payload[..nl]) else { continue };
+            let Some((tenant, session)) = head.split_once(' ') else { continue };
+            let Ok(frame) = std::str::from_utf8(&msg.payload[nl + 1..]) else { continue };
+            if let Some(f) = fabrics.get(tenant) {
+                f.deliver_here(session, Frame::from(frame.to_string()));
+            }
+        }
+    });
+    Ok(())
+}
+
+impl Fabric for ClusterFabric {
+    fn join(&self, session: &str, outbox: Arc<Outbox>) {
+        self.routes.write().remove(session);
+        self.local.join(session, outbox)
+    }
+
+    fn leave(&self, session: &str) {
+        self.local.leave(session)
+    }
+
+    fn deliver(&self, session: &str, frame: Frame) -> Result<(), Full> {
+        match self.local.deliver(session, frame.clone()) {
+            Err(Full::Closed) => {}
+            done => return done,
+        }
+        let node = self.routes.read().get(session).cloned().ok_or(Full::Closed)?;
+        if !self.presence.alive(&node) {
+            return Err(Full::Closed);
+        }
+        let text = frame.as_str();
+        let mut body = Vec::with_capacity(self.tenant_token.len() + session.len() + text.len() + 2);
+        body.extend_from_slice(self.tenant_token.as_bytes());
+        body.push(b' ');
+        body.extend_from_slice(session.as_bytes());
+        body.push(b'\n');
+        body.extend_from_slice(text.as_bytes());
+        let subject = format!("{}{node}", self.deliver_prefix);
+        self.out.send(Out::Core(subject, body.into())).map_err(|_| Full::Closed)
+    }
+
+    fn publish(&self, event: NewEvent) -> Ulid {
+        let (id, ts) = self.local.next_id();
+        let body: Bytes = serde_json::to_vec(&StoredEvent::of(id.as_str(), ts, &event)).expect("events serialise").into();
+        let subject = if event.recorded { &self.log_subject } else { &self.live_subject };
+        let out = if event.recorded { Out::Event(subject.clone(), body) } else { Out::Core(subject.clone(), body) };
+        let _ = self.out.send(out);
+        id
+    }
+
+    /// Subscribers may sit on any node.
+    fn has_subscribers(&self) -> bool {
+        true
+    }
+
+    fn subscribe(&self, session: &str, filter: Filter, from: Option<ReplayFrom>) -> String {
+        self.local.subscribe(session, filter, from)
+    }
+
+    fn unsubscribe(&self, session: &str, subscription: &str) -> bool {
+        self.local.unsubscribe(session, subscription)
+    }
+
+    fn replay(&self, query: &ReplayQuery) -> ReplayPage {
+        self.local.replay(query)
+    }
+
+    fn inspect(&self) -> FabricView {
+        self.local.inspect()
+    }
+
+    fn adopt_subscription(&self, session: &str, id: &str, filter: Filter, sequence: u64, from: ReplayFrom) {
+        self.local.adopt_subscription(session, id, filter, sequence, from)
+    }
+
+    fn home_is_gone(&self, node: &str, session: &str) -> bool {
+        // A session of this node's previous run is gone too.
+        !self.presence.alive(node) || (node == &*self.node && !self.local.serves(session))
+    }
+
+    fn parked_subscriptions(&self, session: &str) -> Vec<ParkedSubscription> {
+        let parked = self.parked.lock().remove(session).unwrap_or_default();
+        parked
+            .into_iter()
+            .map(|(id, c)| ParkedSubscription {
+                id,
+                filter: c.filter,
+                sequence: c.sequence,
+                from: match c.last {
+                    Some(last) => ReplayFrom::EventId(last),
+                    None => ReplayFrom::Timestamp(c.since),
+                },
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,103 @@
+//! Which nodes are alive: each beats on `<name>.hb` four times per presence
+//! timeout; a node not heard from for the timeout is dead. The live node
+//! with the smallest name sweeps up after the dead: their sessions are
+//! disconnected at once (and may be resumed on any node), and ended, with
+//! their agents, when the resume window closes.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use parking_lot::Mutex;
+
+use super::Cluster;
+use crate::core::{ids, Gateway};
+
+pub struct Presence {
+    node: Arc<str>,
+    timeout: Duration,
+    started: Instant,
+    seen: Mutex<foldhash::HashMap<Arc<str>, Instant>>,
+}
+
+impl Presence {
+    pub fn new(node: Arc<str>, timeout: Duration) -> Arc<Presence> {
+        Arc::new(Presence { node, timeout, started: Instant::now(), seen: Mutex::default() })
+    }
+
+    /// Whether a node is alive. Until this node has listened for a whole
+    /// timeout, a node it has not heard of yet counts as alive.
+    pub fn alive(&self, node: &str) -> bool {
+        if node == &*self.node {
+            return true;
+        }
+        match self.seen.lock().get(node) {
+            Some(at) => at.elapsed() < self.timeout,
+            None => self.started.elapsed() < self.timeout,
+        }
+    }
+
+    /// This node sweeps when it has listened for a timeout and no live node has a smaller name.
+    fn leads(&self) -> bool {
+        self.started.elapsed() >= self.timeout && !self.seen.lock().iter().any(|(n, at)| at.elapsed() < self.timeout && **n < *self.node)
+    }
+}
+
+pub(super) async fn spawn(cluster: &Arc<Cluster>, gateway: &Arc<Gateway>) -> anyhow::Result<()> {
+    let subject = cluster.subject("hb", "all");
+    let mut beats = cluster.client.subscribe(subject.clone()).await?;
+    let presence = cluster.presence.clone();
+    tokio::spawn(async move {
+        while let Some(msg) = beats.next().await {
+            if let Ok(node) = std::str::from_utf8(&msg.payload) {
+                presence.seen.lock().insert(node.into(), Instant::now());
+            }
+        }
+    });
+    let every = cluster.presence.timeout / 4;
+    let client = cluster.client.clone();
+    let node = cluster.node.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        loop {
+            tick.tick().await;
+            let _ = client.publish(subject.clone(), node.as_bytes().to_vec().into()).await;
+        }
+    });
+    let presence = cluster.presence.clone();
+    let window = cluster.resume_window;
+    let gateway = Arc::downgrade(gateway);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        loop {
+            tick.tick().await;
+            let Some(gw) = gateway.upgrade() else { return };
+            if presence.leads() {
+                sweep(&gw, &presence, window);
+            }
+        }
+    });
+    Ok(())
+}
+
+/// Disconnect the sessions of dead nodes; end those whose resume window has closed.
+fn sweep(gw: &Gateway, presence: &Presence, window: Duration) {
+    let now = ids::now_ms();
+    for tenant in gw.tenants.all() {
+        let orphans: Vec<(String, bool, Option<u64>)> = {
+            let reg = tenant.registry.lock();
+            reg.sessions
+                .values()
+                .filter(|s| s.home.as_deref().is_some_and(|h| !presence.alive(h) || (h == &*presence.node && gw.live(&s.id).is_none())))
+                .map(|s| (s.id.clone(), s.connected, s.disconnected_at))
+                .collect()
+        };
+        for (session, connected, since) in orphans {
+            if connected {
+                tenant.park_session(&session);
+            } else if since.is_none_or(|t| now.saturating_sub(t) >= window.as_millis() as u64) {
+                tenant.end_session(&session, "node lost and not resumed");
+            }
+        }
+    }
+}
