@@ -1,13 +1,14 @@
 //! The directory across nodes: every change a node makes to its tenants'
-//! agents, scopes and sessions is written to the cluster's key-value
-//! bucket, and every node mirrors the bucket into its own directory.
-//! A key is `<tenant>.<kind>.<id>`; a value names the node that wrote it,
-//! so a node skips its own writes when they come back.
+//! agents, scopes and sessions is written to the cluster's directory
+//! stream, which keeps the last value of each key, and every node mirrors
+//! the stream into its own directory. A key is `<tenant>.<kind>.<id>`; a
+//! value names the node that wrote it, so a node skips its own writes when
+//! they come back; a removal is a value `{"gone": true}`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::jetstream::kv;
+use async_nats::jetstream;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -148,14 +149,36 @@ impl ChangeSink for Sink {
     }
 }
 
-/// Write directory changes to the bucket, one after another.
-async fn write(dir: kv::Store, mut rx: mpsc::UnboundedReceiver<(String, Option<Bytes>)>) {
+/// Writes keys of the directory stream.
+#[derive(Clone)]
+pub struct Writer {
+    js: jetstream::Context,
+    /// `<name>.dir.`
+    prefix: String,
+    tombstone: Bytes,
+}
+
+impl Writer {
+    pub fn new(cluster: &Cluster) -> Writer {
+        Writer {
+            js: cluster.js.clone(),
+            prefix: cluster.subject("dir", ""),
+            tombstone: serde_json::to_vec(&serde_json::json!({"origin": &*cluster.node, "gone": true})).expect("JSON").into(),
+        }
+    }
+
+    /// Set a key (`None`: remove it), once the stream has it.
+    pub async fn put(&self, key: &str, body: Option<Bytes>) -> Result<(), String> {
+        let body = body.unwrap_or_else(|| self.tombstone.clone());
+        let ack = self.js.publish(format!("{}{key}", self.prefix), body).await.map_err(|e| e.to_string())?;
+        ack.await.map(|_| ()).map_err(|e| e.to_string())
+    }
+}
+
+/// Write directory changes, one after another.
+async fn write(dir: Writer, mut rx: mpsc::UnboundedReceiver<(String, Option<Bytes>)>) {
     while let Some((key, body)) = rx.recv().await {
-        let done = match body {
-            Some(b) => dir.put(&key, b).await.map(|_| ()).map_err(|e| e.to_string()),
-            None => dir.delete(&key).await.map_err(|e| e.to_string()),
-        };
-        if let Err(e) = done {
+        if let Err(e) = dir.put(&key, body).await {
             tracing::error!(key = %key, error = %e, "writing the cluster directory failed");
         }
     }
@@ -171,8 +194,17 @@ pub(super) async fn mirror(cluster: &Arc<Cluster>, tenants: &[Arc<Tenant>]) -> a
             by_token.insert(token(&t.id), (t.clone(), f.clone()));
         }
     }
-    let held = cluster.dir.status().await.map(|s| s.values()).unwrap_or(0);
-    let mut watch = cluster.dir.watch_with_history(">").await?;
+    let mut stream = cluster.js.get_stream(format!("{}_dir", cluster.name)).await?;
+    let held = stream.info().await.map(|i| i.state.messages).unwrap_or(0);
+    let prefix = cluster.subject("dir", "");
+    let consumer = stream
+        .create_consumer(jetstream::consumer::pull::OrderedConfig {
+            filter_subject: format!("{prefix}>"),
+            deliver_policy: jetstream::consumer::DeliverPolicy::LastPerSubject,
+            ..Default::default()
+        })
+        .await?;
+    let mut messages = consumer.messages().await?;
     let node = cluster.node.clone();
     let (ready_tx, ready) = tokio::sync::oneshot::channel();
     let applied = by_token.clone();
@@ -181,22 +213,24 @@ pub(super) async fn mirror(cluster: &Arc<Cluster>, tenants: &[Arc<Tenant>]) -> a
         if held == 0 {
             let _ = ready_tx.take().map(|t| t.send(()));
         }
-        while let Some(entry) = watch.next().await {
-            match entry {
-                Ok(entry) => {
-                    apply(&node, &applied, &entry);
-                    if entry.delta == 0 {
+        while let Some(msg) = messages.next().await {
+            match msg {
+                Ok(msg) => {
+                    if let Some(key) = msg.subject.strip_prefix(prefix.as_str()) {
+                        apply(&node, &applied, key, &msg.payload);
+                    }
+                    if msg.info().is_ok_and(|i| i.pending == 0) {
                         let _ = ready_tx.take().map(|t| t.send(()));
                     }
                 }
-                Err(e) => tracing::warn!(error = %e, "watching the cluster directory"),
+                Err(e) => tracing::warn!(error = %e, "reading the cluster directory"),
             }
         }
-        tracing::error!("the cluster directory watch ended");
+        tracing::error!("the cluster directory reader ended");
     });
     let _ = tokio::time::timeout(Duration::from_secs(30), ready).await;
     let (tx, rx) = mpsc::unbounded_channel();
-    tokio::spawn(write(cluster.dir.clone(), rx));
+    tokio::spawn(write(Writer::new(cluster), rx));
     for (tenant_token, (tenant, _)) in by_token {
         let sink = Arc::new(Sink { node: cluster.node.clone(), tenant: tenant_token, tx: tx.clone() });
         tenant.registry.watch(sink, Track { agents: true, scopes: true, sessions: true });
@@ -204,22 +238,78 @@ pub(super) async fn mirror(cluster: &Arc<Cluster>, tenants: &[Arc<Tenant>]) -> a
     Ok(())
 }
 
+/// Mirror another node's agent. Its children and scope memberships are
+/// kept from the links of each agent's own record (a child names its
+/// parent, a member its scopes): several nodes may add children or
+/// members to one agent or scope at once, but each agent's record is
+/// written by one node.
+fn put_agent(reg: &mut Registry, mut agent: Agent) {
+    let id = agent.id.clone();
+    let old = reg.agents.get(&id).map(|a| (a.parent.clone(), a.scopes.clone(), a.children.clone()));
+    let (old_parent, old_scopes) = match old {
+        Some((parent, scopes, children)) => {
+            agent.children = children;
+            (parent, scopes)
+        }
+        None => {
+            agent.children = reg.agents_sorted().into_iter().filter(|a| a.parent.as_deref() == Some(id.as_str())).map(|a| a.id.clone()).collect();
+            (None, Vec::new())
+        }
+    };
+    if old_parent != agent.parent {
+        if let Some(p) = old_parent.as_deref().and_then(|p| reg.agents.get_mut_quiet(p)) {
+            p.children.retain(|c| *c != id);
+        }
+        if let Some(p) = agent.parent.as_deref().and_then(|p| reg.agents.get_mut_quiet(p)) {
+            if !p.children.contains(&id) {
+                p.children.push(id.clone());
+            }
+        }
+    }
+    for s in old_scopes.iter().filter(|s| !agent.scopes.contains(s)) {
+        if let Some(scope) = reg.scopes.get_mut_quiet(s) {
+            scope.members.retain(|m| *m != id);
+        }
+    }
+    for s in agent.scopes.iter().filter(|s| !old_scopes.contains(s)) {
+        if let Some(scope) = reg.scopes.get_mut_quiet(s) {
+            if !scope.members.contains(&id) {
+                scope.members.push(id.clone());
+            }
+        }
+    }
+    reg.agents.insert_quiet(id, agent);
+}
+
+/// Forget another node's agent and its links.
+fn remove_agent(reg: &mut Registry, id: &str) {
+    let Some(agent) = reg.agents.remove_quiet(id) else { return };
+    if let Some(p) = agent.parent.as_deref().and_then(|p| reg.agents.get_mut_quiet(p)) {
+        p.children.retain(|c| c != id);
+    }
+    for s in &agent.scopes {
+        if let Some(scope) = reg.scopes.get_mut_quiet(s) {
+            scope.members.retain(|m| m != id);
+        }
+    }
+}
+
 /// Whether a session is served by this node.
 fn served_here(reg: &Registry, session: &str) -> bool {
     reg.sessions.get(session).is_some_and(|s| s.home.is_none())
 }
 
-/// Bring one bucket entry into the tenant's directory (without writing it back).
-fn apply(node: &str, tenants: &foldhash::HashMap<String, (Arc<Tenant>, Arc<ClusterFabric>)>, entry: &kv::Entry) {
-    let mut parts = entry.key.splitn(3, '.');
+/// Bring one directory entry into the tenant's directory (without writing it back).
+fn apply(node: &str, tenants: &foldhash::HashMap<String, (Arc<Tenant>, Arc<ClusterFabric>)>, key: &str, value: &[u8]) {
+    let mut parts = key.splitn(3, '.');
     let (Some(t), Some(kind), Some(id)) = (parts.next(), parts.next(), parts.next()) else { return };
     let (Some((tenant, fabric)), Some(id)) = (tenants.get(t), untoken(id)) else { return };
-    let put = entry.operation == kv::Operation::Put;
-    let origin_is_me = |v: &Value| v.get("origin").and_then(Value::as_str) == Some(node);
-    let body: Option<Value> = if put { serde_json::from_slice(&entry.value).ok() } else { None };
-    if body.as_ref().is_some_and(origin_is_me) {
+    let Ok(value) = serde_json::from_slice::<Value>(value) else { return };
+    if value.get("origin").and_then(Value::as_str) == Some(node) {
         return;
     }
+    let put = value.get("gone") != Some(&Value::Bool(true));
+    let body = put.then_some(value);
     let mut reg = tenant.registry.lock();
     match (kind, body) {
         (AGENT, Some(v)) => {
@@ -227,20 +317,25 @@ fn apply(node: &str, tenants: &foldhash::HashMap<String, (Arc<Tenant>, Arc<Clust
                 let mut agent = r.agent;
                 agent.session = r.session;
                 agent.suspended_from = r.suspended_from;
-                reg.agents.insert_quiet(id, agent);
+                put_agent(&mut reg, agent);
             }
         }
         (AGENT, None) if put => {}
         (AGENT, None) => {
             let mine = reg.agents.get(&id).is_some_and(|a| served_here(&reg, &a.session));
             if !mine {
-                reg.agents.remove_quiet(&id);
+                remove_agent(&mut reg, &id);
             }
         }
         (SCOPE, Some(v)) => {
             if let Ok(r) = serde_json::from_value::<ScopeRecord>(v) {
                 let mut scope = r.scope;
-                scope.members = r.members;
+                // Members follow the agents' own records (each written by
+                // one node), not the scope's (written by every node a member joins on).
+                scope.members = match reg.scopes.get(&id) {
+                    Some(known) => known.members.clone(),
+                    None => reg.agents_sorted().into_iter().filter(|a| a.scopes.contains(&id)).map(|a| a.id.clone()).collect(),
+                };
                 reg.scopes.insert_quiet(id, scope);
             }
         }

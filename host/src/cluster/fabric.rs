@@ -139,7 +139,7 @@ impl ClusterFabric {
     /// resume elsewhere rather than skipped.
     pub(super) fn spawn_checkpoints(self: &Arc<Self>, cluster: &Arc<Cluster>) {
         let fabric = Arc::downgrade(self);
-        let dir = cluster.dir.clone();
+        let dir = directory::Writer::new(cluster);
         let every = cluster.checkpoint;
         let tenant = self.tenant_token.clone();
         tokio::spawn(async move {
@@ -169,14 +169,14 @@ impl ClusterFabric {
                     if saved.get(id) != Some(&at) {
                         let key = directory::key(&tenant, directory::SUBSCRIPTION, id);
                         let body = serde_json::to_vec(&at).expect("checkpoints serialise");
-                        if dir.put(key, body.into()).await.is_ok() {
+                        if dir.put(&key, Some(body.into())).await.is_ok() {
                             saved.insert(id.clone(), at);
                         }
                     }
                 }
                 let gone: Vec<String> = saved.keys().filter(|id| !current.contains_key(*id)).cloned().collect();
                 for id in gone {
-                    let _ = dir.delete(directory::key(&tenant, directory::SUBSCRIPTION, &id)).await;
+                    let _ = dir.put(&directory::key(&tenant, directory::SUBSCRIPTION, &id), None).await;
                     saved.remove(&id);
                 }
                 previous = current;

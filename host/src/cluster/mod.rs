@@ -8,9 +8,10 @@
 //!   publishes its recorded events there and reads every tenant's subject
 //!   back in one order, fanning out to its own subscriptions and keeping
 //!   the replay window.
-//! - A JetStream key-value bucket (`<name>_dir`) is the directory: agents,
+//! - A JetStream stream keeping the last message per subject (`<name>_dir`,
+//!   subjects `<name>.dir.<tenant>.<kind>.<id>`) is the directory: agents,
 //!   scopes and sessions (with their serving node and resume-token hash),
-//!   and subscription checkpoints; every node watches it and mirrors it.
+//!   and subscription checkpoints; every node reads it and mirrors it.
 //! - Plugin state is in PostgreSQL (`storage.url`), shared by every node.
 
 mod directory;
@@ -36,7 +37,6 @@ pub struct Cluster {
     name: String,
     client: async_nats::Client,
     js: jetstream::Context,
-    dir: jetstream::kv::Store,
     presence: Arc<Presence>,
     fabrics: parking_lot::Mutex<Vec<(String, Arc<ClusterFabric>)>>,
     checkpoint: Duration,
@@ -114,21 +114,24 @@ impl Cluster {
         })
         .await
         .with_context(|| format!("making the JetStream stream {stream_name} (is JetStream enabled on {}?)", c.nats))?;
-        let bucket = format!("{}_dir", c.name);
-        let dir = match js.get_key_value(&bucket).await {
-            Ok(kv) => kv,
-            Err(_) => js
-                .create_key_value(jetstream::kv::Config { bucket: bucket.clone(), history: 1, storage: jetstream::stream::StorageType::File, ..Default::default() })
-                .await
-                .with_context(|| format!("making the JetStream key-value bucket {bucket}"))?,
-        };
+        // The directory: a stream keeping the last value of each subject (a
+        // key-value bucket, without the bucket API's newer server needs).
+        let dir_name = format!("{}_dir", c.name);
+        js.get_or_create_stream(jetstream::stream::Config {
+            name: dir_name.clone(),
+            subjects: vec![format!("{}.dir.>", c.name)],
+            max_messages_per_subject: 1,
+            storage: jetstream::stream::StorageType::File,
+            ..Default::default()
+        })
+        .await
+        .with_context(|| format!("making the JetStream stream {dir_name}"))?;
         let presence = Presence::new(node.clone(), Duration::from_millis(c.presence_timeout_ms));
         Ok(Arc::new(Cluster {
             node,
             name: c.name.clone(),
             client,
             js,
-            dir,
             presence,
             fabrics: parking_lot::Mutex::new(Vec::new()),
             checkpoint: Duration::from_millis(c.checkpoint_ms),
