@@ -115,11 +115,20 @@ impl SessionRecord {
     }
 }
 
-/// Writes one tenant's directory changes to the bucket, in the order made.
+/// Writes one tenant's directory changes to the stream, in the order made.
 struct Sink {
     node: Arc<str>,
     tenant: String,
+    fabric: Arc<ClusterFabric>,
     tx: mpsc::UnboundedSender<(String, Option<Bytes>)>,
+}
+
+/// What of another node's agent this node may change and must then write:
+/// everything but its children, which each node keeps from the children's
+/// own records (see `put_agent`).
+pub(super) fn essence(agent: &Agent) -> Vec<u8> {
+    let record = AgentRecord { origin: String::new(), session: agent.session.clone(), suspended_from: agent.suspended_from.clone(), agent: Agent { children: Vec::new(), ..agent.clone() } };
+    serde_json::to_vec(&record).expect("agents serialise")
 }
 
 impl ChangeSink for Sink {
@@ -129,6 +138,16 @@ impl ChangeSink for Sink {
             let _ = self.tx.send((key(&self.tenant, kind, id), body.map(Bytes::from)));
         };
         for id in &changes.agents {
+            if let Some(a) = reg.agents.get(id).filter(|a| !served_here(reg, &a.session)) {
+                // Another node's agent: written only for a change of its
+                // own (not a child added or removed here).
+                let essence = essence(a);
+                let mut applied = self.fabric.applied.lock();
+                if applied.get(id) == Some(&essence) {
+                    continue;
+                }
+                applied.insert(id.clone(), essence);
+            }
             let body = reg.agents.get(id).map(|a| {
                 let record = AgentRecord { origin: origin.into(), session: a.session.clone(), suspended_from: a.suspended_from.clone(), agent: a.clone() };
                 serde_json::to_vec(&record).expect("agents serialise")
@@ -231,8 +250,8 @@ pub(super) async fn mirror(cluster: &Arc<Cluster>, tenants: &[Arc<Tenant>]) -> a
     let _ = tokio::time::timeout(Duration::from_secs(30), ready).await;
     let (tx, rx) = mpsc::unbounded_channel();
     tokio::spawn(write(Writer::new(cluster), rx));
-    for (tenant_token, (tenant, _)) in by_token {
-        let sink = Arc::new(Sink { node: cluster.node.clone(), tenant: tenant_token, tx: tx.clone() });
+    for (tenant_token, (tenant, fabric)) in by_token {
+        let sink = Arc::new(Sink { node: cluster.node.clone(), tenant: tenant_token, fabric, tx: tx.clone() });
         tenant.registry.watch(sink, Track { agents: true, scopes: true, sessions: true });
     }
     Ok(())
@@ -317,6 +336,7 @@ fn apply(node: &str, tenants: &foldhash::HashMap<String, (Arc<Tenant>, Arc<Clust
                 let mut agent = r.agent;
                 agent.session = r.session;
                 agent.suspended_from = r.suspended_from;
+                fabric.applied.lock().insert(id, essence(&agent));
                 put_agent(&mut reg, agent);
             }
         }
@@ -324,6 +344,7 @@ fn apply(node: &str, tenants: &foldhash::HashMap<String, (Arc<Tenant>, Arc<Clust
         (AGENT, None) => {
             let mine = reg.agents.get(&id).is_some_and(|a| served_here(&reg, &a.session));
             if !mine {
+                fabric.applied.lock().remove(&id);
                 remove_agent(&mut reg, &id);
             }
         }

@@ -21,9 +21,15 @@ use crate::core::outbox::{Frame, Full, Outbox};
 enum Out {
     /// A recorded event, to the log.
     Event(String, Bytes),
-    /// A live-only event or a delivery, on NATS core.
-    Core(String, Bytes),
+    /// A live-only event, on NATS core.
+    Live(String, Bytes),
+    /// A delivery, on NATS core.
+    Deliver(String, Bytes),
 }
+
+/// The header naming the gateway process that published an event: it has
+/// fanned the event out already, and skips it when it comes back.
+const INSTANCE: &str = "Map-Instance";
 
 /// A subscription's position, as the directory keeps it for a resume elsewhere.
 #[derive(serde::Serialize, serde::Deserialize, Clone, PartialEq)]
@@ -31,10 +37,9 @@ pub struct Checkpoint {
     pub session: String,
     pub filter: Filter,
     pub sequence: u64,
+    /// The last event sent (or the newest logged when it began; none: the log was empty).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last: Option<String>,
-    /// When the subscription began (where a replay starts if nothing was sent yet).
-    pub since: u64,
 }
 
 impl PartialEq for Filter {
@@ -52,11 +57,15 @@ pub struct ClusterFabric {
     /// `<name>.dl.` (a node name follows).
     deliver_prefix: String,
     tenant_token: String,
+    /// This process (a node restarted under its name is another instance).
+    instance: Arc<str>,
     out: mpsc::UnboundedSender<Out>,
     /// Sessions served by other nodes → their node.
     pub(super) routes: RwLock<foldhash::HashMap<String, Arc<str>>>,
     /// Checkpoints of subscriptions of other nodes' sessions, by session.
     pub(super) parked: Mutex<foldhash::HashMap<String, Vec<(String, Checkpoint)>>>,
+    /// Other nodes' agents as last mirrored (`directory::essence`).
+    pub(super) applied: Mutex<foldhash::HashMap<String, Vec<u8>>>,
     presence: Arc<super::Presence>,
 }
 
@@ -71,12 +80,14 @@ impl ClusterFabric {
             live_subject: cluster.subject("live", &t),
             deliver_prefix: cluster.subject("dl", ""),
             tenant_token: t,
+            instance: cluster.instance.clone(),
             out: tx,
             routes: RwLock::default(),
             parked: Mutex::default(),
+            applied: Mutex::default(),
             presence: cluster.presence.clone(),
         });
-        tokio::spawn(publish(cluster.client.clone(), cluster.js.clone(), rx));
+        tokio::spawn(publish(cluster.client.clone(), cluster.js.clone(), cluster.instance.clone(), rx));
         fabric
     }
 
@@ -110,9 +121,11 @@ impl ClusterFabric {
                         continue;
                     }
                 };
-                match serde_json::from_slice::<StoredEvent>(&msg.payload) {
-                    Ok(stored) => fabric.local.ingest(stored, true),
-                    Err(e) => tracing::warn!(tenant = %tenant, error = %e, "an unreadable entry in the cluster's event log"),
+                if !fabric.is_mine(msg.headers.as_ref()) {
+                    match serde_json::from_slice::<StoredEvent>(&msg.payload) {
+                        Ok(stored) => fabric.local.ingest(stored, true),
+                        Err(e) => tracing::warn!(tenant = %tenant, error = %e, "an unreadable entry in the cluster's event log"),
+                    }
                 }
                 if msg.info().is_ok_and(|i| i.pending == 0) {
                     let _ = caught_up_tx.take().map(|t| t.send(()));
@@ -123,6 +136,9 @@ impl ClusterFabric {
         let fabric = self.clone();
         tokio::spawn(async move {
             while let Some(msg) = live.next().await {
+                if fabric.is_mine(msg.headers.as_ref()) {
+                    continue;
+                }
                 if let Ok(stored) = serde_json::from_slice::<StoredEvent>(&msg.payload) {
                     fabric.local.ingest(stored, false);
                 }
@@ -144,28 +160,27 @@ impl ClusterFabric {
         let tenant = self.tenant_token.clone();
         tokio::spawn(async move {
             let mut previous: foldhash::HashMap<String, Checkpoint> = Default::default();
+            let mut starts: foldhash::HashMap<String, Checkpoint> = Default::default();
             let mut saved: foldhash::HashMap<String, Checkpoint> = Default::default();
-            let mut first_seen: foldhash::HashMap<String, u64> = Default::default();
             let mut tick = tokio::time::interval(every);
             loop {
                 tick.tick().await;
                 let Some(fabric) = fabric.upgrade() else { return };
-                let now = crate::core::ids::now_ms();
                 let current: foldhash::HashMap<String, Checkpoint> = fabric
                     .local
                     .inspect()
                     .subscriptions
                     .into_iter()
                     .map(|s| {
-                        let since = *first_seen.entry(s.id.clone()).or_insert(now.saturating_sub(every.as_millis() as u64));
-                        (s.id, Checkpoint { session: s.session_id, filter: s.filter, sequence: s.sequence, last: s.last_event_id, since })
+                        starts.entry(s.id.clone()).or_insert_with(|| Checkpoint { session: s.session_id.clone(), filter: s.filter.clone(), sequence: 0, last: s.start_event_id });
+                        (s.id, Checkpoint { session: s.session_id, filter: s.filter, sequence: s.sequence, last: s.last_event_id })
                     })
                     .collect();
                 drop(fabric);
-                first_seen.retain(|id, _| current.contains_key(id));
-                // Save the previous tick's positions (new subscriptions at their start).
-                for (id, now_at) in &current {
-                    let at = previous.get(id).cloned().unwrap_or_else(|| Checkpoint { sequence: 0, last: None, ..now_at.clone() });
+                starts.retain(|id, _| current.contains_key(id));
+                // Save the previous tick's positions (a new subscription's start).
+                for id in current.keys() {
+                    let Some(at) = previous.get(id).or_else(|| starts.get(id)).cloned() else { continue };
                     if saved.get(id) != Some(&at) {
                         let key = directory::key(&tenant, directory::SUBSCRIPTION, id);
                         let body = serde_json::to_vec(&at).expect("checkpoints serialise");
@@ -184,6 +199,11 @@ impl ClusterFabric {
         });
     }
 
+    /// Whether this process published a message (and so has fanned it out).
+    fn is_mine(&self, headers: Option<&async_nats::HeaderMap>) -> bool {
+        headers.and_then(|h| h.get(INSTANCE)).is_some_and(|v| v.as_str() == &*self.instance)
+    }
+
     /// A delivery from another node, for a session served here.
     fn deliver_here(&self, session: &str, frame: Frame) {
         let _ = self.local.deliver(session, frame);
@@ -192,18 +212,25 @@ impl ClusterFabric {
 
 /// Send what the fabrics of this node publish, in order. Log appends are
 /// pipelined: their acknowledgements are awaited alongside, not one by one.
-async fn publish(client: async_nats::Client, js: jetstream::Context, mut rx: mpsc::UnboundedReceiver<Out>) {
+async fn publish(client: async_nats::Client, js: jetstream::Context, instance: Arc<str>, mut rx: mpsc::UnboundedReceiver<Out>) {
     let mut acks = futures_util::stream::FuturesUnordered::new();
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(INSTANCE, &*instance);
     loop {
         tokio::select! {
             next = rx.recv() => {
                 let Some(out) = next else { break };
                 match out {
-                    Out::Event(subject, body) => match js.publish(subject, body).await {
+                    Out::Event(subject, body) => match js.publish_with_headers(subject, headers.clone(), body).await {
                         Ok(ack) => acks.push(std::future::IntoFuture::into_future(ack)),
                         Err(e) => tracing::error!(error = %e, "appending to the cluster's event log failed"),
                     },
-                    Out::Core(subject, body) => {
+                    Out::Live(subject, body) => {
+                        if let Err(e) = client.publish_with_headers(subject, headers.clone(), body).await {
+                            tracing::warn!(error = %e, "publishing to NATS failed");
+                        }
+                    }
+                    Out::Deliver(subject, body) => {
                         if let Err(e) = client.publish(subject, body).await {
                             tracing::warn!(error = %e, "publishing to NATS failed");
                         }
@@ -257,8 +284,12 @@ impl Fabric for ClusterFabric {
             Err(Full::Closed) => {}
             done => return done,
         }
-        let node = self.routes.read().get(session).cloned().ok_or(Full::Closed)?;
+        let Some(node) = self.routes.read().get(session).cloned() else {
+            tracing::debug!(session, "no route to the session");
+            return Err(Full::Closed);
+        };
         if !self.presence.alive(&node) {
+            tracing::debug!(session, node = %node, "the session's node is not alive");
             return Err(Full::Closed);
         }
         let text = frame.as_str();
@@ -269,15 +300,17 @@ impl Fabric for ClusterFabric {
         body.push(b'\n');
         body.extend_from_slice(text.as_bytes());
         let subject = format!("{}{node}", self.deliver_prefix);
-        self.out.send(Out::Core(subject, body.into())).map_err(|_| Full::Closed)
+        self.out.send(Out::Deliver(subject, body.into())).map_err(|_| Full::Closed)
     }
 
+    /// Fanned out and kept here at once (a client reads its own events
+    /// back on the node it is on); other nodes get it from the log.
     fn publish(&self, event: NewEvent) -> Ulid {
         let (id, ts) = self.local.next_id();
         let body: Bytes = serde_json::to_vec(&StoredEvent::of(id.as_str(), ts, &event)).expect("events serialise").into();
-        let subject = if event.recorded { &self.log_subject } else { &self.live_subject };
-        let out = if event.recorded { Out::Event(subject.clone(), body) } else { Out::Core(subject.clone(), body) };
+        let out = if event.recorded { Out::Event(self.log_subject.clone(), body) } else { Out::Live(self.live_subject.clone(), body) };
         let _ = self.out.send(out);
+        self.local.record_at(id, ts, event);
         id
     }
 
@@ -321,7 +354,7 @@ impl Fabric for ClusterFabric {
                 sequence: c.sequence,
                 from: match c.last {
                     Some(last) => ReplayFrom::EventId(last),
-                    None => ReplayFrom::Timestamp(c.since),
+                    None => ReplayFrom::Timestamp(0),
                 },
             })
             .collect()

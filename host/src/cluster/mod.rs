@@ -33,6 +33,8 @@ use presence::Presence;
 /// This node's link to the cluster.
 pub struct Cluster {
     pub node: Arc<str>,
+    /// This process: the node name and a random suffix.
+    instance: Arc<str>,
     /// The cluster's name: prefix of its subjects.
     name: String,
     client: async_nats::Client,
@@ -127,8 +129,10 @@ impl Cluster {
         .await
         .with_context(|| format!("making the JetStream stream {dir_name}"))?;
         let presence = Presence::new(node.clone(), Duration::from_millis(c.presence_timeout_ms));
+        let instance = format!("{node}/{}", &crate::core::ids::secret()[..16]).into();
         Ok(Arc::new(Cluster {
             node,
+            instance,
             name: c.name.clone(),
             client,
             js,

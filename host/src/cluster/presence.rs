@@ -16,13 +16,14 @@ use crate::core::{ids, Gateway};
 pub struct Presence {
     node: Arc<str>,
     timeout: Duration,
-    started: Instant,
+    /// When this node began listening to heartbeats.
+    started: std::sync::OnceLock<Instant>,
     seen: Mutex<foldhash::HashMap<Arc<str>, Instant>>,
 }
 
 impl Presence {
     pub fn new(node: Arc<str>, timeout: Duration) -> Arc<Presence> {
-        Arc::new(Presence { node, timeout, started: Instant::now(), seen: Mutex::default() })
+        Arc::new(Presence { node, timeout, started: std::sync::OnceLock::new(), seen: Mutex::default() })
     }
 
     /// Whether a node is alive. Until this node has listened for a whole
@@ -33,19 +34,20 @@ impl Presence {
         }
         match self.seen.lock().get(node) {
             Some(at) => at.elapsed() < self.timeout,
-            None => self.started.elapsed() < self.timeout,
+            None => self.started.get().is_none_or(|s| s.elapsed() < self.timeout),
         }
     }
 
     /// This node sweeps when it has listened for a timeout and no live node has a smaller name.
     fn leads(&self) -> bool {
-        self.started.elapsed() >= self.timeout && !self.seen.lock().iter().any(|(n, at)| at.elapsed() < self.timeout && **n < *self.node)
+        self.started.get().is_some_and(|s| s.elapsed() >= self.timeout) && !self.seen.lock().iter().any(|(n, at)| at.elapsed() < self.timeout && **n < *self.node)
     }
 }
 
 pub(super) async fn spawn(cluster: &Arc<Cluster>, gateway: &Arc<Gateway>) -> anyhow::Result<()> {
     let subject = cluster.subject("hb", "all");
     let mut beats = cluster.client.subscribe(subject.clone()).await?;
+    let _ = cluster.presence.started.set(Instant::now());
     let presence = cluster.presence.clone();
     tokio::spawn(async move {
         while let Some(msg) = beats.next().await {

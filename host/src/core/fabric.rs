@@ -105,11 +105,15 @@ pub struct SubscriptionView {
     pub sequence: u64,
     /// Events dropped since the last overflow notice.
     pub dropped: u64,
-    /// The last event queued for the session.
+    /// The last event queued for the session (or, before any, the newest
+    /// logged when it began).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_event_id: Option<String>,
     #[serde(skip)]
     pub filter: Filter,
+    /// The newest logged event when it began.
+    #[serde(skip)]
+    pub start_event_id: Option<String>,
 }
 
 struct Subscription {
@@ -121,8 +125,11 @@ struct Subscription {
     dropped: u64,
     oldest_dropped: Option<String>,
     newest_dropped: Option<String>,
-    /// The last event queued (where a resume elsewhere goes on from).
+    /// The last event queued, or the newest in the log when the
+    /// subscription began (where a resume elsewhere goes on from).
     last: Option<Ulid>,
+    /// The newest event in the log when the subscription began.
+    start: Option<Ulid>,
 }
 
 pub struct Recorded {
@@ -315,6 +322,11 @@ impl LocalFabric {
         self.events.lock().ids.next_id()
     }
 
+    /// Fan out and record an event numbered with `next_id`.
+    pub fn record_at(&self, id: Ulid, timestamp: u64, event: NewEvent) {
+        self.record(self.events.lock(), id, timestamp, event);
+    }
+
     /// Fan out and record an event numbered elsewhere (another node, or
     /// this one through the cluster's log). Events arrive in log order.
     /// `recorded`: false for a live-only event (fanned out, not kept).
@@ -356,7 +368,8 @@ impl LocalFabric {
             dropped: 0,
             oldest_dropped: None,
             newest_dropped: None,
-            last: None,
+            last: inner.log.back().map(|r| r.event_id),
+            start: inner.log.back().map(|r| r.event_id),
         };
         if let Some(from) = from {
             let start = match &from {
@@ -444,6 +457,7 @@ impl Fabric for LocalFabric {
                 dropped: s.dropped,
                 last_event_id: s.last.map(|l| l.to_string()),
                 filter: s.filter.clone(),
+                start_event_id: s.start.map(|l| l.to_string()),
             })
             .collect();
         FabricView { subscriptions, log_events: events.log.len(), log_bytes: events.log_bytes }

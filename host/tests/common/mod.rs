@@ -16,6 +16,8 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 
+pub mod cluster;
+
 /// How long to wait for an answer or a notification that should come.
 pub const WAIT: Duration = Duration::from_secs(2);
 /// How long to watch for something that should not come.
@@ -134,6 +136,32 @@ impl Gateway {
         let _ = self.child.wait();
         let dir = std::mem::replace(&mut self.dir, TempDir(PathBuf::new()));
         Gateway::launch(dir, self.config.clone())
+    }
+
+    /// kill -9: no shutdown at all. The process is reaped; its directory and config stay.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Start again on the same config and data directory, after `terminate` or
+    /// `kill9` (a process still running is killed first).
+    pub fn restart(mut self) -> Gateway {
+        self.kill9();
+        let dir = std::mem::replace(&mut self.dir, TempDir(PathBuf::new()));
+        Gateway::launch(dir, self.config.clone())
+    }
+
+    /// Whether the process is still running.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// The last `lines` lines of the log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let log = self.log();
+        let all: Vec<&str> = log.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
     }
 
     /// Start on a config file in `dir`; the log goes to `dir/gateway.log` (appended).
@@ -313,18 +341,24 @@ impl Ws {
 
     /// The next text frame within `within`, parsed; `None` on timeout.
     pub async fn next_frame(&mut self, within: Duration) -> Option<Value> {
+        self.try_next_frame(within).await.unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The next text frame within `within`, parsed: `Ok(None)` on timeout,
+    /// `Err` once the socket is closed or broken (a killed gateway).
+    pub async fn try_next_frame(&mut self, within: Duration) -> Result<Option<Value>, String> {
         let deadline = tokio::time::Instant::now() + within;
         loop {
             let msg = match tokio::time::timeout_at(deadline, self.stream.next()).await {
-                Err(_) => return None,
-                Ok(None) => panic!("websocket closed by the gateway"),
-                Ok(Some(Err(e))) => panic!("websocket read error: {e}"),
+                Err(_) => return Ok(None),
+                Ok(None) => return Err("websocket closed by the gateway".into()),
+                Ok(Some(Err(e))) => return Err(format!("websocket read error: {e}")),
                 Ok(Some(Ok(m))) => m,
             };
             match msg {
-                Message::Text(t) => return Some(serde_json::from_str(t.as_str()).unwrap_or_else(|e| panic!("frame is not JSON ({e}): {t}"))),
-                Message::Binary(b) => return Some(serde_json::from_slice(&b).expect("binary frame is not JSON")),
-                Message::Close(c) => panic!("websocket closed by the gateway: {c:?}"),
+                Message::Text(t) => return Ok(Some(serde_json::from_str(t.as_str()).unwrap_or_else(|e| panic!("frame is not JSON ({e}): {t}")))),
+                Message::Binary(b) => return Ok(Some(serde_json::from_slice(&b).expect("binary frame is not JSON"))),
+                Message::Close(c) => return Err(format!("websocket closed by the gateway: {c:?}")),
                 _ => continue,
             }
         }
@@ -338,14 +372,25 @@ impl Ws {
 
     /// The next non-notification frame (notifications met on the way are kept).
     pub async fn answer(&mut self) -> Value {
-        let deadline = tokio::time::Instant::now() + WAIT;
+        self.answer_within(WAIT).await
+    }
+
+    /// `answer` with its own timeout.
+    pub async fn answer_within(&mut self, within: Duration) -> Value {
+        self.try_answer(within).await.unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The next non-notification frame within `within` (notifications met on
+    /// the way are kept); `Err` on timeout or once the socket is gone.
+    pub async fn try_answer(&mut self, within: Duration) -> Result<Value, String> {
+        let deadline = tokio::time::Instant::now() + within;
         loop {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let frame = self.next_frame(left).await.expect("no answer within the timeout");
+            let frame = self.try_next_frame(left).await?.ok_or_else(|| "no answer within the timeout".to_string())?;
             if is_notification(&frame) {
                 self.notes.push_back(frame);
             } else {
-                return frame;
+                return Ok(frame);
             }
         }
     }
@@ -368,6 +413,46 @@ impl Ws {
     pub async fn call_ok(&mut self, method: &str, params: Value) -> Value {
         let resp = self.call(method, params).await;
         ok(&resp).clone()
+    }
+
+    /// `call` waiting up to `within` for the answer.
+    pub async fn call_within(&mut self, method: &str, params: Value, within: Duration) -> Value {
+        self.try_call_within(method, params, within).await.unwrap_or_else(|e| panic!("{method}: {e}"))
+    }
+
+    /// `call` that reports a gone socket or a missing answer as `Err`
+    /// instead of panicking (for traffic towards a gateway that gets killed).
+    pub async fn try_call_within(&mut self, method: &str, params: Value, within: Duration) -> Result<Value, String> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let text = request(id, method, params).to_string();
+        self.stream.send(Message::text(text)).await.map_err(|e| format!("websocket send: {e}"))?;
+        let resp = self.try_answer(within).await?;
+        assert_eq!(resp["id"], json!(id), "answer to {method} has another id: {resp}");
+        Ok(resp)
+    }
+
+    /// The first notification matching `pred` within `within` (kept ones
+    /// first); the others stay kept, in order, for later calls.
+    pub async fn take_where(&mut self, within: Duration, pred: impl Fn(&Value) -> bool) -> Option<Value> {
+        if let Some(pos) = self.notes.iter().position(&pred) {
+            return self.notes.remove(pos);
+        }
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let frame = self.next_frame(left).await?;
+            if pred(&frame) {
+                return Some(frame);
+            }
+            self.notes.push_back(frame);
+        }
+    }
+
+    /// The notifications kept so far (no reading from the socket, so this
+    /// works on a socket whose gateway is gone).
+    pub fn take_kept(&mut self) -> Vec<Value> {
+        self.notes.drain(..).collect()
     }
 
     /// The first notification of `method` within `within` (kept ones first).

@@ -1,0 +1,218 @@
+//! The embedded default (one process, SQLite in the data dir, no
+//! `[cluster]`): the replay log and the scopes are kept on disk. After a
+//! restart on the same data dir — graceful (SIGTERM) or kill -9 —
+//! `map/replay` returns the earlier events (same eventIds, same order) and
+//! `map/scopes/list` the earlier scopes; agents do not survive, so scope
+//! members may be empty. `[limits] replay_events` bounds what is kept, also
+//! across restarts.
+
+mod common;
+
+use std::collections::{BTreeSet, HashMap};
+
+use common::cluster::{describe, event_agent, event_id, event_of, event_type, id_set, Client, Node};
+use common::*;
+use serde_json::{json, Value};
+
+const SERVER: &str = "max_message_bytes = 65536\nresume_window_secs = 300";
+
+fn start(extra: &str) -> Node {
+    Node { name: "embedded".into(), gw: Gateway::start_config(SERVER, extra) }
+}
+
+/// SIGTERM, wait for the exit, start again on the same config and data dir.
+fn restart_gracefully(mut node: Node) -> Node {
+    let status = node.gw.terminate();
+    assert!(status.success(), "SIGTERM: exit status {status:?}\n{}", node.gw.log_tail(40));
+    Node { name: node.name, gw: node.gw.restart() }
+}
+
+/// kill -9 (no shutdown at all), start again on the same config and data dir.
+fn restart_after_kill9(node: Node) -> Node {
+    Node { name: node.name, gw: node.gw.restart() }
+}
+
+/// Events that an answered write of the test caused: these must survive even a kill -9.
+fn acknowledged(e: &Value) -> bool {
+    matches!(event_type(e), "agent_registered" | "scope_created" | "scope_member_joined" | "message_sent")
+}
+
+fn scope_created(e: &Value, scope: &str) -> bool {
+    event_type(e) == "scope_created" && event_of(e)["data"]["scopeId"] == scope
+}
+
+fn list(entries: &[Value]) -> String {
+    entries.iter().map(describe).collect::<Vec<_>>().join(", ")
+}
+
+/// What happened before the restart, as the gateway reported it.
+struct History {
+    /// Every `map/replay` entry, oldest first.
+    replay: Vec<Value>,
+    /// `map/scopes/list` entries.
+    scopes: Vec<Value>,
+    /// The sessions, still connected.
+    clients: Vec<Client>,
+}
+
+/// Scopes (one with a parent, one with metadata), agents, scope joins and a
+/// custom message; then the replay and the scope list.
+async fn make_history(node: &Node) -> History {
+    let mut admin = node.connect("client").await;
+    admin.ok("map/scopes/create", json!({"scopeId": "keep-1", "name": "Keep one", "metadata": {"shelf": 1}})).await;
+    admin.ok("map/scopes/create", json!({"scopeId": "keep-2", "name": "Keep two"})).await;
+    admin.ok("map/scopes/create", json!({"scopeId": "keep-1-child", "parent": "keep-1"})).await;
+    let mut ear = node.agent("ear", json!({"role": "listener"})).await;
+    let mut talker = node.agent("talker", json!({})).await;
+    for i in 0..5 {
+        talker.register(&format!("d-{i}"), json!({"role": "worker"})).await;
+    }
+    talker.ok("map/scopes/join", json!({"scopeId": "keep-1", "agentId": "talker"})).await;
+    ear.ok("map/scopes/join", json!({"scopeId": "keep-1", "agentId": "ear"})).await;
+    let sent = talker.ok("map/send", json!({"to": {"agent": "ear"}, "payload": {"custom": "durable"}})).await;
+    assert_eq!(sent["delivered"], json!(["ear"]), "{sent}");
+    ear.expect_note("the custom message", WAIT, |n| n["method"] == "map/message").await;
+
+    let replay = admin.replay_all(None).await;
+    let has = |pred: &dyn Fn(&Value) -> bool, what: &str| assert!(replay.iter().any(pred), "map/replay before the restart lacks {what}: [{}]", list(&replay));
+    for s in ["keep-1", "keep-2", "keep-1-child"] {
+        has(&|e| scope_created(e, s), &format!("scope_created {s}"));
+    }
+    for a in ["ear", "talker", "d-0", "d-4"] {
+        has(&|e| event_type(e) == "agent_registered" && event_agent(e) == Some(a), &format!("agent_registered {a}"));
+    }
+    has(&|e| event_type(e) == "scope_member_joined", "scope_member_joined");
+    has(&|e| event_type(e) == "message_sent" && event_of(e)["data"]["message"]["payload"]["custom"] == "durable", "the custom message_sent");
+    let mut ids: Vec<&str> = replay.iter().map(event_id).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), replay.len(), "eventIds repeat in map/replay: [{}]", list(&replay));
+
+    let scopes = admin.ok("map/scopes/list", json!({})).await["scopes"].as_array().cloned().unwrap_or_default();
+    assert_eq!(id_set(&json!(scopes)), ["keep-1", "keep-2", "keep-1-child"].iter().map(|s| s.to_string()).collect(), "{scopes:?}");
+    History { replay, scopes, clients: vec![admin, ear, talker] }
+}
+
+/// After the restart: the earlier entries come back first, unchanged (all
+/// of them, or with `lenient` all but unacknowledged ones); the scopes are
+/// listed as before; paging from an old eventId works; new events follow.
+/// Returns the surviving earlier entries.
+async fn check_after_restart(node: &Node, before: &History, lenient: bool) -> (Client, Vec<Value>) {
+    let mut reader = node.connect("client").await;
+    let after = reader.replay_all(None).await;
+    let before_ids: BTreeSet<&str> = before.replay.iter().map(event_id).collect();
+    let after_ids: BTreeSet<&str> = after.iter().map(event_id).collect();
+    let missing: Vec<Value> = before.replay.iter().filter(|e| !after_ids.contains(event_id(e))).cloned().collect();
+    if lenient {
+        let lost: Vec<Value> = missing.iter().filter(|e| acknowledged(e)).cloned().collect();
+        assert!(lost.is_empty(), "events of answered requests lost by kill -9: [{}]\nafter the restart: [{}]", list(&lost), list(&after));
+    } else {
+        assert!(missing.is_empty(), "events lost by a graceful restart: [{}]\nafter the restart: [{}]", list(&missing), list(&after));
+    }
+    let survivors: Vec<Value> = before.replay.iter().filter(|e| after_ids.contains(event_id(e))).cloned().collect();
+    // They come first, in their order, with the same content.
+    let head = &after[..survivors.len().min(after.len())];
+    let head_ids: Vec<&str> = head.iter().map(event_id).collect();
+    let survivor_ids: Vec<&str> = survivors.iter().map(event_id).collect();
+    assert_eq!(head_ids, survivor_ids, "map/replay after the restart must start with the earlier events in their order\nbefore: [{}]\nafter: [{}]", list(&before.replay), list(&after));
+    for (old, new) in survivors.iter().zip(head) {
+        assert_eq!(old["timestamp"], new["timestamp"], "event {} changed its timestamp", event_id(old));
+        assert_eq!(event_of(old), event_of(new), "event {} changed across the restart", event_id(old));
+    }
+    assert!(after[survivors.len()..].iter().all(|e| !before_ids.contains(event_id(e))), "earlier events out of order after the restart: [{}]", list(&after));
+
+    // Scopes, as listed before (members may be empty: agents are gone).
+    let listed = reader.ok("map/scopes/list", json!({})).await;
+    let now: HashMap<String, Value> = listed["scopes"].as_array().into_iter().flatten().filter_map(|s| Some((s["id"].as_str()?.to_string(), s.clone()))).collect();
+    for old in &before.scopes {
+        let id = old["id"].as_str().unwrap_or_default();
+        let new = now.get(id).unwrap_or_else(|| panic!("scope {id} is gone after the restart: {listed}"));
+        for field in ["name", "parent", "metadata", "visibility", "joinPolicy", "sendPolicy"] {
+            assert_eq!(old.get(field), new.get(field), "scope {id}: {field} changed across the restart: {old} → {new}");
+        }
+    }
+
+    // Paging from an earlier eventId.
+    if survivors.len() >= 6 {
+        let from = event_id(&survivors[2]);
+        let page = reader.ok("map/replay", json!({"afterEventId": from, "limit": 3})).await;
+        let got: Vec<&str> = page["events"].as_array().map(|v| v.iter().map(event_id).collect()).unwrap_or_default();
+        assert_eq!(got, survivor_ids[3..6], "map/replay after the restart with afterEventId {from} (an earlier event): {page}");
+        assert_eq!(page["hasMore"], true, "{page}");
+    }
+
+    // New events get new ids, after the old ones.
+    reader.register("post-restart", json!({})).await;
+    let later = reader.replay_all(None).await;
+    let last = later.iter().rev().find(|e| event_type(e) == "agent_registered").unwrap_or_else(|| panic!("no agent_registered after the restart: [{}]", list(&later)));
+    assert_eq!(event_agent(last), Some("post-restart"), "the newest registration must be the last one replayed: [{}]", list(&later));
+    let new_id = event_id(last);
+    assert!(!before_ids.contains(new_id), "eventId {new_id} handed out again after the restart");
+    let newest_old = before_ids.iter().next_back().copied().unwrap_or_default();
+    assert!(new_id > newest_old, "eventIds are orderable: {new_id} (after the restart) must sort after {newest_old} (before it)");
+    (reader, survivors)
+}
+
+#[tokio::test]
+async fn replay_window_and_scopes_survive_restart() {
+    let node = start("");
+    let mut history = make_history(&node).await;
+    drop(std::mem::take(&mut history.clients));
+    let node = restart_gracefully(node);
+    let (_reader, survivors) = check_after_restart(&node, &history, false).await;
+    assert_eq!(survivors.len(), history.replay.len());
+}
+
+#[tokio::test]
+async fn answered_events_and_scopes_survive_kill9() {
+    let node = start("");
+    let mut history = make_history(&node).await;
+    // One more answered write, then kill -9 at once.
+    let last = history.clients[0].ok("map/scopes/create", json!({"scopeId": "last-word", "name": "Created just before kill -9"})).await;
+    history.scopes.push(last["scope"].clone());
+    let node = restart_after_kill9(node);
+    drop(std::mem::take(&mut history.clients));
+    let (mut reader, survivors) = check_after_restart(&node, &history, true).await;
+    let after = reader.replay_all(None).await;
+    let pos = after.iter().position(|e| scope_created(e, "last-word"));
+    let pos = pos.unwrap_or_else(|| panic!("scope_created of last-word (answered just before kill -9) is missing: [{}]", list(&after)));
+    assert!(pos >= survivors.len(), "scope_created of last-word comes before earlier events: [{}]", list(&after));
+}
+
+#[tokio::test]
+async fn replay_retention_stays_bounded_across_a_restart() {
+    const N: usize = 8;
+    let node = start(&format!("[limits]\nreplay_events = {N}\n"));
+    let mut admin = node.connect("client").await;
+    for i in 0..20 {
+        admin.ok("map/scopes/create", json!({"scopeId": format!("s-{i}")})).await;
+    }
+    let before = admin.replay_all(None).await;
+    let newest: Vec<String> = (20 - N..20).map(|i| format!("s-{i}")).collect();
+    let got: Vec<&str> = before.iter().map(|e| event_of(e)["data"]["scopeId"].as_str().unwrap_or("?")).collect();
+    assert_eq!(got, newest, "with replay_events = {N}, map/replay keeps the newest {N}: [{}]", list(&before));
+    drop(admin);
+
+    let node = restart_gracefully(node);
+    let mut admin = node.connect("client").await;
+    let after = admin.replay_all(None).await;
+    assert!(after.len() <= N, "after the restart map/replay returns {} events, more than replay_events = {N}: [{}]", after.len(), list(&after));
+    // What is left of the earlier events is their newest part, unchanged.
+    let old: Vec<&str> = after.iter().map(event_id).filter(|id| before.iter().any(|b| event_id(b) == *id)).collect();
+    assert!(!old.is_empty(), "none of the {N} kept events survived the restart: [{}]", list(&after));
+    let tail: Vec<&str> = before[before.len() - old.len()..].iter().map(event_id).collect();
+    assert_eq!(old, tail, "the events kept across the restart must be the newest ones\nbefore: [{}]\nafter: [{}]", list(&before), list(&after));
+
+    for i in 0..20 {
+        admin.ok("map/scopes/create", json!({"scopeId": format!("t-{i}")})).await;
+    }
+    let later = admin.replay_all(None).await;
+    let got: Vec<&str> = later.iter().map(|e| event_of(e)["data"]["scopeId"].as_str().unwrap_or("?")).collect();
+    let newest: Vec<String> = (20 - N..20).map(|i| format!("t-{i}")).collect();
+    assert_eq!(got, newest, "after the restart the window still holds only the newest {N}: [{}]", list(&later));
+    // Scopes are not events: all forty are still there.
+    let scopes = admin.ok("map/scopes/list", json!({})).await;
+    let ids = id_set(&scopes["scopes"]);
+    let all: BTreeSet<String> = (0..20).flat_map(|i| [format!("s-{i}"), format!("t-{i}")]).collect();
+    assert_eq!(ids, all, "map/scopes/list after the restart and more creates");
+}
