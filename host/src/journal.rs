@@ -49,6 +49,9 @@ impl Journal {
             rows.filter_map(|r| r.ok()).filter_map(|body| serde_json::from_str(&body).ok()).collect()
         };
         let newest = entries.last().map(|e| e.id.clone());
+        if let Some(id) = &newest {
+            fabric.mark_saved(id);
+        }
         fabric.restore(entries);
         let fabric = Arc::new(fabric);
         self.logs.lock().push((tenant.to_string(), fabric.clone(), newest));
@@ -85,7 +88,10 @@ impl Journal {
             let last = last.id().to_string();
             let bodies: Vec<(String, String)> = entries.iter().map(|r| (r.id().to_string(), serde_json::to_string(&r.stored()).expect("events serialise"))).collect();
             match self.write_events(tenant, &bodies) {
-                Ok(()) => *newest = Some(last),
+                Ok(()) => {
+                    fabric.mark_saved(&last);
+                    *newest = Some(last);
+                }
                 Err(e) => tracing::error!(tenant = %tenant, error = %e, "writing the event log failed; retrying at the next flush"),
             }
         }

@@ -34,7 +34,7 @@ impl Gateway {
                 let fabric = t.fabric.inspect();
                 json!({"id": t.id, "sessions": sessions, "agents": agents, "scopes": scopes,
                        "subscriptions": fabric.subscriptions.len(),
-                       "eventLog": {"events": fabric.log_events, "bytes": fabric.log_bytes}})
+                       "eventLog": {"events": fabric.log_events, "bytes": fabric.log_bytes, "savedThrough": fabric.saved_through}})
             })
             .collect();
         json!({ "tenants": tenants })

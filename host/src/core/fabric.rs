@@ -92,6 +92,8 @@ pub struct FabricView {
     pub subscriptions: Vec<SubscriptionView>,
     pub log_events: usize,
     pub log_bytes: usize,
+    /// The newest event known to be on disk (where a durable copy is kept).
+    pub saved_through: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -209,6 +211,8 @@ pub struct LocalFabric {
     subscribers: AtomicUsize,
     log_capacity: usize,
     log_max_bytes: usize,
+    /// See `FabricView::saved_through`.
+    saved_through: Mutex<Option<String>>,
 }
 
 impl LocalFabric {
@@ -220,6 +224,7 @@ impl LocalFabric {
             subscribers: AtomicUsize::new(0),
             log_capacity: log_capacity.max(1),
             log_max_bytes,
+            saved_through: Mutex::new(None),
         }
     }
 }
@@ -388,6 +393,11 @@ impl LocalFabric {
     }
 
 
+    /// Events up to `id` are on disk.
+    pub fn mark_saved(&self, id: &str) {
+        *self.saved_through.lock() = Some(id.to_string());
+    }
+
     /// Whether a session is joined here.
     pub fn serves(&self, session: &str) -> bool {
         self.outboxes.read().contains_key(session)
@@ -460,7 +470,7 @@ impl Fabric for LocalFabric {
                 start_event_id: s.start.map(|l| l.to_string()),
             })
             .collect();
-        FabricView { subscriptions, log_events: events.log.len(), log_bytes: events.log_bytes }
+        FabricView { subscriptions, log_events: events.log.len(), log_bytes: events.log_bytes, saved_through: self.saved_through.lock().clone() }
     }
 
     fn subscribe(&self, session: &str, filter: Filter, from: Option<ReplayFrom>) -> String {
