@@ -111,6 +111,23 @@ impl Conn {
             .ok_or_else(|| format!("map/agents/register: no agent id in {r}"))
     }
 
+    /// Poll `map/agents/get` until this server sees agent `id` (registered on
+    /// another node of a cluster: replication is asynchronous); returns how
+    /// long that took.
+    pub async fn await_agent(&mut self, id: &str, timeout: Duration) -> Result<Duration> {
+        let started = Instant::now();
+        loop {
+            match self.call("map/agents/get", json!({ "agentId": id })).await {
+                Ok(_) => return Ok(started.elapsed()),
+                Err(CallError::Rpc { code, message }) if started.elapsed() >= timeout => {
+                    return Err(format!("agent {id} still unknown to the sender's server after {timeout:?} (map/agents/get: error {code}: {message})"));
+                }
+                Err(CallError::Rpc { .. }) => tokio::time::sleep(Duration::from_millis(10)).await,
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+    }
+
     /// Open, connect as an agent and register; returns the agent id.
     pub async fn agent(url: &str, name: &str) -> Result<(Conn, String)> {
         let mut c = open(url, false).await?;

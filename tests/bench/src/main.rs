@@ -8,6 +8,7 @@
 //! See README.md beside Cargo.toml.
 
 mod client;
+mod cluster;
 mod overhead;
 mod report;
 mod scenarios;
@@ -28,6 +29,10 @@ usage:
   map-bench SCENARIO --target T [options]  one scenario against one target (for profiling)
   map-bench overhead [options]             map/send on the gateway with metrics off, metrics on, and
                                            metrics + OTLP traces (all and 1% sampled), in alternating rounds
+  map-bench cluster [options]              map/send in cluster mode, sender on node a and receiver on node b
+                                           (cross-node) vs both on node a (same-node), and the single-node
+                                           embedded default (SQLite) for reference, in alternating rounds;
+                                           needs NATS with JetStream (--nats) and PostgreSQL (--postgres)
 
 scenarios: send, fanout, watch, mail, idle, startup
 targets:   reference, gateway, ceiling
@@ -44,9 +49,13 @@ options:
   --url ws://…        single scenario: use this running server instead of starting one
   --pid PID           with --url: the server's pid (VmRSS, CPU)
   --gateway-bin P     gateway binary (default target/release/map-gateway, built by cargo first)
-  --plugin-dir P      gateway plugin_dir (default plugins/dist of the workspace)
+  --plugin-dir P      gateway plugin_dir (default plugins/dist of the workspace; cluster: an empty folder)
   --reference-dir P   reference server folder (default tests/bench/reference of the workspace)
-  --rounds N          overhead: rounds per variant (default 3; the median is reported)
+  --rounds N          overhead, cluster: rounds per variant (default 3; the median is reported)
+  --postgres URL      cluster: storage.url of both nodes (default postgres://root@127.0.0.1:5432/test;
+                      the database must exist, map/send writes nothing to it)
+  --nats URL          cluster: NATS server with JetStream (default nats://127.0.0.1:4222); each run uses
+                      a cluster name of its own and deletes its streams <name>_events and <name>_dir after
   --no-build          do not run `cargo build --release -p map-gateway` (and map-ceiling) first
 ";
 
@@ -68,6 +77,8 @@ struct Opts {
     reference_dir: Option<PathBuf>,
     no_build: bool,
     rounds: usize,
+    postgres: String,
+    nats: String,
 }
 
 fn parse() -> Result<Opts, String> {
@@ -92,6 +103,8 @@ fn parse() -> Result<Opts, String> {
         reference_dir: None,
         no_build: false,
         rounds: 3,
+        postgres: cluster::DEFAULT_POSTGRES.into(),
+        nats: cluster::DEFAULT_NATS.into(),
     };
     while let Some(a) = args.next() {
         let mut val = || args.next().ok_or(format!("{a} needs a value"));
@@ -113,6 +126,8 @@ fn parse() -> Result<Opts, String> {
             "--reference-dir" => o.reference_dir = Some(val()?.into()),
             "--no-build" => o.no_build = true,
             "--rounds" => o.rounds = (num(val()?)? as usize).max(1),
+            "--postgres" => o.postgres = val()?,
+            "--nats" => o.nats = val()?,
             "-h" | "--help" => return Err(String::new()),
             _ => return Err(format!("unknown option {a}")),
         }
@@ -358,7 +373,7 @@ fn main() {
     let needs_servers = o.url.is_none();
     let targets: Vec<Target> = match o.command.as_str() {
         "all" => o.targets.clone(),
-        "overhead" => vec![Target::Gateway],
+        "overhead" | "cluster" => vec![Target::Gateway],
         _ => o.target.into_iter().collect(),
     };
     if needs_servers && !o.no_build && o.gateway_bin.is_none() {
@@ -382,12 +397,34 @@ fn main() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
     let started = Instant::now();
     let load_before = loadavg();
-    if o.command == "overhead" {
+    if o.command == "overhead" || o.command == "cluster" {
         let (pairs, per) = split(o.inflight, o.pairs);
-        match rt.block_on(overhead::run(&p, pairs, per, timing(&o), o.rounds)) {
+        let result = if o.command == "overhead" {
+            rt.block_on(overhead::run(&p, pairs, per, timing(&o), o.rounds))
+        } else {
+            let settings = cluster::Settings {
+                postgres: o.postgres.clone(),
+                nats: o.nats.clone(),
+                plugin_dir: o.plugin_dir.clone(),
+                pairs,
+                per,
+                timing: timing(&o),
+                rounds: o.rounds,
+            };
+            rt.block_on(cluster::run(&p, &settings))
+        };
+        match result {
             Ok(table) => {
                 let _ = std::fs::remove_dir_all(&p.scratch);
-                println!("## map-bench overhead ({} s, {} cores, load average {load_before} before / {} after)\n\n{table}", started.elapsed().as_secs(), cores(), loadavg());
+                println!(
+                    "## map-bench {} ({} s, {} cores, load average {load_before} before / {} after, {} s warm-up + {} s per round)\n\n{table}",
+                    o.command,
+                    started.elapsed().as_secs(),
+                    cores(),
+                    loadavg(),
+                    o.warmup,
+                    o.secs
+                );
                 for n in notes {
                     println!("\n{n}");
                 }

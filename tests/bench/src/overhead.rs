@@ -88,12 +88,8 @@ pub async fn run(p: &Paths, pairs: usize, per: u64, timing: Timing, rounds: usiz
             }
         }
     }
-    let median = |loads: &mut Vec<Load>| {
-        loads.sort_by(|a, b| a.rate.total_cmp(&b.rate));
-        loads[loads.len() / 2].clone()
-    };
-    let medians: Vec<Load> = results.iter_mut().map(median).collect();
-    let cpu_per_msg = |l: &Load| l.server_cores.map(|c| c * 1e6 / l.rate.max(1.0));
+    let medians: Vec<Load> = results.into_iter().map(|r| Load::median(r).expect("rounds >= 1")).collect();
+    let cpu_per_msg = Load::cpu_per_msg_us;
     let base = &medians[0];
     let mut table = String::from("| variant | rate | p50 | p99 | server CPU per message | rate vs off | CPU per message vs off |\n|---|---|---|---|---|---|---|\n");
     for (v, l) in VARIANTS.iter().zip(&medians) {

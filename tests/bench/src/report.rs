@@ -24,7 +24,7 @@ pub fn us(x: f64) -> String {
     }
 }
 
-fn rate(x: f64) -> String {
+pub fn rate(x: f64) -> String {
     if x >= 10_000.0 {
         format!("{:.1}k", x / 1000.0)
     } else {
@@ -33,7 +33,7 @@ fn rate(x: f64) -> String {
 }
 
 /// `48% · 7.5 µs/msg`: share of one core, and CPU time per counted message.
-fn cores(x: Option<f64>, rate: f64) -> String {
+pub fn cores(x: Option<f64>, rate: f64) -> String {
     match x {
         Some(c) if rate > 0.0 => format!("{:.0}% · {:.1} µs/msg", c * 100.0, c * 1e6 / rate),
         Some(c) => format!("{:.0}%", c * 100.0),
@@ -41,7 +41,7 @@ fn cores(x: Option<f64>, rate: f64) -> String {
     }
 }
 
-fn ratio(a: Option<f64>, b: Option<f64>) -> String {
+pub fn ratio(a: Option<f64>, b: Option<f64>) -> String {
     match (a, b) {
         (Some(a), Some(b)) if b > 0.0 => format!("{:.2}×", a / b),
         _ => "n/a".into(),

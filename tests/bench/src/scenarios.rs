@@ -70,6 +70,20 @@ pub struct Load {
     pub note: String,
 }
 
+impl Load {
+    /// The median of several rounds by rate (the round itself, latencies included).
+    pub fn median(mut rounds: Vec<Load>) -> Option<Load> {
+        rounds.sort_by(|a, b| a.rate.total_cmp(&b.rate));
+        let mid = rounds.len() / 2;
+        rounds.into_iter().nth(mid)
+    }
+
+    /// Server CPU time per counted message, in µs.
+    pub fn cpu_per_msg_us(&self) -> Option<f64> {
+        self.server_cores.filter(|_| self.rate > 0.0).map(|c| c * 1e6 / self.rate)
+    }
+}
+
 #[derive(Clone, Debug)]
 pub enum Outcome {
     Load(Load),
@@ -145,22 +159,28 @@ fn error_text(text: &str) -> String {
         .unwrap_or_else(|| text.chars().take(200).collect())
 }
 
-/// Samples CPU of the server and of this process over the measured window.
+/// Samples CPU of the servers (summed: the nodes of a cluster) and of this
+/// process over the measured window.
 struct CpuWindow {
     server: Option<Duration>,
     me: Option<Duration>,
     at: Instant,
 }
 
+/// The CPU time of every server together (None if any is unknown).
+fn cpu_sum(servers: &[&Server]) -> Option<Duration> {
+    servers.iter().map(|s| s.cpu()).sum()
+}
+
 impl CpuWindow {
-    fn start(server: &Server) -> CpuWindow {
-        CpuWindow { server: server.cpu(), me: servers::self_cpu(), at: Instant::now() }
+    fn start(servers: &[&Server]) -> CpuWindow {
+        CpuWindow { server: cpu_sum(servers), me: servers::self_cpu(), at: Instant::now() }
     }
 
-    fn finish(self, server: &Server, load: &mut Load) {
+    fn finish(self, servers: &[&Server], load: &mut Load) {
         let wall = self.at.elapsed().as_secs_f64();
         let cores = |a: Option<Duration>, b: Option<Duration>| Some((b? - a?).as_secs_f64() / wall);
-        load.server_cores = cores(self.server, server.cpu());
+        load.server_cores = cores(self.server, cpu_sum(servers));
         load.generator_cores = cores(self.me, servers::self_cpu());
     }
 }
@@ -375,16 +395,17 @@ fn summarize(tallies: Vec<Tally>, secs: f64) -> Load {
     load
 }
 
-async fn run_groups(server: &Server, groups: Vec<Group>, window: u64, timing: Timing, subscriber: Option<Ws>) -> Load {
+/// `servers`: whose CPU the window counts.
+async fn run_groups(servers: &[&Server], groups: Vec<Group>, window: u64, timing: Timing, subscriber: Option<Ws>) -> Load {
     let clock = Clock::new(timing);
     let watcher: Option<JoinHandle<(Tally, u64)>> = subscriber.map(|ws| tokio::spawn(watch(ws, clock)));
     let tasks: Vec<JoinHandle<Tally>> = groups.into_iter().map(|g| tokio::spawn(drive(g, window, clock))).collect();
     tokio::time::sleep_until(clock.measure_from.into()).await;
-    let cpu = CpuWindow::start(server);
+    let cpu = CpuWindow::start(servers);
     tokio::time::sleep_until(clock.end.into()).await;
     let mut tallies = Vec::new();
     let mut load = Load::default();
-    cpu.finish(server, &mut load);
+    cpu.finish(servers, &mut load);
     for task in tasks {
         match task.await {
             Ok(t) => tallies.push(t),
@@ -417,12 +438,29 @@ async fn run_groups(server: &Server, groups: Vec<Group>, window: u64, timing: Ti
 /// keeping `window` messages in flight. With `subscriber`, one client also
 /// subscribes to every event (`map/subscribe {filter: {}}`) and is counted.
 pub async fn send(server: &Server, pairs: usize, window: u64, timing: Timing, subscriber: bool) -> Outcome {
-    let url = server.agent_url();
+    send_between(server, server, &[server], pairs, window, timing, subscriber).await
+}
+
+/// How long a receiver registered on one node may take to become visible on another.
+const VISIBLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `send` with the senders (and the subscriber) on `from` and the receivers
+/// on `to`, e.g. two nodes of one cluster; the CPU columns count the servers
+/// in `cpu_of` together. When `from` and `to` are different servers, every
+/// receiver is polled for with `map/agents/get` on its sender's socket until
+/// `from` sees it (replication is asynchronous).
+pub async fn send_between(from: &Server, to: &Server, cpu_of: &[&Server], pairs: usize, window: u64, timing: Timing, subscriber: bool) -> Outcome {
+    let across = !std::ptr::eq(from, to);
+    let (from_url, to_url) = (from.agent_url(), to.agent_url());
     let mut groups = Vec::new();
+    let mut slowest = Duration::ZERO;
     for i in 0..pairs {
         let setup = async {
-            let (sender, _) = Conn::agent(&url, &format!("sender-{i}")).await?;
-            let (receiver, rid) = Conn::agent(&url, &format!("receiver-{i}")).await?;
+            let (mut sender, _) = Conn::agent(&from_url, &format!("sender-{i}")).await?;
+            let (receiver, rid) = Conn::agent(&to_url, &format!("receiver-{i}")).await?;
+            if across {
+                slowest = slowest.max(sender.await_agent(&rid, VISIBLE_TIMEOUT).await?);
+            }
             Ok::<_, String>(Group { sender, receivers: vec![receiver.ws], to: json!({ "agent": rid }).to_string() })
         };
         match setup.await {
@@ -432,7 +470,7 @@ pub async fn send(server: &Server, pairs: usize, window: u64, timing: Timing, su
     }
     let sub = if subscriber {
         let setup = async {
-            let mut c = client::open(&server.client_url(), false).await?;
+            let mut c = client::open(&from.client_url(), false).await?;
             c.connect("client").await?;
             c.call("map/subscribe", json!({"filter": {}})).await?;
             Ok::<_, String>(c.ws)
@@ -444,8 +482,11 @@ pub async fn send(server: &Server, pairs: usize, window: u64, timing: Timing, su
     } else {
         None
     };
-    let mut load = run_groups(server, groups, window, timing, sub).await;
-    let extra = format!("{pairs} pair(s) x {window} in flight");
+    let mut load = run_groups(cpu_of, groups, window, timing, sub).await;
+    let mut extra = format!("{pairs} pair(s) x {window} in flight");
+    if across {
+        let _ = write!(extra, ", receivers on another server (visible to the senders' server after ≤ {} ms)", slowest.as_millis());
+    }
     load.note = if load.note.is_empty() { extra } else { format!("{extra}; {}", load.note) };
     Outcome::Load(load)
 }
@@ -478,7 +519,7 @@ pub async fn fanout(server: &Server, members: usize, window: u64, timing: Timing
     };
     match setup.await {
         Ok(Some(g)) => {
-            let mut load = run_groups(server, vec![g], window, timing, None).await;
+            let mut load = run_groups(&[server], vec![g], window, timing, None).await;
             load.note = format!("1 sender x {window} in flight, {members} members");
             Outcome::Load(load)
         }
@@ -629,10 +670,10 @@ pub async fn mail(server: &Server, sockets: usize, window: u64, timing: Timing) 
         })
         .collect();
     tokio::time::sleep_until(clock.measure_from.into()).await;
-    let cpu = CpuWindow::start(server);
+    let cpu = CpuWindow::start(&[server]);
     tokio::time::sleep_until(clock.end.into()).await;
     let mut cores = Load::default();
-    cpu.finish(server, &mut cores);
+    cpu.finish(&[server], &mut cores);
     let mut tallies = Vec::new();
     for task in tasks {
         if let Ok(t) = task.await {

@@ -140,9 +140,15 @@ impl Server {
             Err(_) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                let tail = std::fs::read_to_string(&log).unwrap_or_default();
-                let tail: String = tail.lines().rev().take(15).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
-                return Err(format!("{} printed no ready line (log {}):\n{tail}", target.name(), log.display()));
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                // The error a failed start ends with (`Error: …`, its causes), not
+                // the backtrace after it that RUST_BACKTRACE adds; else the last lines.
+                let shown = match lines.iter().rposition(|l| l.starts_with("Error: ")) {
+                    Some(at) => lines[at..].iter().take_while(|l| !l.starts_with("Stack backtrace:")).take(15).copied().collect::<Vec<_>>(),
+                    None => lines[lines.len().saturating_sub(15)..].to_vec(),
+                };
+                return Err(format!("{} printed no ready line (log {}):\n{}", target.name(), log.display(), shown.join("\n").trim_end()));
             }
         };
         let ready_after = started.elapsed();
