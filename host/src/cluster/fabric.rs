@@ -67,6 +67,8 @@ pub struct ClusterFabric {
     /// Other nodes' agents as last mirrored (`directory::essence`).
     pub(super) applied: Mutex<foldhash::HashMap<String, Vec<u8>>>,
     presence: Arc<super::Presence>,
+    /// Another live node has subscriptions in this tenant (from its beats).
+    remote_interest: std::sync::atomic::AtomicBool,
 }
 
 impl ClusterFabric {
@@ -86,6 +88,7 @@ impl ClusterFabric {
             parked: Mutex::default(),
             applied: Mutex::default(),
             presence: cluster.presence.clone(),
+            remote_interest: std::sync::atomic::AtomicBool::new(false),
         });
         tokio::spawn(publish(cluster.client.clone(), cluster.js.clone(), cluster.instance.clone(), rx));
         fabric
@@ -199,6 +202,22 @@ impl ClusterFabric {
         });
     }
 
+    pub(super) fn tenant_token(&self) -> &str {
+        &self.tenant_token
+    }
+
+    pub(super) fn has_local_subscribers(&self) -> bool {
+        self.local.has_subscribers()
+    }
+
+    pub(super) fn set_remote_interest(&self, any: bool) {
+        self.remote_interest.store(any, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn remote_interest(&self) -> bool {
+        self.remote_interest.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Whether this process published a message (and so has fanned it out).
     fn is_mine(&self, headers: Option<&async_nats::HeaderMap>) -> bool {
         headers.and_then(|h| h.get(INSTANCE)).is_some_and(|v| v.as_str() == &*self.instance)
@@ -308,19 +327,28 @@ impl Fabric for ClusterFabric {
     fn publish(&self, event: NewEvent) -> Ulid {
         let (id, ts) = self.local.next_id();
         let body: Bytes = serde_json::to_vec(&StoredEvent::of(id.as_str(), ts, &event)).expect("events serialise").into();
-        let out = if event.recorded { Out::Event(self.log_subject.clone(), body) } else { Out::Live(self.live_subject.clone(), body) };
-        let _ = self.out.send(out);
+        if event.recorded {
+            let _ = self.out.send(Out::Event(self.log_subject.clone(), body));
+        } else if self.remote_interest() {
+            let _ = self.out.send(Out::Live(self.live_subject.clone(), body));
+        }
         self.local.record_at(id, ts, event);
         id
     }
 
-    /// Subscribers may sit on any node.
+    /// Subscribers here, or on another node (as its last beat said).
     fn has_subscribers(&self) -> bool {
-        true
+        self.local.has_subscribers() || self.remote_interest()
     }
 
     fn subscribe(&self, session: &str, filter: Filter, from: Option<ReplayFrom>) -> String {
-        self.local.subscribe(session, filter, from)
+        let first = !self.local.has_subscribers();
+        let id = self.local.subscribe(session, filter, from);
+        if first {
+            // Tell the other nodes now rather than at the next beat.
+            self.presence.beat_now.notify_one();
+        }
+        id
     }
 
     fn unsubscribe(&self, session: &str, subscription: &str) -> bool {
@@ -336,7 +364,11 @@ impl Fabric for ClusterFabric {
     }
 
     fn adopt_subscription(&self, session: &str, id: &str, filter: Filter, sequence: u64, from: ReplayFrom) {
-        self.local.adopt_subscription(session, id, filter, sequence, from)
+        let first = !self.local.has_subscribers();
+        self.local.adopt_subscription(session, id, filter, sequence, from);
+        if first {
+            self.presence.beat_now.notify_one();
+        }
     }
 
     fn home_is_gone(&self, node: &str, session: &str) -> bool {

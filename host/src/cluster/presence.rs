@@ -1,5 +1,7 @@
 //! Which nodes are alive: each beats on `<name>.hb` four times per presence
-//! timeout; a node not heard from for the timeout is dead. The live node
+//! timeout; a node not heard from for the timeout is dead. A beat also
+//! names the tenants with subscriptions on its node, so live-only events
+//! cross to other nodes only when someone there may want them. The live node
 //! with the smallest name sweeps up after the dead: their sessions are
 //! disconnected at once (and may be resumed on any node), and ended, with
 //! their agents, when the resume window closes.
@@ -19,11 +21,13 @@ pub struct Presence {
     /// When this node began listening to heartbeats.
     started: std::sync::OnceLock<Instant>,
     seen: Mutex<foldhash::HashMap<Arc<str>, Instant>>,
+    /// Beat at once (a tenant's first subscription here).
+    pub beat_now: tokio::sync::Notify,
 }
 
 impl Presence {
     pub fn new(node: Arc<str>, timeout: Duration) -> Arc<Presence> {
-        Arc::new(Presence { node, timeout, started: std::sync::OnceLock::new(), seen: Mutex::default() })
+        Arc::new(Presence { node, timeout, started: std::sync::OnceLock::new(), seen: Mutex::default(), beat_now: tokio::sync::Notify::new() })
     }
 
     /// Whether a node is alive. Until this node has listened for a whole
@@ -49,21 +53,41 @@ pub(super) async fn spawn(cluster: &Arc<Cluster>, gateway: &Arc<Gateway>) -> any
     let mut beats = cluster.client.subscribe(subject.clone()).await?;
     let _ = cluster.presence.started.set(Instant::now());
     let presence = cluster.presence.clone();
+    let fabrics = cluster.fabrics.lock().clone();
+    let readers = fabrics.clone();
     tokio::spawn(async move {
+        // Per node: when last heard, and the tenants it has subscribers in.
+        let mut interest: foldhash::HashMap<Arc<str>, Vec<String>> = Default::default();
         while let Some(msg) = beats.next().await {
-            if let Ok(node) = std::str::from_utf8(&msg.payload) {
-                presence.seen.lock().insert(node.into(), Instant::now());
+            let Ok(text) = std::str::from_utf8(&msg.payload) else { continue };
+            let mut parts = text.split('\t');
+            let Some(node) = parts.next().filter(|n| *n != &*presence.node) else { continue };
+            let node: Arc<str> = node.into();
+            presence.seen.lock().insert(node.clone(), Instant::now());
+            interest.insert(node, parts.map(String::from).collect());
+            interest.retain(|n, _| presence.alive(n));
+            for (_, f) in &readers {
+                f.set_remote_interest(interest.values().any(|tenants| tenants.iter().any(|t| t == f.tenant_token())));
             }
         }
     });
     let every = cluster.presence.timeout / 4;
     let client = cluster.client.clone();
     let node = cluster.node.clone();
+    let me = cluster.presence.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
         loop {
-            tick.tick().await;
-            let _ = client.publish(subject.clone(), node.as_bytes().to_vec().into()).await;
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = me.beat_now.notified() => {}
+            }
+            let mut beat = node.to_string();
+            for (_, f) in fabrics.iter().filter(|(_, f)| f.has_local_subscribers()) {
+                beat.push('\t');
+                beat.push_str(f.tenant_token());
+            }
+            let _ = client.publish(subject.clone(), beat.into()).await;
         }
     });
     let presence = cluster.presence.clone();
