@@ -147,6 +147,21 @@ impl Gateway {
         let token = ids::secret();
         let mut info = info;
         info.resume_hash = ids::secret_hash(&token);
+        info.principal = principal;
+        let event = participant_event("participant_connected", &info, json!({}));
+        let active = self.go_live(conn, &tenant, &info, outbox, token);
+        {
+            let mut reg = tenant.registry.lock();
+            reg.participants.insert(info.participant_id.clone(), info.id.clone());
+            reg.sessions.insert(info.id.clone(), info);
+        }
+        tenant.fabric.publish(event);
+        active
+    }
+
+    /// Make a session live in this process, with its outbox and resume
+    /// token, and bind the connection to it.
+    fn go_live(&self, conn: &mut Conn, tenant: &Arc<Tenant>, info: &SessionInfo, outbox: Arc<Outbox>, token: String) -> Active {
         let live = Live {
             tenant: tenant.clone(),
             outbox: outbox.clone(),
@@ -154,27 +169,20 @@ impl Gateway {
             resume_token: token.clone(),
             participant_id: info.participant_id.clone(),
             participant_type: info.participant_type.clone(),
-            principal: principal.clone(),
+            principal: info.principal.clone(),
             disconnected: Arc::new(AtomicBool::new(false)),
         };
         crate::metrics::session(&tenant.id, 1.0);
         self.sessions.lock().insert(info.id.clone(), live);
         self.resume_tokens.lock().insert(token, info.id.clone());
-        let event = participant_event("participant_connected", &info, json!({}));
         let active = Active {
             tenant: tenant.clone(),
             session_id: info.id.clone(),
             participant_id: info.participant_id.clone(),
             participant_type: info.participant_type.clone(),
-            principal,
+            principal: info.principal.clone(),
             outbox,
         };
-        {
-            let mut reg = tenant.registry.lock();
-            reg.participants.insert(info.participant_id.clone(), info.id.clone());
-            reg.sessions.insert(info.id.clone(), info);
-        }
-        tenant.fabric.publish(event);
         conn.state = ConnState::Active(active.clone());
         active
     }
@@ -260,29 +268,8 @@ impl Gateway {
                 tenant.fabric.adopt_subscription(&info.id, &sub.id, filter, sub.sequence, sub.from);
             }
         }
-        let live = Live {
-            tenant: tenant.clone(),
-            outbox: outbox.clone(),
-            generation: Arc::new(AtomicU64::new(1)),
-            resume_token: new_token.clone(),
-            participant_id: info.participant_id.clone(),
-            participant_type: info.participant_type.clone(),
-            principal: info.principal.clone(),
-            disconnected: Arc::new(AtomicBool::new(false)),
-        };
-        crate::metrics::session(&tenant.id, 1.0);
-        self.sessions.lock().insert(info.id.clone(), live);
-        self.resume_tokens.lock().insert(new_token.clone(), info.id.clone());
+        let active = self.go_live(conn, &tenant, &info, outbox, new_token.clone());
         tenant.fabric.publish(event);
-        let active = Active {
-            tenant,
-            session_id: info.id.clone(),
-            participant_id: info.participant_id.clone(),
-            participant_type: info.participant_type.clone(),
-            principal: info.principal.clone(),
-            outbox,
-        };
-        conn.state = ConnState::Active(active.clone());
         Some((active, new_token, owned))
     }
 
@@ -384,13 +371,6 @@ impl Gateway {
         live.outbox.close();
         let tenant = &live.tenant;
         tenant.fabric.leave(session_id);
-        let orphan = tenant.registry.lock().sessions.get(session_id).is_some_and(|s| s.agent_behavior == "orphan");
-        release_agents(tenant, session_id, orphan, reason);
-        let mut reg = tenant.registry.lock();
-        if let Some(info) = reg.sessions.remove(session_id) {
-            if reg.participants.get(&info.participant_id).is_some_and(|s| s == session_id) {
-                reg.participants.remove(&info.participant_id);
-            }
-        }
+        tenant.end_session(session_id, reason);
     }
 }
