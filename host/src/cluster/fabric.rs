@@ -23,9 +23,14 @@ enum Out {
     Event(String, Bytes),
     /// A live-only event, on NATS core.
     Live(String, Bytes),
-    /// A delivery, on NATS core.
-    Deliver(String, Bytes),
+    /// A delivery, on NATS core: the node's subject and one entry
+    /// (`<tenant> <session> <length>\n<frame>`); entries for one node
+    /// queued together travel in one message.
+    Deliver(String, Vec<u8>),
 }
+
+/// Largest batch of deliveries in one NATS message (bytes).
+const DELIVERY_BATCH: usize = 256 << 10;
 
 /// The header naming the gateway process that published an event: it has
 /// fanned the event out already, and skips it when it comes back.
@@ -235,24 +240,39 @@ async fn publish(client: async_nats::Client, js: jetstream::Context, instance: A
     let mut acks = futures_util::stream::FuturesUnordered::new();
     let mut headers = async_nats::HeaderMap::new();
     headers.insert(INSTANCE, &*instance);
+    let mut deliveries: Vec<(String, Vec<u8>)> = Vec::new();
     loop {
         tokio::select! {
             next = rx.recv() => {
-                let Some(out) = next else { break };
-                match out {
-                    Out::Event(subject, body) => match js.publish_with_headers(subject, headers.clone(), body).await {
-                        Ok(ack) => acks.push(std::future::IntoFuture::into_future(ack)),
-                        Err(e) => tracing::error!(error = %e, "appending to the cluster's event log failed"),
-                    },
-                    Out::Live(subject, body) => {
-                        if let Err(e) = client.publish_with_headers(subject, headers.clone(), body).await {
-                            tracing::warn!(error = %e, "publishing to NATS failed");
-                        }
+                let Some(first) = next else { break };
+                // Take what is queued now too, so deliveries to one node share a message.
+                let mut batch = vec![first];
+                while batch.len() < 1024 {
+                    match rx.try_recv() {
+                        Ok(out) => batch.push(out),
+                        Err(_) => break,
                     }
-                    Out::Deliver(subject, body) => {
-                        if let Err(e) = client.publish(subject, body).await {
-                            tracing::warn!(error = %e, "publishing to NATS failed");
+                }
+                for out in batch {
+                    match out {
+                        Out::Event(subject, body) => match js.publish_with_headers(subject, headers.clone(), body).await {
+                            Ok(ack) => acks.push(std::future::IntoFuture::into_future(ack)),
+                            Err(e) => tracing::error!(error = %e, "appending to the cluster's event log failed"),
+                        },
+                        Out::Live(subject, body) => {
+                            if let Err(e) = client.publish_with_headers(subject, headers.clone(), body).await {
+                                tracing::warn!(error = %e, "publishing to NATS failed");
+                            }
                         }
+                        Out::Deliver(subject, entry) => match deliveries.iter_mut().find(|(s, b)| *s == subject && b.len() + entry.len() <= DELIVERY_BATCH) {
+                            Some((_, body)) => body.extend_from_slice(&entry),
+                            None => deliveries.push((subject, entry)),
+                        },
+                    }
+                }
+                for (subject, body) in deliveries.drain(..) {
+                    if let Err(e) = client.publish(subject, body.into()).await {
+                        tracing::warn!(error = %e, "publishing to NATS failed");
                     }
                 }
                 while acks.len() > 4096 {
@@ -270,18 +290,22 @@ async fn publish(client: async_nats::Client, js: jetstream::Context, instance: A
     }
 }
 
-/// Deliveries from other nodes: `<tenant token> <session>\n<frame>`.
+/// Deliveries from other nodes: entries of `<tenant token> <session> <length>\n<frame>`.
 pub(super) async fn spawn_deliveries(cluster: &Arc<Cluster>) -> anyhow::Result<()> {
     let mut sub = cluster.client.subscribe(cluster.subject("dl", &cluster.node)).await?;
     let fabrics: foldhash::HashMap<String, Arc<ClusterFabric>> = cluster.fabrics.lock().iter().map(|(_, f)| (f.tenant_token.clone(), f.clone())).collect();
     tokio::spawn(async move {
         while let Some(msg) = sub.next().await {
-            let Some(nl) = msg.payload.iter().position(|b| *b == b'\n') else { continue };
-            let Ok(head) = std::str::from_utf8(&msg.payload[..nl]) else { continue };
-            let Some((tenant, session)) = head.split_once(' ') else { continue };
-            let Ok(frame) = std::str::from_utf8(&msg.payload[nl + 1..]) else { continue };
-            if let Some(f) = fabrics.get(tenant) {
-                f.deliver_here(session, Frame::from(frame.to_string()));
+            let mut rest = &msg.payload[..];
+            while let Some(nl) = rest.iter().position(|b| *b == b'\n') {
+                let Ok(head) = std::str::from_utf8(&rest[..nl]) else { break };
+                let mut parts = head.split(' ');
+                let (Some(tenant), Some(session), Some(Ok(len))) = (parts.next(), parts.next(), parts.next().map(str::parse::<usize>)) else { break };
+                let Some(frame) = rest.get(nl + 1..nl + 1 + len) else { break };
+                if let (Some(f), Ok(frame)) = (fabrics.get(tenant), std::str::from_utf8(frame)) {
+                    f.deliver_here(session, Frame::from(frame.to_string()));
+                }
+                rest = &rest[nl + 1 + len..];
             }
         }
     });
@@ -312,14 +336,16 @@ impl Fabric for ClusterFabric {
             return Err(Full::Closed);
         }
         let text = frame.as_str();
-        let mut body = Vec::with_capacity(self.tenant_token.len() + session.len() + text.len() + 2);
-        body.extend_from_slice(self.tenant_token.as_bytes());
-        body.push(b' ');
-        body.extend_from_slice(session.as_bytes());
-        body.push(b'\n');
-        body.extend_from_slice(text.as_bytes());
+        let mut entry = Vec::with_capacity(self.tenant_token.len() + session.len() + text.len() + 24);
+        entry.extend_from_slice(self.tenant_token.as_bytes());
+        entry.push(b' ');
+        entry.extend_from_slice(session.as_bytes());
+        entry.push(b' ');
+        entry.extend_from_slice(itoa::Buffer::new().format(text.len()).as_bytes());
+        entry.push(b'\n');
+        entry.extend_from_slice(text.as_bytes());
         let subject = format!("{}{node}", self.deliver_prefix);
-        self.out.send(Out::Deliver(subject, body.into())).map_err(|_| Full::Closed)
+        self.out.send(Out::Deliver(subject, entry)).map_err(|_| Full::Closed)
     }
 
     /// Fanned out and kept here at once (a client reads its own events
