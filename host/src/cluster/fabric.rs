@@ -17,20 +17,16 @@ use crate::core::fabric::{Fabric, FabricView, LocalFabric, ParkedSubscription, R
 use crate::core::ids::Ulid;
 use crate::core::outbox::{Frame, Full, Outbox};
 
-/// What the node's publisher sends, in the order it was asked.
+/// An event for NATS, in the order made: recorded ones go to the log,
+/// live-only ones on NATS core.
 enum Out {
-    /// A recorded event, to the log.
     Event(String, Bytes),
-    /// A live-only event, on NATS core.
     Live(String, Bytes),
-    /// A delivery, on NATS core: the node's subject and one entry
-    /// (`<tenant> <session> <length>\n<frame>`); entries for one node
-    /// queued together travel in one message.
-    Deliver(String, Vec<u8>),
 }
 
-/// Largest batch of deliveries in one NATS message (bytes).
-const DELIVERY_BATCH: usize = 256 << 10;
+/// Largest batch in one NATS message (bytes): deliveries to one node, or
+/// recorded events of one tenant (one log entry holds the batch).
+const BATCH_BYTES: usize = 256 << 10;
 
 /// The header naming the gateway process that published an event: it has
 /// fanned the event out already, and skips it when it comes back.
@@ -64,7 +60,11 @@ pub struct ClusterFabric {
     tenant_token: String,
     /// This process (a node restarted under its name is another instance).
     instance: Arc<str>,
+    /// Events, to the event publisher.
     out: mpsc::UnboundedSender<Out>,
+    /// Deliveries to other nodes (`<node subject>`, entry): a publisher of
+    /// their own, so they never wait behind the log.
+    deliveries: mpsc::UnboundedSender<(String, Vec<u8>)>,
     /// Sessions served by other nodes → their node.
     pub(super) routes: RwLock<foldhash::HashMap<String, Arc<str>>>,
     /// Checkpoints of subscriptions of other nodes' sessions, by session.
@@ -79,6 +79,7 @@ pub struct ClusterFabric {
 impl ClusterFabric {
     pub(super) fn new(cluster: &Arc<Cluster>, tenant: &str) -> Arc<ClusterFabric> {
         let (tx, rx) = mpsc::unbounded_channel();
+        let (dtx, drx) = mpsc::unbounded_channel();
         let t = token(tenant);
         let fabric = Arc::new(ClusterFabric {
             local: LocalFabric::new(cluster.replay_events, cluster.replay_bytes),
@@ -89,13 +90,15 @@ impl ClusterFabric {
             tenant_token: t,
             instance: cluster.instance.clone(),
             out: tx,
+            deliveries: dtx,
             routes: RwLock::default(),
             parked: Mutex::default(),
             applied: Mutex::default(),
             presence: cluster.presence.clone(),
             remote_interest: std::sync::atomic::AtomicBool::new(false),
         });
-        tokio::spawn(publish(cluster.client.clone(), cluster.js.clone(), cluster.instance.clone(), rx));
+        tokio::spawn(publish_events(cluster.client.clone(), cluster.js.clone(), cluster.instance.clone(), rx));
+        tokio::spawn(publish_deliveries(cluster.client.clone(), drx));
         fabric
     }
 
@@ -130,8 +133,8 @@ impl ClusterFabric {
                     }
                 };
                 if !fabric.is_mine(msg.headers.as_ref()) {
-                    match serde_json::from_slice::<StoredEvent>(&msg.payload) {
-                        Ok(stored) => fabric.local.ingest(stored, true),
+                    match serde_json::from_slice::<Vec<StoredEvent>>(&msg.payload) {
+                        Ok(batch) => batch.into_iter().for_each(|stored| fabric.local.ingest(stored, true)),
                         Err(e) => tracing::warn!(tenant = %tenant, error = %e, "an unreadable entry in the cluster's event log"),
                     }
                 }
@@ -147,8 +150,8 @@ impl ClusterFabric {
                 if fabric.is_mine(msg.headers.as_ref()) {
                     continue;
                 }
-                if let Ok(stored) = serde_json::from_slice::<StoredEvent>(&msg.payload) {
-                    fabric.local.ingest(stored, false);
+                if let Ok(batch) = serde_json::from_slice::<Vec<StoredEvent>>(&msg.payload) {
+                    batch.into_iter().for_each(|stored| fabric.local.ingest(stored, false));
                 }
             }
         });
@@ -230,61 +233,98 @@ impl ClusterFabric {
 
     /// A delivery from another node, for a session served here.
     fn deliver_here(&self, session: &str, frame: Frame) {
-        let _ = self.local.deliver(session, frame);
+        if let Err(e) = self.local.deliver(session, frame) {
+            tracing::debug!(session, ?e, "a delivery from another node was not taken");
+        }
     }
 }
 
-/// Send what the fabrics of this node publish, in order. Log appends are
-/// pipelined: their acknowledgements are awaited alongside, not one by one.
-async fn publish(client: async_nats::Client, js: jetstream::Context, instance: Arc<str>, mut rx: mpsc::UnboundedReceiver<Out>) {
+/// Append a tenant's recorded events to the log and send its live-only
+/// ones, in order. What is queued together goes as one message (a JSON
+/// array): the log takes far fewer messages than events, and appends are
+/// pipelined, their acknowledgements awaited alongside.
+async fn publish_events(client: async_nats::Client, js: jetstream::Context, instance: Arc<str>, mut rx: mpsc::UnboundedReceiver<Out>) {
     let mut acks = futures_util::stream::FuturesUnordered::new();
     let mut headers = async_nats::HeaderMap::new();
     headers.insert(INSTANCE, &*instance);
-    let mut deliveries: Vec<(String, Vec<u8>)> = Vec::new();
+    let mut pending: Option<(bool, String, Vec<u8>)> = None;
     loop {
         tokio::select! {
             next = rx.recv() => {
                 let Some(first) = next else { break };
-                // Take what is queued now too, so deliveries to one node share a message.
-                let mut batch = vec![first];
-                while batch.len() < 1024 {
-                    match rx.try_recv() {
-                        Ok(out) => batch.push(out),
-                        Err(_) => break,
-                    }
-                }
-                for out in batch {
-                    match out {
-                        Out::Event(subject, body) => match js.publish_with_headers(subject, headers.clone(), body).await {
-                            Ok(ack) => acks.push(std::future::IntoFuture::into_future(ack)),
-                            Err(e) => tracing::error!(error = %e, "appending to the cluster's event log failed"),
-                        },
-                        Out::Live(subject, body) => {
-                            if let Err(e) = client.publish_with_headers(subject, headers.clone(), body).await {
-                                tracing::warn!(error = %e, "publishing to NATS failed");
-                            }
+                let mut next = Some(first);
+                while let Some(out) = next.take().or_else(|| rx.try_recv().ok()) {
+                    let (recorded, subject, body) = match out {
+                        Out::Event(s, b) => (true, s, b),
+                        Out::Live(s, b) => (false, s, b),
+                    };
+                    match &mut pending {
+                        Some((r, s, batch)) if *r == recorded && *s == subject && batch.len() + body.len() < BATCH_BYTES => {
+                            batch.push(b',');
+                            batch.extend_from_slice(&body);
                         }
-                        Out::Deliver(subject, entry) => match deliveries.iter_mut().find(|(s, b)| *s == subject && b.len() + entry.len() <= DELIVERY_BATCH) {
-                            Some((_, body)) => body.extend_from_slice(&entry),
-                            None => deliveries.push((subject, entry)),
-                        },
+                        _ => {
+                            if let Some(done) = pending.take() {
+                                send_events(&client, &js, &headers, &mut acks, done).await;
+                            }
+                            let mut batch = Vec::with_capacity(body.len() * 4);
+                            batch.push(b'[');
+                            batch.extend_from_slice(&body);
+                            pending = Some((recorded, subject, batch));
+                        }
                     }
                 }
-                for (subject, body) in deliveries.drain(..) {
-                    if let Err(e) = client.publish(subject, body.into()).await {
-                        tracing::warn!(error = %e, "publishing to NATS failed");
-                    }
-                }
-                while acks.len() > 4096 {
-                    if let Some(Err(e)) = acks.next().await {
-                        tracing::error!(error = %e, "the cluster's event log refused an event");
-                    }
+                if let Some(done) = pending.take() {
+                    send_events(&client, &js, &headers, &mut acks, done).await;
                 }
             }
             Some(done) = acks.next(), if !acks.is_empty() => {
                 if let Err(e) = done {
-                    tracing::error!(error = %e, "the cluster's event log refused an event");
+                    tracing::error!(error = %e, "the cluster's event log refused events");
                 }
+            }
+        }
+    }
+}
+
+type Acks = futures_util::stream::FuturesUnordered<<jetstream::context::PublishAckFuture as std::future::IntoFuture>::IntoFuture>;
+
+async fn send_events(client: &async_nats::Client, js: &jetstream::Context, headers: &async_nats::HeaderMap, acks: &mut Acks, (recorded, subject, mut batch): (bool, String, Vec<u8>)) {
+    batch.push(b']');
+    if recorded {
+        match js.publish_with_headers(subject, headers.clone(), batch.into()).await {
+            Ok(ack) => acks.push(std::future::IntoFuture::into_future(ack)),
+            Err(e) => tracing::error!(error = %e, "appending to the cluster's event log failed"),
+        }
+        // Bound the appends in flight.
+        while acks.len() > 1024 {
+            if let Some(Err(e)) = acks.next().await {
+                tracing::error!(error = %e, "the cluster's event log refused events");
+            }
+        }
+    } else if let Err(e) = client.publish_with_headers(subject, headers.clone(), batch.into()).await {
+        tracing::warn!(error = %e, "publishing to NATS failed");
+    }
+}
+
+/// Send deliveries to other nodes; those queued together for one node go
+/// in one message.
+async fn publish_deliveries(client: async_nats::Client, mut rx: mpsc::UnboundedReceiver<(String, Vec<u8>)>) {
+    let mut batches: Vec<(String, Vec<u8>)> = Vec::new();
+    while let Some(first) = rx.recv().await {
+        let mut next = Some(first);
+        while let Some((subject, entry)) = next.take().or_else(|| rx.try_recv().ok()) {
+            match batches.iter_mut().find(|(s, b)| *s == subject && b.len() + entry.len() <= BATCH_BYTES) {
+                Some((_, body)) => body.extend_from_slice(&entry),
+                None => batches.push((subject, entry)),
+            }
+            if batches.len() > 64 {
+                break;
+            }
+        }
+        for (subject, body) in batches.drain(..) {
+            if let Err(e) = client.publish(subject, body.into()).await {
+                tracing::warn!(error = %e, "publishing to NATS failed");
             }
         }
     }
@@ -300,7 +340,10 @@ pub(super) async fn spawn_deliveries(cluster: &Arc<Cluster>) -> anyhow::Result<(
             while let Some(nl) = rest.iter().position(|b| *b == b'\n') {
                 let Ok(head) = std::str::from_utf8(&rest[..nl]) else { break };
                 let mut parts = head.split(' ');
-                let (Some(tenant), Some(session), Some(Ok(len))) = (parts.next(), parts.next(), parts.next().map(str::parse::<usize>)) else { break };
+                let (Some(tenant), Some(session), Some(Ok(len))) = (parts.next(), parts.next(), parts.next().map(str::parse::<usize>)) else {
+                    tracing::warn!(head, "an unreadable delivery from another node");
+                    break;
+                };
                 let Some(frame) = rest.get(nl + 1..nl + 1 + len) else { break };
                 if let (Some(f), Ok(frame)) = (fabrics.get(tenant), std::str::from_utf8(frame)) {
                     f.deliver_here(session, Frame::from(frame.to_string()));
@@ -345,7 +388,7 @@ impl Fabric for ClusterFabric {
         entry.push(b'\n');
         entry.extend_from_slice(text.as_bytes());
         let subject = format!("{}{node}", self.deliver_prefix);
-        self.out.send(Out::Deliver(subject, entry)).map_err(|_| Full::Closed)
+        self.deliveries.send((subject, entry)).map_err(|_| Full::Closed)
     }
 
     /// Fanned out and kept here at once (a client reads its own events
