@@ -11,6 +11,7 @@
 // Everything opened through a gateway handle is closed by gw.stop().
 
 import { spawn } from 'node:child_process';
+import { connect as netConnect } from 'node:net';
 import { mkdtempSync, writeFileSync, rmSync, existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, dirname } from 'node:path';
@@ -223,6 +224,224 @@ function externalServer(url) {
       connections.clear();
     },
   };
+}
+
+// ---------------------------------------------------------------------------
+// Cluster mode: several gateways on one PostgreSQL and one NATS (JetStream)
+// ---------------------------------------------------------------------------
+
+/** PostgreSQL the cluster nodes share (plugin state); same default and override as the Rust tests. */
+export const CLUSTER_POSTGRES_URL = process.env.MAP_TEST_POSTGRES_URL ?? 'postgres://root@127.0.0.1:5432/test';
+/** NATS server with JetStream the cluster nodes share; same default and override as the Rust tests. */
+export const CLUSTER_NATS_URL = process.env.MAP_TEST_NATS_URL ?? 'nats://127.0.0.1:4222';
+
+/** host, port, user, password of a nats:// or postgres:// URL. */
+function hostPort(url, defaultPort) {
+  const u = new URL(url);
+  return {
+    host: (u.hostname || '127.0.0.1').replace(/^\[|\]$/g, ''),
+    port: Number(u.port || defaultPort),
+    user: decodeURIComponent(u.username),
+    pass: decodeURIComponent(u.password),
+  };
+}
+
+/**
+ * A minimal NATS text-protocol client: enough to check the server (INFO) and to make
+ * JetStream API requests (request/reply through an inbox). Not for production use.
+ */
+export async function natsConnect(url = CLUSTER_NATS_URL, timeoutMs = 3000) {
+  const { host, port, user, pass } = hostPort(url, 4222);
+  const sock = netConnect({ host, port });
+  let buf = Buffer.alloc(0);
+  let wake = null;
+  let failure = null;
+  sock.on('data', (d) => { buf = Buffer.concat([buf, d]); wake?.(); });
+  sock.on('error', (e) => { failure = e; wake?.(); });
+  sock.on('close', () => { failure ??= new Error('connection closed'); wake?.(); });
+  const waitData = (deadline) => new Promise((resolve, reject) => {
+    const t = setTimeout(() => { wake = null; reject(new Error(`no answer from NATS at ${url} within ${timeoutMs} ms`)); }, Math.max(0, deadline - Date.now()));
+    wake = () => { clearTimeout(t); wake = null; resolve(); };
+  });
+  const readLine = async (deadline) => {
+    for (;;) {
+      const i = buf.indexOf('\r\n');
+      if (i >= 0) { const line = buf.subarray(0, i).toString('utf8'); buf = buf.subarray(i + 2); return line; }
+      if (failure) throw new Error(`NATS at ${url}: ${failure.message}`);
+      await waitData(deadline);
+    }
+  };
+  const readBytes = async (n, deadline) => {
+    while (buf.length < n) {
+      if (failure) throw new Error(`NATS at ${url}: ${failure.message}`);
+      await waitData(deadline);
+    }
+    const out = buf.subarray(0, n); buf = buf.subarray(n); return out;
+  };
+  const deadline0 = Date.now() + timeoutMs;
+  let first;
+  try {
+    first = await readLine(deadline0);
+  } catch (e) {
+    sock.destroy();
+    throw e;
+  }
+  if (!first.startsWith('INFO ')) { sock.destroy(); throw new Error(`not a NATS server at ${url} (first line ${JSON.stringify(first)})`); }
+  const info = JSON.parse(first.slice(5));
+  const connectOpts = { verbose: false, pedantic: false, name: 'map-gateway-interop' };
+  if (user && pass) { connectOpts.user = user; connectOpts.pass = pass; } else if (user) connectOpts.auth_token = user;
+  const inbox = `_INBOX.${uid('interop').replace(/[^A-Za-z0-9_-]/g, '_')}`;
+  sock.write(`CONNECT ${JSON.stringify(connectOpts)}\r\nSUB ${inbox} 1\r\n`);
+  return {
+    info,
+    /** Request on `subject`; resolves with the reply's JSON. */
+    async request(subject, payload = '') {
+      const body = Buffer.from(payload, 'utf8');
+      sock.write(`PUB ${subject} ${inbox} ${body.length}\r\n`);
+      sock.write(Buffer.concat([body, Buffer.from('\r\n')]));
+      const deadline = Date.now() + timeoutMs;
+      for (;;) {
+        const line = await readLine(deadline);
+        if (line === 'PING') { sock.write('PONG\r\n'); continue; }
+        if (line.startsWith('-ERR')) throw new Error(`NATS ${subject}: ${line}`);
+        if (line.startsWith('MSG ')) {
+          const len = Number(line.split(' ').at(-1));
+          const data = await readBytes(len + 2, deadline);
+          return JSON.parse(data.subarray(0, len).toString('utf8'));
+        }
+      }
+    },
+    close() { sock.destroy(); },
+  };
+}
+
+/** Throw, saying so, unless PostgreSQL accepts TCP connections at `url`. */
+export async function requirePostgres(url = CLUSTER_POSTGRES_URL, timeoutMs = 3000) {
+  const { host, port } = hostPort(url, 5432);
+  await new Promise((resolve, reject) => {
+    const sock = netConnect({ host, port });
+    const fail = (why) => {
+      sock.destroy();
+      reject(new Error(`PostgreSQL is not reachable at ${url} (${why}); the cluster tests need it (set MAP_TEST_POSTGRES_URL to another server)`));
+    };
+    const t = setTimeout(() => fail(`no connection within ${timeoutMs} ms`), timeoutMs);
+    sock.once('connect', () => { clearTimeout(t); sock.destroy(); resolve(); });
+    sock.once('error', (e) => { clearTimeout(t); fail(e.message); });
+  });
+}
+
+/** Throw, saying so, unless a NATS server with JetStream answers at `url`. */
+export async function requireNats(url = CLUSTER_NATS_URL) {
+  let nats;
+  try {
+    nats = await natsConnect(url);
+  } catch (e) {
+    throw new Error(`NATS is not reachable at ${url} (${e.message}); the cluster tests need a NATS server with JetStream (set MAP_TEST_NATS_URL to another one)`);
+  }
+  nats.close();
+  if (nats.info.jetstream !== true) {
+    throw new Error(`the NATS server at ${url} runs without JetStream (start it with -js): INFO ${JSON.stringify(nats.info)}`);
+  }
+}
+
+/**
+ * Best effort: delete every JetStream stream whose name contains the cluster's name
+ * (its event log, directory, KV buckets), so runs do not pile up on the shared server.
+ */
+export async function deleteNatsStreams(clusterName, url = CLUSTER_NATS_URL) {
+  const normal = (s) => s.toLowerCase().replace(/[-.]/g, '_');
+  const needle = normal(clusterName);
+  let nats;
+  try { nats = await natsConnect(url); } catch { return; }
+  try {
+    const doomed = [];
+    for (let offset = 0, page = 0; page < 1000; page++) {
+      const r = await nats.request('$JS.API.STREAM.NAMES', JSON.stringify({ offset }));
+      const names = Array.isArray(r.streams) ? r.streams : [];
+      offset += names.length;
+      doomed.push(...names.filter((n) => normal(n).includes(needle)));
+      if (names.length === 0 || offset >= (r.total ?? 0)) break;
+    }
+    for (const name of doomed) {
+      try { await nats.request(`$JS.API.STREAM.DELETE.${name}`); } catch { /* ignore */ }
+    }
+  } catch { /* best effort */ } finally {
+    nats.close();
+  }
+}
+
+/** The `[storage]` and `[cluster]` sections of one node's config. */
+export function clusterToml({ node, name, postgresUrl = CLUSTER_POSTGRES_URL, natsUrl = CLUSTER_NATS_URL, presenceTimeoutMs = 2000 }) {
+  return [
+    '[storage]',
+    `url = ${tomlString(postgresUrl)}`,
+    '[cluster]',
+    `nats = ${tomlString(natsUrl)}`,
+    `node = ${tomlString(node)}`,
+    `name = ${tomlString(name)}`,
+    `presence_timeout_ms = ${presenceTimeoutMs}`,
+    '',
+  ].join('\n');
+}
+
+/**
+ * Start gateway nodes of one cluster (a unique cluster name per call), one after the other in
+ * the given order, sharing PostgreSQL and NATS. Fails (never skips) when either is missing.
+ * opts: { presenceTimeoutMs, extraToml (appended after [cluster]), ...startGateway opts }.
+ * Returns { name, nodes: {a: gw, …}, stop() } — stop() stops every node and deletes the
+ * cluster's NATS streams.
+ */
+export async function startCluster(names = ['a', 'b'], opts = {}) {
+  if (process.env.GATEWAY_URL) throw new Error('cluster tests start their own gateway nodes; unset GATEWAY_URL');
+  await requireNats();
+  await requirePostgres();
+  const { presenceTimeoutMs = 2000, extraToml = '', ...gwOpts } = opts;
+  const name = uid('interop');
+  const nodes = {};
+  const cluster = {
+    name,
+    nodes,
+    async stop() {
+      await Promise.all(Object.values(nodes).map((gw) => gw.stop()));
+      await deleteNatsStreams(name);
+    },
+  };
+  try {
+    for (const node of names) {
+      nodes[node] = await startGateway({
+        ...gwOpts,
+        extraToml: clusterToml({ node, name, presenceTimeoutMs }) + extraToml,
+      });
+    }
+  } catch (e) {
+    await cluster.stop();
+    throw e;
+  }
+  return cluster;
+}
+
+/**
+ * Call `fn` until `pred(value)` holds (polling, for asynchronous replication); returns that value.
+ * Errors thrown by `fn` count as "not yet". Fails after timeoutMs with the last value or error.
+ */
+export async function pollUntil(fn, pred, { timeoutMs = 10_000, intervalMs = 50, what = 'condition' } = {}) {
+  const deadline = Date.now() + timeoutMs;
+  let last;
+  let lastError;
+  for (;;) {
+    try {
+      last = await fn();
+      lastError = undefined;
+      if (pred(last)) return last;
+    } catch (e) {
+      lastError = e;
+    }
+    if (Date.now() >= deadline) {
+      const tail = lastError ? `last error: ${lastError.message}` : `last value: ${JSON.stringify(last)?.slice(0, 1500)}`;
+      throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}; ${tail}`);
+    }
+    await sleep(intervalMs);
+  }
 }
 
 // ---------------------------------------------------------------------------

@@ -132,11 +132,12 @@ impl ClusterFabric {
                         continue;
                     }
                 };
-                if !fabric.is_mine(msg.headers.as_ref()) {
-                    match serde_json::from_slice::<Vec<StoredEvent>>(&msg.payload) {
-                        Ok(batch) => batch.into_iter().for_each(|stored| fabric.local.ingest(stored, true)),
-                        Err(e) => tracing::warn!(tenant = %tenant, error = %e, "an unreadable entry in the cluster's event log"),
-                    }
+                let mine = fabric.is_mine(msg.headers.as_ref());
+                match serde_json::from_slice::<Vec<StoredEvent>>(&msg.payload) {
+                    // Ours were kept aside when made; now they take their place in the shared order.
+                    Ok(batch) if mine => batch.iter().for_each(|stored| fabric.local.confirm(&stored.id)),
+                    Ok(batch) => batch.into_iter().for_each(|stored| fabric.local.ingest(stored, true)),
+                    Err(e) => tracing::warn!(tenant = %tenant, error = %e, "an unreadable entry in the cluster's event log"),
                 }
                 if msg.info().is_ok_and(|i| i.pending == 0) {
                     let _ = caught_up_tx.take().map(|t| t.send(()));
@@ -391,14 +392,20 @@ impl Fabric for ClusterFabric {
         self.deliveries.send((subject, entry)).map_err(|_| Full::Closed)
     }
 
-    /// Fanned out and kept here at once (a client reads its own events
-    /// back on the node it is on); other nodes get it from the log.
+    /// A recorded event goes to the shared log, and every node (this one
+    /// too) fans it out when it reads it back, so subscriptions everywhere
+    /// see one order (and a subscription resumed on another node goes on
+    /// from the same place). Until then `map/replay` here lists it already.
+    /// A live-only event is fanned out here at once.
     fn publish(&self, event: NewEvent) -> Ulid {
         let (id, ts) = self.local.next_id();
         let body: Bytes = serde_json::to_vec(&StoredEvent::of(id.as_str(), ts, &event)).expect("events serialise").into();
         if event.recorded {
+            self.local.hold(id, ts, event);
             let _ = self.out.send(Out::Event(self.log_subject.clone(), body));
-        } else if self.remote_interest() {
+            return id;
+        }
+        if self.remote_interest() {
             let _ = self.out.send(Out::Live(self.live_subject.clone(), body));
         }
         self.local.record_at(id, ts, event);

@@ -198,6 +198,10 @@ struct Events {
     log_bytes: usize,
     /// Event ids, made under this lock so the log stays in id order.
     ids: UlidGen,
+    /// Events made here that a shared log has not given back yet (cluster):
+    /// `map/replay` lists them after the log; subscriptions get them when
+    /// they come back, in the shared order every node sees.
+    pending: VecDeque<Arc<Recorded>>,
 }
 
 /// The single-process fabric: one per tenant, so tenants never share a queue.
@@ -220,7 +224,7 @@ impl LocalFabric {
     pub fn new(log_capacity: usize, log_max_bytes: usize) -> LocalFabric {
         LocalFabric {
             outboxes: RwLock::default(),
-            events: Mutex::new(Events { subscriptions: Vec::new(), log: VecDeque::new(), log_bytes: 0, ids: UlidGen::new() }),
+            events: Mutex::new(Events { subscriptions: Vec::new(), log: VecDeque::new(), log_bytes: 0, ids: UlidGen::new(), pending: VecDeque::new() }),
             subscribers: AtomicUsize::new(0),
             log_capacity: log_capacity.max(1),
             log_max_bytes,
@@ -330,6 +334,21 @@ impl LocalFabric {
     /// Fan out and record an event numbered with `next_id`.
     pub fn record_at(&self, id: Ulid, timestamp: u64, event: NewEvent) {
         self.record(self.events.lock(), id, timestamp, event);
+    }
+
+    /// Keep an event made here until the shared log gives it back (`confirm`).
+    pub fn hold(&self, id: Ulid, timestamp: u64, event: NewEvent) {
+        let bytes = event_size(&event);
+        self.events.lock().pending.push_back(Arc::new(Recorded { event_id: id, timestamp, event, bytes }));
+    }
+
+    /// The shared log gave back an event made here: fan it out and log it, in the log's order.
+    pub fn confirm(&self, id: &str) {
+        let mut guard = self.events.lock();
+        let Some(at) = guard.pending.iter().position(|r| r.event_id.as_str() == id) else { return };
+        let Some(rec) = guard.pending.remove(at) else { return };
+        let rec = Arc::try_unwrap(rec).unwrap_or_else(|shared| Recorded { event_id: shared.event_id, timestamp: shared.timestamp, event: shared.event.clone(), bytes: shared.bytes });
+        self.record(guard, rec.event_id, rec.timestamp, rec.event);
     }
 
     /// Fan out and record an event numbered elsewhere (another node, or
@@ -494,11 +513,15 @@ impl Fabric for LocalFabric {
     fn replay(&self, q: &ReplayQuery) -> ReplayPage {
         let limit = q.limit.unwrap_or(100).clamp(1, 1000);
         let inner = self.events.lock();
+        // The log, then what is waiting for the shared log (a client reads its own events at once).
         let start = match &q.after_event_id {
-            Some(after) => position_after(&inner.log, after),
+            Some(after) => match inner.pending.iter().position(|r| r.event_id.as_str() == after) {
+                Some(i) => inner.log.len() + i + 1,
+                None => position_after(&inner.log, after),
+            },
             None => 0,
         };
-        let selected = inner.log.range(start..).filter(|r| {
+        let selected = inner.log.iter().chain(inner.pending.iter()).skip(start).filter(|r| {
             r.event.visible_to(&q.session)
                 && q.from_timestamp.is_none_or(|t| r.timestamp >= t)
                 && q.to_timestamp.is_none_or(|t| r.timestamp <= t)
