@@ -327,7 +327,7 @@ impl Default for PluginConfig {
 
 impl Default for StorageConfig {
     fn default() -> Self {
-        StorageConfig { url: String::new(), sync: "normal".into(), cache_mb: 64, event_log_flush_ms: 100 }
+        StorageConfig { url: String::new(), sync: "normal".into(), cache_mb: 64, event_log_flush_ms: 1000 }
     }
 }
 
