@@ -6,11 +6,9 @@
 //! they come back; a removal is a value `{"gone": true}`.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_nats::jetstream;
 use bytes::Bytes;
-use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -213,41 +211,17 @@ pub(super) async fn mirror(cluster: &Arc<Cluster>, tenants: &[Arc<Tenant>]) -> a
             by_token.insert(token(&t.id), (t.clone(), f.clone()));
         }
     }
-    let mut stream = cluster.js.get_stream(format!("{}_dir", cluster.name)).await?;
-    let held = stream.info().await.map(|i| i.state.messages).unwrap_or(0);
     let prefix = cluster.subject("dir", "");
-    let consumer = stream
-        .create_consumer(jetstream::consumer::pull::OrderedConfig {
-            filter_subject: format!("{prefix}>"),
-            deliver_policy: jetstream::consumer::DeliverPolicy::LastPerSubject,
-            ..Default::default()
-        })
-        .await?;
-    let mut messages = consumer.messages().await?;
     let node = cluster.node.clone();
-    let (ready_tx, ready) = tokio::sync::oneshot::channel();
     let applied = by_token.clone();
-    tokio::spawn(async move {
-        let mut ready_tx = Some(ready_tx);
-        if held == 0 {
-            let _ = ready_tx.take().map(|t| t.send(()));
+    let filter = format!("{prefix}>");
+    let read = move |msg: &jetstream::Message| {
+        if let Some(key) = msg.subject.strip_prefix(prefix.as_str()) {
+            apply(&node, &applied, key, &msg.payload);
         }
-        while let Some(msg) = messages.next().await {
-            match msg {
-                Ok(msg) => {
-                    if let Some(key) = msg.subject.strip_prefix(prefix.as_str()) {
-                        apply(&node, &applied, key, &msg.payload);
-                    }
-                    if msg.info().is_ok_and(|i| i.pending == 0) {
-                        let _ = ready_tx.take().map(|t| t.send(()));
-                    }
-                }
-                Err(e) => tracing::warn!(error = %e, "reading the cluster directory"),
-            }
-        }
-        tracing::error!("the cluster directory reader ended");
-    });
-    let _ = tokio::time::timeout(Duration::from_secs(30), ready).await;
+    };
+    let stream = format!("{}_dir", cluster.name);
+    super::follow(&cluster.js, &stream, filter, jetstream::consumer::DeliverPolicy::LastPerSubject, "the cluster directory", read).await?;
     let (tx, rx) = mpsc::unbounded_channel();
     tokio::spawn(write(Writer::new(cluster), rx));
     for (tenant_token, (tenant, fabric)) in by_token {

@@ -3,7 +3,6 @@
 //! and deliveries to other nodes' sessions through NATS.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_nats::jetstream;
 use bytes::Bytes;
@@ -106,44 +105,19 @@ impl ClusterFabric {
     /// and then as it grows; live-only events too. Returns once the log is
     /// read up to now.
     pub(super) async fn spawn_log_reader(self: &Arc<Self>, cluster: &Arc<Cluster>, tenant: &str) -> anyhow::Result<()> {
-        let mut stream = cluster.js.get_stream(format!("{}_events", cluster.name)).await?;
-        let pending = stream.info().await.map(|i| i.state.messages).unwrap_or(0);
-        let consumer = stream
-            .create_consumer(jetstream::consumer::pull::OrderedConfig {
-                filter_subject: self.log_subject.clone(),
-                deliver_policy: jetstream::consumer::DeliverPolicy::All,
-                ..Default::default()
-            })
-            .await?;
-        let mut messages = consumer.messages().await?;
-        let (caught_up_tx, caught_up) = tokio::sync::oneshot::channel();
         let fabric = self.clone();
         let tenant = tenant.to_string();
-        tokio::spawn(async move {
-            let mut caught_up_tx = Some(caught_up_tx);
-            if pending == 0 {
-                let _ = caught_up_tx.take().map(|t| t.send(()));
+        let read = move |msg: &jetstream::Message| {
+            let mine = fabric.is_mine(msg.headers.as_ref());
+            match serde_json::from_slice::<Vec<StoredEvent>>(&msg.payload) {
+                // Ours were kept aside when made; now they take their place in the shared order.
+                Ok(batch) if mine => batch.iter().for_each(|stored| fabric.local.confirm(&stored.id)),
+                Ok(batch) => batch.into_iter().for_each(|stored| fabric.local.ingest(stored, true)),
+                Err(e) => tracing::warn!(tenant = %tenant, error = %e, "an unreadable entry in the cluster's event log"),
             }
-            while let Some(msg) = messages.next().await {
-                let msg = match msg {
-                    Ok(m) => m,
-                    Err(e) => {
-                        tracing::warn!(tenant = %tenant, error = %e, "reading the cluster's event log");
-                        continue;
-                    }
-                };
-                let mine = fabric.is_mine(msg.headers.as_ref());
-                match serde_json::from_slice::<Vec<StoredEvent>>(&msg.payload) {
-                    // Ours were kept aside when made; now they take their place in the shared order.
-                    Ok(batch) if mine => batch.iter().for_each(|stored| fabric.local.confirm(&stored.id)),
-                    Ok(batch) => batch.into_iter().for_each(|stored| fabric.local.ingest(stored, true)),
-                    Err(e) => tracing::warn!(tenant = %tenant, error = %e, "an unreadable entry in the cluster's event log"),
-                }
-                if msg.info().is_ok_and(|i| i.pending == 0) {
-                    let _ = caught_up_tx.take().map(|t| t.send(()));
-                }
-            }
-        });
+        };
+        let stream = format!("{}_events", cluster.name);
+        super::follow(&cluster.js, &stream, self.log_subject.clone(), jetstream::consumer::DeliverPolicy::All, "the cluster's event log", read).await?;
         let mut live = cluster.client.subscribe(self.live_subject.clone()).await?;
         let fabric = self.clone();
         tokio::spawn(async move {
@@ -156,8 +130,6 @@ impl ClusterFabric {
                 }
             }
         });
-        // Start serving once the retained log is in (or after a bound, if it is huge).
-        let _ = tokio::time::timeout(Duration::from_secs(30), caught_up).await;
         Ok(())
     }
 
