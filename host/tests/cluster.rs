@@ -378,6 +378,27 @@ async fn concurrent_mail_turns_from_every_node_are_all_kept() {
     }
 }
 
+/// A node stopped gracefully appends what it still had queued for the
+/// event log before it exits: events answered just before SIGTERM are in
+/// `map/replay` on the other nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_graceful_stop_appends_queued_events() {
+    let mut cluster = Cluster::start(&["a", "b"], ClusterOptions::default()).await;
+    let mut reader = cluster.node("b").connect("client").await;
+    let mut maker = cluster.node("a").connect("client").await;
+    let mut ids = BTreeSet::new();
+    for i in 0..50 {
+        let r = maker.ok("map/agents/register", json!({"agentId": format!("last-{i}")})).await;
+        ids.insert(r["agent"]["id"].as_str().unwrap_or_default().to_string());
+    }
+    let status = cluster.node_mut("a").gw.terminate();
+    assert!(status.success(), "node a's exit status after SIGTERM: {status:?}");
+    let replayed = reader.replay_all(Some(json!({"eventTypes": ["agent_registered"]}))).await;
+    let got: BTreeSet<String> = replayed.iter().filter_map(event_agent).map(String::from).collect();
+    let missing: Vec<&String> = ids.difference(&got).collect();
+    assert!(missing.is_empty(), "registrations answered on node a before its graceful stop, missing from map/replay on node b: {missing:?}");
+}
+
 async fn turn(client: &mut Client, conversation: &str, text: &str, reply_to: Option<&str>) -> Value {
     let mut params = json!({"conversationId": conversation, "contentType": "text", "content": {"text": text}});
     if let Some(r) = reply_to {

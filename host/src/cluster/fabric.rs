@@ -21,6 +21,8 @@ use crate::core::outbox::{Frame, Full, Outbox};
 enum Out {
     Event(String, Bytes),
     Live(String, Bytes),
+    /// Answer once everything before has been appended (a graceful stop).
+    Flush(std::sync::mpsc::Sender<()>),
 }
 
 /// Largest batch in one NATS message (bytes): deliveries to one node, or
@@ -199,6 +201,14 @@ impl ClusterFabric {
         self.remote_interest.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Wait (at most `within`) until the events made so far are in the log.
+    pub(super) fn flush(&self, within: std::time::Duration) {
+        let (done, wait) = std::sync::mpsc::channel();
+        if self.out.send(Out::Flush(done)).is_ok() {
+            let _ = tokio::task::block_in_place(|| wait.recv_timeout(within));
+        }
+    }
+
     /// Whether this process published a message (and so has fanned it out).
     fn is_mine(&self, headers: Option<&async_nats::HeaderMap>) -> bool {
         headers.and_then(|h| h.get(INSTANCE)).is_some_and(|v| v.as_str() == &*self.instance)
@@ -230,6 +240,18 @@ async fn publish_events(client: async_nats::Client, js: jetstream::Context, inst
                     let (recorded, subject, body) = match out {
                         Out::Event(s, b) => (true, s, b),
                         Out::Live(s, b) => (false, s, b),
+                        Out::Flush(done) => {
+                            if let Some(batch) = pending.take() {
+                                send_events(&client, &js, &headers, &mut acks, batch).await;
+                            }
+                            while let Some(result) = acks.next().await {
+                                if let Err(e) = result {
+                                    tracing::error!(error = %e, "the cluster's event log refused events");
+                                }
+                            }
+                            let _ = done.send(());
+                            continue;
+                        }
                     };
                     match &mut pending {
                         Some((r, s, batch)) if *r == recorded && *s == subject && batch.len() + body.len() < BATCH_BYTES => {

@@ -171,6 +171,12 @@ impl Cluster {
         for (_, f) in &fabrics {
             f.spawn_checkpoints(self);
         }
+        // A graceful stop appends what is still queued for the log.
+        gateway.at_stop(move || {
+            for (_, f) in &fabrics {
+                f.flush(Duration::from_secs(5));
+            }
+        });
         tracing::info!(node = %self.node, cluster = %self.name, "joined the cluster");
         Ok(())
     }

@@ -521,7 +521,8 @@ impl Fabric for LocalFabric {
             },
             None => 0,
         };
-        let selected = inner.log.iter().chain(inner.pending.iter()).skip(start).filter(|r| {
+        let (in_log, in_pending) = (start.min(inner.log.len()), start.saturating_sub(inner.log.len()));
+        let selected = inner.log.range(in_log..).chain(inner.pending.range(in_pending.min(inner.pending.len())..)).filter(|r| {
             r.event.visible_to(&q.session)
                 && q.from_timestamp.is_none_or(|t| r.timestamp >= t)
                 && q.to_timestamp.is_none_or(|t| r.timestamp <= t)
