@@ -422,10 +422,6 @@ impl LocalFabric {
         self.outboxes.read().contains_key(session)
     }
 
-    /// The id of the newest logged entry.
-    pub fn newest(&self) -> Option<String> {
-        self.events.lock().log.back().map(|r| r.event_id.to_string())
-    }
 }
 
 /// Where the entries after event `after` start. The log is in id order on
