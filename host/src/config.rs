@@ -88,11 +88,15 @@ pub struct AcpConfig {
     /// How long a request of a MAP agent to the editor (a permission prompt,
     /// a file read) may stay unanswered before the agent is told it failed.
     pub client_request_timeout_ms: u64,
+    /// How long an editor's request may wait for the MAP agent while the
+    /// agent sends nothing on its session; then it fails, and a prompt is
+    /// cancelled on the agent's side.
+    pub agent_request_timeout_ms: u64,
 }
 
 impl Default for AcpConfig {
     fn default() -> Self {
-        AcpConfig { client_request_timeout_ms: 30_000 }
+        AcpConfig { client_request_timeout_ms: 30_000, agent_request_timeout_ms: 600_000 }
     }
 }
 
@@ -462,8 +466,9 @@ impl Config {
         if self.tls.cert_file.as_os_str().is_empty() != self.tls.key_file.as_os_str().is_empty() {
             bail!("tls.cert_file and tls.key_file go together: give both or neither");
         }
-        if self.acp.client_request_timeout_ms == 0 {
-            bail!("acp.client_request_timeout_ms must be positive");
+        let day = 1..=86_400_000;
+        if !day.contains(&self.acp.client_request_timeout_ms) || !day.contains(&self.acp.agent_request_timeout_ms) {
+            bail!("acp.client_request_timeout_ms and acp.agent_request_timeout_ms must be between 1 and 86400000 (a day)");
         }
         if self.cluster.enabled() {
             if !self.storage.url.starts_with("postgres") {
@@ -621,5 +626,15 @@ mod tests {
         assert!(c.validate().is_err());
         let c: Config = toml::from_str("[[tenants]]\nid=\"a\"\napi_keys=[\"k\"]\n[[tenants]]\nid=\"b\"\napi_keys=[\"k\"]\n[auth]\nanonymous_tenant=\"\"").unwrap();
         assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn acp_bounds_are_checked() {
+        let c: Config = toml::from_str("").unwrap();
+        assert_eq!((c.acp.client_request_timeout_ms, c.acp.agent_request_timeout_ms), (30_000, 600_000));
+        for bad in ["agent_request_timeout_ms = 0", "client_request_timeout_ms = 0", "agent_request_timeout_ms = 86400001"] {
+            let c: Config = toml::from_str(&format!("[acp]\n{bad}")).unwrap();
+            assert!(c.validate().is_err(), "{bad}");
+        }
     }
 }

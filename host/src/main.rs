@@ -71,8 +71,14 @@ enum Command {
         #[arg(long, env = "MAP_GATEWAY_TOKEN", hide_env_values = true)]
         token: Option<String>,
         /// How long the agent's requests to the editor may stay unanswered.
-        #[arg(long, default_value_t = 30_000)]
+        #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
         client_request_timeout_ms: u64,
+        /// How long the editor's requests may wait while the agent sends nothing on their session.
+        #[arg(long, default_value_t = 600_000, value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+        agent_request_timeout_ms: u64,
+        /// The largest message of the editor (and the gateway's server.max_message_bytes).
+        #[arg(long, default_value_t = 8 << 20, value_parser = clap::value_parser!(u64).range(1024..))]
+        max_message_bytes: u64,
     },
     /// Plugin development.
     Plugin {
@@ -124,7 +130,7 @@ fn main() -> anyhow::Result<()> {
             print!("{}", load(config.as_ref())?.to_redacted_toml()?);
             Ok(())
         }
-        Command::Acp { agent, url, api_key, token, client_request_timeout_ms } => {
+        Command::Acp { agent, url, api_key, token, client_request_timeout_ms, agent_request_timeout_ms, max_message_bytes } => {
             // stdout carries the protocol: logs go to stderr only (warnings by default).
             let logs = map_gateway::config::TelemetryConfig::default();
             if std::env::var_os("MAP_GATEWAY_LOG").is_none() {
@@ -132,8 +138,13 @@ fn main() -> anyhow::Result<()> {
             }
             let _logs = map_gateway::telemetry::init(&logs)?;
             let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-            let timeout = Duration::from_millis(client_request_timeout_ms.max(1));
-            let served = runtime.block_on(map_gateway::acp::serve_stdio(&url, &agent, api_key, token, timeout));
+            let opts = map_gateway::acp::bridge::Options {
+                agent,
+                client_request_timeout: Duration::from_millis(client_request_timeout_ms),
+                agent_request_timeout: Duration::from_millis(agent_request_timeout_ms),
+                max_message_bytes: usize::try_from(max_message_bytes).unwrap_or(usize::MAX),
+            };
+            let served = runtime.block_on(map_gateway::acp::serve_stdio(&url, opts, api_key, token));
             runtime.shutdown_timeout(Duration::from_secs(1));
             served
         }

@@ -10,10 +10,16 @@
 //! either way from the agent), and `initialize`'s protocol version (the
 //! editor is answered with the version it asked for when the agent answers
 //! with the SDK's date-like `20241007`).
+//!
+//! Bounds: an editor message over the size limit is refused by its id; an
+//! agent whose owner is not connected (dropped, perhaps to resume) is not
+//! available, so a role finds the next connected agent; an editor request
+//! the agent leaves unanswered and silent too long fails.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
@@ -27,6 +33,11 @@ pub struct Options {
     pub agent: String,
     /// How long a request of the agent to the editor may stay unanswered.
     pub client_request_timeout: Duration,
+    /// How long a request of the editor may wait while the agent sends
+    /// nothing on its session.
+    pub agent_request_timeout: Duration,
+    /// The largest message the editor may send.
+    pub max_message_bytes: usize,
 }
 
 /// The agent → editor permission request, as the MAP SDK names it and as ACP does.
@@ -38,6 +49,32 @@ const LARGEST_ACP_VERSION: u64 = 65535;
 
 fn error(id: &Value, code: i64, message: impl Into<String>) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message.into()}})
+}
+
+/// The answer to an editor message of `size` bytes over `limit`, by the
+/// request's `id` when it could be read (so the editor's call ends), else null.
+pub fn too_large(id: &Value, size: usize, limit: usize) -> String {
+    error(id, -32600, format!("Invalid Request: message of {size} bytes exceeds the limit of {limit} bytes")).to_string()
+}
+
+/// The id of a JSON-RPC message, read without keeping the rest.
+fn request_id(message: &[u8]) -> Value {
+    #[derive(Deserialize)]
+    struct Id {
+        #[serde(default)]
+        id: Value,
+    }
+    serde_json::from_slice::<Id>(message).map(|m| m.id).unwrap_or(Value::Null)
+}
+
+/// A request of the editor that the agent has not answered yet.
+struct Waiting {
+    id: Value,
+    method: String,
+    /// The ACP session it names, if any: the agent's word on it (an update,
+    /// a request to the editor) restarts the wait.
+    session: Option<String>,
+    deadline: Instant,
 }
 
 struct Bridge {
@@ -54,8 +91,8 @@ struct Bridge {
     session_id: Option<String>,
     /// The protocol version the editor asked for in `initialize`.
     editor_version: Option<Value>,
-    /// Editor requests waiting for the agent: id (as JSON text) → (id, method, sessionId).
-    awaiting_agent: HashMap<String, (Value, String, Option<String>)>,
+    /// Editor requests waiting for the agent, by id (as JSON text).
+    awaiting_agent: HashMap<String, Waiting>,
     /// Agent requests waiting for the editor: id (as JSON text) → (id, deadline).
     awaiting_editor: HashMap<String, (Value, Instant)>,
     /// The subscription that tells when the agent goes.
@@ -118,19 +155,43 @@ impl Bridge {
         let _ = self.to_editor.send(v.to_string()).await;
     }
 
-    /// Find the agent (by id, else by role) and watch for it going.
+    /// The agents `filter` selects (the first 1000).
+    async fn agents(&self, filter: Value) -> Vec<Value> {
+        let listed = self.link.call("map/agents/list", json!({"filter": filter, "limit": 1000})).await.unwrap_or_default();
+        listed["agents"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// The agent to bind: the one with the wanted id, else the first with
+    /// that role, whose owner is connected now (an agent whose session
+    /// dropped stays registered while it may resume, but answers nothing).
+    async fn find(&self) -> Result<Value, String> {
+        let wanted = &self.opts.agent;
+        if let Ok(r) = self.link.call("map/agents/get", json!({"agentId": wanted})).await {
+            let agent = r["agent"].clone();
+            let live = self.agents(json!({"ownerId": agent["ownerId"], "connected": true})).await;
+            return match live.into_iter().find(|a| a["id"] == agent["id"]) {
+                Some(a) => Ok(a),
+                None => Err(format!("agent {wanted} is not connected")),
+            };
+        }
+        if let Some(a) = self.agents(json!({"roles": [wanted], "connected": true})).await.into_iter().next() {
+            return Ok(a);
+        }
+        if self.agents(json!({"roles": [wanted]})).await.is_empty() {
+            Err(format!("no MAP agent has the id or role {wanted:?}"))
+        } else {
+            Err(format!("no agent with the role {wanted:?} is connected"))
+        }
+    }
+
+    /// Find the agent and watch for it going.
     async fn bind(&mut self) {
-        let wanted = self.opts.agent.clone();
-        let found = match self.link.call("map/agents/get", json!({"agentId": wanted})).await {
-            Ok(r) => Some(r["agent"].clone()),
-            Err(_) => {
-                let listed = self.link.call("map/agents/list", json!({"filter": {"roles": [wanted]}})).await.unwrap_or_default();
-                listed["agents"].as_array().and_then(|a| a.first().cloned())
+        let agent = match self.find().await {
+            Ok(a) => a,
+            Err(why) => {
+                self.gone = Some(why);
+                return;
             }
-        };
-        let Some(agent) = found.filter(|a| a["id"].is_string()) else {
-            self.gone = Some(format!("no MAP agent has the id or role {wanted:?}"));
-            return;
         };
         let id = agent["id"].as_str().unwrap_or_default().to_string();
         let owner = agent["ownerId"].as_str().unwrap_or_default().to_string();
@@ -144,6 +205,10 @@ impl Bridge {
     }
 
     async fn from_editor(&mut self, line: &str) {
+        if line.len() > self.opts.max_message_bytes {
+            let _ = self.to_editor.send(too_large(&request_id(line.as_bytes()), line.len(), self.opts.max_message_bytes)).await;
+            return;
+        }
         let msg: Value = match serde_json::from_str(line) {
             Ok(Value::Object(m)) => Value::Object(m),
             Ok(_) => return self.send_editor(error(&Value::Null, -32600, "Invalid Request: one JSON-RPC object per message")).await,
@@ -188,11 +253,12 @@ impl Bridge {
             }
             return;
         }
-        let session = msg.pointer("/params/sessionId").and_then(Value::as_str).map(String::from).or_else(|| self.session_id.clone());
+        let named = msg.pointer("/params/sessionId").and_then(Value::as_str).map(String::from);
         if let Some(id) = &id {
-            self.awaiting_agent.insert(id.to_string(), (id.clone(), method.clone(), session.clone()));
+            let deadline = Instant::now() + self.opts.agent_request_timeout;
+            self.awaiting_agent.insert(id.to_string(), Waiting { id: id.clone(), method: method.clone(), session: named.clone(), deadline });
         }
-        if let Err(why) = self.to_agent(msg, session).await {
+        if let Err(why) = self.to_agent(msg, named).await {
             if let Some(id) = id {
                 self.awaiting_agent.remove(&id.to_string());
                 self.send_editor(error(&id, -32603, format!("The MAP agent could not be reached: {why}"))).await;
@@ -247,6 +313,14 @@ impl Bridge {
         if let Some(s) = context["sessionId"].as_str() {
             self.session_id = Some(s.to_string());
         }
+        // Word from the agent on a session: its requests there are not forgotten.
+        let session = obj.get("params").and_then(|p| p.get("sessionId")).or(context.get("sessionId")).and_then(Value::as_str);
+        if let Some(session) = session {
+            let deadline = Instant::now() + self.opts.agent_request_timeout;
+            for w in self.awaiting_agent.values_mut().filter(|w| w.session.as_deref() == Some(session)) {
+                w.deadline = deadline;
+            }
+        }
         match (obj.get("method").and_then(Value::as_str).map(str::to_string), obj.get("id").cloned()) {
             // A request of the agent to the editor (or a notification such as session/update).
             (Some(method), id) => {
@@ -259,7 +333,7 @@ impl Bridge {
             }
             // The answer to a request of the editor.
             (None, Some(id)) => {
-                let Some((_, method, _)) = self.awaiting_agent.remove(&id.to_string()) else { return };
+                let Some(Waiting { method, .. }) = self.awaiting_agent.remove(&id.to_string()) else { return };
                 match method.as_str() {
                     "initialize" => self.negotiate(obj),
                     "session/new" => {
@@ -309,15 +383,27 @@ impl Bridge {
         tracing::debug!(stream = self.stream_id, why, "ACP bridge: the agent is gone");
         self.gone = Some(why.to_string());
         self.agent = None;
-        for (_, (id, method, _)) in std::mem::take(&mut self.awaiting_agent) {
-            self.send_editor(error(&id, -32603, format!("The MAP agent went away before answering {method}: {why}"))).await;
+        for (_, w) in std::mem::take(&mut self.awaiting_agent) {
+            self.send_editor(error(&w.id, -32603, format!("The MAP agent went away before answering {}: {why}", w.method))).await;
         }
         self.awaiting_editor.clear();
     }
 
-    /// Requests of the agent the editor left unanswered too long: the agent is told.
+    /// Requests left unanswered too long: those of the agent (the agent is
+    /// told), and those of the editor (the editor is told, and a prompt is
+    /// cancelled on the agent's side).
     async fn expire(&mut self) {
         let now = Instant::now();
+        let late: Vec<String> = self.awaiting_agent.iter().filter(|(_, w)| w.deadline <= now).map(|(k, _)| k.clone()).collect();
+        for key in late {
+            let Some(w) = self.awaiting_agent.remove(&key) else { continue };
+            let secs = self.opts.agent_request_timeout.as_secs_f64();
+            tracing::debug!(stream = self.stream_id, method = w.method, "ACP bridge: the agent did not answer in time");
+            self.send_editor(error(&w.id, -32603, format!("The MAP agent did not answer {} within {secs} s", w.method))).await;
+            if w.method == "session/prompt" {
+                self.cancel(w.session).await;
+            }
+        }
         let late: Vec<String> = self.awaiting_editor.iter().filter(|(_, (_, at))| *at <= now).map(|(k, _)| k.clone()).collect();
         for key in late {
             let Some((id, _)) = self.awaiting_editor.remove(&key) else { continue };
@@ -335,11 +421,16 @@ impl Bridge {
         for (_, (id, _)) in std::mem::take(&mut self.awaiting_editor) {
             let _ = self.to_agent(error(&id, -32603, "the editor disconnected"), None).await;
         }
-        let prompts: Vec<Option<String>> = self.awaiting_agent.values().filter(|(_, m, _)| m == "session/prompt").map(|(_, _, s)| s.clone()).collect();
+        let prompts: Vec<Option<String>> = self.awaiting_agent.values().filter(|w| w.method == "session/prompt").map(|w| w.session.clone()).collect();
         for session in prompts {
-            let cancel = json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": session}});
-            let _ = self.to_agent(cancel, session).await;
+            self.cancel(session).await;
         }
         let _ = self.link.call("map/disconnect", json!({})).await;
+    }
+
+    /// ACP's way to stop a running prompt: `session/cancel` for its session.
+    async fn cancel(&mut self, session: Option<String>) {
+        let cancel = json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": session}});
+        let _ = self.to_agent(cancel, session).await;
     }
 }

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use futures_util::{SinkExt, StreamExt};
@@ -21,17 +22,31 @@ pub type MapError = Value;
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Value, MapError>>>>>;
 
+/// What one call of the link may be: its frame's size, and how long it
+/// may wait for its answer (a frame the gateway cannot read is answered
+/// without an id, so the wait would otherwise never end).
+#[derive(Clone, Copy, Debug)]
+pub struct Bounds {
+    pub max_frame_bytes: usize,
+    pub call_timeout: Duration,
+}
+
 /// A MAP session the bridge acts through.
 pub struct Link {
     out: mpsc::Sender<String>,
     pending: Pending,
     next_id: AtomicU64,
+    bounds: Bounds,
+}
+
+fn closed() -> MapError {
+    json!({"code": -32603, "message": "the MAP connection closed"})
 }
 
 impl Link {
     /// A link over two frame channels; notifications (`map/message`,
     /// `map/event`) come out of the returned receiver.
-    fn over(out: mpsc::Sender<String>, mut incoming: mpsc::Receiver<String>) -> (Link, mpsc::Receiver<Value>) {
+    fn over(out: mpsc::Sender<String>, mut incoming: mpsc::Receiver<String>, bounds: Bounds) -> (Link, mpsc::Receiver<Value>) {
         let pending: Pending = Arc::default();
         let (notes_tx, notes_rx) = mpsc::channel(1024);
         let answers = pending.clone();
@@ -58,29 +73,41 @@ impl Link {
             }
             // The MAP side is gone: every call still waiting fails.
             for (_, tx) in answers.lock().drain() {
-                let _ = tx.send(Err(json!({"code": -32603, "message": "the MAP connection closed"})));
+                let _ = tx.send(Err(closed()));
             }
         });
-        (Link { out, pending, next_id: AtomicU64::new(1) }, notes_rx)
+        (Link { out, pending, next_id: AtomicU64::new(1), bounds }, notes_rx)
     }
 
-    /// Call a MAP method and wait for its answer.
+    /// Call a MAP method and wait for its answer (within the link's bounds).
     pub async fn call(&self, method: &str, params: Value) -> Result<Value, MapError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let frame = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
+        let Bounds { max_frame_bytes, call_timeout } = self.bounds;
+        if frame.len() > max_frame_bytes {
+            let message = format!("Invalid Request: {method} would be a message of {} bytes, over the limit of {max_frame_bytes} bytes", frame.len());
+            return Err(json!({"code": -32600, "message": message}));
+        }
         let (tx, rx) = oneshot::channel();
         self.pending.lock().insert(id, tx);
-        let frame = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
         if self.out.send(frame).await.is_err() {
             self.pending.lock().remove(&id);
-            return Err(json!({"code": -32603, "message": "the MAP connection closed"}));
+            return Err(closed());
         }
-        rx.await.unwrap_or_else(|_| Err(json!({"code": -32603, "message": "the MAP connection closed"})))
+        match tokio::time::timeout(call_timeout, rx).await {
+            Ok(answer) => answer.unwrap_or_else(|_| Err(closed())),
+            Err(_) => {
+                self.pending.lock().remove(&id);
+                Err(json!({"code": -32603, "message": format!("the gateway did not answer {method} within {} s", call_timeout.as_secs_f64())}))
+            }
+        }
     }
 }
 
 /// A session inside this gateway, as a transport would open it: `preset`
 /// credentials are those the editor's connection carried (HTTP headers).
-pub fn in_process(gw: Arc<Gateway>, preset: Option<(String, String)>, loopback: bool, peer_ip: Option<IpAddr>) -> (Link, mpsc::Receiver<Value>) {
+pub fn in_process(gw: Arc<Gateway>, preset: Option<(String, String)>, loopback: bool, peer_ip: Option<IpAddr>, call_timeout: Duration) -> (Link, mpsc::Receiver<Value>) {
+    let bounds = Bounds { max_frame_bytes: gw.config.server.max_message_bytes, call_timeout };
     let (frames_tx, mut frames_rx) = crate::core::outbox::channel(gw.config.limits.outbox_frames, gw.config.limits.outbox_bytes);
     let (out_tx, mut out_rx) = mpsc::channel::<String>(64);
     let (in_tx, in_rx) = mpsc::channel::<String>(1024);
@@ -109,11 +136,12 @@ pub fn in_process(gw: Arc<Gateway>, preset: Option<(String, String)>, loopback: 
         }
         gw.connection_closed(&mut conn);
     });
-    Link::over(out_tx, in_rx)
+    Link::over(out_tx, in_rx, bounds)
 }
 
-/// A session on the gateway at `url` (`ws://HOST:PORT/map`).
-pub async fn websocket(url: &str) -> anyhow::Result<(Link, mpsc::Receiver<Value>)> {
+/// A session on the gateway at `url` (`ws://HOST:PORT/map`), whose message
+/// limit is taken to be `bounds.max_frame_bytes`.
+pub async fn websocket(url: &str, bounds: Bounds) -> anyhow::Result<(Link, mpsc::Receiver<Value>)> {
     let rest = url.strip_prefix("ws://").with_context(|| format!("{url}: only ws:// URLs are supported (put a TLS proxy's plain side here, or run the bridge on the gateway's host)"))?;
     let authority = rest.split('/').next().unwrap_or(rest);
     let tcp = tokio::net::TcpStream::connect(authority).await.with_context(|| format!("connecting to {authority}"))?;
@@ -142,5 +170,5 @@ pub async fn websocket(url: &str) -> anyhow::Result<(Link, mpsc::Receiver<Value>
             }
         }
     });
-    Ok(Link::over(out_tx, in_rx))
+    Ok(Link::over(out_tx, in_rx, bounds))
 }

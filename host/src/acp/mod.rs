@@ -16,17 +16,19 @@ pub mod bridge;
 mod compat;
 pub mod link;
 
-use std::time::Duration;
-
-use serde_json::json;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use serde_json::{json, Value};
+use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
+use crate::rpc::{read_cap, read_line_limited};
+
 /// `map-gateway acp`: an editor on stdin/stdout (one JSON-RPC message per
-/// line), bridged to `agent` on the gateway at `url`. Returns when the
-/// editor closes stdin.
-pub async fn serve_stdio(url: &str, agent: &str, api_key: Option<String>, token: Option<String>, client_request_timeout: Duration) -> anyhow::Result<()> {
-    let (link, notes) = link::websocket(url).await?;
+/// line), bridged to `opts.agent` on the gateway at `url`, whose message
+/// limit is taken to be `opts.max_message_bytes`. Returns when the editor
+/// closes stdin.
+pub async fn serve_stdio(url: &str, opts: bridge::Options, api_key: Option<String>, token: Option<String>) -> anyhow::Result<()> {
+    let bounds = link::Bounds { max_frame_bytes: opts.max_message_bytes, call_timeout: opts.agent_request_timeout };
+    let (link, notes) = link::websocket(url, bounds).await?;
     let auth = match (api_key, token) {
         (Some(k), _) => Some(json!({"method": "api-key", "credential": k})),
         (None, Some(t)) => Some(json!({"method": "bearer", "credential": t})),
@@ -34,10 +36,24 @@ pub async fn serve_stdio(url: &str, agent: &str, api_key: Option<String>, token:
     };
     let (in_tx, in_rx) = mpsc::channel::<String>(64);
     let (out_tx, mut out_rx) = mpsc::channel::<String>(1024);
+    // A line too long to be kept is refused here; weak, so the editor's
+    // output still ends when the bridge does.
+    let refusals = out_tx.downgrade();
+    let limit = opts.max_message_bytes;
     tokio::spawn(async move {
-        let mut lines = BufReader::new(tokio::io::stdin()).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            if !line.trim().is_empty() && in_tx.send(line).await.is_err() {
+        let mut input = BufReader::new(tokio::io::stdin());
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            let (n, dropped) = match read_line_limited(&mut input, &mut line, read_cap(limit)).await {
+                Ok((0, _)) | Err(_) => break,
+                Ok(read) => read,
+            };
+            if dropped {
+                if let Some(out) = refusals.upgrade() {
+                    let _ = out.send(bridge::too_large(&Value::Null, n, limit)).await;
+                }
+            } else if !line.iter().all(u8::is_ascii_whitespace) && in_tx.send(String::from_utf8_lossy(&line).into_owned()).await.is_err() {
                 break;
             }
         }
@@ -50,7 +66,6 @@ pub async fn serve_stdio(url: &str, agent: &str, api_key: Option<String>, token:
             }
         }
     });
-    let opts = bridge::Options { agent: agent.to_string(), client_request_timeout };
     bridge::run(link, notes, in_rx, out_tx, opts, auth).await;
     let _ = writer.await;
     Ok(())

@@ -23,15 +23,20 @@ pub fn upgrade(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Re
         return error_json(StatusCode::BAD_REQUEST, "name the MAP agent: /acp?agent=<agent id or role>");
     };
     let preset = super::header_credentials(req.headers());
-    let opts = bridge::Options { agent, client_request_timeout: Duration::from_millis(gw.config.acp.client_request_timeout_ms) };
     let max = gw.config.server.max_message_bytes;
+    let opts = bridge::Options {
+        agent,
+        client_request_timeout: Duration::from_millis(gw.config.acp.client_request_timeout_ms),
+        agent_request_timeout: Duration::from_millis(gw.config.acp.agent_request_timeout_ms),
+        max_message_bytes: max,
+    };
     super::ws::accept(max, peer, req, move |socket| session(gw, socket, peer, preset, opts))
 }
 
 async fn session(gw: Arc<Gateway>, socket: super::ws::Socket, peer: SocketAddr, preset: Option<(String, String)>, opts: bridge::Options) {
     let _open = gw.drain.enter();
     let _counted = crate::metrics::connection("acp");
-    let (map, notes) = link::in_process(gw.clone(), preset, super::is_loopback(&peer), Some(peer.ip()));
+    let (map, notes) = link::in_process(gw.clone(), preset, super::is_loopback(&peer), Some(peer.ip()), opts.agent_request_timeout);
     let (mut sink, mut source) = socket.split();
     let (in_tx, in_rx) = mpsc::channel::<String>(64);
     let (out_tx, mut out_rx) = mpsc::channel::<String>(1024);

@@ -2,10 +2,10 @@
 
 use std::sync::Arc;
 
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncWriteExt, BufReader};
 
 use crate::core::{Conn, Gateway};
-use crate::rpc::{encode_error, RpcError};
+use crate::rpc::{encode_error, read_line_limited, RpcError};
 
 /// Serve one peer on stdin/stdout until stdin closes.
 pub async fn serve(gw: Arc<Gateway>) -> std::io::Result<()> {
@@ -57,32 +57,4 @@ where
     drop(conn);
     drop(tx);
     writer.await.map_err(std::io::Error::other)?
-}
-
-/// Read one line into `buf`, keeping at most `limit` bytes; the rest of an
-/// over-long line is consumed and dropped. Returns (bytes consumed, too long).
-async fn read_line_limited<R: tokio::io::AsyncBufRead + Unpin>(r: &mut R, buf: &mut Vec<u8>, limit: usize) -> std::io::Result<(usize, bool)> {
-    let mut consumed = 0;
-    let mut too_long = false;
-    loop {
-        let chunk = r.fill_buf().await?;
-        if chunk.is_empty() {
-            return Ok((consumed, too_long));
-        }
-        let (part, done) = match chunk.iter().position(|b| *b == b'\n') {
-            Some(i) => (&chunk[..i], i + 1),
-            None => (chunk, chunk.len()),
-        };
-        if buf.len() + part.len() > limit {
-            too_long = true;
-        } else if !too_long {
-            buf.extend_from_slice(part);
-        }
-        let ended = done > part.len();
-        r.consume(done);
-        consumed += done;
-        if ended {
-            return Ok((consumed, too_long));
-        }
-    }
 }

@@ -63,7 +63,7 @@ where
             Ok(upgraded) => {
                 // Frames past our own limit are answered with an error; only far
                 // larger ones make the WebSocket layer close with 1009.
-                let hard_cap = max_message_bytes.saturating_mul(4).max(16 << 20);
+                let hard_cap = crate::rpc::read_cap(max_message_bytes);
                 // tungstenite's 128 KiB default read buffer is zero-filled per
                 // connection: ~140 KiB per idle session. 8 KiB keeps it ~10×
                 // smaller; larger frames are read in more chunks.

@@ -256,6 +256,9 @@ struct ListFilter {
     parent: Option<String>,
     owner_id: Option<String>,
     has_children: Option<bool>,
+    /// This gateway's own: only agents whose owner is connected now (true),
+    /// or whose owner is not (false: dropped and may resume, or orphaned).
+    connected: Option<bool>,
 }
 
 #[derive(Deserialize, Default)]
@@ -309,6 +312,7 @@ pub fn list(active: &Active, req: &Request) -> Result<Out, RpcError> {
         .filter(|a| parent.is_none() || a.parent == parent)
         .filter(|a| owner.is_none() || owner.as_ref() == Some(&a.owner_id))
         .filter(|a| f.has_children.is_none_or(|h| h != a.children.is_empty()))
+        .filter(|a| f.connected.is_none_or(|c| c == reg.connected_since(&a.id).is_some()))
         .collect();
     let (agents, next) = page(matching, p.limit, p.cursor.as_deref())?;
     let mut result = json!({"agents": agents});
