@@ -102,6 +102,11 @@ async fn an_agent_that_dies_is_not_available_and_later_requests_fail_at_once() {
     let (mut watcher, _) = gw.ws_connected("client", None).await;
     let listed = watcher.call_ok("map/agents/get", json!({"agentId": id})).await;
     assert_eq!(listed["agent"]["id"], id.as_str(), "the agent stays registered for its resume window");
+    let ids = |r: &Value| r["agents"].as_array().expect("agents").iter().map(|a| a["id"].as_str().unwrap_or_default().to_string()).collect::<Vec<_>>();
+    let dropped = watcher.call_ok("map/agents/list", json!({"filter": {"connected": false}})).await;
+    assert!(ids(&dropped).contains(&id), "{dropped}");
+    let live = watcher.call_ok("map/agents/list", json!({"filter": {"connected": true}})).await;
+    assert!(!ids(&live).contains(&id), "{live}");
 }
 
 #[tokio::test]

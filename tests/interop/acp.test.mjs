@@ -183,6 +183,40 @@ test('the agent disconnecting mid-prompt fails the prompt with a clear error, an
   });
 });
 
+test('an agent killed without a goodbye: its prompt fails, and later requests fail at once', async () => {
+  const { agent } = await codingAgent('coder');
+  const ed = editor();
+  await ed.app.connectWith(overWebSocket(agent.id), async (a) => {
+    const sessionId = await session(a);
+    const running = a.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: 'text', text: 'hang' }] });
+    await ed.updated(() => text(ed.updates).includes('working on: hang'));
+    agent.ws.terminate();
+    await assert.rejects(running, (e) => /went away before answering session\/prompt/.test(e.message ?? JSON.stringify(e)));
+    // Still registered while its session may resume, but not available.
+    for (const method of [acp.methods.agent.session.new, acp.methods.agent.session.prompt]) {
+      const params = method === acp.methods.agent.session.new ? { cwd: '/work', mcpServers: [] } : { sessionId, prompt: [{ type: 'text', text: 'again' }] };
+      await assert.rejects(soon(a.request(method, params)), (e) => /The MAP agent is not available/.test(e.message ?? JSON.stringify(e)));
+    }
+  });
+});
+
+test('an editor bound by role moves to the next live agent with that role when its agent is killed', async () => {
+  const role = `builder-${uid()}`;
+  const first = await codingAgent(role);
+  await codingAgent(role);
+  const ed = editor();
+  await ed.app.connectWith(overWebSocket(role), async (a) => {
+    const sessionId = await session(a);
+    const running = a.request(acp.methods.agent.session.prompt, { sessionId, prompt: [{ type: 'text', text: 'hang' }] });
+    await ed.updated(() => text(ed.updates).includes('working on: hang'));
+    first.agent.ws.terminate();
+    await assert.rejects(running, (e) => /went away before answering session\/prompt/.test(e.message ?? JSON.stringify(e)));
+    const next = await soon(session(a));
+    const done = await a.request(acp.methods.agent.session.prompt, { sessionId: next, prompt: [{ type: 'text', text: 'hello' }] });
+    assert.equal(done.stopReason, 'end_turn');
+  });
+});
+
 test('an unknown agent, and a missing ?agent=, are refused clearly', async () => {
   const ed = editor();
   await ed.app.connectWith(overWebSocket('nobody-has-this-role'), async (a) => {
@@ -272,6 +306,11 @@ test('over stdio: map-gateway acp launched as the editor launches an agent', asy
   assert.equal(code, 0, stderr);
   assert.ok(text(ed.updates).includes('permission reject; the file has 13 bytes; terminal term-1'), JSON.stringify(ed.updates));
 });
+
+/** `promise`, or a rejection when it is not settled within `ms`. */
+function soon(promise, ms = WAIT_MS * 2) {
+  return Promise.race([promise, new Promise((_, reject) => setTimeout(() => reject(new Error(`not settled within ${ms} ms`)), ms).unref())]);
+}
 
 /** A list whose `until(cond)` resolves as soon as a push makes `cond` true. */
 function watchedList() {
