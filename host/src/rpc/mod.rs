@@ -1,4 +1,5 @@
-//! JSON-RPC 2.0: frame decoding, response encoding, and the error type with MAP codes.
+//! JSON-RPC 2.0: frame decoding, response encoding, the error type with MAP
+//! codes, and reading messages under a size limit.
 
 mod codec;
 mod error;
