@@ -202,12 +202,16 @@ pub struct ServerConfig {
     /// Browser origins (`https://app.example`) allowed to open WebSockets, call
     /// `/map/rpc` and read `/map/events`. Same-origin requests are always allowed.
     pub allowed_origins: Vec<String>,
-    /// A client must send a request's headers within this time.
+    /// A new connection must send its first complete request head (after
+    /// its TLS handshake) within this time of being accepted, and each later
+    /// HTTP/1.1 one within this time of the previous answer.
     pub header_timeout_ms: u64,
     /// An HTTP connection with no request in flight is closed after this long;
     /// a WebSocket that answers no ping for this long is closed too.
     pub idle_timeout_secs: u64,
-    /// Open connections at most; more are answered 503 and closed.
+    /// Open connections at most. At the cap, the oldest connection that has
+    /// not yet sent a request head is closed to admit a new one; with none,
+    /// the new one is answered 503 and closed.
     pub max_connections: usize,
     /// Threads for plugin calls that run past their first 5 ms slice or wait,
     /// apart from the ones serving connections (0: one per CPU, at least 2),

@@ -336,7 +336,7 @@ async fn websocket_protocol_faults_close_with_their_codes() {
 #[tokio::test]
 async fn oversized_bodies_get_their_413() {
     let gw = Gateway::start_with(4096, TENANTS);
-    // Up to 16× the limit the body is read and discarded; beyond, refused unread.
+    // A client that writes the whole body before it reads gets its 413, whatever the size.
     for size in [20_000, 60_000, 200_000, 20_000, 60_000] {
         let big = vec![b' '; size];
         let r = post(&gw.addr(), "/map/rpc", None, &big).await;
@@ -489,25 +489,41 @@ async fn a_tenant_checks_jwts_from_its_issuer() {
 }
 
 #[tokio::test]
-async fn out_of_descriptors_the_gateway_refuses_cleanly_and_recovers() {
+async fn out_of_descriptors_silent_sockets_give_way_and_busy_ones_are_refused_cleanly() {
     let dir = TempDir::new("fds");
-    let config = write_config_server(dir.path(), "idle_timeout_secs = 2\nheader_timeout_ms = 60000", TENANTS);
+    let config = write_config_server(dir.path(), "idle_timeout_secs = 60\nheader_timeout_ms = 60000", TENANTS);
     // 100 descriptors: the connection cap drops to 36, leaving room for the rest.
     let gw = Gateway::launch_limited(dir, config, Some(100));
     let addr = gw.addr();
-    let mut idle = Vec::new();
+    // Sockets that never send a byte do not keep a new client out: the
+    // oldest of them are closed to make room.
+    let mut silent = Vec::new();
     for _ in 0..80 {
-        idle.push(TcpStream::connect(&addr).await.unwrap());
+        silent.push(TcpStream::connect(&addr).await.unwrap());
     }
-    // A new client is answered at once (503), not left to time out.
+    let started = Instant::now();
+    let served = http(&addr, "GET", "/healthz", &[], b"").await;
+    assert_eq!(served.status, 200, "{}", served.text());
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert!(gw.log().contains("max_connections lowered"), "{}", gw.log());
+    let mut buf = [0u8; 16];
+    let oldest = tokio::time::timeout(WAIT, silent[0].read(&mut buf)).await.expect("the oldest silent socket is closed");
+    assert!(matches!(oldest, Ok(0)) || oldest.is_err(), "{oldest:?}");
+    assert!(tokio::time::timeout(QUIET, silent[79].read(&mut buf)).await.is_err(), "the newest silent socket is kept");
+    drop(silent);
+    // Connections that are in use hold their slots: a new client is answered at once (503).
+    let mut held = Vec::new();
+    while held.len() < 36 {
+        held.push(gw.ws().await);
+    }
     let started = Instant::now();
     let busy = http(&addr, "GET", "/healthz", &[], b"").await;
     assert_eq!(busy.status, 503, "{}", busy.text());
     assert!(started.elapsed() < Duration::from_secs(2));
-    assert!(gw.log().contains("max_connections lowered"), "{}", gw.log());
-    // The idle sockets are closed after the idle timeout, and service comes back.
-    healthy_within(&addr, Duration::from_secs(8), "service must resume once idle sockets are closed").await;
-    drop(idle);
+    for ws in held {
+        ws.close().await;
+    }
+    healthy_within(&addr, WAIT, "service resumes once the connections close").await;
 }
 
 #[tokio::test]
@@ -519,4 +535,107 @@ async fn unknown_paths_are_404_even_without_credentials() {
     }
     // Logs written to a file carry no terminal colours.
     assert!(gw.log().contains("gateway ready") && !gw.log().contains('\u{1b}'), "{}", gw.log());
+}
+
+/// A raw TCP connection upgraded to a WebSocket on `/map`.
+async fn raw_websocket(addr: &str) -> TcpStream {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let head = format!("GET /map HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n");
+    s.write_all(head.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        assert_eq!(s.read(&mut byte).await.unwrap(), 1, "the upgrade is answered");
+        head.push(byte[0]);
+    }
+    assert!(head.starts_with(b"HTTP/1.1 101"), "{}", String::from_utf8_lossy(&head));
+    s
+}
+
+/// Send one masked text frame of `len` bytes, as a client that writes the
+/// whole frame before it reads (as many do): the frame must be taken (no
+/// reset), then the gateway's close frame arrives and the connection ends.
+/// The close code (`None`: no close frame came first).
+async fn oversized_frame_close_code(addr: &str, len: u64) -> Option<u16> {
+    let mut s = raw_websocket(addr).await;
+    let mut head = vec![0x81, 0x80 | 127];
+    head.extend_from_slice(&len.to_be_bytes());
+    head.extend_from_slice(&[0, 0, 0, 0]);
+    let chunk = vec![b'x'; 1 << 20];
+    let write = async {
+        s.write_all(&head).await?;
+        let mut left = len;
+        while left > 0 {
+            let n = left.min(chunk.len() as u64) as usize;
+            s.write_all(&chunk[..n]).await?;
+            left -= n as u64;
+        }
+        Ok::<_, std::io::Error>(())
+    };
+    let written = tokio::time::timeout(Duration::from_secs(20), write).await.expect("the frame is written in time");
+    written.expect("the gateway reads the frame out instead of resetting the connection");
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(WAIT, s.read_to_end(&mut got)).await.expect("the gateway ends the connection in time");
+    read.expect("the connection ends without a reset");
+    (got.len() >= 4 && got[0] == 0x88).then(|| u16::from_be_bytes([got[2], got[3]]))
+}
+
+#[tokio::test]
+async fn a_frame_far_over_the_limit_gets_its_1009() {
+    let gw = Gateway::start();
+    assert_eq!(oversized_frame_close_code(&gw.addr(), 17 << 20).await, Some(1009), "17 MiB against 64 KiB");
+    // The default limit (8 MiB): its hard cap is 32 MiB.
+    let default = Gateway::start_config("", TENANTS);
+    assert_eq!(oversized_frame_close_code(&default.addr(), 64 << 20).await, Some(1009), "64 MiB against the default");
+    // The gateway still serves.
+    let (mut ws, _) = gw.ws_connected("client", None).await;
+    ws.call_ok("map/agents/list", json!({})).await;
+}
+
+/// What a client that stops sending reads: the response, up to the close.
+async fn response_of_stalled(mut s: TcpStream) -> (String, Value) {
+    let mut raw = Vec::new();
+    let read = tokio::time::timeout(WAIT, s.read_to_end(&mut raw)).await.expect("answered and closed while the client stalls");
+    read.expect("closed without a reset");
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no HTTP head in {text:?}"));
+    (head.to_ascii_lowercase(), serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body:?}")))
+}
+
+#[tokio::test]
+async fn a_body_over_the_limit_is_refused_without_waiting_for_the_rest() {
+    let gw = Gateway::start();
+    let addr = gw.addr();
+    let head = |framing: &str| format!("POST /map/rpc HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n{framing}\r\n\r\n");
+    // A declared length over the limit (64 KiB), nothing of it sent; then 100 KiB of it sent.
+    for sent in [0, 100 << 10] {
+        let mut s = TcpStream::connect(&addr).await.unwrap();
+        s.write_all(head("Content-Length: 1048576").as_bytes()).await.unwrap();
+        s.write_all(&vec![b' '; sent]).await.unwrap();
+        let (head, body) = response_of_stalled(s).await;
+        assert!(head.starts_with("http/1.1 413"), "{sent} bytes sent: {head}");
+        assert!(head.contains("connection: close"), "{head}");
+        assert_eq!(err_code(&body), -32600);
+    }
+    // A chunked body, once it passes the limit.
+    let mut s = TcpStream::connect(&addr).await.unwrap();
+    s.write_all(head("Transfer-Encoding: chunked").as_bytes()).await.unwrap();
+    for _ in 0..10 {
+        s.write_all(format!("2800\r\n{}\r\n", " ".repeat(0x2800)).as_bytes()).await.unwrap();
+    }
+    let (head, body) = response_of_stalled(s).await;
+    assert!(head.starts_with("http/1.1 413"), "{head}");
+    assert_eq!(err_code(&body), -32600);
+    // The gateway still serves.
+    let r = post_rpc(&addr, None, &request(1, "map/connect", json!({"protocolVersion": 1}))).await;
+    assert_eq!(r.status, 200);
+}
+
+#[tokio::test]
+async fn a_connection_that_sends_nothing_is_closed_after_the_header_timeout() {
+    let gw = Gateway::start_config("header_timeout_ms = 300\nidle_timeout_secs = 60", TENANTS);
+    let mut silent = TcpStream::connect(gw.addr()).await.unwrap();
+    let mut buf = [0u8; 64];
+    let n = tokio::time::timeout(Duration::from_secs(3), silent.read(&mut buf)).await.expect("closed after the header timeout, not the idle one");
+    assert!(matches!(n, Ok(0)) || n.is_err(), "closed without an answer: {n:?}");
 }

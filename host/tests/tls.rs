@@ -121,6 +121,24 @@ async fn https_and_wss_are_served_and_a_renewed_certificate_is_picked_up() {
     }
 }
 
+#[tokio::test]
+async fn a_connection_that_sends_no_request_after_its_handshake_is_closed_after_the_header_timeout() {
+    let dir = TempDir::new("tls-silent");
+    let cert = certificate(dir.path(), &["127.0.0.1"]);
+    let tls = format!("[tls]\ncert_file = {:?}\nkey_file = {:?}\n", dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    let config = write_config_server(dir.path(), "header_timeout_ms = 1000\nidle_timeout_secs = 60", &format!("{tls}{TENANTS}"));
+    let gw = Gateway::launch(TempDir::new("tls-silent-run"), config);
+    // The handshake, then nothing: the header timeout counts from accept, over the handshake too.
+    let mut s = tls_connect(&gw.addr(), &cert).await.expect("TLS handshake");
+    let mut buf = [0u8; 64];
+    let n = tokio::time::timeout(Duration::from_secs(4), s.read(&mut buf)).await.expect("closed after the header timeout, not the idle one");
+    assert!(!matches!(n, Ok(n) if n > 0), "closed without an answer: {n:?}");
+    // A silent TCP peer that never starts the handshake is closed alike.
+    let mut raw = TcpStream::connect(gw.addr()).await.unwrap();
+    let n = tokio::time::timeout(Duration::from_secs(4), raw.read(&mut buf)).await.expect("closed after the header timeout");
+    assert!(!matches!(n, Ok(n) if n > 0), "{n:?}");
+}
+
 #[test]
 fn check_refuses_a_key_that_does_not_match_the_certificate() {
     let dir = TempDir::new("tls-check");

@@ -144,9 +144,13 @@ async fn plugin_http(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>)
     let query = req.uri().query().unwrap_or_default().to_string();
     let headers = req.headers().iter().filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string()))).collect();
     let limit = gw.config.server.max_message_bytes;
+    let linger = req.extensions().get::<super::Linger>().cloned();
     let body = match read_body(req.into_body(), limit).await {
         Ok(b) => b.to_vec(),
-        Err(BodyError::TooLarge) => return plugin_refusal(StatusCode::PAYLOAD_TOO_LARGE, "message_too_large", &format!("the body is larger than the gateway's limit of {limit} bytes")),
+        Err(BodyError::TooLarge) => {
+            let refusal = plugin_refusal(StatusCode::PAYLOAD_TOO_LARGE, "message_too_large", &format!("the body is larger than the gateway's limit of {limit} bytes"));
+            return refusing_body(refusal, linger);
+        }
         Err(BodyError::Unreadable) => return plugin_refusal(StatusCode::BAD_REQUEST, "invalid_request", "could not read the body"),
     };
     let request = crate::plugins::HttpRequest { method, path: rest, query, headers, body };
@@ -200,34 +204,38 @@ enum BodyError {
     Unreadable,
 }
 
-/// Read a body up to `limit` bytes. A larger one is read on and discarded
-/// (up to 16× the limit, for at most 5 s) before the 413 goes out: closing
-/// with unread bytes would reset the connection and lose the answer.
+/// Read a body up to `limit` bytes, for at most 5 s. One declared larger,
+/// or that grows larger, is refused at once.
 async fn read_body(mut body: Incoming, limit: usize) -> Result<Bytes, BodyError> {
-    if hyper::body::Body::size_hint(&body).exact().is_some_and(|n| n > 16 * limit as u64) {
+    if hyper::body::Body::size_hint(&body).lower() > limit as u64 {
         return Err(BodyError::TooLarge);
     }
     let mut out = Vec::new();
-    let mut seen = 0usize;
-    let drain = async {
+    let read = async {
         while let Some(frame) = body.frame().await {
             let Ok(frame) = frame else { return Err(BodyError::Unreadable) };
             if let Ok(data) = frame.into_data() {
-                seen += data.len();
-                if seen <= limit {
-                    out.extend_from_slice(&data);
-                } else if seen > 16 * limit {
-                    break;
+                if out.len() + data.len() > limit {
+                    return Err(BodyError::TooLarge);
                 }
+                out.extend_from_slice(&data);
             }
         }
         Ok(())
     };
-    tokio::time::timeout(Duration::from_secs(5), drain).await.map_err(|_| BodyError::Unreadable)??;
-    if seen > limit {
-        return Err(BodyError::TooLarge);
-    }
+    tokio::time::timeout(Duration::from_secs(5), read).await.map_err(|_| BodyError::Unreadable)??;
     Ok(Bytes::from(out))
+}
+
+/// The answer to a body over the limit closes the connection, which reads
+/// on (and discards) what the peer still sends so the answer is not lost
+/// to a reset.
+fn refusing_body(mut resp: Response<Body>, linger: Option<super::Linger>) -> Response<Body> {
+    if let Some(linger) = linger {
+        linger.set();
+    }
+    resp.headers_mut().insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
+    resp
 }
 
 fn session_of(req: &Request<Incoming>) -> Option<String> {
@@ -264,11 +272,12 @@ async fn rpc(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Resp
         Some(Ok(who)) => who,
         None => None,
     };
+    let linger = req.extensions().get::<super::Linger>().cloned();
     let body = match read_body(req.into_body(), limit).await {
         Ok(b) => b,
         Err(BodyError::TooLarge) => {
             let err = RpcError::invalid_request(format!("Invalid Request: body exceeds the limit of {limit} bytes"));
-            return rpc_error(StatusCode::PAYLOAD_TOO_LARGE, err);
+            return refusing_body(rpc_error(StatusCode::PAYLOAD_TOO_LARGE, err), linger);
         }
         Err(BodyError::Unreadable) => return full(StatusCode::BAD_REQUEST, "text/plain", "could not read the body\n"),
     };

@@ -8,13 +8,14 @@ mod admin;
 mod dashboard;
 mod grpc;
 mod http;
+mod pending;
 pub mod stdio;
 pub mod tls;
 mod ws;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
@@ -34,10 +35,20 @@ fn raise_file_limit() -> u64 {
     }
 }
 
+/// How long a peer that is refused while still sending (a body or frame
+/// over the limit) is read from, and what it sends discarded, before its
+/// connection closes.
+const LINGER: Duration = Duration::from_secs(5);
+
+/// How long a new peer waits for the slot of the connection closed to make room for it.
+const EVICTED_SLOT_WAIT: Duration = Duration::from_secs(1);
+
 /// Accept connections until the process ends (over TLS when `tls` is
-/// given). Past `max_connections` a peer is answered 503 and closed; a peer
-/// that sends nothing within the header timeout (or does not finish its TLS
-/// handshake in it), or idles between requests, is closed.
+/// given). A connection must send a complete request head within the
+/// header timeout counted from accept (its TLS handshake included), and is
+/// closed when it idles between requests. At `max_connections`, the oldest
+/// connection that has not yet sent a request head is closed to make room;
+/// when every connection has sent one, a new peer is answered 503 and closed.
 pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener, tls: Option<Arc<tls::Tls>>) -> std::io::Result<()> {
     let server = &gateway.config.server;
     let files = raise_file_limit();
@@ -47,6 +58,7 @@ pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener, tls: Option<Arc
         tracing::warn!(max_connections = server.max_connections, open_file_limit = files, cap, "max_connections lowered to fit the open-file limit");
     }
     let slots = Arc::new(tokio::sync::Semaphore::new(cap));
+    let pending = Arc::new(pending::Pending::default());
     let header_timeout = Duration::from_millis(server.header_timeout_ms);
     loop {
         let (stream, peer) = match listener.accept().await {
@@ -58,31 +70,51 @@ pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener, tls: Option<Arc
                 continue;
             }
         };
+        let deadline = tokio::time::Instant::now() + header_timeout;
         let _ = stream.set_nodelay(true);
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            tokio::spawn(refuse_busy(stream));
-            continue;
+        let slot = match slots.clone().try_acquire_owned() {
+            Ok(slot) => Some(slot),
+            // Its slot comes free when its task ends.
+            Err(_) if pending.evict_oldest() => None,
+            Err(_) => {
+                tokio::spawn(refuse_busy(stream));
+                continue;
+            }
         };
         let gateway = gateway.clone();
         let tls = tls.clone();
+        let slots = slots.clone();
+        let pending = pending.clone();
         tokio::spawn(async move {
+            let slot = match slot {
+                Some(slot) => slot,
+                None => match tokio::time::timeout(EVICTED_SLOT_WAIT, slots.acquire_owned()).await {
+                    Ok(Ok(slot)) => slot,
+                    _ => return refuse_busy(stream).await,
+                },
+            };
             let _open = gateway.drain.enter();
             let _counted = crate::metrics::connection("http");
-            let last_active = Arc::new(AtomicU64::new(crate::core::ids::now_ms()));
+            let waiting = pending.admit(deadline);
             match tls {
-                None => serve_connection(gateway, peer, IdleIo { inner: stream, last_active, _slot: slot }).await,
-                Some(tls) => match tokio::time::timeout(header_timeout, tls.acceptor().accept(stream)).await {
-                    Ok(Ok(stream)) => serve_connection(gateway, peer, IdleIo { inner: stream, last_active, _slot: slot }).await,
-                    Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
-                    Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
-                },
+                None => serve_connection(gateway, peer, IdleIo::new(stream, slot), waiting).await,
+                Some(tls) => {
+                    let handshake = tokio::select! {
+                        r = tls.acceptor().accept(stream) => r,
+                        _ = waiting.expired() => return tracing::debug!(%peer, "no TLS handshake and request head within the header timeout"),
+                    };
+                    match handshake {
+                        Ok(stream) => serve_connection(gateway, peer, IdleIo::new(stream, slot), waiting).await,
+                        Err(e) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                    }
+                }
             }
         });
     }
 }
 
 /// One connection: HTTP/1.1, or HTTP/2 when the client opens with its preface (gRPC).
-async fn serve_connection<S>(gateway: Arc<Gateway>, peer: SocketAddr, io: IdleIo<S>)
+async fn serve_connection<S>(gateway: Arc<Gateway>, peer: SocketAddr, io: IdleIo<S>, waiting: Arc<pending::Waiting>)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -91,11 +123,18 @@ where
     let idle = Duration::from_secs(server.idle_timeout_secs);
     let stopping = gateway.drain.stopping();
     let last_active = io.last_active.clone();
+    let linger = io.linger.clone();
     let service = {
         let gateway = gateway.clone();
-        hyper::service::service_fn(move |req| serve_request(gateway.clone(), peer, req))
+        let waiting = waiting.clone();
+        hyper::service::service_fn(move |mut req| {
+            waiting.started();
+            req.extensions_mut().insert(linger.clone());
+            serve_request(gateway.clone(), peer, req)
+        })
     };
     let mut builder = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+    // Bounds the heads of later requests; the first one is bounded from accept by `waiting`.
     builder.http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(header_timeout);
     builder
         .http2()
@@ -104,8 +143,10 @@ where
         .keep_alive_interval(Some(idle / 4))
         .keep_alive_timeout(Duration::from_secs(20));
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+    let expired = waiting.expired();
     tokio::pin!(conn);
     tokio::pin!(stopping);
+    tokio::pin!(expired);
     let mut draining = false;
     // Close a connection whose bytes stopped flowing for the idle time.
     // Upgraded WebSockets keep their own ping-based check; SSE streams
@@ -122,6 +163,10 @@ where
             _ = &mut stopping, if !draining => {
                 draining = true;
                 conn.as_mut().graceful_shutdown();
+            }
+            () = &mut expired => {
+                tracing::debug!(%peer, "closing a connection that sent no request head within the header timeout");
+                break;
             }
             _ = tokio::time::sleep(idle / 4) => {
                 if crate::core::ids::now_ms().saturating_sub(last_active.load(Ordering::Relaxed)) >= idle.as_millis() as u64 {
@@ -154,26 +199,70 @@ async fn refuse_busy(mut stream: tokio::net::TcpStream) {
     let _ = stream.shutdown().await;
 }
 
-/// A TCP stream that remembers when bytes last moved, for the idle timeout,
-/// and holds its connection slot until it is dropped (after a WebSocket
-/// upgrade too).
-struct IdleIo<S> {
-    inner: S,
-    /// Milliseconds since the epoch when bytes last moved.
-    last_active: Arc<AtomicU64>,
-    _slot: tokio::sync::OwnedSemaphorePermit,
-}
+/// Set (through a request's extensions) by a handler that refuses a peer
+/// still sending: when the connection closes, what the peer still sends is
+/// read and discarded for up to `LINGER`, so the refusal reaches it
+/// instead of a reset.
+#[derive(Clone, Default)]
+pub(crate) struct Linger(Arc<AtomicBool>);
 
-impl<S> IdleIo<S> {
-    fn touch(&self) {
-        self.last_active.store(crate::core::ids::now_ms(), Ordering::Relaxed);
+impl Linger {
+    pub(crate) fn set(&self) {
+        self.0.store(true, Ordering::Relaxed);
     }
 }
 
-impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for IdleIo<S> {
+/// A connection's stream: remembers when bytes last moved, for the idle
+/// timeout, and holds its connection slot until it is dropped (after a
+/// WebSocket upgrade too), or until its lingering close ends.
+struct IdleIo<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static> {
+    /// `None` only once dropped.
+    inner: Option<(S, tokio::sync::OwnedSemaphorePermit)>,
+    /// Milliseconds since the epoch when bytes last moved.
+    last_active: Arc<AtomicU64>,
+    linger: Linger,
+}
+
+impl<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static> IdleIo<S> {
+    fn new(inner: S, slot: tokio::sync::OwnedSemaphorePermit) -> Self {
+        IdleIo { inner: Some((inner, slot)), last_active: Arc::new(AtomicU64::new(crate::core::ids::now_ms())), linger: Linger::default() }
+    }
+
+    fn touch(&self) {
+        self.last_active.store(crate::core::ids::now_ms(), Ordering::Relaxed);
+    }
+
+    fn io(&mut self) -> std::pin::Pin<&mut S> {
+        std::pin::Pin::new(&mut self.inner.as_mut().expect("present until dropped").0)
+    }
+}
+
+impl<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static> Drop for IdleIo<S> {
+    fn drop(&mut self) {
+        if !self.linger.0.load(Ordering::Relaxed) {
+            return;
+        }
+        let (Some((io, slot)), Ok(runtime)) = (self.inner.take(), tokio::runtime::Handle::try_current()) else {
+            return;
+        };
+        runtime.spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut io = io;
+            let _ = tokio::time::timeout(LINGER, async {
+                let _ = io.shutdown().await;
+                let mut discard = vec![0u8; 16 << 10];
+                while matches!(io.read(&mut discard).await, Ok(n) if n > 0) {}
+            })
+            .await;
+            drop(slot);
+        });
+    }
+}
+
+impl<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static> tokio::io::AsyncRead for IdleIo<S> {
     fn poll_read(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>, buf: &mut tokio::io::ReadBuf<'_>) -> std::task::Poll<std::io::Result<()>> {
         let before = buf.filled().len();
-        let r = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        let r = self.io().poll_read(cx, buf);
         if buf.filled().len() > before {
             self.touch();
         }
@@ -181,9 +270,9 @@ impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for IdleIo<S> {
     }
 }
 
-impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for IdleIo<S> {
+impl<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static> tokio::io::AsyncWrite for IdleIo<S> {
     fn poll_write(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>, data: &[u8]) -> std::task::Poll<std::io::Result<usize>> {
-        let r = std::pin::Pin::new(&mut self.inner).poll_write(cx, data);
+        let r = self.io().poll_write(cx, data);
         if matches!(r, std::task::Poll::Ready(Ok(n)) if n > 0) {
             self.touch();
         }
@@ -191,11 +280,11 @@ impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for IdleIo<S> {
     }
 
     fn poll_flush(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+        self.io().poll_flush(cx)
     }
 
     fn poll_shutdown(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+        self.io().poll_shutdown(cx)
     }
 }
 

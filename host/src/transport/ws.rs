@@ -38,8 +38,9 @@ pub fn is_upgrade(req: &Request<Incoming>) -> bool {
 
 pub fn upgrade(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Response<Body> {
     let preset = super::header_credentials(req.headers());
+    let linger = req.extensions().get::<super::Linger>().cloned().unwrap_or_default();
     let max = gw.config.server.max_message_bytes;
-    accept(max, peer, req, move |socket| run(gw, socket, peer, preset))
+    accept(max, peer, req, move |socket| run(gw, socket, peer, preset, linger))
 }
 
 /// A WebSocket the handshake accepted.
@@ -101,7 +102,10 @@ fn close_for(e: &tungstenite::Error) -> Option<CloseFrame> {
     Some(CloseFrame { code, reason: reason.into() })
 }
 
-async fn run<S>(gw: Arc<Gateway>, socket: WebSocketStream<S>, peer: SocketAddr, preset: Option<(String, String)>)
+/// `linger`: set when the socket is closed on a frame it could not read,
+/// so the rest of that frame is read and discarded and the close frame
+/// reaches the peer instead of a reset.
+async fn run<S>(gw: Arc<Gateway>, socket: WebSocketStream<S>, peer: SocketAddr, preset: Option<(String, String)>, linger: super::Linger)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -214,6 +218,9 @@ where
             Err(e) => {
                 tracing::debug!(%peer, error = %e, "websocket read failed");
                 close = close_for(&e);
+                if close.is_some() {
+                    linger.set();
+                }
                 break;
             }
         };
