@@ -539,8 +539,12 @@ async fn unknown_paths_are_404_even_without_credentials() {
 
 /// A raw TCP connection upgraded to a WebSocket on `/map`.
 async fn raw_websocket(addr: &str) -> TcpStream {
+    raw_websocket_at(addr, "/map").await
+}
+
+async fn raw_websocket_at(addr: &str, path: &str) -> TcpStream {
     let mut s = TcpStream::connect(addr).await.unwrap();
-    let head = format!("GET /map HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n");
+    let head = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n");
     s.write_all(head.as_bytes()).await.unwrap();
     let mut head = Vec::new();
     while !head.ends_with(b"\r\n\r\n") {
@@ -557,7 +561,11 @@ async fn raw_websocket(addr: &str) -> TcpStream {
 /// reset), then the gateway's close frame arrives and the connection ends.
 /// The close code (`None`: no close frame came first).
 async fn oversized_frame_close_code(addr: &str, len: u64) -> Option<u16> {
-    let mut s = raw_websocket(addr).await;
+    oversized_frame_close_code_at(addr, "/map", len).await
+}
+
+async fn oversized_frame_close_code_at(addr: &str, path: &str, len: u64) -> Option<u16> {
+    let mut s = raw_websocket_at(addr, path).await;
     let mut head = vec![0x81, 0x80 | 127];
     head.extend_from_slice(&len.to_be_bytes());
     head.extend_from_slice(&[0, 0, 0, 0]);
@@ -587,6 +595,8 @@ async fn a_frame_far_over_the_limit_gets_its_1009() {
     // The default limit (8 MiB): its hard cap is 32 MiB.
     let default = Gateway::start_config("", TENANTS);
     assert_eq!(oversized_frame_close_code(&default.addr(), 64 << 20).await, Some(1009), "64 MiB against the default");
+    // An editor's WebSocket (ACP) is closed the same way.
+    assert_eq!(oversized_frame_close_code_at(&gw.addr(), "/acp?agent=coder", 17 << 20).await, Some(1009), "17 MiB on /acp");
     // The gateway still serves.
     let (mut ws, _) = gw.ws_connected("client", None).await;
     ws.call_ok("map/agents/list", json!({})).await;

@@ -10,7 +10,8 @@ use std::time::Duration;
 use futures_util::{SinkExt, StreamExt};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
 
 use super::http::{error_json, Body};
@@ -23,6 +24,7 @@ pub fn upgrade(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Re
         return error_json(StatusCode::BAD_REQUEST, "name the MAP agent: /acp?agent=<agent id or role>");
     };
     let preset = super::header_credentials(req.headers());
+    let linger = req.extensions().get::<super::Linger>().cloned().unwrap_or_default();
     let max = gw.config.server.max_message_bytes;
     let opts = bridge::Options {
         agent,
@@ -30,23 +32,35 @@ pub fn upgrade(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Re
         agent_request_timeout: Duration::from_millis(gw.config.acp.agent_request_timeout_ms),
         max_message_bytes: max,
     };
-    super::ws::accept(max, peer, req, move |socket| session(gw, socket, peer, preset, opts))
+    super::ws::accept(max, peer, req, move |socket| session(gw, socket, peer, preset, opts, linger))
 }
 
-async fn session(gw: Arc<Gateway>, socket: super::ws::Socket, peer: SocketAddr, preset: Option<(String, String)>, opts: bridge::Options) {
+/// `linger`: set when the socket closes on a frame it could not read (too
+/// large, not UTF-8), so that its close frame reaches the editor, as on `/map`.
+async fn session(gw: Arc<Gateway>, socket: super::ws::Socket, peer: SocketAddr, preset: Option<(String, String)>, opts: bridge::Options, linger: super::Linger) {
     let _open = gw.drain.enter();
     let _counted = crate::metrics::connection("acp");
     let (map, notes) = link::in_process(gw.clone(), preset, super::is_loopback(&peer), Some(peer.ip()), opts.agent_request_timeout);
     let (mut sink, mut source) = socket.split();
     let (in_tx, in_rx) = mpsc::channel::<String>(64);
     let (out_tx, mut out_rx) = mpsc::channel::<String>(1024);
+    let (close_tx, mut close_rx) = oneshot::channel::<CloseFrame>();
     let writer = tokio::spawn(async move {
         while let Some(text) = out_rx.recv().await {
             if sink.send(Message::text(text)).await.is_err() {
                 return;
             }
         }
-        let _ = sink.close().await;
+        // The reader has already stopped when the bridge ended because the
+        // editor's frames did; otherwise this closes normally, at once.
+        match close_rx.try_recv() {
+            Ok(frame) => {
+                let _ = sink.send(Message::Close(Some(frame))).await;
+            }
+            Err(_) => {
+                let _ = sink.close().await;
+            }
+        }
     });
     let stopping = gw.drain.stopping();
     let reader = async move {
@@ -67,7 +81,14 @@ async fn session(gw: Arc<Gateway>, socket: super::ws::Socket, peer: SocketAddr, 
                         break;
                     }
                 }
-                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
+                Some(Err(e)) => {
+                    if let Some(frame) = super::ws::close_for(&e) {
+                        linger.set();
+                        let _ = close_tx.send(frame);
+                    }
+                    break;
+                }
+                Some(Ok(Message::Close(_))) | None => break,
                 Some(Ok(_)) => continue,
             }
         }

@@ -93,7 +93,7 @@ fn text_message(f: Frame) -> Message {
 }
 
 /// Why the reader stopped, and the close code to send.
-fn close_for(e: &tungstenite::Error) -> Option<CloseFrame> {
+pub(super) fn close_for(e: &tungstenite::Error) -> Option<CloseFrame> {
     let (code, reason) = match e {
         tungstenite::Error::Utf8 => (CloseCode::Invalid, "text frame is not valid UTF-8"),
         tungstenite::Error::Capacity(_) => (CloseCode::Size, "message too large"),
