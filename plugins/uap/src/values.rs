@@ -75,8 +75,7 @@ mod tests {
     #[test]
     fn numbers_json_cannot_carry_are_errors() {
         assert!(payload(json!({"metadata": {"n": 9007199254740993_i64}})).is_err());
-        let mut p = proto::Payload::default();
-        p.metadata = Some(pbjson_types::Struct { fields: [("x".to_string(), pbjson_types::Value::from(f64::NAN))].into() });
-        assert!(to_json(&p).is_err());
+        let nan = pbjson_types::Struct { fields: [("x".to_string(), pbjson_types::Value::from(f64::NAN))].into() };
+        assert!(to_json(&proto::Payload { metadata: Some(nan), ..Default::default() }).is_err());
     }
 }
