@@ -87,7 +87,7 @@ async fn python_script(gw: Gateway, script: &str, args: &[&str]) -> (String, Gat
 async fn the_uap_hub_serves_grpcio_agents_and_map_clients() {
     let (gw, _) = uap_gateway();
     let (stdout, gw) = python_script(gw, "uap_agents.py", &["acme-key"]).await;
-    for check in ["happy path: ok", "rejection: ok", "acceptance timeout: ok", "cancel: ok", "disconnect mid-session: ok", "translation: ok", "malformed traffic: ok", "listing: ok"] {
+    for check in ["happy path: ok", "rejection: ok", "acceptance timeout: ok", "cancel: ok", "disconnect mid-session: ok", "translation: ok", "struct values: ok", "malformed traffic: ok", "listing: ok"] {
         assert!(stdout.contains(check), "{check} missing from:\n{stdout}");
     }
     // Another tenant's hub has none of acme's agents or jobs.

@@ -396,6 +396,11 @@ async fn agents_publish_cards_and_access_rules_through_their_registration() {
     alice.call_ok("map/agents/register", json!({"agentId": "alice", "name": "alice-bot", "metadata": {"mamp": mamp}})).await;
     let (mut zed, _) = gw.ws_connected("agent", Some(api_key("acme-key"))).await;
     zed.call_ok("map/agents/register", json!({"agentId": "zed"})).await;
+    // An empty card: the rest comes from the registration.
+    let (mut bea, _) = gw.ws_connected("agent", Some(api_key("acme-key"))).await;
+    let registration = json!({"agentId": "bea", "name": "Bea", "description": "Answers billing questions",
+        "capabilities": {"contentTypes": ["text", "code", "video"], "tools": ["refund", 7]}, "metadata": {"mamp": {"card": {}}}});
+    bea.call_ok("map/agents/register", registration).await;
     let get = |path: &str| json!({"method": "GET", "path": path, "headers": {"x-api-key": "acme-key"}});
     let answers = http(
         &gw,
@@ -405,6 +410,7 @@ async fn agents_publish_cards_and_access_rules_through_their_registration() {
             get("/mamp/v1/agents/nobody/card"),
             post(&message("a-1", "agent://evil.example/eve", "agent://gw.example/alice", None, json!("let me in")), "acme-token"),
             post(&message("a-2", "agent://peer.example/bob", "agent://gw.example/alice", None, json!("hi")), "acme-token"),
+            get("/mamp/v1/agents/bea/card"),
         ],
     )
     .await;
@@ -421,6 +427,13 @@ async fn agents_publish_cards_and_access_rules_through_their_registration() {
     refused(&answers[2], 404, "agent_not_found");
     refused(&answers[3], 403, "forbidden");
     assert_eq!(answers[4]["status"], 200, "{}", answers[4]);
+    let card = &answers[5]["body"];
+    assert_eq!(answers[5]["status"], 200, "{}", answers[5]);
+    assert_eq!(card["agent_id"], "agent://gw.example/bea");
+    assert_eq!(card["name"], "Bea");
+    assert_eq!(card["description"], "Answers billing questions");
+    assert_eq!(card["capabilities"]["content_types"], json!(["text", "code"]), "only content types MAMP knows");
+    assert_eq!(card["capabilities"]["tools"], json!(["refund"]), "only strings");
 }
 
 /// A gateway whose tenant `t` has agents at `agent://<domain>/…` and sends

@@ -25,6 +25,7 @@ import time
 import grpc
 import grpc_tools
 from grpc_tools import protoc
+from google.protobuf import json_format
 
 from grpc_checks import expect_error
 
@@ -50,6 +51,7 @@ def stubs():
 
 PB, HUB = stubs()
 from google.protobuf.empty_pb2 import Empty  # noqa: E402  (after the stubs put protobuf in place)
+from google.protobuf.struct_pb2 import Struct  # noqa: E402
 
 
 def credentials(api_key):
@@ -382,6 +384,97 @@ def malformed(hub, creds, channel, m):
     print("malformed traffic: ok")
 
 
+# Every kind of JSON value, nested, with the edge cases of a double.
+METADATA = {
+    "text": "h\u00e9llo \u2713", "empty": "", "": "an empty key", "null": None, "yes": True, "no": False,
+    "int": 42, "negative": -7, "zero": 0, "fraction": 0.1, "largest exact": 9007199254740991, "huge": 1.5e300, "tiny": -2.5e-8,
+    # Doubles whose shortest text a best-effort float parser reads one bit off.
+    "sum": 0.011399999999999999, "small": -1.7969314742435888e-9,
+    "list": [1, "two", None, False, [], {}, [None, [3.25]]],
+    "object": {"nested": {"deeper": {"null": None, "list": [{"a": None}]}}, "empty": {}},
+    "empty list": [],
+}
+
+
+def unset_kinds(value, path="$"):
+    """Paths of the google.protobuf.Values in a Struct or Value with no kind set."""
+    if isinstance(value, Struct):
+        return [p for k, v in value.fields.items() for p in unset_kinds(v, f"{path}.{k}")]
+    kind = value.WhichOneof("kind")
+    if kind is None:
+        return [path]
+    if kind == "struct_value":
+        return unset_kinds(value.struct_value, path)
+    if kind == "list_value":
+        return [p for i, v in enumerate(value.list_value.values) for p in unset_kinds(v, f"{path}[{i}]")]
+    return []
+
+
+def as_struct(value):
+    return json_format.ParseDict(value, Struct())
+
+
+def exact(value):
+    """JSON text that tells 42 from 42.0 and null from absent."""
+    return json.dumps(value, sort_keys=True)
+
+
+def struct_values(hub, creds, m):
+    """Payload metadata reaches the agent as the Struct it stands for (null
+    as null_value), and the Structs of results come back as the same JSON."""
+    expected = as_struct(METADATA)
+    agent = Agent(hub, creds, "structs", tests=["structs"], translations=["structs"])
+    attachment = {"name": "m.json", "mimeType": "application/json", "data": ""}
+    # A test job: metadata in, the same metadata in the result's summaries out.
+    job = m.call("uap/submit", {"kind": "test", "type": "structs", "payloads": [{"type": "input", "attachment": attachment, "metadata": METADATA}]})["job"]
+    summary = PB["Summary"](metadata=expected)
+
+    def test_result(init):
+        got = init.payloads[0].metadata
+        assert not unset_kinds(got), f"values without a kind: {unset_kinds(got)}"
+        assert got == expected, f"{json_format.MessageToDict(got)} != {METADATA}"
+        step = PB["StepReport"](name="s", status=PB["StepStatus"].Value("STEP_STATUS_PASSED"), summary=summary)
+        status = PB["TestStatus"](state=PB["TestState"].Value("TEST_STATE_COMPLETED"))
+        return [PB["TestResponse"](timestamp=ts(), result=PB["TestResult"](status=status, summary=summary, reports=[step]))]
+
+    agent.run(agent.proposal().session_id, test_result)
+    r = m.wait_status(job["id"], "completed")["result"]
+    assert exact(r["summary"]["metadata"]) == exact(METADATA), r["summary"]["metadata"]
+    assert exact(r["reports"][0]["summary"]["metadata"]) == exact(METADATA), r["reports"][0]
+    # A translation job: the same, through TranslationInit and the translated payloads.
+    job = m.call("uap/submit", {"kind": "translation", "type": "structs", "targetFormat": "same",
+                                "payloads": [{"type": "input", "attachment": attachment, "metadata": METADATA}]})["job"]
+    p = agent.proposal()
+    agent.accept(p.session_id)
+    init, q, call = agent.execute(p.session_id, "Translate")
+    assert not unset_kinds(init.payloads[0].metadata), f"values without a kind: {unset_kinds(init.payloads[0].metadata)}"
+    assert init.payloads[0].metadata == expected, json_format.MessageToDict(init.payloads[0].metadata)
+    out = PB["Payload"](type="output", attachment=PB["Attachment"](name="m.json"), metadata=expected)
+    status = PB["TranslationStatus"](state=PB["TranslationState"].Value("TRANSLATION_STATE_COMPLETED"))
+    q.put(PB["TranslationResponse"](result=PB["TranslationResult"](status=status, payloads=[out], summary=summary)))
+    assert list(call) == []
+    q.put(None)
+    r = m.wait_status(job["id"], "completed")["result"]
+    assert exact(r["payloads"][0]["metadata"]) == exact(METADATA), r["payloads"][0]
+    assert exact(r["summary"]["metadata"]) == exact(METADATA), r["summary"]
+    # JSON has no NaN: a result holding one is refused, and the job fails.
+    job = m.call("uap/submit", {"kind": "test", "type": "structs"})["job"]
+    p = agent.proposal()
+    agent.accept(p.session_id)
+    init, q, call = agent.execute(p.session_id)
+    nan = PB["Summary"](metadata=as_struct({"ratio": 0}))
+    nan.metadata.fields["ratio"].number_value = float("nan")
+    q.put(PB["TestResponse"](result=PB["TestResult"](status=PB["TestStatus"](state=PB["TestState"].Value("TEST_STATE_COMPLETED")), summary=nan)))
+    expect_error(grpc.StatusCode.INVALID_ARGUMENT, lambda: list(call), "NaN")
+    q.put(None)
+    failed = m.wait_status(job["id"], "failed")
+    assert "result" not in failed, failed
+    # A number a double cannot hold exactly is refused, not rounded.
+    assert m.error("uap/submit", {"kind": "test", "type": "structs", "payloads": [{"type": "x", "metadata": {"n": 2 ** 53 + 1}}]})["code"] == -32602
+    agent.disconnect()
+    print("struct values: ok")
+
+
 def never_proposed(hub, creds):
     agent = Agent(hub, creds, "stray", tests=["stray"])
     agent.answer("JOB-never-proposed", True)
@@ -413,6 +506,7 @@ def main():
     late_agent_and_cancel(hub, creds, m)
     disconnect_mid_session(hub, creds, m)
     translation(hub, creds, m)
+    struct_values(hub, creds, m)
     never_proposed(hub, creds)
     malformed(hub, creds, channel, m)
     listing(m)

@@ -13,7 +13,7 @@ import threading
 
 import grpc
 
-from uap_agents import HUB, PB, Agent, ts
+from uap_agents import HUB, PB, Agent, Struct, ts, unset_kinds
 
 
 def serve(agent):
@@ -29,11 +29,15 @@ def serve(agent):
 def reports(init):
     """Telemetry naming the first payload, then a completed result with one step for it."""
     name = init.payloads[0].attachment.name if init.payloads else ""
+    metadata = init.payloads[0].metadata if init.payloads else Struct()
+    summary = PB["Summary"]()
+    summary.metadata.fields["echo"].struct_value.CopyFrom(metadata)
+    summary.metadata["unset"] = unset_kinds(metadata)
     TR, TS = PB["TestResponse"], PB["TestStatus"]
     report = PB["StepReport"](name=name, status=PB["StepStatus"].Value("STEP_STATUS_PASSED"))
     return [
         TR(timestamp=ts(), telemetry=PB["Telemetry"](message=f"checked {name}", severity=PB["Severity"].Value("SEVERITY_INFO"))),
-        TR(timestamp=ts(), result=PB["TestResult"](status=TS(state=PB["TestState"].Value("TEST_STATE_COMPLETED"), message="done"), reports=[report])),
+        TR(timestamp=ts(), result=PB["TestResult"](status=TS(state=PB["TestState"].Value("TEST_STATE_COMPLETED"), message="done"), reports=[report], summary=summary)),
     ]
 
 

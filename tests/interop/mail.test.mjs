@@ -1065,14 +1065,24 @@ test('mail/presence: which participants are connected now, and since when', asyn
     return Object.fromEntries(p.participants.map((x) => [x.participantId, x]));
   };
 
+  const { participants: members } = await a.conn.callExtension('mail/get', { conversationId: id, include: { participants: true } });
+  /** What presence says of a participant: its role and joinedAt, and whether (and since when) it is connected. */
+  const entry = (pid, since) => {
+    const { role, joinedAt } = members.find((m) => m.id === pid);
+    return since === undefined
+      ? { participantId: pid, role, joinedAt, presence: 'offline', online: false }
+      : { participantId: pid, role, joinedAt, presence: 'online', online: true, since };
+  };
+
   const now = await presence(a);
   assert.deepEqual(Object.keys(now).sort(), [a.id, b.id, c.participantId, ghost].sort());
-  assert.deepEqual(now[b.id], { participantId: b.id, online: true, since: b.agent.lifecycle.createdAt }, 'an agent: since it registered');
-  assert.equal(now[a.id].online, true);
+  assert.deepEqual(now[b.id], entry(b.id, b.agent.lifecycle.createdAt), 'an agent: since it registered');
+  assert.equal(now[b.id].role, 'worker');
+  assert.deepEqual(now[a.id], entry(a.id, a.agent.lifecycle.createdAt));
   const human = now[c.participantId];
-  assert.equal(human.online, true);
+  assert.deepEqual(human, entry(c.participantId, human.since));
   assert.ok(human.since >= started && human.since <= Date.now(), `a client: since its session connected (${human.since})`);
-  assert.deepEqual(now[ghost], { participantId: ghost, online: false }, 'never connected');
+  assert.deepEqual(now[ghost], entry(ghost), 'never connected');
   assert.deepEqual(await presence(o), now, 'observers may look');
   assert.deepEqual(await presence(b), now);
   await rejectsWithCode(outsider.conn.callExtension('mail/presence', { conversationId: id }), E.NOT_A_PARTICIPANT, 'outsider');
@@ -1083,7 +1093,7 @@ test('mail/presence: which participants are connected now, and since when', asyn
   c.ws.terminate();
   await a.tap.waitForEvents(sub.id, (ev) => ev.data?.participantId === c.participantId);
   const later = await presence(a);
-  assert.deepEqual(later[c.participantId], { participantId: c.participantId, online: false });
+  assert.deepEqual(later[c.participantId], entry(c.participantId));
   assert.deepEqual(later[b.id], now[b.id]);
 
   // who left is no longer listed

@@ -97,6 +97,27 @@ test('a job submitted over MAP runs on a grpcio agent, and its events arrive in 
   assert.ok(listed.jobs.some((j) => j.id === job.id));
 });
 
+test('payload metadata reaches the agent as submitted, nulls and all, and comes back unchanged in the result', async () => {
+  const c = await connectClient(gw, { auth: ACME });
+  const sub = await c.conn.subscribe({ eventTypes: ['uap.job.completed'] });
+  // Every kind of JSON value, nested; the two doubles are ones a best-effort parser reads one bit off.
+  const metadata = {
+    s: 'text', empty: '', n: null, yes: true, no: false, i: 42, neg: -7, zero: 0, frac: 0.011399999999999999, tiny: -1.7969314742435888e-9,
+    list: [1, 'two', null, [null, [3.25]], {}, []],
+    obj: { nested: { n: null, list: [{ a: null }], deeper: { ok: true } }, empty: {} },
+  };
+  const data = Buffer.from('{}').toString('base64');
+  const { job } = await call(c, 'uap/submit', {
+    kind: 'test', type: 'interop',
+    payloads: [{ type: 'config', attachment: { name: 'meta.json', mimeType: 'application/json', data }, metadata }],
+  });
+  const [done] = await c.tap.waitForEvents(sub.id, (e) => e.data?.jobId === job.id, 1, WAIT);
+  // The worker echoes what it got, and lists the values it got without a kind.
+  const expected = { echo: metadata, unset: [] };
+  assert.deepEqual(done.event.data.job.result.summary.metadata, expected);
+  assert.deepEqual((await call(c, 'uap/get', { jobId: job.id })).job.result.summary.metadata, expected);
+});
+
 test('UAP errors: unknown job, finished job, bad params; another tenant sees nothing', async () => {
   const c = await connectClient(gw, { auth: ACME });
   await rejectsWithCode(call(c, 'uap/get', { jobId: 'job-none' }), 14000, 'unknown job');

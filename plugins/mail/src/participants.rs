@@ -242,24 +242,31 @@ struct PresenceParams {
 }
 
 /// `mail/presence`: which of the conversation's current participants are
-/// connected to the gateway now, and since when (Unix ms: when the session
-/// of a participant connected or last resumed, when an agent registered).
-/// A participant whose session dropped and awaits a resume is offline. For
-/// participants and observer clients.
+/// connected to the gateway now (`presence` "online" or "offline", as mail
+/// v1.1 names it, and the `online` flag), and since when (Unix ms: when the
+/// session of a participant connected or last resumed, when an agent
+/// registered), with each one's `role` and `joinedAt`. A participant whose
+/// session dropped and awaits a resume is offline. For participants and
+/// observer clients.
 pub fn presence(call: &Call) -> Result<Reply> {
     let actor = &Actor::from_caller(call.caller);
     let p: PresenceParams = call.params()?;
     let visit = access::visit(params::id("conversationId", &p.conversation_id)?, actor, &[], &[])?;
     let conv = &visit.conv;
     visit.reader(actor)?;
-    let current: Vec<String> = repo::participants(&conv.id)?.into_iter().filter(Participant::is_active).map(|p| p.id).collect();
-    let since = router::connected_since(&current);
+    let current: Vec<Participant> = repo::participants(&conv.id)?.into_iter().filter(Participant::is_active).collect();
+    let ids: Vec<String> = current.iter().map(|p| p.id.clone()).collect();
+    let since = router::connected_since(&ids);
     let participants: Vec<Value> = current
         .into_iter()
         .zip(since.into_iter().chain(std::iter::repeat(None)))
-        .map(|(id, since)| match since {
-            Some(at) => json!({"participantId": id, "online": true, "since": at}),
-            None => json!({"participantId": id, "online": false}),
+        .map(|(p, since)| {
+            let presence = if since.is_some() { "online" } else { "offline" };
+            let mut entry = json!({"participantId": p.id, "role": p.role, "joinedAt": p.joined_at, "presence": presence, "online": since.is_some()});
+            if let Some(at) = since {
+                entry["since"] = json!(at);
+            }
+            entry
         })
         .collect();
     Ok(json!({"conversationId": conv.id, "participants": participants}).into())

@@ -1,7 +1,8 @@
 //! Agent cards and access rules. An agent opts in through its registration
 //! metadata, `metadata.mamp = {card: {...}, access: {public, allowed_agents,
-//! require_auth}}`; what it wrote is untrusted, so only fields of the
-//! expected types are published.
+//! require_auth}}`; the name, description and capabilities the card leaves
+//! out come from the registration itself. What the agent wrote is
+//! untrusted, so only fields of the expected types are published.
 
 use map_plugin_sdk::{router, HttpResponse};
 use serde_json::{json, Map, Value};
@@ -45,18 +46,21 @@ pub fn card(id: &str, settings: &Settings) -> HttpResponse {
         return Refusal::new(404, "agent_not_found", format!("agent {id} has no MAMP card here")).response();
     };
     let card = &agent["metadata"]["mamp"]["card"];
-    let content_types: Vec<Value> = match card["capabilities"]["content_types"].as_array() {
+    // What the card leaves out comes from the MAP registration.
+    let (given, registered) = (&card["capabilities"], &agent["capabilities"]);
+    let listed = |keys: &[&str]| [given, registered].into_iter().flat_map(|c| keys.iter().map(move |k| &c[*k])).find_map(Value::as_array);
+    let content_types: Vec<Value> = match listed(&["content_types", "contentTypes"]) {
         Some(list) => list.iter().filter_map(Value::as_str).filter(|t| CONTENT_TYPES.contains(t)).map(|t| json!(t)).collect(),
         None => CONTENT_TYPES.iter().map(|t| json!(t)).collect(),
     };
-    let tools: Vec<Value> = card["capabilities"]["tools"].as_array().into_iter().flatten().filter_map(|t| text(t, 128)).take(64).collect();
+    let tools: Vec<Value> = listed(&["tools"]).into_iter().flatten().filter_map(|t| text(t, 128)).take(64).collect();
     HttpResponse::json(
         200,
         &json!({
             "protocol": PROTOCOL,
             "agent_id": format!("agent://{}/{id}", settings.domain),
             "name": text(&card["name"], 256).or_else(|| text(&agent["name"], 256)).unwrap_or_else(|| json!(id)),
-            "description": text(&card["description"], 2048).unwrap_or_else(|| json!("")),
+            "description": text(&card["description"], 2048).or_else(|| text(&agent["description"], 2048)).unwrap_or_else(|| json!("")),
             "owner": strings(&card["owner"]),
             "device": strings(&card["device"]),
             "capabilities": {

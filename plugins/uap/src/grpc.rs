@@ -10,6 +10,7 @@ use crate::hub::{self, code, status, Hub, Report, Stream};
 use crate::model::{offer, Agent, Kind};
 use crate::proto;
 use crate::repo::{self, AGENTS};
+use crate::values;
 
 pub const SERVICE: &str = "uap.v1.AgentHub";
 
@@ -115,11 +116,11 @@ fn decode_report(h: &Hub, session: &str, body: &[u8]) -> Result<Report, Status> 
             match r.event {
                 None => Err(status(code::INVALID_ARGUMENT, "a TestResponse needs status, telemetry or result")),
                 Some(Event::Status(s)) => Ok(Report::Status { state: test_state(s.state).as_str_name().into(), message: s.message }),
-                Some(Event::Telemetry(t)) => Ok(Report::Telemetry(json(&t))),
+                Some(Event::Telemetry(t)) => Ok(Report::Telemetry(json("telemetry", &t)?)),
                 Some(Event::Result(res)) => {
                     let st = res.status.clone().unwrap_or_default();
                     let passed = !matches!(test_state(st.state), proto::TestState::Failed | proto::TestState::Invalid);
-                    Ok(Report::Result { passed, message: st.message, result: json(&res) })
+                    Ok(Report::Result { passed, message: st.message, result: json("result", &res)? })
                 }
             }
         }
@@ -129,11 +130,11 @@ fn decode_report(h: &Hub, session: &str, body: &[u8]) -> Result<Report, Status> 
             match r.event {
                 None => Err(status(code::INVALID_ARGUMENT, "a TranslationResponse needs status, telemetry or result")),
                 Some(Event::Status(s)) => Ok(Report::Status { state: translation_state(s.state).as_str_name().into(), message: s.message }),
-                Some(Event::Telemetry(t)) => Ok(Report::Telemetry(json(&t))),
+                Some(Event::Telemetry(t)) => Ok(Report::Telemetry(json("telemetry", &t)?)),
                 Some(Event::Result(res)) => {
                     let st = res.status.clone().unwrap_or_default();
                     let passed = !matches!(translation_state(st.state), proto::TranslationState::Failed | proto::TranslationState::Invalid);
-                    Ok(Report::Result { passed, message: st.message, result: json(&res) })
+                    Ok(Report::Result { passed, message: st.message, result: json("result", &res)? })
                 }
             }
         }
@@ -149,7 +150,7 @@ fn translation_state(n: i32) -> proto::TranslationState {
     proto::TranslationState::try_from(n).unwrap_or(proto::TranslationState::Unspecified)
 }
 
-/// A message as its proto3 JSON.
-fn json<T: serde::Serialize>(message: &T) -> serde_json::Value {
-    serde_json::to_value(message).unwrap_or_default()
+/// A message as its proto3 JSON; one JSON cannot carry (a NaN in a Struct) is INVALID_ARGUMENT.
+fn json<T: serde::Serialize>(what: &str, message: &T) -> Result<serde_json::Value, Status> {
+    values::to_json(message).map_err(|e| status(code::INVALID_ARGUMENT, format!("the {what} has no JSON form: {e}")))
 }

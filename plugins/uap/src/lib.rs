@@ -12,6 +12,7 @@ mod model;
 mod proto;
 mod repo;
 mod settings;
+mod values;
 
 use map_plugin_sdk::grpc::{CallInfo, Service, Status};
 use map_plugin_sdk::{log, Call, Describe, ErrorRange, EventFilter, Extension, GrpcHandler, Lifecycle, Methods, Reply, Result};

@@ -10,6 +10,7 @@ use crate::hub;
 use crate::model::{Job, Kind, Status};
 use crate::proto;
 use crate::repo::{self, AGENTS, HISTORY, JOBS};
+use crate::values;
 
 pub const DEFAULT_LIMIT: u32 = 50;
 pub const MAX_LIMIT: u32 = 500;
@@ -35,7 +36,7 @@ pub fn submit(call: &Call) -> Result<Reply> {
         .payloads
         .into_iter()
         .enumerate()
-        .map(|(i, v)| serde_json::from_value::<proto::Payload>(v).map_err(|e| Error::invalid_params(format!("payloads[{i}]: {e}"))))
+        .map(|(i, v)| values::payload(v).map_err(|e| Error::invalid_params(format!("payloads[{i}]: {e}"))))
         .collect::<Result<Vec<_>>>()?;
     let init = match (p.kind, &p.target_format) {
         (Kind::Test, None) => proto::TestInit { test_type: p.job_type.clone(), payloads }.encode_to_vec(),
