@@ -42,12 +42,15 @@ pub struct Checkpoint {
     /// The last event sent (or the newest logged when it began; none: the log was empty).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last: Option<String>,
+    /// Its events are held (`map/subscriptions/pause`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
 }
 
 impl Checkpoint {
-    /// Whether it names the same position (a subscription's filter never changes).
+    /// Whether it names the same position and pause (a subscription's filter never changes).
     fn same_place(&self, other: &Checkpoint) -> bool {
-        self.sequence == other.sequence && self.last == other.last
+        self.sequence == other.sequence && self.last == other.last && self.paused == other.paused
     }
 }
 
@@ -159,8 +162,8 @@ impl ClusterFabric {
                     .subscriptions
                     .into_iter()
                     .map(|s| {
-                        starts.entry(s.id.clone()).or_insert_with(|| Checkpoint { session: s.session_id.clone(), filter: s.filter.clone(), sequence: 0, last: s.start_event_id });
-                        (s.id, Checkpoint { session: s.session_id, filter: s.filter, sequence: s.sequence, last: s.last_event_id })
+                        starts.entry(s.id.clone()).or_insert_with(|| Checkpoint { session: s.session_id.clone(), filter: s.filter.clone(), sequence: 0, last: s.start_event_id, paused: false });
+                        (s.id, Checkpoint { session: s.session_id, filter: s.filter, sequence: s.sequence, last: s.last_event_id, paused: s.paused })
                     })
                     .collect();
                 drop(fabric);
@@ -426,6 +429,10 @@ impl Fabric for ClusterFabric {
         self.local.unsubscribe(session, subscription)
     }
 
+    fn pause(&self, session: &str, subscription: &str, paused: bool) -> bool {
+        self.local.pause(session, subscription, paused)
+    }
+
     fn replay(&self, query: &ReplayQuery) -> ReplayPage {
         self.local.replay(query)
     }
@@ -434,9 +441,9 @@ impl Fabric for ClusterFabric {
         self.local.inspect()
     }
 
-    fn adopt_subscription(&self, session: &str, id: &str, filter: Filter, sequence: u64, from: ReplayFrom) {
+    fn adopt_subscription(&self, session: &str, sub: ParkedSubscription) {
         let first = !self.local.has_subscribers();
-        self.local.adopt_subscription(session, id, filter, sequence, from);
+        self.local.adopt_subscription(session, sub);
         if first {
             self.presence.beat_now.notify_one();
         }
@@ -459,6 +466,7 @@ impl Fabric for ClusterFabric {
                     Some(last) => ReplayFrom::EventId(last),
                     None => ReplayFrom::Timestamp(0),
                 },
+                paused: c.paused,
             })
             .collect()
     }
