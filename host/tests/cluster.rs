@@ -479,7 +479,8 @@ async fn mail_conversation_across_nodes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn killed_node_clients_resume_elsewhere() {
-    let options = ClusterOptions { resume_window_secs: 60, presence_timeout_ms: 2000, ..Default::default() };
+    // Checkpoints every 50 ms: several are saved between the pause below and the kill.
+    let options = ClusterOptions { resume_window_secs: 60, presence_timeout_ms: 2000, extra: "checkpoint_ms = 50\n".into() };
     let presence = Duration::from_millis(options.presence_timeout_ms);
     let mut cluster = Cluster::start(&["a", "b", "c"], options).await;
 
@@ -492,7 +493,7 @@ async fn killed_node_clients_resume_elsewhere() {
     let (token, session, participant) = (worker.resume_token(), worker.session_id(), worker.participant_id());
     let sub = worker.subscribe(json!({"eventTypes": ["agent_registered"]})).await;
     // A paused subscription stays paused where the session resumes.
-    let held = worker.subscribe(json!({"eventTypes": ["agent_registered"]})).await;
+    let held = worker.subscribe(json!({"eventTypes": ["agent_registered"], "fromAgents": ["tick-*", "after-resume"]})).await;
     worker.ok("map/subscriptions/pause", json!({"subscriptionId": held})).await;
     let created = worker.ok("mail/create", json!({"subject": "survives a crash", "initialParticipants": [{"id": "reader-c"}]})).await;
     let conv = created["conversation"]["id"].as_str().unwrap_or_else(|| panic!("{created}")).to_string();
@@ -607,7 +608,7 @@ async fn killed_node_clients_resume_elsewhere() {
     assert!(lost.is_empty(), "agent_registered events of node c never reached the resumed subscription: {lost:?}");
     // The paused one sends nothing on node b either; resumed, it sends what it held, from #1.
     if let Some(n) = resumed.note(Duration::from_millis(500), |n| is_event_of(n, &held)).await {
-        panic!("the paused subscription delivered on node b before its resume: {}", describe(&n));
+        panic!("the paused subscription delivered on node b before its resume: {}\n{}", describe(&n), cluster.logs());
     }
     resumed.ok("map/subscriptions/resume", json!({"subscriptionId": held})).await;
     let released = resumed.events(&held, REPLICATION, |got| got.iter().any(|n| event_agent(n) == Some("after-resume"))).await;

@@ -168,9 +168,11 @@ impl ClusterFabric {
                     .collect();
                 drop(fabric);
                 starts.retain(|id, _| current.contains_key(id));
-                // Save the previous tick's positions (a new subscription's start).
-                for id in current.keys() {
-                    let Some(at) = previous.get(id).or_else(|| starts.get(id)).cloned() else { continue };
+                // Save the previous tick's positions (a new subscription's
+                // start), with the pause as it is now.
+                for (id, now) in &current {
+                    let Some(mut at) = previous.get(id).or_else(|| starts.get(id)).cloned() else { continue };
+                    at.paused = now.paused;
                     if !saved.get(id).is_some_and(|s| s.same_place(&at)) {
                         let key = directory::key(&tenant, directory::SUBSCRIPTION, id);
                         let body = serde_json::to_vec(&at).expect("checkpoints serialise");
