@@ -689,6 +689,32 @@ mod tests {
     }
 
     #[test]
+    fn a_paused_subscription_holds_what_fits_and_reports_the_rest_after_it() {
+        let fabric = LocalFabric::new(100, 1 << 20);
+        let outbox = Arc::new(Outbox::new(2, 1 << 20));
+        let (tx, mut rx) = channel(2, 1 << 20);
+        outbox.attach(tx);
+        fabric.join("s1", outbox);
+        let sub = fabric.subscribe("s1", Filter::default(), None);
+        assert!(fabric.pause("s1", &sub, true));
+        assert!(!fabric.pause("s2", &sub, true), "another session's subscription");
+        let ids: Vec<Ulid> = (0..4).map(|i| fabric.publish(NewEvent::new("x_happened", Source::default(), json!({"i": i})))).collect();
+        assert!(frames(&mut rx).is_empty(), "nothing while paused");
+        assert!(fabric.pause("s1", &sub, false));
+        let got = frames(&mut rx);
+        let held: Vec<(u64, u64)> = got.iter().map(|f| (f["params"]["sequenceNumber"].as_u64().unwrap(), f["params"]["event"]["data"]["i"].as_u64().unwrap())).collect();
+        assert_eq!(held, [(1, 0), (2, 1)], "the two that fit, in order");
+        // No room for the notice at the resume: it goes before the next event.
+        fabric.publish(NewEvent::new("x_happened", Source::default(), json!({"i": 4})));
+        let got = frames(&mut rx);
+        assert_eq!(got[0]["params"]["event"]["type"], "subscription.overflow");
+        assert_eq!(got[0]["params"]["event"]["data"]["eventsDropped"], 2);
+        assert_eq!(got[0]["params"]["event"]["data"]["oldestDropped"], ids[2].as_str());
+        assert_eq!(got[0]["params"]["event"]["data"]["newestDropped"], ids[3].as_str());
+        assert_eq!(got[1]["params"]["sequenceNumber"], 4);
+    }
+
+    #[test]
     fn an_audience_limits_fan_out_and_replay() {
         let fabric = LocalFabric::new(10, 1 << 20);
         let (outbox1, outbox2) = (Arc::new(Outbox::new(8, 1 << 20)), Arc::new(Outbox::new(8, 1 << 20)));
