@@ -350,7 +350,8 @@ async function connectMap() {
   if (!live()) return;
   if (result?.authRequired) {
     sock.close();
-    return authFailed('this gateway admits no anonymous peers: give a tenant credential');
+    // A refused credential is answered with authRequired and the reason.
+    return authFailed(result.error?.message ?? 'this gateway admits no anonymous peers: give a tenant credential');
   }
   state.retry = 0;
   if (result.resumeToken) sessionStorage.setItem(STORE.resumeToken, result.resumeToken);

@@ -270,6 +270,10 @@ pub struct TenantConfig {
     pub api_keys: Vec<Credential>,
     /// Credentials of `auth {method: "bearer"}` that land in this tenant.
     pub bearer_tokens: Vec<Credential>,
+    /// `auth {method: "none"}` lands in this tenant as this principal, and
+    /// `none` is offered in `authRequired.methods`. Absent: off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub none_principal: Option<String>,
     /// Plugins enabled for this tenant. Absent: all configured plugins.
     pub plugins: Option<Vec<String>>,
     /// Per-plugin configuration overriding the plugin's own `config` keys.
@@ -436,6 +440,12 @@ impl Config {
                     bail!("a credential is empty or given more than once");
                 }
             }
+            if t.none_principal.as_deref().is_some_and(str::is_empty) {
+                bail!("tenant {:?}: none_principal must name a principal", t.id);
+            }
+        }
+        if self.tenants.iter().filter(|t| t.none_principal.is_some()).count() > 1 {
+            bail!("none_principal is set on more than one tenant: auth method none can lead into one tenant only");
         }
         let anon = &self.auth.anonymous_tenant;
         if !anon.is_empty() && !seen.contains(anon.as_str()) {
@@ -630,6 +640,10 @@ mod tests {
         assert!(c.validate().is_err());
         let c: Config = toml::from_str("[[tenants]]\nid=\"a\"\napi_keys=[\"k\"]\n[[tenants]]\nid=\"b\"\napi_keys=[\"k\"]\n[auth]\nanonymous_tenant=\"\"").unwrap();
         assert!(c.validate().is_err());
+        let c: Config = toml::from_str("[[tenants]]\nid=\"a\"\nnone_principal=\"g\"\n[[tenants]]\nid=\"b\"\nnone_principal=\"h\"\n[auth]\nanonymous_tenant=\"\"").unwrap();
+        assert!(c.validate().is_err(), "none leads into one tenant only");
+        let c: Config = toml::from_str("[[tenants]]\nid=\"a\"\nnone_principal=\"\"\n[auth]\nanonymous_tenant=\"\"").unwrap();
+        assert!(c.validate().is_err(), "a named principal");
     }
 
     #[test]

@@ -184,6 +184,8 @@ async fn subscription_on_c_sees_events_of_a_and_b_gap_free() {
     watcher.wait_for_agent("gen-a").await;
     watcher.wait_for_agent("gen-b").await;
     let sub = watcher.subscribe(json!({"eventTypes": ["agent_registered", "message_sent"]})).await;
+    // The same events under the SDK's dotted names, as this filter spells them.
+    let dotted = watcher.subscribe(json!({"eventTypes": ["agent.registered"]})).await;
 
     // Both nodes at once: agents registered, messages sent to sink (on c).
     const N: usize = 30;
@@ -246,6 +248,9 @@ async fn subscription_on_c_sees_events_of_a_and_b_gap_free() {
         let sends: Vec<usize> = keys.iter().flatten().filter_map(|k| k.strip_prefix(&format!("send-{tag}-"))?.parse().ok()).collect();
         assert!(sends.windows(2).all(|w| w[0] < w[1]), "sends made one after the other on node {tag} arrive out of order on node c: {sends:?}");
     }
+    let spelled = watcher.events(&dotted, REPLICATION, |got| got.len() >= 2 * N).await;
+    assert_eq!(spelled.len(), 2 * N, "registrations on the dotted subscription");
+    assert!(spelled.iter().all(|n| event_type(n) == "agent.registered"), "typed as the filter names them: {}", spelled.iter().map(describe).collect::<Vec<_>>().join(", "));
 }
 
 // ---------------------------------------------------------------------------
@@ -474,7 +479,8 @@ async fn mail_conversation_across_nodes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn killed_node_clients_resume_elsewhere() {
-    let options = ClusterOptions { resume_window_secs: 60, presence_timeout_ms: 2000, ..Default::default() };
+    // Checkpoints every 50 ms: several are saved between the pause below and the kill.
+    let options = ClusterOptions { resume_window_secs: 60, presence_timeout_ms: 2000, extra: "checkpoint_ms = 50\n".into() };
     let presence = Duration::from_millis(options.presence_timeout_ms);
     let mut cluster = Cluster::start(&["a", "b", "c"], options).await;
 
@@ -486,6 +492,9 @@ async fn killed_node_clients_resume_elsewhere() {
     worker.wait_for_agent("reader-c").await;
     let (token, session, participant) = (worker.resume_token(), worker.session_id(), worker.participant_id());
     let sub = worker.subscribe(json!({"eventTypes": ["agent_registered"]})).await;
+    // A paused subscription stays paused where the session resumes.
+    let held = worker.subscribe(json!({"eventTypes": ["agent_registered"], "fromAgents": ["tick-*", "after-resume"]})).await;
+    worker.ok("map/subscriptions/pause", json!({"subscriptionId": held})).await;
     let created = worker.ok("mail/create", json!({"subject": "survives a crash", "initialParticipants": [{"id": "reader-c"}]})).await;
     let conv = created["conversation"]["id"].as_str().unwrap_or_else(|| panic!("{created}")).to_string();
 
@@ -542,7 +551,9 @@ async fn killed_node_clients_resume_elsewhere() {
     cluster.kill9("a");
     let killed_at = Instant::now();
     let (mut dead, acked_turns, acked_sends) = joined(traffic.await);
-    let before: Vec<Value> = dead.ws.take_kept().into_iter().filter(|n| is_event_of(n, &sub)).collect();
+    let kept = dead.ws.take_kept();
+    assert!(kept.iter().all(|n| !is_event_of(n, &held)), "the paused subscription delivered on node a");
+    let before: Vec<Value> = kept.into_iter().filter(|n| is_event_of(n, &sub)).collect();
     assert!(!before.is_empty(), "the worker's subscription on node a delivered no event from node c's ticker before the kill");
     assert_numbered_from_one(&before, "the subscription on node a before the kill");
 
@@ -595,6 +606,14 @@ async fn killed_node_clients_resume_elsewhere() {
     let delivered: BTreeSet<&str> = before.iter().chain(&after).filter_map(event_agent).collect();
     let lost: Vec<&String> = ticked.iter().filter(|t| !delivered.contains(t.as_str())).collect();
     assert!(lost.is_empty(), "agent_registered events of node c never reached the resumed subscription: {lost:?}");
+    // The paused one sends nothing on node b either; resumed, it sends what it held, from #1.
+    if let Some(n) = resumed.note(Duration::from_millis(500), |n| is_event_of(n, &held)).await {
+        panic!("the paused subscription delivered on node b before its resume: {}\n{}", describe(&n), cluster.logs());
+    }
+    resumed.ok("map/subscriptions/resume", json!({"subscriptionId": held})).await;
+    let released = resumed.events(&held, REPLICATION, |got| got.iter().any(|n| event_agent(n) == Some("after-resume"))).await;
+    assert!(released.iter().any(|n| event_agent(n) == Some("after-resume")), "the resumed subscription released nothing: [{}]", describe_all(&released));
+    assert_numbered_from_one(&released, "the subscription paused on node a, resumed on node b");
 
     // The resumed session works on node b.
     let more = resumed.ok("mail/turn", json!({"conversationId": conv, "contentType": "text", "content": {"text": "after the resume"}})).await;

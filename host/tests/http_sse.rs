@@ -88,6 +88,22 @@ async fn sse_carries_messages_and_events_of_the_session() {
 }
 
 #[tokio::test]
+async fn sse_events_are_spelled_as_the_subscription_names_them() {
+    let gw = Gateway::start();
+    let (session, _) = http_connect(&gw, json!({"protocolVersion": 1, "participantType": "client"})).await;
+    let mut sse = Sse::open(&gw.addr(), &session).await;
+    let dotted = http_call(&gw, &session, 2, "map/subscribe", json!({"filter": {"eventTypes": ["agent.registered"]}})).await;
+    let dotted = ok(&dotted)["subscriptionId"].as_str().unwrap().to_string();
+    let (mut ws, _) = gw.ws_connected("agent", None).await;
+    ws.call_ok("map/agents/register", json!({"agentId": "sse-spelled"})).await;
+    let (ev, _) = sse.notification("map/event", WAIT).await;
+    let ev = ev.expect("map/event on the SSE stream");
+    assert_eq!(ev["params"]["subscriptionId"], dotted.as_str());
+    assert_eq!(ev["params"]["event"]["type"], "agent.registered", "{ev}");
+    assert_eq!(ev["params"]["event"]["data"]["agentId"], "sse-spelled");
+}
+
+#[tokio::test]
 async fn messages_sent_before_the_stream_opens_wait_for_it() {
     let gw = Gateway::start();
     let (session, _) = http_connect(&gw, json!({"protocolVersion": 1})).await;

@@ -217,7 +217,7 @@ async fn errors_carry_data_category_by_code_range() {
     assert_eq!(resp["delivered"], json!([]));
 
     let mut bad = gw.ws().await;
-    let resp = bad.call("map/connect", json!({"protocolVersion": 1, "auth": {"method": "api-key", "credential": "wrong"}})).await;
+    let resp = bad.call("map/authenticate", json!({"method": "api-key", "credential": "wrong"})).await;
     assert_error(&resp, &resp["id"].clone(), 1001, "auth");
 }
 

@@ -36,6 +36,13 @@ async fn post_with(addr: &str, headers: &[(&str, &str)], body: &Value) -> HttpRe
     http(addr, "POST", "/map/rpc", &h, body.to_string().as_bytes()).await
 }
 
+/// Why `map/connect` refused a credential: its `authRequired` answer's `error.code`.
+fn refusal(resp: &Value) -> &str {
+    let r = ok(resp);
+    assert_eq!(r["authRequired"]["required"], true, "{r}");
+    r["error"]["code"].as_str().unwrap_or_else(|| panic!("no error code in {r}"))
+}
+
 /// `map/connect` over HTTP with these headers (credentials, or none); returns the session id.
 async fn http_session(addr: &str, headers: &[(&str, &str)]) -> String {
     let r = post_with(addr, headers, &request(1, "map/connect", json!({"protocolVersion": 1}))).await;
@@ -166,13 +173,23 @@ async fn refresh_issues_a_token_and_never_echoes_the_secret() {
     let gw = walled();
     let (mut ws, _) = gw.ws_connected("client", Some(api_key("alice-key"))).await;
     let r = ws.call_ok("map/auth/refresh", json!({"method": "api-key", "refreshToken": "alice-key"})).await;
+    assert_eq!(r["success"], true, "{r}");
+    assert_eq!(r["principal"]["id"], "alice", "{r}");
     let token = r["accessToken"].as_str().unwrap().to_string();
     assert!(!r.to_string().contains("alice-key"), "{r}");
     assert_eq!(token.split('.').count(), 3, "a JWT: {token}");
     assert!(r["expiresAt"].as_u64().unwrap() > 0);
-    // Another principal's credential is refused.
-    let e = ws.call("map/auth/refresh", json!({"method": "api-key", "refreshToken": "bob-key"})).await;
-    assert_eq!(err_code(&e), 1001);
+    // The SDK's form, `{method, credential}`.
+    let r = ws.call_ok("map/auth/refresh", json!({"method": "api-key", "credential": "alice-key"})).await;
+    assert_eq!(r["success"], true, "{r}");
+    // Another principal's credential, or a wrong one, is refused, and the session goes on.
+    for wrong in ["bob-key", "nobody-key"] {
+        let r = ws.call_ok("map/auth/refresh", json!({"method": "api-key", "credential": wrong})).await;
+        assert_eq!(r["success"], false, "{r}");
+        assert_eq!(r["error"]["code"], "invalid_credentials", "{r}");
+        assert!(r.get("accessToken").is_none() && !r.to_string().contains(wrong), "{r}");
+    }
+    ws.call_ok("map/agents/list", json!({})).await;
     // The issued token is a bearer credential for alice, in acme.
     let mut other = gw.ws().await;
     let hello = other.call_ok("map/connect", json!({"protocolVersion": 1, "auth": {"method": "bearer", "token": token}})).await;
@@ -183,7 +200,7 @@ async fn refresh_issues_a_token_and_never_echoes_the_secret() {
     forged.pop();
     let mut third = gw.ws().await;
     let e = third.call("map/connect", json!({"protocolVersion": 1, "auth": {"method": "bearer", "token": forged}})).await;
-    assert_eq!(err_code(&e), 1001);
+    assert_eq!(refusal(&e), "invalid_credentials");
 }
 
 #[tokio::test]
@@ -279,14 +296,21 @@ where
 #[tokio::test]
 async fn failed_authentications_are_throttled() {
     let gw = Gateway::start_with(65536, &format!("{WALLED}\n").replace("[auth]\n", "[auth]\nfailures_per_minute = 8\nfailures_per_connection = 3\n"));
-    // One connection: closed with 1008 after three failures.
+    // One connection: closed with 1008 after three failures (of connect or refresh).
     let (mut stream, _) = tokio_tungstenite::connect_async(gw.ws_url()).await.unwrap();
-    for i in 0..3 {
+    for i in 0..2 {
         let frame = request(i, "map/connect", json!({"protocolVersion": 1, "auth": api_key("wrong")})).to_string();
         stream.send(Message::text(frame)).await.unwrap();
         let answer = next_ws_frame(&mut stream).await.expect("an answer before the close");
-        assert_eq!(err_code(&answer), 1001);
+        assert_eq!(refusal(&answer), "invalid_credentials");
     }
+    let frame = request(2, "map/connect", json!({"protocolVersion": 1, "auth": api_key("alice-key")})).to_string();
+    stream.send(Message::text(frame)).await.unwrap();
+    assert_eq!(ok(&next_ws_frame(&mut stream).await.expect("connected"))["principal"]["id"], "alice");
+    let frame = request(3, "map/auth/refresh", json!({"method": "api-key", "credential": "wrong"})).to_string();
+    stream.send(Message::text(frame)).await.unwrap();
+    let answer = next_ws_frame(&mut stream).await.expect("an answer before the close");
+    assert_eq!(ok(&answer)["success"], false, "{answer}");
     assert_eq!(next_ws_frame(&mut stream).await.expect_err("closed after the third failure"), Some(1008));
     // The address: past 8 failures a minute even the right key waits, with retryAfterMs.
     for _ in 0..6 {
@@ -476,16 +500,16 @@ async fn a_tenant_checks_jwts_from_its_issuer() {
     let r = connect(sign(good.clone(), "0123456789abcdef-idp")).await;
     assert_eq!(ok(&r)["principal"]["id"], "carol");
     assert_eq!(ok(&r)["principal"]["claims"]["tenant"], "idp");
-    assert_eq!(err_code(&connect(sign(good.clone(), "another-secret-of-16")).await), 1001, "wrong signature");
+    assert_eq!(refusal(&connect(sign(good.clone(), "another-secret-of-16")).await), "invalid_credentials", "wrong signature");
     let mut expired = good.clone();
     expired["exp"] = json!(now - 600);
-    assert_eq!(err_code(&connect(sign(expired, "0123456789abcdef-idp")).await), 1002, "expired");
+    assert_eq!(refusal(&connect(sign(expired, "0123456789abcdef-idp")).await), "expired");
     let mut audience = good.clone();
     audience["aud"] = json!("other");
-    assert_eq!(err_code(&connect(sign(audience, "0123456789abcdef-idp")).await), 1001, "wrong audience");
+    assert_eq!(refusal(&connect(sign(audience, "0123456789abcdef-idp")).await), "invalid_credentials", "wrong audience");
     let mut issuer = good;
     issuer["iss"] = json!("https://evil.example");
-    assert_eq!(err_code(&connect(sign(issuer, "0123456789abcdef-idp")).await), 1001, "wrong issuer");
+    assert_eq!(refusal(&connect(sign(issuer, "0123456789abcdef-idp")).await), "invalid_credentials", "wrong issuer");
 }
 
 #[tokio::test]

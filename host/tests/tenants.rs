@@ -23,18 +23,31 @@ async fn credentials_pick_the_tenant() {
     assert_eq!(hello["principal"]["claims"]["tenant"], "default", "{hello}");
 }
 
+/// A connect answered with `authRequired` and why the credential was refused (the SDK's shape).
+fn assert_refused(resp: &Value, code: &str) {
+    let r = ok(resp);
+    assert_eq!(r["authRequired"]["required"], true, "{r}");
+    assert!(r["authRequired"]["methods"].as_array().is_some_and(|m| m.contains(&json!("api-key"))), "{r}");
+    assert_eq!(r["error"]["code"], code, "{r}");
+    assert!(r["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{r}");
+    assert!(r.get("principal").is_none() && r.get("resumeToken").is_none(), "no session yet: {r}");
+}
+
 #[tokio::test]
-async fn wrong_key_is_1001_and_unknown_method_is_32602() {
+async fn a_refused_credential_asks_for_auth_again_and_an_unknown_method_is_32602() {
     let gw = Gateway::start();
     let mut ws = gw.ws().await;
     let resp = ws.call("map/connect", json!({"protocolVersion": 1, "auth": {"method": "api-key", "credential": "not-a-key"}})).await;
-    assert_error(&resp, &resp["id"].clone(), 1001, "auth");
+    assert_refused(&resp, "invalid_credentials");
     // Empty credential.
     let resp = ws.call("map/connect", json!({"protocolVersion": 1, "auth": {"method": "api-key", "credential": ""}})).await;
-    assert_error(&resp, &resp["id"].clone(), 1001, "auth");
+    assert_refused(&resp, "invalid_credentials");
     // A key of one tenant presented as a bearer token is not valid.
     let resp = ws.call("map/connect", json!({"protocolVersion": 1, "auth": {"method": "bearer", "credential": "acme-key"}})).await;
-    assert_error(&resp, &resp["id"].clone(), 1001, "auth");
+    assert_refused(&resp, "invalid_credentials");
+    // A method the protocol knows and this gateway does not offer.
+    let resp = ws.call("map/connect", json!({"protocolVersion": 1, "auth": {"method": "mtls"}})).await;
+    assert_refused(&resp, "method_not_supported");
     // Unknown auth method: invalid params.
     let resp = ws.call("map/connect", json!({"protocolVersion": 1, "auth": {"method": "kerberos", "credential": "x"}})).await;
     assert_error(&resp, &resp["id"].clone(), -32602, "protocol");
@@ -295,6 +308,54 @@ async fn http_credentials_in_headers_pick_the_tenant() {
     assert_eq!(ok(&v)["principal"]["claims"]["tenant"], "globex", "{v}");
     assert!(resp.header("map-session-id").is_some());
     let resp = http(&gw.addr(), "POST", "/map/rpc", &[("Content-Type", "application/json"), ("X-Api-Key", "nope")], body.as_bytes()).await;
-    assert_error(&resp.json(), &json!(1), 1001, "auth");
+    assert_eq!(resp.status, 200);
+    assert_refused(&resp.json(), "invalid_credentials");
     assert!(resp.header("map-session-id").is_none(), "no session for a refused connect");
+}
+
+/// `none` leads into acme, as a named principal.
+const NONE_TO_ACME: &str = r#"
+[auth]
+anonymous_tenant = ""
+[[tenants]]
+id = "acme"
+api_keys = ["acme-key"]
+none_principal = "acme-guest"
+[[tenants]]
+id = "globex"
+api_keys = ["globex-key"]
+"#;
+
+#[tokio::test]
+async fn auth_method_none_leads_into_the_tenant_that_accepts_it() {
+    let gw = Gateway::start_with(65536, NONE_TO_ACME);
+    let mut ws = gw.ws().await;
+    let hello = ws.call_ok("map/connect", json!({"protocolVersion": 1, "participantType": "agent"})).await;
+    let methods = hello["authRequired"]["methods"].as_array().cloned().unwrap_or_default();
+    assert!(methods.contains(&json!("none")) && methods.contains(&json!("api-key")), "{hello}");
+    let auth = ws.call_ok("map/authenticate", json!({"method": "none"})).await;
+    assert_eq!(auth["success"], true, "{auth}");
+    assert_eq!(auth["principal"]["id"], "acme-guest", "{auth}");
+    assert_eq!(auth["principal"]["claims"]["tenant"], "acme", "{auth}");
+    ws.call_ok("map/agents/register", json!({"agentId": "guest-agent"})).await;
+    // Straight from map/connect, too.
+    let (mut guest, hello) = gw.ws_connected("client", Some(json!({"method": "none"}))).await;
+    assert_eq!(hello["principal"]["id"], "acme-guest", "{hello}");
+    assert_eq!(hello["principal"]["claims"]["tenant"], "acme", "{hello}");
+    assert!(hello.get("authRequired").is_none(), "{hello}");
+    let got = guest.call_ok("map/agents/get", json!({"agentId": "guest-agent"})).await;
+    assert_eq!(got["agent"]["id"], "guest-agent");
+
+    // Off by default: not offered, and `none` is no credential at all.
+    let closed = Gateway::start_with(65536, CLOSED);
+    let mut ws = closed.ws().await;
+    let hello = ws.call_ok("map/connect", json!({"protocolVersion": 1, "auth": {"method": "none"}})).await;
+    assert!(!hello["authRequired"]["methods"].as_array().unwrap().contains(&json!("none")), "{hello}");
+    assert!(hello.get("error").is_none(), "{hello}");
+    let resp = ws.call("map/authenticate", json!({"method": "none"})).await;
+    assert_error(&resp, &resp["id"].clone(), 1001, "auth");
+    let open = Gateway::start();
+    let (_anon, hello) = open.ws_connected("client", Some(json!({"method": "none"}))).await;
+    assert_eq!(hello["principal"]["id"], "anonymous", "{hello}");
+    assert_eq!(hello["principal"]["claims"]["tenant"], "default", "{hello}");
 }

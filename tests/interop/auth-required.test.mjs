@@ -32,9 +32,12 @@ test('before authenticating, every other method answers 1000', async () => {
   await rejectsWithCode(c.conn.callExtension('map/agents/register', { name: 'sneaky' }), 1000, 'map/agents/register');
 });
 
-test('wrong credentials → 1001 on map/connect and on map/authenticate; session stays unauthenticated', async () => {
+test('wrong credentials: authRequired with error on map/connect, 1001 on map/authenticate; session stays unauthenticated', async () => {
   const b = await connectBase(gw);
-  await rejectsWithCode(b.request('map/connect', { protocolVersion: 1, participantType: 'client', auth: { method: 'api-key', credential: 'bad' } }), 1001, 'connect with bad key');
+  const r = await b.request('map/connect', { protocolVersion: 1, participantType: 'client', auth: { method: 'api-key', credential: 'bad' } });
+  assert.equal(r.authRequired?.required, true, JSON.stringify(r));
+  assert.equal(r.error?.code, 'invalid_credentials', JSON.stringify(r));
+  await rejectsWithCode(b.request('map/agents/list', {}), 1000, 'still unauthenticated after a refused connect');
 
   const c = await connectClient(gw, { name: 'bad-auth' });
   await rejectsWithCode(c.conn.authenticate({ method: 'api-key', credential: 'bad' }), 1001, 'authenticate with bad key');
@@ -78,4 +81,26 @@ test('credentials on map/connect skip authRequired entirely', async () => {
   assert.ok(c.connectResult.authRequired == null, `no authRequired when connect carried valid credentials, got ${JSON.stringify(c.connectResult.authRequired)}`);
   const l = await c.conn.listAgents();
   assert.ok(Array.isArray(l.agents));
+});
+
+test('auth method none: a tenant that accepts it admits a named principal, and authRequired offers it', async () => {
+  const g = await startGateway({
+    anonymousTenant: '',
+    tenants: [{ id: 'acme', api_keys: ['acme-key'], toml: 'none_principal = "anon-user"' }],
+  });
+  try {
+    const c = await connectClient(g, { name: 'no-creds' });
+    assert.ok(c.connectResult.authRequired.methods.includes('none'), JSON.stringify(c.connectResult));
+    assert.ok(c.connectResult.authRequired.methods.includes('api-key'));
+    const n = await connectClient(g, { name: 'none', auth: { method: 'none' } });
+    assert.equal(n.connectResult.principal?.id, 'anon-user', JSON.stringify(n.connectResult));
+    assert.equal(n.connectResult.principal?.claims?.tenant, 'acme');
+    const k = await connectClient(g, { name: 'keyed', auth: { method: 'api-key', credential: 'acme-key' } });
+    assert.notEqual(k.connectResult.principal?.id, 'anon-user');
+  } finally {
+    await g.stop();
+  }
+  // Off by default: not offered here.
+  const c = await connectClient(gw, { name: 'default-methods' });
+  assert.ok(!c.connectResult.authRequired.methods.includes('none'), JSON.stringify(c.connectResult));
 });

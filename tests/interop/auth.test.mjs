@@ -1,4 +1,4 @@
-// Credentials → tenants, wrong credentials → 1001, tenant isolation.
+// Credentials → tenants, refused credentials → authRequired with the reason, tenant isolation.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { ClientConnection } from '@multi-agent-protocol/sdk';
@@ -41,13 +41,32 @@ test('api-key, bearer (credential and token field) all authenticate into the ten
   if (r.principal !== undefined) assert.equal(typeof r.principal.id, 'string', 'principal.id');
 });
 
-test('wrong credentials → 1001 on map/connect', async () => {
+/** A map/connect result that refuses the credential as the SDK expects: authRequired and error.code. */
+function assertRefused(r, ctx) {
+  assert.ok(r.authRequired && r.authRequired.required === true, `${ctx}: authRequired in ${JSON.stringify(r)}`);
+  assert.equal(r.error?.code, 'invalid_credentials', `${ctx}: ${JSON.stringify(r)}`);
+  assert.equal(typeof r.error.message, 'string');
+  assert.equal(r.principal, undefined, ctx);
+}
+
+test('refused credentials at map/connect: authRequired with error.code invalid_credentials, and the connection can retry', async () => {
   const b = await connectBase(gw);
-  await rejectsWithCode(b.request('map/connect', { protocolVersion: 1, participantType: 'client', auth: { method: 'api-key', credential: 'wrong' } }), 1001, 'wrong api key');
+  assertRefused(await b.request('map/connect', { protocolVersion: 1, participantType: 'client', auth: { method: 'api-key', credential: 'wrong' } }), 'wrong api key');
+  await rejectsWithCode(b.request('map/agents/list', {}), 1000, 'nothing else until authenticated');
+  const retry = await b.request('map/connect', { protocolVersion: 1, participantType: 'client', auth: ACME });
+  assert.equal(retry.principal?.claims?.tenant, 'acme', `a retry on the same connection: ${JSON.stringify(retry)}`);
   const b2 = await connectBase(gw);
-  await rejectsWithCode(b2.request('map/connect', { protocolVersion: 1, participantType: 'agent', auth: { method: 'bearer', token: 'acme-key' } }), 1001, 'api key used as bearer token');
-  await rejectsWithCode(connectAgent(gw, { name: 'intruder', auth: { method: 'bearer', credential: 'nope' } }), 1001, 'AgentConnection with bad bearer');
-  await rejectsWithCode(ClientConnection.connect(gw.url, { auth: { method: 'api-key', credential: 'globex-token' } }), 1001, 'bearer token used as api key');
+  assertRefused(await b2.request('map/connect', { protocolVersion: 1, participantType: 'agent', auth: { method: 'bearer', token: 'acme-key' } }), 'api key used as bearer token');
+  const viaAuthenticate = await b2.request('map/authenticate', { method: 'api-key', credential: 'acme-key' });
+  assert.equal(viaAuthenticate.success, true, 'map/authenticate after a refused connect');
+  // AgentConnection.connect goes on to register, which is refused until authenticated.
+  await rejectsWithCode(connectAgent(gw, { name: 'intruder', auth: { method: 'bearer', credential: 'nope' } }), 1000, 'AgentConnection with bad bearer');
+  const c = await connectClient(gw, { name: 'intruder-client', auth: { method: 'api-key', credential: 'globex-token' } });
+  assertRefused(c.connectResult, 'bearer token used as api key');
+  await rejectsWithCode(c.conn.listAgents(), 1000, 'the refused client has no session');
+  const ok = await c.conn.authenticate(GLOBEX);
+  assert.equal(ok.success, true);
+  assert.ok(agentIds(await c.conn.listAgents()).includes(Gx.id), 'and then lands in globex');
 });
 
 test('unknown non-x- auth method is rejected', async () => {

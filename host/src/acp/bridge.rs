@@ -108,8 +108,12 @@ pub async fn run(link: Link, mut notes: mpsc::Receiver<Value>, mut from_editor: 
         hello["auth"] = a;
     }
     let refusal = match link.call("map/connect", hello).await {
-        Ok(r) if r.get("sessionId").is_some() => None,
-        Ok(r) => Some(format!("the gateway asked for credentials: {r}")),
+        Ok(r) if r.get("authRequired").is_none() => None,
+        // Refused credentials are answered with `authRequired` and the reason.
+        Ok(r) => Some(match r["error"]["message"].as_str() {
+            Some(why) => format!("map/connect failed: {why}"),
+            None => "the gateway asked for credentials: give the bridge an API key or a token".to_string(),
+        }),
         Err(e) => Some(format!("map/connect failed: {}", e["message"].as_str().unwrap_or("unknown error"))),
     };
     let mut b = Bridge {

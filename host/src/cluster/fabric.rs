@@ -42,12 +42,15 @@ pub struct Checkpoint {
     /// The last event sent (or the newest logged when it began; none: the log was empty).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last: Option<String>,
+    /// Its events are held (`map/subscriptions/pause`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
 }
 
 impl Checkpoint {
-    /// Whether it names the same position (a subscription's filter never changes).
+    /// Whether it names the same position and pause (a subscription's filter never changes).
     fn same_place(&self, other: &Checkpoint) -> bool {
-        self.sequence == other.sequence && self.last == other.last
+        self.sequence == other.sequence && self.last == other.last && self.paused == other.paused
     }
 }
 
@@ -159,15 +162,17 @@ impl ClusterFabric {
                     .subscriptions
                     .into_iter()
                     .map(|s| {
-                        starts.entry(s.id.clone()).or_insert_with(|| Checkpoint { session: s.session_id.clone(), filter: s.filter.clone(), sequence: 0, last: s.start_event_id });
-                        (s.id, Checkpoint { session: s.session_id, filter: s.filter, sequence: s.sequence, last: s.last_event_id })
+                        starts.entry(s.id.clone()).or_insert_with(|| Checkpoint { session: s.session_id.clone(), filter: s.filter.clone(), sequence: 0, last: s.start_event_id, paused: false });
+                        (s.id, Checkpoint { session: s.session_id, filter: s.filter, sequence: s.sequence, last: s.last_event_id, paused: s.paused })
                     })
                     .collect();
                 drop(fabric);
                 starts.retain(|id, _| current.contains_key(id));
-                // Save the previous tick's positions (a new subscription's start).
-                for id in current.keys() {
-                    let Some(at) = previous.get(id).or_else(|| starts.get(id)).cloned() else { continue };
+                // Save the previous tick's positions (a new subscription's
+                // start), with the pause as it is now.
+                for (id, now) in &current {
+                    let Some(mut at) = previous.get(id).or_else(|| starts.get(id)).cloned() else { continue };
+                    at.paused = now.paused;
                     if !saved.get(id).is_some_and(|s| s.same_place(&at)) {
                         let key = directory::key(&tenant, directory::SUBSCRIPTION, id);
                         let body = serde_json::to_vec(&at).expect("checkpoints serialise");
@@ -426,6 +431,10 @@ impl Fabric for ClusterFabric {
         self.local.unsubscribe(session, subscription)
     }
 
+    fn pause(&self, session: &str, subscription: &str, paused: bool) -> bool {
+        self.local.pause(session, subscription, paused)
+    }
+
     fn replay(&self, query: &ReplayQuery) -> ReplayPage {
         self.local.replay(query)
     }
@@ -434,9 +443,9 @@ impl Fabric for ClusterFabric {
         self.local.inspect()
     }
 
-    fn adopt_subscription(&self, session: &str, id: &str, filter: Filter, sequence: u64, from: ReplayFrom) {
+    fn adopt_subscription(&self, session: &str, sub: ParkedSubscription) {
         let first = !self.local.has_subscribers();
-        self.local.adopt_subscription(session, id, filter, sequence, from);
+        self.local.adopt_subscription(session, sub);
         if first {
             self.presence.beat_now.notify_one();
         }
@@ -459,6 +468,7 @@ impl Fabric for ClusterFabric {
                     Some(last) => ReplayFrom::EventId(last),
                     None => ReplayFrom::Timestamp(0),
                 },
+                paused: c.paused,
             })
             .collect()
     }

@@ -104,7 +104,7 @@ impl Gateway {
         })
     }
 
-    /// `{subscriptions: [{id, sessionId, eventTypes, sequence, dropped, tenant}]}`.
+    /// `{subscriptions: [{id, sessionId, eventTypes, sequence, dropped, paused, tenant}]}`.
     pub fn admin_subscriptions(&self, tenant: Option<&str>) -> Option<Value> {
         self.listing(tenant, "subscriptions", |t| t.fabric.inspect().subscriptions.into_iter().map(|s| serde_json::to_value(s).expect("subscription serialises")).collect())
     }

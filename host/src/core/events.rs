@@ -269,6 +269,16 @@ impl Filter {
         Ok(self)
     }
 
+    /// The type an event selected by this filter is delivered as: spelled
+    /// as the first pattern of `eventTypes` that matches it names it (dotted
+    /// or snake_case); with no `eventTypes`, as emitted.
+    pub fn spelling<'a>(&'a self, kind: &'a str) -> Cow<'a, str> {
+        match self.event_types.iter().find(|t| type_matches(t.as_bytes(), kind.as_bytes())) {
+            Some(pattern) => spelled_as(pattern, kind),
+            None => Cow::Borrowed(kind),
+        }
+    }
+
     pub fn matches(&self, event: &NewEvent) -> bool {
         self.matches_with(event, &OnceCell::new())
     }
@@ -327,13 +337,35 @@ const ALIASES: &[(&[u8], &[u8])] = &[
     (b"session.*", b"participant.*"),
 ];
 
+/// The core type a filter pattern stands for (an alias resolved).
+fn unalias(pattern: &[u8]) -> &[u8] {
+    ALIASES.iter().find(|(alias, _)| same_type(alias, pattern)).map_or(pattern, |(_, core)| *core)
+}
+
 /// A filter's type pattern (`*`, `prefix.*` or a type) against an event type; `_` and `.` are one separator.
 fn type_matches(pattern: &[u8], kind: &[u8]) -> bool {
-    let pattern = ALIASES.iter().find(|(alias, _)| same_type(alias, pattern)).map_or(pattern, |(_, core)| *core);
+    let pattern = unalias(pattern);
     match pattern.strip_suffix(b".*").or_else(|| pattern.strip_suffix(b"_*")) {
         Some(prefix) => kind.len() > prefix.len() && same_type(prefix, &kind[..prefix.len()]) && norm(kind[prefix.len()]) == b'.',
         None => pattern == b"*" || same_type(pattern, kind),
     }
+}
+
+/// An event type as the pattern that selected it spells it: a named type
+/// as the pattern names it; under `prefix.*` or `prefix_*`, the pattern's
+/// prefix and the rest of the type with that separator; under `*`, as emitted.
+fn spelled_as<'a>(pattern: &'a str, kind: &'a str) -> Cow<'a, str> {
+    let Some(prefix) = pattern.strip_suffix('*').filter(|p| !p.is_empty()) else {
+        return Cow::Borrowed(if pattern == "*" { kind } else { pattern });
+    };
+    // Both end with their separator: `session.` against `participant_`.
+    let core_len = unalias(pattern.as_bytes()).len() - 1;
+    let sep = if prefix.ends_with('_') { '_' } else { '.' };
+    let rest = kind.get(core_len..).unwrap_or_default();
+    let mut s = String::with_capacity(prefix.len() + rest.len());
+    s.push_str(prefix);
+    s.extend(rest.chars().map(|c| if c == '.' || c == '_' { sep } else { c }));
+    Cow::Owned(s)
 }
 
 #[cfg(test)]
@@ -366,6 +398,25 @@ mod tests {
         for (alias, core) in [("agent.state.changed", "agent_state_changed"), ("scope.member.joined", "scope_member_joined"), ("message.delivered", "message_delivered")] {
             assert!(filter(json!({"eventTypes": [alias]})).matches(&ev(core, None)), "{alias}");
         }
+    }
+
+    #[test]
+    fn types_are_spelled_as_the_filter_names_them() {
+        let spelled = |types: Value, kind: &str| filter(json!({"eventTypes": types})).spelling(kind).into_owned();
+        assert_eq!(spelled(json!(["agent.registered"]), "agent_registered"), "agent.registered");
+        assert_eq!(spelled(json!(["agent_registered"]), "agent_registered"), "agent_registered");
+        assert_eq!(spelled(json!(["session.connected"]), "participant_connected"), "session.connected");
+        assert_eq!(spelled(json!(["session_connected"]), "participant_connected"), "session_connected");
+        assert_eq!(spelled(json!(["participant.connected"]), "participant_connected"), "participant.connected");
+        assert_eq!(spelled(json!(["agent.*"]), "agent_state_changed"), "agent.state.changed");
+        assert_eq!(spelled(json!(["agent_*"]), "agent_state_changed"), "agent_state_changed");
+        assert_eq!(spelled(json!(["session.*"]), "participant_disconnected"), "session.disconnected");
+        assert_eq!(spelled(json!(["mail.turn.*"]), "mail.turn.added"), "mail.turn.added");
+        assert_eq!(spelled(json!(["mail_*"]), "mail.turn.added"), "mail_turn_added");
+        assert_eq!(spelled(json!(["*"]), "agent_registered"), "agent_registered");
+        assert_eq!(spelled(json!([]), "agent_registered"), "agent_registered");
+        // The first pattern that matches decides.
+        assert_eq!(spelled(json!(["scope.created", "agent_*", "agent.*"]), "agent_registered"), "agent_registered");
     }
 
     #[test]

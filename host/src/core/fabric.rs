@@ -60,13 +60,16 @@ pub trait Fabric: Send + Sync {
     /// Start a subscription; with `from`, recorded events since then come first, without a gap.
     fn subscribe(&self, session: &str, filter: Filter, from: Option<ReplayFrom>) -> String;
     fn unsubscribe(&self, session: &str, subscription: &str) -> bool;
+    /// Hold a subscription's events (`paused`), or send what it held and go
+    /// on delivering; false when the session has no such subscription.
+    fn pause(&self, session: &str, subscription: &str, paused: bool) -> bool;
     fn replay(&self, query: &ReplayQuery) -> ReplayPage;
     /// For the operator: the live subscriptions and the replay log's size.
     fn inspect(&self) -> FabricView;
     /// Take up a subscription a session had on another node (a resume after
     /// that node died): same id, numbering on from `sequence`, recorded
-    /// events since `from` first.
-    fn adopt_subscription(&self, session: &str, id: &str, filter: Filter, sequence: u64, from: ReplayFrom);
+    /// events since `from` first, paused if it was (its filter resolved).
+    fn adopt_subscription(&self, session: &str, sub: ParkedSubscription);
     /// Whether a session served by `node` may be taken over here: that node
     /// has died (cluster only).
     fn home_is_gone(&self, _node: &str, _session: &str) -> bool {
@@ -85,6 +88,7 @@ pub struct ParkedSubscription {
     pub filter: Filter,
     pub sequence: u64,
     pub from: ReplayFrom,
+    pub paused: bool,
 }
 
 /// What `Fabric::inspect` shows.
@@ -107,6 +111,8 @@ pub struct SubscriptionView {
     pub sequence: u64,
     /// Events dropped since the last overflow notice.
     pub dropped: u64,
+    /// Its events are held until it is resumed.
+    pub paused: bool,
     /// The last event queued for the session (or, before any, the newest
     /// logged when it began).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -118,20 +124,63 @@ pub struct SubscriptionView {
     pub start_event_id: Option<String>,
 }
 
+/// Events a subscription lost: how many, the first and the last.
+#[derive(Default)]
+struct Gap {
+    count: u64,
+    oldest: Option<String>,
+    newest: Option<String>,
+}
+
+impl Gap {
+    fn note(&mut self, event_id: &str) {
+        self.count += 1;
+        self.oldest.get_or_insert_with(|| event_id.to_string());
+        self.newest = Some(event_id.to_string());
+    }
+
+    /// This gap followed by `later`.
+    fn extend(&mut self, later: Gap) {
+        if later.count > 0 {
+            self.count += later.count;
+            self.oldest = self.oldest.take().or(later.oldest);
+            self.newest = later.newest;
+        }
+    }
+}
+
+/// An event waiting in a paused subscription.
+struct Held {
+    event_id: String,
+    timestamp: u64,
+    caused_by: Option<String>,
+    body: String,
+}
+
+/// What a held event counts for against the outbox's byte bound.
+fn held_size(h: &Held) -> usize {
+    h.body.len() + 200
+}
+
 struct Subscription {
     id: String,
     session: String,
     filter: Filter,
     outbox: Arc<Outbox>,
     sequence: u64,
-    dropped: u64,
-    oldest_dropped: Option<String>,
-    newest_dropped: Option<String>,
+    /// Dropped since the last overflow notice.
+    dropped: Gap,
     /// The last event queued, or the newest in the log when the
     /// subscription began (where a resume elsewhere goes on from).
     last: Option<Ulid>,
     /// The newest event in the log when the subscription began.
     start: Option<Ulid>,
+    /// Paused: events wait in `held`, within the outbox's bounds; what
+    /// does not fit is lost, and reported after the held events.
+    paused: bool,
+    held: VecDeque<Held>,
+    held_bytes: usize,
+    lost_while_paused: Gap,
 }
 
 pub struct Recorded {
@@ -175,14 +224,15 @@ impl Recorded {
     }
 }
 
-fn body_of(event_id: &str, timestamp: u64, event: &NewEvent) -> String {
+/// The event as sent, typed `kind` (the subscription's spelling of its type).
+fn body_of(event_id: &str, timestamp: u64, kind: &str, event: &NewEvent) -> String {
     let data = match &event.data_text {
         Some(text) => std::borrow::Cow::Borrowed(text.as_str()),
         None => std::borrow::Cow::Owned(serde_json::to_string(&event.data).expect("data serialises")),
     };
     let mut s = String::with_capacity(data.len() + 192);
     let _ = write!(s, r#"{{"id":"{event_id}","timestamp":{timestamp},"type":"#);
-    push_json_str(&mut s, &event.kind);
+    push_json_str(&mut s, kind);
     s.push_str(r#","source":"#);
     s.push_str(&serde_json::to_string(&event.source).expect("source serialises"));
     s.push_str(r#","data":"#);
@@ -251,42 +301,73 @@ fn event_frame(sub: &Subscription, rec_id: &str, timestamp: u64, caused_by: Opti
 }
 
 impl Subscription {
+    /// Queue one event, or hold it while paused.
+    fn offer(&mut self, event_id: &str, timestamp: u64, caused_by: Option<&str>, body: &str) {
+        if self.paused {
+            self.hold(Held { event_id: event_id.to_string(), timestamp, caused_by: caused_by.map(String::from), body: body.to_string() });
+        } else {
+            self.send(event_id, timestamp, caused_by, body);
+        }
+    }
+
     /// Queue one event; when the reader is behind, count it as dropped and
     /// report the gap with `subscription.overflow` once there is room again.
-    fn offer(&mut self, event_id: &str, timestamp: u64, caused_by: Option<&str>, body: &str) {
-        if self.dropped > 0 {
-            let overflow = json!({
-                "id": ids::prefixed("evt"),
-                "type": "subscription.overflow",
-                "timestamp": timestamp,
-                "source": {},
-                "data": {"subscriptionId": self.id, "eventsDropped": self.dropped,
-                         "oldestDropped": self.oldest_dropped, "newestDropped": self.newest_dropped},
-            })
-            .to_string();
-            let overflow_id = ids::ulid();
-            if self.outbox.push(event_frame(self, &overflow_id, timestamp, None, &overflow)).is_err() {
-                self.note_drop(event_id);
-                return;
-            }
-            self.sequence += 1;
-            self.dropped = 0;
-            self.oldest_dropped = None;
-            self.newest_dropped = None;
+    fn send(&mut self, event_id: &str, timestamp: u64, caused_by: Option<&str>, body: &str) {
+        if self.dropped.count > 0 && !self.report_gap(timestamp) {
+            self.dropped.note(event_id);
+            return;
         }
         match self.outbox.push(event_frame(self, event_id, timestamp, caused_by, body)) {
             Ok(()) => {
                 self.sequence += 1;
                 self.last = Ulid::parse(event_id);
             }
-            Err(_) => self.note_drop(event_id),
+            Err(_) => self.dropped.note(event_id),
         }
     }
 
-    fn note_drop(&mut self, event_id: &str) {
-        self.dropped += 1;
-        self.oldest_dropped.get_or_insert_with(|| event_id.to_string());
-        self.newest_dropped = Some(event_id.to_string());
+    /// Queue the `subscription.overflow` notice of the dropped events; false when there is no room.
+    fn report_gap(&mut self, timestamp: u64) -> bool {
+        let overflow = json!({
+            "id": ids::prefixed("evt"),
+            "type": "subscription.overflow",
+            "timestamp": timestamp,
+            "source": {},
+            "data": {"subscriptionId": self.id, "eventsDropped": self.dropped.count,
+                     "oldestDropped": self.dropped.oldest, "newestDropped": self.dropped.newest},
+        })
+        .to_string();
+        let overflow_id = ids::ulid();
+        if self.outbox.push(event_frame(self, &overflow_id, timestamp, None, &overflow)).is_err() {
+            return false;
+        }
+        self.sequence += 1;
+        self.dropped = Gap::default();
+        true
+    }
+
+    /// Keep an event for the resume; past the outbox's bounds it is lost.
+    fn hold(&mut self, held: Held) {
+        let size = held_size(&held);
+        if self.held.len() >= self.outbox.capacity() || (!self.held.is_empty() && self.held_bytes + size > self.outbox.max_bytes()) {
+            self.lost_while_paused.note(&held.event_id);
+            return;
+        }
+        self.held_bytes += size;
+        self.held.push_back(held);
+    }
+
+    /// Send what was held, in order, then report what was lost meanwhile.
+    fn resume(&mut self) {
+        self.paused = false;
+        self.held_bytes = 0;
+        for h in std::mem::take(&mut self.held) {
+            self.send(&h.event_id, h.timestamp, h.caused_by.as_deref(), &h.body);
+        }
+        self.dropped.extend(std::mem::take(&mut self.lost_while_paused));
+        if self.dropped.count > 0 {
+            self.report_gap(ids::now_ms());
+        }
     }
 }
 
@@ -295,12 +376,20 @@ impl LocalFabric {
     fn record(&self, mut guard: parking_lot::MutexGuard<'_, Events>, id: Ulid, timestamp: u64, event: NewEvent) {
         let events = &mut *guard;
         let event_id = id.as_str();
-        let mut body: Option<String> = None;
+        // The event as sent, once per spelling of its type (usually one).
+        let mut bodies: Vec<(String, String)> = Vec::new();
         let parsed = std::cell::OnceCell::new();
         for sub in events.subscriptions.iter_mut() {
             if event.visible_to(&sub.session) && sub.filter.matches_with(&event, &parsed) {
-                let body = body.get_or_insert_with(|| body_of(event_id, timestamp, &event));
-                sub.offer(event_id, timestamp, event.caused_by.as_deref(), body);
+                let kind = sub.filter.spelling(&event.kind);
+                let at = match bodies.iter().position(|(k, _)| *k == *kind) {
+                    Some(at) => at,
+                    None => {
+                        bodies.push((kind.to_string(), body_of(event_id, timestamp, &kind, &event)));
+                        bodies.len() - 1
+                    }
+                };
+                sub.offer(event_id, timestamp, event.caused_by.as_deref(), &bodies[at].1);
             }
         }
         if !event.recorded {
@@ -380,7 +469,7 @@ impl LocalFabric {
         events.log.range(start..).cloned().collect()
     }
 
-    fn start_subscription(&self, session: &str, id: String, filter: Filter, sequence: u64, from: Option<ReplayFrom>) {
+    fn start_subscription(&self, session: &str, id: String, filter: Filter, sequence: u64, from: Option<ReplayFrom>, paused: bool) {
         let mut inner = self.events.lock();
         let outbox = self.outboxes.read().get(session).cloned().unwrap_or_else(|| Arc::new(Outbox::new(1, 1)));
         let mut sub = Subscription {
@@ -389,11 +478,13 @@ impl LocalFabric {
             filter,
             outbox,
             sequence,
-            dropped: 0,
-            oldest_dropped: None,
-            newest_dropped: None,
+            dropped: Gap::default(),
             last: inner.log.back().map(|r| r.event_id),
             start: inner.log.back().map(|r| r.event_id),
+            paused,
+            held: VecDeque::new(),
+            held_bytes: 0,
+            lost_while_paused: Gap::default(),
         };
         if let Some(from) = from {
             let start = match &from {
@@ -403,7 +494,8 @@ impl LocalFabric {
             for r in inner.log.range(start..) {
                 if r.event.visible_to(&sub.session) && sub.filter.matches(&r.event) {
                     let id = r.event_id.as_str();
-                    sub.offer(id, r.timestamp, r.event.caused_by.as_deref(), &body_of(id, r.timestamp, &r.event));
+                    let body = body_of(id, r.timestamp, &sub.filter.spelling(&r.event.kind), &r.event);
+                    sub.offer(id, r.timestamp, r.event.caused_by.as_deref(), &body);
                 }
             }
         }
@@ -479,7 +571,8 @@ impl Fabric for LocalFabric {
                 session_id: s.session.clone(),
                 event_types: s.filter.event_types.clone(),
                 sequence: s.sequence,
-                dropped: s.dropped,
+                dropped: s.dropped.count,
+                paused: s.paused,
                 last_event_id: s.last.map(|l| l.to_string()),
                 filter: s.filter.clone(),
                 start_event_id: s.start.map(|l| l.to_string()),
@@ -490,12 +583,23 @@ impl Fabric for LocalFabric {
 
     fn subscribe(&self, session: &str, filter: Filter, from: Option<ReplayFrom>) -> String {
         let id = ids::prefixed("sub");
-        self.start_subscription(session, id.clone(), filter, 0, from);
+        self.start_subscription(session, id.clone(), filter, 0, from, false);
         id
     }
 
-    fn adopt_subscription(&self, session: &str, id: &str, filter: Filter, sequence: u64, from: ReplayFrom) {
-        self.start_subscription(session, id.to_string(), filter, sequence, Some(from));
+    fn adopt_subscription(&self, session: &str, sub: ParkedSubscription) {
+        self.start_subscription(session, sub.id, sub.filter, sub.sequence, Some(sub.from), sub.paused);
+    }
+
+    fn pause(&self, session: &str, subscription: &str, paused: bool) -> bool {
+        let mut inner = self.events.lock();
+        let Some(sub) = inner.subscriptions.iter_mut().find(|s| s.id == subscription && s.session == session) else { return false };
+        if paused {
+            sub.paused = true;
+        } else if sub.paused {
+            sub.resume();
+        }
+        true
     }
 
     fn unsubscribe(&self, session: &str, subscription: &str) -> bool {
@@ -529,7 +633,8 @@ impl Fabric for LocalFabric {
         for r in selected {
             total += 1;
             if events.len() < limit {
-                let body = body_of(r.event_id.as_str(), r.timestamp, &r.event);
+                let kind = q.filter.as_ref().map_or(std::borrow::Cow::Borrowed(&*r.event.kind), |f| f.spelling(&r.event.kind));
+                let body = body_of(r.event_id.as_str(), r.timestamp, &kind, &r.event);
                 let mut s = String::with_capacity(body.len() + 80);
                 s.push_str(r#"{"eventId":"#);
                 push_json_str(&mut s, r.event_id.as_str());
@@ -581,6 +686,32 @@ mod tests {
         assert_eq!(got[0]["params"]["sequenceNumber"], 3);
         assert_eq!(got[1]["params"]["sequenceNumber"], 4);
         assert_eq!(got[1]["params"]["event"]["data"]["i"], 5);
+    }
+
+    #[test]
+    fn a_paused_subscription_holds_what_fits_and_reports_the_rest_after_it() {
+        let fabric = LocalFabric::new(100, 1 << 20);
+        let outbox = Arc::new(Outbox::new(2, 1 << 20));
+        let (tx, mut rx) = channel(2, 1 << 20);
+        outbox.attach(tx);
+        fabric.join("s1", outbox);
+        let sub = fabric.subscribe("s1", Filter::default(), None);
+        assert!(fabric.pause("s1", &sub, true));
+        assert!(!fabric.pause("s2", &sub, true), "another session's subscription");
+        let ids: Vec<Ulid> = (0..4).map(|i| fabric.publish(NewEvent::new("x_happened", Source::default(), json!({"i": i})))).collect();
+        assert!(frames(&mut rx).is_empty(), "nothing while paused");
+        assert!(fabric.pause("s1", &sub, false));
+        let got = frames(&mut rx);
+        let held: Vec<(u64, u64)> = got.iter().map(|f| (f["params"]["sequenceNumber"].as_u64().unwrap(), f["params"]["event"]["data"]["i"].as_u64().unwrap())).collect();
+        assert_eq!(held, [(1, 0), (2, 1)], "the two that fit, in order");
+        // No room for the notice at the resume: it goes before the next event.
+        fabric.publish(NewEvent::new("x_happened", Source::default(), json!({"i": 4})));
+        let got = frames(&mut rx);
+        assert_eq!(got[0]["params"]["event"]["type"], "subscription.overflow");
+        assert_eq!(got[0]["params"]["event"]["data"]["eventsDropped"], 2);
+        assert_eq!(got[0]["params"]["event"]["data"]["oldestDropped"], ids[2].as_str());
+        assert_eq!(got[0]["params"]["event"]["data"]["newestDropped"], ids[3].as_str());
+        assert_eq!(got[1]["params"]["sequenceNumber"], 4);
     }
 
     #[test]

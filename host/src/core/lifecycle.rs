@@ -264,8 +264,8 @@ impl Gateway {
         tenant.fabric.join(&info.id, outbox.clone());
         let extensions = tenant.extensions();
         for sub in tenant.fabric.parked_subscriptions(&info.id) {
-            if let Ok(filter) = sub.filter.resolve(|key| extensions.data_filter(key)) {
-                tenant.fabric.adopt_subscription(&info.id, &sub.id, filter, sub.sequence, sub.from);
+            if let Ok(filter) = sub.filter.clone().resolve(|key| extensions.data_filter(key)) {
+                tenant.fabric.adopt_subscription(&info.id, crate::core::fabric::ParkedSubscription { filter, ..sub });
             }
         }
         let active = self.go_live(conn, &tenant, &info, outbox, new_token.clone());

@@ -262,6 +262,10 @@ impl Outbox {
     pub fn capacity(&self) -> usize {
         self.capacity
     }
+
+    pub fn max_bytes(&self) -> usize {
+        self.max_bytes
+    }
 }
 
 #[cfg(test)]

@@ -18,6 +18,8 @@ pub struct Tenants<T> {
     credentials: HashMap<(&'static str, [u8; 32]), Authenticated<T>>,
     anonymous: Option<String>,
     pub anonymous_remote: bool,
+    /// Who `auth {method: "none"}` is, where a tenant accepts it.
+    none: Option<Authenticated<T>>,
     /// Signs and checks the access tokens `map/auth/refresh` issues, and checks tenants' JWTs.
     pub tokens: jwt::Tokens,
     /// Failed authentications by source address.
@@ -52,9 +54,13 @@ impl<T> Tenants<T> {
     pub fn from_config(config: &Config, make: impl Fn(&TenantConfig) -> T) -> anyhow::Result<Tenants<T>> {
         let mut by_id = HashMap::new();
         let mut credentials = HashMap::new();
+        let mut none = None;
         for t in &config.tenants {
             let tenant = Arc::new(make(t));
             by_id.insert(t.id.clone(), tenant.clone());
+            if let Some(principal) = &t.none_principal {
+                none = Some(Authenticated { tenant: tenant.clone(), principal: principal.as_str().into() });
+            }
             for (method, list) in [("api-key", &t.api_keys), ("bearer", &t.bearer_tokens)] {
                 for (i, c) in list.iter().enumerate() {
                     let principal: Arc<str> = c.principal().map(Into::into).unwrap_or_else(|| format!("{}/{method}/{i}", t.id).into());
@@ -68,6 +74,7 @@ impl<T> Tenants<T> {
             credentials,
             anonymous,
             anonymous_remote: config.auth.anonymous_remote,
+            none,
             tokens: jwt::Tokens::from_config(config)?,
             throttle: throttle::Throttle::new(config.auth.failures_per_minute),
         })
@@ -91,10 +98,18 @@ impl<T> Tenants<T> {
         }
     }
 
+    /// A tenant accepts `auth {method: "none"}` (elsewhere it means no credentials).
+    pub fn accepts_none(&self) -> bool {
+        self.none.is_some()
+    }
+
     /// Methods a peer can use here, for `authRequired.methods`.
     pub fn offered_methods(&self) -> Vec<&'static str> {
         let mut m: Vec<&'static str> = self.credentials.keys().map(|(k, _)| *k).collect();
         m.push("bearer");
+        if self.none.is_some() {
+            m.push("none");
+        }
         m.sort();
         m.dedup();
         m
@@ -105,6 +120,9 @@ impl<T> Tenants<T> {
     pub fn authenticate(&self, method: &str, credential: Option<&str>) -> Result<Authenticated<T>, RpcError> {
         if !KNOWN_METHODS.contains(&method) && !method.starts_with("x-") {
             return Err(RpcError::invalid_params(format!("Unknown auth method {method:?}")));
+        }
+        if let Some(none) = self.none.as_ref().filter(|_| method == "none") {
+            return Ok(none.clone());
         }
         let key = match method {
             "api-key" => "api-key",

@@ -224,13 +224,18 @@ pub fn control(active: &Active, req: &Request, target: &str) -> Result<Out, RpcE
             ("active", s) if s != "suspended" => return Err(RpcError::new(codes::STATE_INVALID, format!("Agent {id} is {s}, not suspended"))),
             _ => {}
         }
-        // Resume goes back to the state the agent had before suspend.
+        // Resume goes back to the state the agent had before suspend; one
+        // that had not started work (`registered`) comes back `idle`.
         let target = match target {
             "suspended" if previous != "suspended" => {
                 agent.suspended_from = Some(previous.clone());
                 target.to_string()
             }
-            "active" => agent.suspended_from.take().unwrap_or_else(|| target.to_string()),
+            "active" => match agent.suspended_from.take() {
+                Some(s) if s == "registered" => "idle".to_string(),
+                Some(s) => s,
+                None => target.to_string(),
+            },
             _ => target.to_string(),
         };
         if previous != target {

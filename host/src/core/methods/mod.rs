@@ -53,6 +53,9 @@ fn route(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out, RpcEr
         "map/subscribe" => subscriptions::subscribe(conn.active()?, req),
         "map/unsubscribe" => subscriptions::unsubscribe(conn.active()?, req),
         "map/subscribe.ack" => subscriptions::ack(conn.active()?, req),
+        // The SDK's schema names, and its server's.
+        "map/subscriptions/pause" | "map/pause" => subscriptions::pause(conn.active()?, req, true),
+        "map/subscriptions/resume" | "map/resume" => subscriptions::pause(conn.active()?, req, false),
         "map/replay" => subscriptions::replay(conn.active()?, req),
 
         other => Err(RpcError::method_not_found(other)),

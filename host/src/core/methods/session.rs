@@ -57,7 +57,7 @@ fn granted_capabilities() -> Value {
         "messaging": {"canSend": true, "canReceive": true, "canBroadcast": true},
         "lifecycle": {"canSpawn": true, "canRegister": true, "canUnregister": true, "canSteer": true, "canStop": true},
         "scopes": {"canCreateScopes": true, "canManageScopes": true},
-        "streaming": {"supportsAck": true, "supportsFlowControl": true, "supportsPause": false},
+        "streaming": {"supportsAck": true, "supportsFlowControl": true, "supportsPause": true},
         "extensions": [
             {"uri": "urn:map:ext:steering:1"},
             {"uri": "urn:map:ext:sessions:1"}
@@ -77,16 +77,55 @@ fn principal(active: &Active) -> Value {
 }
 
 /// Who the connection's credentials say it is: `Ok(None)` means none were
-/// given and anonymous access is not allowed.
-fn caller_for(gw: &Gateway, conn: &mut Conn, auth: Option<&AuthParams>) -> Result<Option<Authenticated>, RpcError> {
-    let given = auth.filter(|a| a.method.as_deref().is_some_and(|m| m != "none"));
-    if let Some(a) = given {
-        return gw.authenticate(conn, a.method.as_deref().unwrap_or_default(), a.secret()).map(Some);
+/// given and anonymous access is not allowed. An error names the method tried.
+/// `none` is a credential where a tenant accepts it, else the lack of one.
+fn caller_for(gw: &Gateway, conn: &mut Conn, auth: Option<&AuthParams>) -> Result<Option<Authenticated>, (String, RpcError)> {
+    let given = auth.and_then(|a| Some((a.method.as_deref()?, a))).filter(|(m, _)| *m != "none" || gw.tenants.accepts_none());
+    let (method, secret) = match (given, conn.preset_auth.clone()) {
+        (Some((method, a)), _) => (method.to_string(), a.secret().map(String::from)),
+        (None, Some((method, secret))) => (method, Some(secret)),
+        (None, None) => return Ok(gw.tenants.anonymous(conn.loopback)),
+    };
+    gw.authenticate(conn, &method, secret.as_deref()).map(Some).map_err(|e| (method, e))
+}
+
+/// A credential was refused (rather than malformed, or the address throttled).
+fn refused(e: &RpcError) -> bool {
+    matches!(e.code, codes::AUTH_FAILED | codes::TOKEN_EXPIRED)
+}
+
+/// A refusal as the SDK's `AuthError {code, message}`.
+fn auth_error(gw: &Gateway, method: &str, e: &RpcError) -> Value {
+    let code = if e.code == codes::TOKEN_EXPIRED {
+        "expired"
+    } else if !gw.tenants.offered_methods().contains(&method) {
+        "method_not_supported"
+    } else {
+        "invalid_credentials"
+    };
+    json!({"code": code, "message": e.message})
+}
+
+/// The answer of a connect that needs credentials first (`error`: why the
+/// ones given were refused). The connection stays open and waits for
+/// `map/authenticate` or another `map/connect`.
+fn auth_required(gw: &Gateway, conn: &mut Conn, p: ConnectParams, error: Option<Value>) -> Value {
+    let session_id = ids::session_id();
+    let mut result = json!({
+        "protocolVersion": PROTOCOL_VERSION,
+        "sessionId": session_id,
+        "capabilities": {},
+        "systemInfo": {"name": gw.config.server.name, "version": env!("CARGO_PKG_VERSION")},
+        "authRequired": {"methods": gw.tenants.offered_methods(), "required": true},
+    });
+    if let Some(id) = &p.participant_id {
+        result["participantId"] = json!(id);
     }
-    if let Some((method, secret)) = conn.preset_auth.clone() {
-        return gw.authenticate(conn, &method, Some(&secret)).map(Some);
+    if let Some(e) = error {
+        result["error"] = e;
     }
-    Ok(gw.tenants.anonymous(conn.loopback))
+    conn.state = ConnState::Pending(Box::new(p), session_id);
+    result
 }
 
 pub fn connect(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out, RpcError> {
@@ -107,7 +146,14 @@ pub fn connect(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out,
             return Err(RpcError::invalid_params("disconnectPolicy.agentBehavior must be unregister, orphan or grace-period"));
         }
     }
-    let caller = caller_for(gw, conn, p.auth.as_ref())?;
+    let caller = match caller_for(gw, conn, p.auth.as_ref()) {
+        Ok(caller) => caller,
+        Err((method, e)) if refused(&e) => {
+            let error = auth_error(gw, &method, &e);
+            return Ok(auth_required(gw, conn, p, Some(error)).into());
+        }
+        Err((_, e)) => return Err(e),
+    };
 
     if let Some(token) = p.resume_token.as_deref() {
         // A resume token alone is not enough: the caller must also be the
@@ -131,23 +177,10 @@ pub fn connect(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out,
         }
     }
 
-    let session_id = ids::session_id();
     let Some(caller) = caller else {
-        let mut result = json!({
-            "protocolVersion": PROTOCOL_VERSION,
-            "sessionId": session_id,
-            "participantId": p.participant_id.clone().unwrap_or_default(),
-            "capabilities": {},
-            "systemInfo": {"name": gw.config.server.name, "version": env!("CARGO_PKG_VERSION")},
-            "authRequired": {"methods": gw.tenants.offered_methods(), "required": true},
-        });
-        if p.participant_id.is_none() {
-            result.as_object_mut().expect("object").remove("participantId");
-        }
-        conn.state = ConnState::Pending(Box::new(p), session_id);
-        return Ok(result.into());
+        return Ok(auth_required(gw, conn, p, None).into());
     };
-    let active = start_session(gw, conn, caller, &p, session_id)?;
+    let active = start_session(gw, conn, caller, &p, ids::session_id())?;
     let mut result = connect_result(gw, &active, draft, &p);
     result["resumeToken"] = json!(gw.live(&active.session_id).map(|l| l.resume_token));
     if let Some(ids) = p.reclaim_agents.as_deref().filter(|ids| !ids.is_empty()) {
@@ -197,7 +230,7 @@ fn start_session(gw: &Arc<Gateway>, conn: &mut Conn, caller: Authenticated, p: &
             let holder = tenant.registry.lock().participants.get(id).cloned();
             if let Some(old) = holder {
                 if gw.live(&old).is_some_and(|_| tenant.registry.lock().sessions.get(&old).is_some_and(|s| s.connected)) {
-                    return Err(RpcError::new(codes::AGENT_EXISTS, format!("Participant {id} is already connected")));
+                    return Err(RpcError::new(codes::AGENT_EXISTS, format!("Participant {id} already exists and is connected")));
                 }
                 // A detached session of the same participant gives way to the new one.
                 gw.expire(&old, "replaced by a new session");
@@ -293,23 +326,29 @@ struct RefreshParams {
 }
 
 /// Issue a fresh access token (a JWT signed by this gateway, with an
-/// expiry) for the session's principal. A credential given here must be the
-/// same principal's; the answer never contains it.
+/// expiry) for the session's principal: `{success: true, principal,
+/// accessToken, …}`. A credential given here must be the same principal's,
+/// else `{success: false, error}`; the answer never contains it.
 pub fn refresh(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out, RpcError> {
     let active = conn.active()?.clone();
     let p: RefreshParams = req.params()?;
     if let Some(presented) = p.refresh_token.or(p.credential) {
         let method = p.method.as_deref().unwrap_or("bearer");
-        let who = gw.authenticate(conn, method, Some(&presented))?;
+        let who = match gw.authenticate(conn, method, Some(&presented)) {
+            Ok(who) => who,
+            Err(e) if refused(&e) => return Ok(json!({"success": false, "error": auth_error(gw, method, &e)}).into()),
+            Err(e) => return Err(e),
+        };
         if !Arc::ptr_eq(&who.tenant, &active.tenant) || !ids::secrets_equal(&who.principal, &active.principal) {
-            return Err(RpcError::new(codes::AUTH_FAILED, "The credential belongs to another principal than this session's"));
+            let error = json!({"code": "invalid_credentials", "message": "The credential belongs to another principal than this session's"});
+            return Ok(json!({"success": false, "error": error}).into());
         }
     }
     if &*active.principal == crate::tenants::ANONYMOUS {
         return Err(RpcError::new(codes::PERMISSION_DENIED, "Anonymous sessions get no access token: connect with a credential"));
     }
     let (token, expires_at) = gw.tenants.tokens.issue(&active.tenant.id, &active.principal);
-    Ok(json!({"accessToken": token, "tokenType": "Bearer", "expiresAt": expires_at, "principal": principal(&active)}).into())
+    Ok(json!({"success": true, "accessToken": token, "tokenType": "Bearer", "expiresAt": expires_at, "principal": principal(&active)}).into())
 }
 
 #[derive(Deserialize, Default)]

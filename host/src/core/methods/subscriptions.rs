@@ -1,4 +1,4 @@
-//! map/subscribe, map/unsubscribe, map/subscribe.ack and map/replay.
+//! map/subscribe, map/unsubscribe, pausing, map/subscribe.ack and map/replay.
 
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -42,6 +42,15 @@ pub fn unsubscribe(active: &Active, req: &Request) -> Result<Out, RpcError> {
         return Err(RpcError::invalid_params(format!("No subscription {id} on this session")));
     }
     Ok(json!({"subscription": {"id": id, "closedAt": ids::now_ms()}, "unsubscribed": true}).into())
+}
+
+/// Pause (hold the subscription's events) or resume (send what was held, then go on).
+pub fn pause(active: &Active, req: &Request, paused: bool) -> Result<Out, RpcError> {
+    let id = req.params::<SubscriptionRef>()?.subscription_id.ok_or_else(|| RpcError::invalid_params("subscriptionId is required"))?;
+    if !active.tenant.fabric.pause(&active.session_id, &id, paused) {
+        return Err(RpcError::invalid_params(format!("No subscription {id} on this session")));
+    }
+    Ok(json!({"success": true, "subscriptionId": id, "paused": paused}).into())
 }
 
 /// Acknowledgements are accepted; the per-session queue bound is the flow control.
