@@ -2,8 +2,8 @@
 //! one PostgreSQL behave as one.
 //!
 //! - NATS core carries deliveries to a session on another node
-//!   (`<name>.dl.<node>`), live-only events (`<name>.live.<tenant>`) and
-//!   heartbeats (`<name>.hb`).
+//!   (`<name>.dl.<node>`, each answered with what that node took), live-only
+//!   events (`<name>.live.<tenant>`) and heartbeats (`<name>.hb`).
 //! - A JetStream stream (`<name>_events`) is the event log: every node
 //!   publishes its recorded events there and reads every tenant's subject
 //!   back in one order, fanning out to its own subscriptions and keeping

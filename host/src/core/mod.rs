@@ -95,8 +95,11 @@ pub struct Gateway {
     /// What to do last at a graceful stop (write the event log, say).
     finally: Mutex<Vec<Box<dyn FnOnce() + Send>>>,
     /// What else must hold for `/readyz` (the cluster's link, say): each says what is wrong.
-    readiness: Mutex<Vec<Box<dyn Fn() -> Option<String> + Send + Sync>>>,
+    readiness: Mutex<Vec<ReadyCheck>>,
 }
+
+/// Says what keeps the gateway from serving, if anything.
+type ReadyCheck = Box<dyn Fn() -> Option<String> + Send + Sync>;
 
 /// What a transport connection is bound to.
 pub enum ConnState {
