@@ -3,7 +3,8 @@
 //! NATS (JetStream) server, each with its own data dir. Clients on different
 //! nodes must see one gateway: routing of every address form, one event
 //! stream, one replay log, one mail store, and sessions that survive the
-//! kill -9 of their node by resuming on another.
+//! kill -9 of their node by resuming on another. Nodes reaching NATS
+//! through a relay the test cuts show what an outage does.
 //!
 //! PostgreSQL (`MAP_TEST_POSTGRES_URL`, default
 //! `postgres://root@127.0.0.1:5432/test`) and NATS with JetStream

@@ -138,43 +138,33 @@ pub fn send_message(active: &Active, msg: Outgoing) -> Result<Sent, RpcError> {
     // A session owning several recipients gets the message once.
     let recipients = &routing.recipients;
     let fabric = &active.tenant.fabric;
-    let mut taken: Vec<Taken> = Vec::with_capacity(recipients.len());
+    let mut refused: Vec<usize> = Vec::new();
     let mut waiting = Vec::new();
     for (i, r) in recipients.iter().enumerate() {
-        if let Some(first) = (i > 0).then(|| recipients[..i].iter().position(|p| p.session == r.session)).flatten() {
-            taken.push(Taken::As(first));
+        if i > 0 && recipients[..i].iter().any(|p| p.session == r.session) {
             continue;
         }
         // The last recipient takes the frame itself; the others share it.
         let copy = if i + 1 == recipients.len() { frame.take() } else { frame.clone() };
         match copy.map(|f| fabric.deliver_confirmed(&r.session, f)) {
-            Some(Delivery::Now(done)) => taken.push(Taken::Yes(done.is_ok())),
-            Some(Delivery::Later(done)) => {
-                waiting.push((i, done));
-                taken.push(Taken::Yes(false));
-            }
-            None => taken.push(Taken::Yes(false)),
+            Some(Delivery::Now(Ok(()))) => {}
+            Some(Delivery::Now(Err(_))) | None => refused.push(i),
+            Some(Delivery::Later(done)) => waiting.push((i, done)),
         }
     }
     let done = Done { message_id, timestamp, sent, routing, meta, to: Cow::Borrowed(msg.to.get()), payload: payload.map(Cow::Borrowed), hops: msg.hops };
     if waiting.is_empty() {
-        return done.finish(active, &taken).map(Sent::Now);
+        return done.finish(active, &refused).map(Sent::Now);
     }
     let (active, done) = (active.clone(), done.owned());
     Ok(Sent::Later(Box::pin(async move {
         for (i, delivery) in waiting {
-            taken[i] = Taken::Yes(delivery.await.is_ok());
+            if delivery.await.is_err() {
+                refused.push(i);
+            }
         }
-        done.finish(&active, &taken)
+        done.finish(&active, &refused)
     })))
-}
-
-/// Whether a recipient took the message.
-#[derive(Clone, Copy)]
-enum Taken {
-    Yes(bool),
-    /// As the earlier recipient at this index (the same session).
-    As(usize),
 }
 
 /// What a send needs once its deliveries are known.
@@ -196,13 +186,16 @@ impl Done<'_> {
     }
 
     /// Record the events, tell the observers and write the result.
-    fn finish(self, active: &Active, taken: &[Taken]) -> Result<String, RpcError> {
+    /// `refused`: the recipients (the first of each session) not delivered to.
+    fn finish(self, active: &Active, refused: &[usize]) -> Result<String, RpcError> {
         let Done { message_id, timestamp, mut sent, routing, meta, to, payload, hops } = self;
         let from = routing.agent.as_deref().unwrap_or(&active.participant_id);
         let recipients = &routing.recipients;
-        let took = |i: usize| match taken[i] {
-            Taken::Yes(yes) => yes,
-            Taken::As(first) => matches!(taken[first], Taken::Yes(true)),
+        let took = |i: usize| {
+            refused.is_empty() || {
+                let first = recipients[..i].iter().position(|p| p.session == recipients[i].session).unwrap_or(i);
+                !refused.contains(&first)
+            }
         };
         // Delivered ids as a JSON array.
         let mut delivered = String::with_capacity(2 + recipients.len() * 32);
