@@ -3,7 +3,8 @@
 //! NATS (JetStream) server, each with its own data dir. Clients on different
 //! nodes must see one gateway: routing of every address form, one event
 //! stream, one replay log, one mail store, and sessions that survive the
-//! kill -9 of their node by resuming on another.
+//! kill -9 of their node by resuming on another. Nodes reaching NATS
+//! through a relay the test cuts show what an outage does.
 //!
 //! PostgreSQL (`MAP_TEST_POSTGRES_URL`, default
 //! `postgres://root@127.0.0.1:5432/test`) and NATS with JetStream
@@ -694,4 +695,170 @@ async fn agents_of_a_dead_node_are_unregistered_after_presence_timeout_and_resum
     let late = cluster.node("b").resume("agent", &token).await;
     assert_ne!(late.hello["reconnected"], true, "a session of the dead node resumed after its window closed: {}", late.hello);
     assert!(id_set(&late.hello["ownedAgents"]).is_empty(), "{}", late.hello);
+}
+
+// ---------------------------------------------------------------------------
+
+/// One session after another of killed node a resumes on node b, and right
+/// after each resume's answer a sender on node c (whose copy of the
+/// directory may not have seen the resume yet) sends to the session's agent:
+/// every send is delivered, and arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_send_right_after_a_resume_on_another_node_reaches_the_agent() {
+    const MOVED: usize = 12;
+    let options = ClusterOptions { presence_timeout_ms: 2000, ..Default::default() };
+    let presence = Duration::from_millis(options.presence_timeout_ms);
+    let mut cluster = Cluster::start(&["a", "b", "c"], options).await;
+
+    let mut watcher = cluster.node("c").connect("client").await;
+    watcher.subscribe(json!({"eventTypes": ["participant_disconnected"]})).await;
+    let mut sender = cluster.node("c").agent("sender-c", json!({})).await;
+    let (mut movers, mut sockets) = (Vec::new(), Vec::new());
+    for i in 0..MOVED {
+        let id = format!("moved-{i}");
+        let client = cluster.node("a").agent(&id, json!({})).await;
+        movers.push((id, client.resume_token(), client.participant_id()));
+        sockets.push(client); // open until the kill
+    }
+    for (id, ..) in &movers {
+        sender.wait_for_agent(id).await;
+    }
+    let sent = sender.ok("map/send", json!({"to": {"agent": "moved-0"}, "payload": {"before": true}})).await;
+    assert_eq!(sent["delivered"], json!(["moved-0"]), "map/send from node c to moved-0 on node a before the kill: {sent}");
+
+    cluster.kill9("a");
+    drop(sockets);
+    // The cluster notices: every session of node a is disconnected (and may resume elsewhere).
+    let mut waiting: BTreeSet<String> = movers.iter().map(|(_, _, p)| p.clone()).collect();
+    while !waiting.is_empty() {
+        let what = format!("participant_disconnected for the sessions of killed node a (still waiting for {waiting:?})");
+        let n = watcher.expect_note(&what, presence + Duration::from_secs(8), |n| is_event_type(n, "participant_disconnected")).await;
+        waiting.remove(event_of(&n)["data"]["participantId"].as_str().unwrap_or_default());
+    }
+
+    for (i, (id, token, participant)) in movers.iter().enumerate() {
+        let mut resumed = cluster.node("b").resume("agent", token).await;
+        assert_eq!(resumed.hello["reconnected"], true, "map/connect on node b with {id}'s resumeToken from node a: {}", resumed.hello);
+        assert_eq!(resumed.hello["participantId"], participant.as_str(), "{}", resumed.hello);
+        let sent = sender.call("map/send", json!({"to": {"agent": id}, "payload": {"n": i}})).await;
+        assert_eq!(
+            sent["result"]["delivered"],
+            json!([id]),
+            "map/send from node c to {id}, right after its session resumed on node b (resume {} of {MOVED}): {sent}\n{}",
+            i + 1,
+            cluster.logs()
+        );
+        resumed.expect_note(&format!("map/message {i} to {id} on its session resumed on node b"), REPLICATION, |n| is_message_with(n, "n", &json!(i))).await;
+    }
+}
+
+// ---------------------------------------------------------------------------
+
+/// `map/send` to another node's agent: `delivered` or not, as it was.
+async fn send_counted(sender: &mut Client, to: &str, n: u64) -> bool {
+    let resp = sender.call("map/send", json!({"to": {"agent": to}, "payload": {"n": n}})).await;
+    if resp["result"]["delivered"] == json!([to]) {
+        return true;
+    }
+    let refused = resp["error"]["code"] == 2003 || id_set(&resp["result"]["failed"]).contains(to);
+    if !refused {
+        sender.fail(&format!("map/send {n} to {to} answered neither delivered nor failed: {resp}"));
+    }
+    false
+}
+
+/// A local send (same node) is delivered and arrives.
+async fn send_locally(sender: &mut Client, receiver: &mut Client, to: &str, what: &str) {
+    let sent = sender.ok("map/send", json!({"to": {"agent": to}, "payload": {"local": what}})).await;
+    assert_eq!(sent["delivered"], json!([to]), "map/send on node {} to {to} ({what}): {sent}", sender.node);
+    receiver.expect_note(&format!("the local message {what:?} to {to}"), ANSWER, |n| is_message_with(n, "local", &json!(what))).await;
+}
+
+/// Nodes a and b reach NATS through relays the test cuts: first b's, then
+/// a's too, then both come back. `/readyz` says 503 on a node cut from
+/// NATS; sends within a node keep working; a send to the other node never
+/// answers `delivered` unless it arrived; after the restore cross-node
+/// sends work again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_nats_outage_fails_cross_node_sends_truthfully_and_readyz_says_so() {
+    let nats = nats_url();
+    let (relay_a, relay_b) = (Relay::start(&nats).await, Relay::start(&nats).await);
+    let options = ClusterOptions { nats_for: vec![("a".into(), relay_a.url.clone()), ("b".into(), relay_b.url.clone())], ..Default::default() };
+    let cluster = Cluster::start(&["a", "b"], options).await;
+    let (a, b) = (cluster.node("a"), cluster.node("b"));
+    let mut recv_b = b.agent("recv-b", json!({})).await;
+    let mut recv_a = a.agent("recv-a", json!({})).await;
+    let mut sender_a = a.agent("sender-a", json!({})).await;
+    let mut sender_b = b.agent("sender-b", json!({})).await;
+    sender_a.wait_for_agent("recv-b").await;
+    sender_b.wait_for_agent("recv-a").await;
+    a.wait_ready(200, "before the outage").await;
+    b.wait_ready(200, "before the outage").await;
+
+    let (mut n, mut delivered, mut refused) = (0u64, BTreeSet::new(), BTreeSet::new());
+    n += 1;
+    assert!(send_counted(&mut sender_a, "recv-b", n).await, "map/send from node a to recv-b (node b) before the outage was not delivered");
+    delivered.insert(n);
+
+    // Node b loses NATS; node a still has it.
+    relay_b.cut();
+    let body = b.wait_ready(503, "node b cut from NATS").await;
+    assert!(body["problems"].to_string().contains("NATS"), "node b's /readyz names no NATS problem: {body}");
+    assert_eq!(a.readyz().await.0, 200, "node a (still on NATS) is not ready while only node b is cut");
+    for _ in 0..200 {
+        n += 1;
+        assert!(!send_counted(&mut sender_a, "recv-b", n).await, "map/send {n} from node a to recv-b answered delivered while node b was cut from NATS");
+        refused.insert(n);
+    }
+    send_locally(&mut sender_a, &mut recv_a, "recv-a", "on a while b is cut").await;
+    send_locally(&mut sender_b, &mut recv_b, "recv-b", "on b while b is cut").await;
+
+    // Both lose NATS.
+    relay_a.cut();
+    a.wait_ready(503, "node a cut from NATS").await;
+    for _ in 0..1000 {
+        n += 1;
+        assert!(!send_counted(&mut sender_a, "recv-b", n).await, "map/send {n} from node a to recv-b answered delivered while both nodes were cut from NATS");
+        refused.insert(n);
+    }
+    assert!(!send_counted(&mut sender_b, "recv-a", 0).await, "map/send from node b to recv-a answered delivered while both nodes were cut from NATS");
+    send_locally(&mut sender_a, &mut recv_a, "recv-a", "on a while both are cut").await;
+    send_locally(&mut sender_b, &mut recv_b, "recv-b", "on b while both are cut").await;
+
+    // NATS comes back.
+    relay_a.restore();
+    relay_b.restore();
+    a.wait_ready(200, "NATS restored").await;
+    b.wait_ready(200, "NATS restored").await;
+    let deadline = Instant::now() + REPLICATION;
+    loop {
+        n += 1;
+        if send_counted(&mut sender_a, "recv-b", n).await {
+            delivered.insert(n);
+            break;
+        }
+        refused.insert(n);
+        assert!(Instant::now() < deadline, "cross-node sends from node a to recv-b still fail {REPLICATION:?} after NATS came back\n{}", cluster.logs());
+        tokio::time::sleep(POLL).await;
+    }
+    for _ in 0..200 {
+        n += 1;
+        assert!(send_counted(&mut sender_a, "recv-b", n).await, "map/send {n} from node a to recv-b after NATS came back (and a send got through) was not delivered");
+        delivered.insert(n);
+    }
+    let sent = sender_b.ok("map/send", json!({"to": {"agent": "recv-a"}, "payload": {"back": true}})).await;
+    assert_eq!(sent["delivered"], json!(["recv-a"]), "map/send from node b to recv-a after NATS came back: {sent}");
+    recv_a.expect_note("the message from node b after NATS came back", REPLICATION, |n| is_message_with(n, "back", &json!(true))).await;
+
+    // Every send answered delivered arrived; none of those answered otherwise did.
+    let mut arrived = BTreeSet::new();
+    let last = *delivered.last().expect("sends were delivered");
+    while !arrived.contains(&last) {
+        let Some(m) = recv_b.note(REPLICATION, |m| m["method"] == "map/message" && m["params"]["message"]["payload"]["n"].is_u64()).await else { break };
+        arrived.insert(m["params"]["message"]["payload"]["n"].as_u64().unwrap_or_default());
+    }
+    let lost: Vec<&u64> = delivered.difference(&arrived).collect();
+    assert!(lost.is_empty(), "sends answered delivered to recv-b never arrived: {lost:?}");
+    let ghosts: Vec<&u64> = refused.intersection(&arrived).collect();
+    assert!(ghosts.is_empty(), "sends answered as not delivered arrived at recv-b anyway: {ghosts:?}");
 }

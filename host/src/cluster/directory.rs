@@ -11,12 +11,13 @@ use async_nats::jetstream;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use super::fabric::{Checkpoint, ClusterFabric};
 use super::{token, untoken, Cluster};
 use crate::core::model::{Agent, Scope};
 use crate::core::registry::{Registry, SessionInfo};
+use crate::core::extensions::BoxFuture;
 use crate::core::tracked::{ChangeSink, Changes, Track};
 use crate::core::Tenant;
 
@@ -118,7 +119,15 @@ struct Sink {
     node: Arc<str>,
     tenant: String,
     fabric: Arc<ClusterFabric>,
-    tx: mpsc::UnboundedSender<(String, Option<Bytes>)>,
+    tx: mpsc::UnboundedSender<Write>,
+}
+
+/// For the directory writer.
+enum Write {
+    /// Set a key (`None`: remove it).
+    Put(String, Option<Bytes>),
+    /// Answer once what was asked before is in the stream (or failed).
+    Saved(oneshot::Sender<()>),
 }
 
 /// What of another node's agent this node may change and must then write:
@@ -133,7 +142,7 @@ impl ChangeSink for Sink {
     fn changed(&self, reg: &Registry, changes: Changes) {
         let origin = &*self.node;
         let put = |kind: &str, id: &str, body: Option<Vec<u8>>| {
-            let _ = self.tx.send((key(&self.tenant, kind, id), body.map(Bytes::from)));
+            let _ = self.tx.send(Write::Put(key(&self.tenant, kind, id), body.map(Bytes::from)));
         };
         for id in &changes.agents {
             if let Some(a) = reg.agents.get(id).filter(|a| !served_here(reg, &a.session)) {
@@ -164,6 +173,14 @@ impl ChangeSink for Sink {
             put(SESSION, id, body);
         }
     }
+
+    fn saved(&self) -> Option<BoxFuture<'static, ()>> {
+        let (done, saved) = oneshot::channel();
+        let _ = self.tx.send(Write::Saved(done));
+        Some(Box::pin(async move {
+            let _ = saved.await;
+        }))
+    }
 }
 
 /// Writes keys of the directory stream.
@@ -193,12 +210,27 @@ impl Writer {
 }
 
 /// Write directory changes, one after another.
-async fn write(dir: Writer, mut rx: mpsc::UnboundedReceiver<(String, Option<Bytes>)>) {
-    while let Some((key, body)) = rx.recv().await {
-        if let Err(e) = dir.put(&key, body).await {
-            tracing::error!(key = %key, error = %e, "writing the cluster directory failed");
+async fn write(dir: Writer, mut rx: mpsc::UnboundedReceiver<Write>) {
+    while let Some(next) = rx.recv().await {
+        match next {
+            Write::Put(key, body) => {
+                if let Err(e) = dir.put(&key, body).await {
+                    tracing::error!(key = %key, error = %e, "writing the cluster directory failed");
+                }
+            }
+            Write::Saved(done) => {
+                let _ = done.send(());
+            }
         }
     }
+}
+
+/// The node serving a session, by its newest record in the directory
+/// stream (`subject`); none when it has none or has ended.
+pub(super) async fn home_of(dir: &jetstream::stream::Stream, subject: &str) -> Option<Arc<str>> {
+    let msg = dir.get_last_raw_message_by_subject(subject).await.ok()?;
+    let record: SessionRecord = serde_json::from_slice(&msg.payload).ok()?;
+    Some(record.home.into())
 }
 
 /// Mirror the bucket into every tenant's directory and send the tenants'

@@ -2,17 +2,18 @@
 //! subscriptions live in a `LocalFabric`; events go through the shared log
 //! and deliveries to other nodes' sessions through NATS.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use parking_lot::{Mutex, RwLock};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use super::{directory, token, Cluster};
 use crate::core::events::{Filter, NewEvent, StoredEvent};
-use crate::core::fabric::{Fabric, FabricView, LocalFabric, ParkedSubscription, ReplayFrom, ReplayPage, ReplayQuery};
+use crate::core::fabric::{Delivery, Fabric, FabricView, LocalFabric, ParkedSubscription, ReplayFrom, ReplayPage, ReplayQuery};
 use crate::core::ids::Ulid;
 use crate::core::outbox::{Frame, Full, Outbox};
 
@@ -32,6 +33,23 @@ const BATCH_BYTES: usize = 256 << 10;
 /// The header naming the gateway process that published an event: it holds
 /// the event aside when made and confirms it when the log gives it back.
 const INSTANCE: &str = "Map-Instance";
+
+/// How long a node has to say it took a delivery: after that the recipient
+/// counts as not delivered (the message may still arrive).
+const CONFIRM_WITHIN: Duration = Duration::from_secs(2);
+
+/// What the receiving node answers for each entry of a delivery, in order.
+const TAKEN: u8 = b'+';
+const BACKLOGGED: u8 = b'f';
+const CLOSED: u8 = b'x';
+
+/// One frame for a session on another node, and who waits to hear whether
+/// that node took it.
+struct Handoff {
+    subject: String,
+    entry: Vec<u8>,
+    taken: Option<oneshot::Sender<Result<(), Full>>>,
+}
 
 /// A subscription's position, as the directory keeps it for a resume elsewhere.
 #[derive(serde::Serialize, serde::Deserialize, Clone)]
@@ -55,8 +73,14 @@ impl Checkpoint {
 }
 
 pub struct ClusterFabric {
+    me: Weak<ClusterFabric>,
     local: LocalFabric,
     node: Arc<str>,
+    /// For the state of this node's NATS connection.
+    client: async_nats::Client,
+    /// The directory stream, for a session's newest record, and its subjects' prefix (`<name>.dir.`).
+    dir: jetstream::stream::Stream,
+    dir_prefix: String,
     /// This tenant's subjects: the log's and the live events'.
     log_subject: String,
     live_subject: String,
@@ -67,9 +91,9 @@ pub struct ClusterFabric {
     instance: Arc<str>,
     /// Events, to the event publisher.
     out: mpsc::UnboundedSender<Out>,
-    /// Deliveries to other nodes (`<node subject>`, entry): a publisher of
-    /// their own, so they never wait behind the log.
-    deliveries: mpsc::UnboundedSender<(String, Vec<u8>)>,
+    /// Deliveries to other nodes: a publisher of their own, so they never
+    /// wait behind the log.
+    deliveries: mpsc::UnboundedSender<Handoff>,
     /// Sessions served by other nodes → their node.
     pub(super) routes: RwLock<foldhash::HashMap<String, Arc<str>>>,
     /// Checkpoints of subscriptions of other nodes' sessions, by session.
@@ -86,9 +110,13 @@ impl ClusterFabric {
         let (tx, rx) = mpsc::unbounded_channel();
         let (dtx, drx) = mpsc::unbounded_channel();
         let t = token(tenant);
-        let fabric = Arc::new(ClusterFabric {
+        let fabric = Arc::new_cyclic(|me| ClusterFabric {
+            me: me.clone(),
             local: LocalFabric::new(cluster.replay_events, cluster.replay_bytes),
             node: cluster.node.clone(),
+            client: cluster.client.clone(),
+            dir: cluster.dir.clone(),
+            dir_prefix: cluster.subject("dir", ""),
             log_subject: cluster.subject("ev", &t),
             live_subject: cluster.subject("live", &t),
             deliver_prefix: cluster.subject("dl", ""),
@@ -221,10 +249,67 @@ impl ClusterFabric {
     }
 
     /// A delivery from another node, for a session served here.
-    fn deliver_here(&self, session: &str, frame: Frame) {
-        if let Err(e) = self.local.deliver(session, frame) {
+    fn deliver_here(&self, session: &str, frame: Frame) -> Result<(), Full> {
+        let done = self.local.deliver(session, frame);
+        if let Err(e) = done {
             tracing::debug!(session, ?e, "a delivery from another node was not taken");
         }
+        done
+    }
+
+    fn connected(&self) -> bool {
+        self.client.connection_state() == async_nats::connection::State::Connected
+    }
+
+    /// A frame as an entry of a delivery to another node: `<tenant token> <session> <length>\n<frame>`.
+    fn entry(&self, session: &str, frame: &Frame) -> Vec<u8> {
+        let text = frame.as_str();
+        let mut entry = Vec::with_capacity(self.tenant_token.len() + session.len() + text.len() + 24);
+        entry.extend_from_slice(self.tenant_token.as_bytes());
+        entry.push(b' ');
+        entry.extend_from_slice(session.as_bytes());
+        entry.push(b' ');
+        entry.extend_from_slice(itoa::Buffer::new().format(text.len()).as_bytes());
+        entry.push(b'\n');
+        entry.extend_from_slice(text.as_bytes());
+        entry
+    }
+
+    /// The node this node's copy of the directory says serves a session, if it is alive.
+    fn route(&self, session: &str) -> Option<Arc<str>> {
+        let node = self.routes.read().get(session).cloned();
+        node.filter(|n| *n != self.node && self.presence.alive(n))
+    }
+
+    /// Hand an entry to `node`; the answer says whether that node took it.
+    fn hand_to(&self, node: &str, entry: Vec<u8>) -> impl std::future::Future<Output = Result<(), Full>> + Send + 'static {
+        let (taken, answer) = oneshot::channel();
+        let queued = self.deliveries.send(Handoff { subject: format!("{}{node}", self.deliver_prefix), entry, taken: Some(taken) }).is_ok();
+        async move {
+            match tokio::time::timeout(CONFIRM_WITHIN, answer).await {
+                Ok(Ok(done)) if queued => done,
+                _ => Err(Full::Closed),
+            }
+        }
+    }
+
+    /// The session was not where this node's copy of the directory said,
+    /// or that node is gone: its newest record in the shared directory
+    /// says where it is now (it may have just resumed on another node).
+    async fn deliver_by_newest(&self, session: &str, tried: Option<Arc<str>>, frame: Frame) -> Result<(), Full> {
+        let subject = format!("{}{}", self.dir_prefix, directory::key(&self.tenant_token, directory::SESSION, session));
+        let home = directory::home_of(&self.dir, &subject).await.ok_or(Full::Closed)?;
+        if tried.as_deref() == Some(&*home) {
+            return Err(Full::Closed);
+        }
+        if home == self.node {
+            return self.local.deliver(session, frame);
+        }
+        if !self.presence.alive(&home) {
+            return Err(Full::Closed);
+        }
+        self.routes.write().insert(session.to_string(), home.clone());
+        self.hand_to(&home, self.entry(session, &frame)).await
     }
 }
 
@@ -308,24 +393,82 @@ async fn send_events(client: &async_nats::Client, js: &jetstream::Context, heade
     }
 }
 
-/// Send deliveries to other nodes; those queued together for one node go
-/// in one message.
-async fn publish_deliveries(client: async_nats::Client, mut rx: mpsc::UnboundedReceiver<(String, Vec<u8>)>) {
-    let mut batches: Vec<(String, Vec<u8>)> = Vec::new();
-    while let Some(first) = rx.recv().await {
-        let mut next = Some(first);
-        while let Some((subject, entry)) = next.take().or_else(|| rx.try_recv().ok()) {
-            match batches.iter_mut().find(|(s, b)| *s == subject && b.len() + entry.len() <= BATCH_BYTES) {
-                Some((_, body)) => body.extend_from_slice(&entry),
-                None => batches.push((subject, entry)),
+/// Send deliveries to other nodes, those queued together for one node in
+/// one message, and pass on each node's answer: which entries it took.
+/// No answer in time, or no node listening, is a delivery not made.
+async fn publish_deliveries(client: async_nats::Client, mut rx: mpsc::UnboundedReceiver<Handoff>) {
+    type Waiting = Vec<Option<oneshot::Sender<Result<(), Full>>>>;
+    let inbox = client.new_inbox();
+    let mut answers = match client.subscribe(format!("{inbox}.*")).await {
+        Ok(sub) => sub,
+        Err(e) => {
+            tracing::error!(error = %e, "subscribing to the answers of other nodes failed: deliveries to them will all fail");
+            while let Some(h) = rx.recv().await {
+                if let Some(t) = h.taken {
+                    let _ = t.send(Err(Full::Closed));
+                }
             }
-            if batches.len() > 64 {
-                break;
+            return;
+        }
+    };
+    let mut pending: foldhash::HashMap<u64, (Instant, Waiting)> = Default::default();
+    let mut sent = 0u64;
+    let mut batches: Vec<(String, Vec<u8>, Waiting)> = Vec::new();
+    let mut sweep = tokio::time::interval(CONFIRM_WITHIN);
+    let answer = |waiting: Waiting, each: &mut dyn FnMut(usize) -> Result<(), Full>| {
+        for (i, taken) in waiting.into_iter().enumerate() {
+            if let Some(t) = taken {
+                let _ = t.send(each(i));
             }
         }
-        for (subject, body) in batches.drain(..) {
-            if let Err(e) = client.publish(subject, body.into()).await {
-                tracing::warn!(error = %e, "publishing to NATS failed");
+    };
+    loop {
+        tokio::select! {
+            first = rx.recv() => {
+                let Some(first) = first else { break };
+                let mut next = Some(first);
+                while let Some(h) = next.take().or_else(|| rx.try_recv().ok()) {
+                    match batches.iter_mut().find(|(s, b, _)| *s == h.subject && b.len() + h.entry.len() <= BATCH_BYTES) {
+                        Some((_, body, waiting)) => {
+                            body.extend_from_slice(&h.entry);
+                            waiting.push(h.taken);
+                        }
+                        None => batches.push((h.subject, h.entry, vec![h.taken])),
+                    }
+                    if batches.len() > 64 {
+                        break;
+                    }
+                }
+                for (subject, body, waiting) in batches.drain(..) {
+                    sent += 1;
+                    match client.publish_with_reply(subject, format!("{inbox}.{sent}"), body.into()).await {
+                        Ok(()) => {
+                            pending.insert(sent, (Instant::now(), waiting));
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "publishing to NATS failed");
+                            answer(waiting, &mut |_| Err(Full::Closed));
+                        }
+                    }
+                }
+            }
+            Some(msg) = answers.next() => {
+                let Some(id) = msg.subject.rsplit('.').next().and_then(|n| n.parse::<u64>().ok()) else { continue };
+                let Some((_, waiting)) = pending.remove(&id) else { continue };
+                if msg.status.is_some_and(|s| s == async_nats::StatusCode::NO_RESPONDERS) {
+                    // Nobody listens for that node: it is gone, or cut from NATS.
+                    answer(waiting, &mut |_| Err(Full::Closed));
+                } else {
+                    answer(waiting, &mut |i| match msg.payload.get(i) {
+                        Some(&TAKEN) => Ok(()),
+                        Some(&BACKLOGGED) => Err(Full::Backlogged),
+                        _ => Err(Full::Closed),
+                    });
+                }
+            }
+            _ = sweep.tick() => {
+                // Their senders gave up already (`CONFIRM_WITHIN`); forget them.
+                pending.retain(|_, (at, _)| at.elapsed() < 2 * CONFIRM_WITHIN);
             }
         }
     }
@@ -335,7 +478,10 @@ async fn publish_deliveries(client: async_nats::Client, mut rx: mpsc::UnboundedR
 pub(super) async fn spawn_deliveries(cluster: &Arc<Cluster>) -> anyhow::Result<()> {
     let mut sub = cluster.client.subscribe(cluster.subject("dl", &cluster.node)).await?;
     let fabrics: foldhash::HashMap<String, Arc<ClusterFabric>> = cluster.fabrics.lock().iter().map(|(_, f)| (f.tenant_token.clone(), f.clone())).collect();
+    let client = cluster.client.clone();
     tokio::spawn(async move {
+        // What became of each entry, in order: the answer to the sending node.
+        let mut taken = Vec::new();
         while let Some(msg) = sub.next().await {
             let mut rest = &msg.payload[..];
             while let Some(nl) = rest.iter().position(|b| *b == b'\n') {
@@ -346,11 +492,23 @@ pub(super) async fn spawn_deliveries(cluster: &Arc<Cluster>) -> anyhow::Result<(
                     break;
                 };
                 let Some(frame) = rest.get(nl + 1..nl + 1 + len) else { break };
-                if let (Some(f), Ok(frame)) = (fabrics.get(tenant), std::str::from_utf8(frame)) {
-                    f.deliver_here(session, Frame::from(frame.to_string()));
-                }
+                let done = match (fabrics.get(tenant), std::str::from_utf8(frame)) {
+                    (Some(f), Ok(frame)) => f.deliver_here(session, Frame::from(frame.to_string())),
+                    _ => Err(Full::Closed),
+                };
+                taken.push(match done {
+                    Ok(()) => TAKEN,
+                    Err(Full::Backlogged) => BACKLOGGED,
+                    Err(Full::Closed) => CLOSED,
+                });
                 rest = &rest[nl + 1 + len..];
             }
+            if let Some(reply) = msg.reply {
+                if let Err(e) = client.publish(reply, std::mem::take(&mut taken).into()).await {
+                    tracing::warn!(error = %e, "answering a delivery from another node failed");
+                }
+            }
+            taken.clear();
         }
     });
     Ok(())
@@ -366,30 +524,44 @@ impl Fabric for ClusterFabric {
         self.local.leave(session)
     }
 
+    /// A frame for a session on another node is handed to NATS without
+    /// waiting for that node to take it (see `deliver_confirmed`).
     fn deliver(&self, session: &str, frame: Frame) -> Result<(), Full> {
         match self.local.deliver(session, frame.clone()) {
             Err(Full::Closed) => {}
             done => return done,
         }
-        let Some(node) = self.routes.read().get(session).cloned() else {
-            tracing::debug!(session, "no route to the session");
+        let Some(node) = self.route(session).filter(|_| self.connected()) else {
+            tracing::debug!(session, "no route to the session, or no connection to NATS");
             return Err(Full::Closed);
         };
-        if !self.presence.alive(&node) {
-            tracing::debug!(session, node = %node, "the session's node is not alive");
-            return Err(Full::Closed);
-        }
-        let text = frame.as_str();
-        let mut entry = Vec::with_capacity(self.tenant_token.len() + session.len() + text.len() + 24);
-        entry.extend_from_slice(self.tenant_token.as_bytes());
-        entry.push(b' ');
-        entry.extend_from_slice(session.as_bytes());
-        entry.push(b' ');
-        entry.extend_from_slice(itoa::Buffer::new().format(text.len()).as_bytes());
-        entry.push(b'\n');
-        entry.extend_from_slice(text.as_bytes());
         let subject = format!("{}{node}", self.deliver_prefix);
-        self.deliveries.send((subject, entry)).map_err(|_| Full::Closed)
+        self.deliveries.send(Handoff { subject, entry: self.entry(session, &frame), taken: None }).map_err(|_| Full::Closed)
+    }
+
+    /// A session on another node: taken only once that node says so (in
+    /// time). A session not where this node's copy of the directory says,
+    /// or on a node gone, is looked up in the shared directory first.
+    fn deliver_confirmed(&self, session: &str, frame: Frame) -> Delivery {
+        match self.local.deliver(session, frame.clone()) {
+            Err(Full::Closed) => {}
+            done => return Delivery::Now(done),
+        }
+        let Some(me) = self.me.upgrade().filter(|_| self.connected()) else {
+            return Delivery::Now(Err(Full::Closed));
+        };
+        let tried = self.route(session);
+        let first = tried.as_ref().map(|node| self.hand_to(node, self.entry(session, &frame)));
+        let session = session.to_string();
+        Delivery::Later(Box::pin(async move {
+            if let Some(first) = first {
+                match first.await {
+                    Err(Full::Closed) => {}
+                    done => return done,
+                }
+            }
+            me.deliver_by_newest(&session, tried, frame).await
+        }))
     }
 
     /// A recorded event goes to the shared log, and every node (this one

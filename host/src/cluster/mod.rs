@@ -2,8 +2,8 @@
 //! one PostgreSQL behave as one.
 //!
 //! - NATS core carries deliveries to a session on another node
-//!   (`<name>.dl.<node>`), live-only events (`<name>.live.<tenant>`) and
-//!   heartbeats (`<name>.hb`).
+//!   (`<name>.dl.<node>`, each answered with what that node took), live-only
+//!   events (`<name>.live.<tenant>`) and heartbeats (`<name>.hb`).
 //! - A JetStream stream (`<name>_events`) is the event log: every node
 //!   publishes its recorded events there and reads every tenant's subject
 //!   back in one order, fanning out to its own subscriptions and keeping
@@ -39,6 +39,8 @@ pub struct Cluster {
     name: String,
     client: async_nats::Client,
     js: jetstream::Context,
+    /// The directory stream.
+    dir: jetstream::stream::Stream,
     presence: Arc<Presence>,
     fabrics: parking_lot::Mutex<Vec<(String, Arc<ClusterFabric>)>>,
     checkpoint: Duration,
@@ -89,10 +91,33 @@ impl Cluster {
         } else {
             token(&c.node).into()
         };
+        let timeout = Duration::from_millis(c.presence_timeout_ms);
+        let presence = Presence::new(node.clone(), timeout);
+        let seen_by = presence.clone();
         let client = async_nats::ConnectOptions::new()
             .name(format!("map-gateway {node}"))
             .retry_on_initial_connect()
             .connection_timeout(Duration::from_secs(5))
+            // A connection that silently stopped answering is found out within a few timeouts.
+            .ping_interval(timeout.max(Duration::from_secs(1)))
+            // Back within a second of NATS coming back, however long it was away.
+            .reconnect_delay_callback(|attempts| Duration::from_millis(1 << attempts.min(10)).min(Duration::from_secs(1)))
+            .event_callback(move |event| {
+                let presence = seen_by.clone();
+                async move {
+                    match event {
+                        async_nats::Event::Connected => {
+                            presence.connection(true);
+                            tracing::info!("connected to NATS");
+                        }
+                        async_nats::Event::Disconnected => {
+                            presence.connection(false);
+                            tracing::warn!("lost the connection to NATS: sends to other nodes fail until it is back");
+                        }
+                        other => tracing::info!(event = %other, "NATS"),
+                    }
+                }
+            })
             .connect(&c.nats)
             .await
             .with_context(|| format!("connecting to NATS at {}", c.nats))?;
@@ -119,7 +144,7 @@ impl Cluster {
         // The directory: a stream keeping the last value of each subject (a
         // key-value bucket, without the bucket API's newer server needs).
         let dir_name = format!("{}_dir", c.name);
-        js.get_or_create_stream(jetstream::stream::Config {
+        let dir = js.get_or_create_stream(jetstream::stream::Config {
             name: dir_name.clone(),
             subjects: vec![format!("{}.dir.>", c.name)],
             max_messages_per_subject: 1,
@@ -128,7 +153,6 @@ impl Cluster {
         })
         .await
         .with_context(|| format!("making the JetStream stream {dir_name}"))?;
-        let presence = Presence::new(node.clone(), Duration::from_millis(c.presence_timeout_ms));
         let instance = format!("{node}/{}", &crate::core::ids::secret()[..16]).into();
         Ok(Arc::new(Cluster {
             node,
@@ -136,6 +160,7 @@ impl Cluster {
             name: c.name.clone(),
             client,
             js,
+            dir,
             presence,
             fabrics: parking_lot::Mutex::new(Vec::new()),
             checkpoint: Duration::from_millis(c.checkpoint_ms),
@@ -171,6 +196,11 @@ impl Cluster {
         for (_, f) in &fabrics {
             f.spawn_checkpoints(self);
         }
+        let client = self.client.clone();
+        gateway.ready_when(move || {
+            let state = client.connection_state();
+            (state != async_nats::connection::State::Connected).then(|| format!("cluster: no connection to NATS ({state})"))
+        });
         // A graceful stop appends what is still queued for the log.
         gateway.at_stop(move || {
             for (_, f) in &fabrics {

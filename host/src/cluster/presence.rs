@@ -4,7 +4,9 @@
 //! cross to other nodes only when someone there may want them. The live node
 //! with the smallest name sweeps up after the dead: their sessions are
 //! disconnected at once (and may be resumed on any node), and ended, with
-//! their agents, when the resume window closes.
+//! their agents, when the resume window closes. A node whose own NATS
+//! connection is down, or has been up for less than a timeout, cannot tell
+//! who is dead: it declares nobody so and does not sweep.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,6 +22,8 @@ pub struct Presence {
     timeout: Duration,
     /// When this node began listening to heartbeats.
     started: std::sync::OnceLock<Instant>,
+    /// Since when this node's NATS connection is up (none: it is down).
+    connected: Mutex<Option<Instant>>,
     seen: Mutex<foldhash::HashMap<Arc<str>, Instant>>,
     /// Beat at once (a tenant's first subscription here).
     pub beat_now: tokio::sync::Notify,
@@ -27,24 +31,37 @@ pub struct Presence {
 
 impl Presence {
     pub fn new(node: Arc<str>, timeout: Duration) -> Arc<Presence> {
-        Arc::new(Presence { node, timeout, started: std::sync::OnceLock::new(), seen: Mutex::default(), beat_now: tokio::sync::Notify::new() })
+        Arc::new(Presence { node, timeout, started: std::sync::OnceLock::new(), connected: Mutex::new(None), seen: Mutex::default(), beat_now: tokio::sync::Notify::new() })
     }
 
-    /// Whether a node is alive. Until this node has listened for a whole
-    /// timeout, a node it has not heard of yet counts as alive.
+    /// This node's NATS connection went up or down.
+    pub fn connection(&self, up: bool) {
+        *self.connected.lock() = up.then(Instant::now);
+    }
+
+    /// This node has heard every heartbeat of the last whole timeout: it
+    /// has listened that long and its connection has been up throughout.
+    fn heard_a_timeout(&self) -> bool {
+        let since = match (self.started.get(), *self.connected.lock()) {
+            (Some(started), Some(connected)) => (*started).max(connected).elapsed(),
+            _ => return false,
+        };
+        since >= self.timeout
+    }
+
+    /// Whether a node is alive: heard within the timeout, or not known to
+    /// be dead because this node has not heard a whole timeout's beats
+    /// (just started, or its own NATS connection was down).
     pub fn alive(&self, node: &str) -> bool {
         if node == &*self.node {
             return true;
         }
-        match self.seen.lock().get(node) {
-            Some(at) => at.elapsed() < self.timeout,
-            None => self.started.get().is_none_or(|s| s.elapsed() < self.timeout),
-        }
+        self.seen.lock().get(node).is_some_and(|at| at.elapsed() < self.timeout) || !self.heard_a_timeout()
     }
 
-    /// This node sweeps when it has listened for a timeout and no live node has a smaller name.
+    /// This node sweeps when it has heard a whole timeout and no live node has a smaller name.
     fn leads(&self) -> bool {
-        self.started.get().is_some_and(|s| s.elapsed() >= self.timeout) && !self.seen.lock().iter().any(|(n, at)| at.elapsed() < self.timeout && **n < *self.node)
+        self.heard_a_timeout() && !self.seen.lock().iter().any(|(n, at)| at.elapsed() < self.timeout && **n < *self.node)
     }
 }
 

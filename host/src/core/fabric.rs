@@ -13,6 +13,7 @@ use serde_json::value::RawValue;
 use serde_json::json;
 
 use super::events::{Filter, NewEvent, StoredEvent};
+use super::extensions::BoxFuture;
 use super::ids::{self, Ulid, UlidGen};
 use super::outbox::{Frame, Full, Outbox};
 use crate::rpc::push_json_str;
@@ -53,6 +54,11 @@ pub trait Fabric: Send + Sync {
     fn leave(&self, session: &str);
     /// Queue one frame for a session.
     fn deliver(&self, session: &str, frame: Frame) -> Result<(), Full>;
+    /// Queue one frame for a session and say whether it was taken: at once
+    /// here, or once the node serving the session has answered.
+    fn deliver_confirmed(&self, session: &str, frame: Frame) -> Delivery {
+        Delivery::Now(self.deliver(session, frame))
+    }
     /// Number, record and fan out an event; returns its event id.
     fn publish(&self, event: NewEvent) -> Ulid;
     /// Whether anything (a subscription) would see events right now.
@@ -79,6 +85,13 @@ pub trait Fabric: Send + Sync {
     fn parked_subscriptions(&self, _session: &str) -> Vec<ParkedSubscription> {
         Vec::new()
     }
+}
+
+/// What became of a frame for a session.
+pub enum Delivery {
+    Now(Result<(), Full>),
+    /// Known once another node has answered (or has not, in time).
+    Later(BoxFuture<'static, Result<(), Full>>),
 }
 
 /// A subscription left behind by a node that died.

@@ -14,7 +14,7 @@ pub mod outbox;
 pub mod registry;
 mod tenant;
 pub mod tracked;
-pub use methods::messaging::{Observed, Outgoing};
+pub use methods::messaging::{Observed, Outgoing, Sent};
 pub use tenant::Tenant;
 
 mod lifecycle;
@@ -50,6 +50,9 @@ pub enum Out {
     Raw(Box<RawValue>),
     /// JSON text the core wrote itself (trusted, not re-validated).
     Text(String),
+    /// The answer once something elsewhere has (another cluster node took a
+    /// message, say); the connection reads on meanwhile.
+    Later(BoxFuture<'static, Result<Out, RpcError>>),
 }
 
 impl From<Value> for Out {
@@ -91,7 +94,12 @@ pub struct Gateway {
     pub drain: Arc<drain::Drain>,
     /// What to do last at a graceful stop (write the event log, say).
     finally: Mutex<Vec<Box<dyn FnOnce() + Send>>>,
+    /// What else must hold for `/readyz` (the cluster's link, say): each says what is wrong.
+    readiness: Mutex<Vec<ReadyCheck>>,
 }
+
+/// Says what keeps the gateway from serving, if anything.
+type ReadyCheck = Box<dyn Fn() -> Option<String> + Send + Sync>;
 
 /// What a transport connection is bound to.
 pub enum ConnState {
@@ -195,12 +203,22 @@ impl Gateway {
 
     /// A core whose tenants already hold what `extensions` gave them.
     pub fn assemble(config: Config, tenants: Tenants, extensions: Option<Arc<dyn ExtensionHost>>, config_path: Option<PathBuf>) -> Gateway {
-        Gateway { config, tenants, extensions, config_path, sessions: Mutex::new(HashMap::new()), resume_tokens: Mutex::new(HashMap::new()), drain: drain::Drain::new(), finally: Mutex::new(Vec::new()) }
+        Gateway { config, tenants, extensions, config_path, sessions: Mutex::new(HashMap::new()), resume_tokens: Mutex::new(HashMap::new()), drain: drain::Drain::new(), finally: Mutex::new(Vec::new()), readiness: Mutex::new(Vec::new()) }
     }
 
     /// Run `f` at a graceful stop, after the connections have drained.
     pub fn at_stop(&self, f: impl FnOnce() + Send + 'static) {
         self.finally.lock().push(Box::new(f));
+    }
+
+    /// Another condition of readiness: `check` says what is wrong, if anything.
+    pub fn ready_when(&self, check: impl Fn() -> Option<String> + Send + Sync + 'static) {
+        self.readiness.lock().push(Box::new(check));
+    }
+
+    /// What keeps the gateway from serving, by the conditions added with `ready_when`.
+    pub fn not_ready(&self) -> Vec<String> {
+        self.readiness.lock().iter().filter_map(|check| check()).collect()
     }
 
     /// The graceful stop's last steps, in the order they were added.
@@ -297,6 +315,15 @@ impl Gateway {
                 let started = Instant::now();
                 let span = conn.request_span(&req.method);
                 return match span.in_scope(|| methods::dispatch(self, conn, &req)) {
+                    Some(Ok(Out::Later(result))) => {
+                        let (id, method, in_span) = (req.id, req.method.into_owned(), span.clone());
+                        let call = async move {
+                            let result = result.await;
+                            record(&method, &result, started, &span);
+                            (answer(id, result), Vec::new())
+                        };
+                        Handled::Later(Box::pin(tracing::Instrument::instrument(call, in_span)))
+                    }
                     Some(result) => {
                         record(&req.method, &result, started, &span);
                         Handled::Now(answer(req.id, result))
@@ -342,6 +369,7 @@ impl Gateway {
         let started = Instant::now();
         let span = conn.request_span(&req.method);
         let result = match span.in_scope(|| methods::dispatch(self, conn, &req)) {
+            Some(Ok(Out::Later(result))) => tracing::Instrument::instrument(result, span.clone()).await,
             Some(r) => r,
             None => tracing::Instrument::instrument(self.call_extension(conn, &req), span.clone()).await,
         };
@@ -388,6 +416,8 @@ fn answer(id: Option<Value>, result: Result<Out, RpcError>) -> Option<String> {
         Ok(Out::Json(v)) => rpc::encode_result(&id, &v),
         Ok(Out::Raw(raw)) => rpc::encode_result_json(&id, raw.get()),
         Ok(Out::Text(text)) => rpc::encode_result_json(&id, &text),
+        // Awaited before it comes here (`handle`, `start_frame`).
+        Ok(Out::Later(_)) => rpc::encode_error(&id, &RpcError::internal("an answer was not awaited")),
         Err(e) => rpc::encode_error(&id, &e),
     })
 }

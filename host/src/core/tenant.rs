@@ -9,7 +9,7 @@ use parking_lot::RwLock;
 
 use super::events::NewEvent;
 use super::extensions::{Extensions, NoExtensions};
-use super::methods::messaging::{self, Outgoing};
+use super::methods::messaging::{self, Outgoing, Sent};
 use super::outbox::{Frame, Outbox};
 use super::Active;
 use crate::rpc::RpcError;
@@ -87,8 +87,9 @@ impl Tenant {
         }
     }
 
-    /// Send a message as `actor`, exactly like `map/send`: the JSON text of its result.
-    pub fn send(&self, actor: &Active, message: Outgoing) -> Result<String, RpcError> {
+    /// Send a message as `actor`, exactly like `map/send`: the JSON text of
+    /// its result (later, when another cluster node must confirm a delivery).
+    pub fn send(&self, actor: &Active, message: Outgoing) -> Result<Sent, RpcError> {
         messaging::send_message(actor, message)
     }
 

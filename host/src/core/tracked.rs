@@ -10,6 +10,7 @@ use foldhash::HashMap;
 use parking_lot::{Mutex, MutexGuard};
 
 use super::registry::Registry;
+use super::extensions::BoxFuture;
 
 /// A map keyed by id that can remember which keys were written.
 pub struct Tracked<V> {
@@ -109,6 +110,11 @@ pub struct Changes {
 /// so changes arrive in the order they were made; it must not block long.
 pub trait ChangeSink: Send + Sync {
     fn changed(&self, reg: &Registry, changes: Changes);
+    /// Done once the changes reported so far are kept where the sink puts
+    /// them (none: it keeps them at once, or does not say).
+    fn saved(&self) -> Option<BoxFuture<'static, ()>> {
+        None
+    }
 }
 
 /// Which maps a sink wants changes of.
@@ -129,6 +135,11 @@ pub struct Directory {
 impl Directory {
     pub fn lock(&self) -> DirectoryGuard<'_> {
         DirectoryGuard { guard: self.inner.lock(), sink: self.sink.get() }
+    }
+
+    /// Done once the changes made so far are kept by the sink (see `ChangeSink::saved`).
+    pub fn saved(&self) -> Option<BoxFuture<'static, ()>> {
+        self.sink.get()?.saved()
     }
 
     /// Start telling `sink` of changes to the maps `track` names (once).

@@ -174,7 +174,11 @@ impl router::Host for PluginState {
             };
             Ok(Outgoing { to, payload: Some(payload), meta, from: None, hops: self.hops })
         })();
-        let result = parsed.and_then(|msg| self.ctx.tenant.send(&self.acting(), msg));
+        let result = match parsed.and_then(|msg| self.ctx.tenant.send(&self.acting(), msg)) {
+            Ok(crate::core::Sent::Now(result)) => Ok(result),
+            Ok(crate::core::Sent::Later(result)) => result.await,
+            Err(e) => Err(e),
+        };
         Ok(result.map_err(to_wit))
     }
 

@@ -45,10 +45,11 @@ fn plugin_refusal(status: StatusCode, error: &str, message: &str) -> Response<Bo
     full(status, "application/json", json!({"error": error, "message": message, "status_code": status.as_u16()}).to_string())
 }
 
-/// `GET /readyz`: 200 when the gateway can serve (its store answers and it
-/// is not shutting down), else 503 with what is not ready.
+/// `GET /readyz`: 200 when the gateway can serve (its store answers, a
+/// cluster node reaches NATS, and it is not shutting down), else 503 with
+/// what is not ready.
 async fn readiness(gw: &Gateway) -> Response<Body> {
-    let mut problems = Vec::new();
+    let mut problems = gw.not_ready();
     if gw.drain.is_stopping() {
         problems.push("shutting down".to_string());
     }

@@ -219,11 +219,13 @@ pub struct ClusterOptions {
     pub presence_timeout_ms: u64,
     /// More TOML appended to every node's config (sections after `[cluster]`).
     pub extra: String,
+    /// Nodes that reach NATS at another URL (a `Relay`'s), by name.
+    pub nats_for: Vec<(String, String)>,
 }
 
 impl Default for ClusterOptions {
     fn default() -> Self {
-        ClusterOptions { resume_window_secs: 300, presence_timeout_ms: 2000, extra: String::new() }
+        ClusterOptions { resume_window_secs: 300, presence_timeout_ms: 2000, extra: String::new(), nats_for: Vec::new() }
     }
 }
 
@@ -262,6 +264,85 @@ impl Node {
 
     pub fn log_tail(&self) -> String {
         self.gw.log_tail(LOG_LINES)
+    }
+
+    /// `GET /readyz`: the status and the body.
+    pub async fn readyz(&self) -> (u16, Value) {
+        let r = http(&self.gw.addr(), "GET", "/readyz", &[], b"").await;
+        (r.status, r.json())
+    }
+
+    /// Poll `/readyz` until it answers `status` (at most `REPLICATION`): the body.
+    pub async fn wait_ready(&self, status: u16, what: &str) -> Value {
+        let deadline = tokio::time::Instant::now() + REPLICATION;
+        loop {
+            let (got, body) = self.readyz().await;
+            if got == status {
+                return body;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "node {}: {what}: /readyz still answers {got} {body} after {REPLICATION:?}\n{}", self.name, self.log_tail());
+            tokio::time::sleep(POLL).await;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// A relay between nodes and NATS that a test can cut
+
+/// A TCP relay to the NATS server: nodes given its `url` reach NATS through
+/// it. `cut` drops every connection through it and refuses new ones (they
+/// are accepted and closed at once) until `restore`.
+pub struct Relay {
+    pub url: String,
+    cut: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Relay {
+    pub async fn start(upstream_url: &str) -> Relay {
+        let rest = upstream_url.split_once("://").map_or(upstream_url, |(_, r)| r);
+        let (auth, hostport) = match rest.rsplit_once('@') {
+            Some((a, h)) => (format!("{a}@"), h.to_string()),
+            None => (String::new(), rest.to_string()),
+        };
+        let upstream = if hostport.contains(':') { hostport } else { format!("{hostport}:4222") };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("relay listener");
+        let port = listener.local_addr().expect("relay address").port();
+        let (cut, watch) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(async move {
+            while let Ok((mut down, _)) = listener.accept().await {
+                if *watch.borrow() {
+                    continue; // refused: dropped at once
+                }
+                let mut watch = watch.clone();
+                let upstream = upstream.clone();
+                tokio::spawn(async move {
+                    let Ok(mut up) = tokio::net::TcpStream::connect(&upstream).await else { return };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut down, &mut up) => {}
+                        _ = watch.wait_for(|cut| *cut) => {}
+                    }
+                });
+            }
+        });
+        Relay { url: format!("nats://{auth}127.0.0.1:{port}"), cut, task }
+    }
+
+    /// Drop every connection through the relay and refuse new ones.
+    pub fn cut(&self) {
+        let _ = self.cut.send(true);
+    }
+
+    /// Relay new connections again.
+    pub fn restore(&self) {
+        let _ = self.cut.send(false);
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        let _ = self.cut.send(true);
+        self.task.abort();
     }
 }
 
@@ -305,6 +386,7 @@ impl Cluster {
         let plugins = standard_plugins();
         let config = |node: &str| -> (TempDir, PathBuf) {
             let dir = TempDir::new(&format!("node-{node}"));
+            let nats = options.nats_for.iter().find(|(n, _)| n == node).map_or(&nats, |(_, url)| url);
             let server = format!("plugin_dir = {plugins:?}\nmax_message_bytes = 1048576\nresume_window_secs = {}", options.resume_window_secs);
             let extra = format!(
                 "[storage]\nurl = {url:?}\n[cluster]\nnats = {nats:?}\nnode = {node:?}\nname = {name:?}\npresence_timeout_ms = {}\n{}",

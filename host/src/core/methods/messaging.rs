@@ -12,6 +12,8 @@ use serde_json::{json, Map, Value};
 
 use crate::core::address::{self, Address, Sender};
 use crate::core::events::{Facets, NewEvent, Source};
+use crate::core::extensions::BoxFuture;
+use crate::core::fabric::Delivery;
 use crate::core::outbox::Frame;
 use crate::core::{ids, Active, Out};
 use crate::rpc::{codes, push_json_str, Request, RpcError};
@@ -44,7 +46,17 @@ pub fn send(active: &Active, req: &Request) -> Result<Out, RpcError> {
     let p: SendParams = req.params()?;
     let to = p.to.ok_or_else(|| RpcError::invalid_params("`to` is required"))?;
     let msg = Outgoing { to, payload: p.payload, meta: p.meta, from: p.from.as_deref(), hops: 0 };
-    Ok(Out::Text(active.tenant.send(active, msg)?))
+    Ok(match active.tenant.send(active, msg)? {
+        Sent::Now(result) => Out::Text(result),
+        Sent::Later(result) => Out::Later(Box::pin(async move { result.await.map(Out::Text) })),
+    })
+}
+
+/// A send's result as JSON text: now, or once recipients on other cluster
+/// nodes have been confirmed.
+pub enum Sent {
+    Now(String),
+    Later(BoxFuture<'static, Result<String, RpcError>>),
 }
 
 /// What the registry says about the sender and the recipients of one send.
@@ -85,9 +97,10 @@ fn route(active: &Active, addr: &Address, from: Option<&str>) -> Result<Routing,
 }
 
 /// `map/send` for a session (or a plugin acting as one): resolve, deliver,
-/// record events, hand the message to interested observers. Returns the
-/// result as JSON text: `{"messageId": …, "delivered": […], "failed"?: […]}`.
-pub fn send_message(active: &Active, msg: Outgoing) -> Result<String, RpcError> {
+/// record events, hand the message to interested observers. The result is
+/// JSON text: `{"messageId": …, "delivered": […], "failed"?: […]}`, later
+/// when a recipient's node must confirm it took the message.
+pub fn send_message(active: &Active, msg: Outgoing) -> Result<Sent, RpcError> {
     let addr = Address::from_json(msg.to)?;
     let routing = route(active, &addr, msg.from)?;
     let meta = msg.meta.filter(|m| !m.is_empty());
@@ -122,107 +135,156 @@ pub fn send_message(active: &Active, msg: Outgoing) -> Result<String, RpcError> 
     frame.push_str("}}");
     let mut frame = Some(Frame::from(frame));
 
-    // Delivered ids as a JSON array; a session owning several recipients gets the message once.
+    // A session owning several recipients gets the message once.
     let recipients = &routing.recipients;
-    let mut delivered = String::with_capacity(2 + recipients.len() * 32);
-    delivered.push('[');
-    let mut delivered_count = 0;
-    let mut failed: Vec<&str> = Vec::new();
-    let mut failed_sessions: Vec<&str> = Vec::new();
-    for (i, r) in recipients.iter().enumerate() {
-        let seen = recipients.len() > 1 && recipients[..i].iter().any(|p| p.session == r.session);
-        let ok = if seen {
-            !failed_sessions.contains(&r.session.as_str())
-        } else {
-            // The last recipient takes the frame itself; the others share it.
-            let copy = if i + 1 == recipients.len() { frame.take() } else { frame.clone() };
-            let ok = copy.is_some_and(|f| active.tenant.fabric.deliver(&r.session, f).is_ok());
-            if !ok {
-                failed_sessions.push(&r.session);
-            }
-            ok
-        };
-        if ok {
-            if delivered_count > 0 {
-                delivered.push(',');
-            }
-            delivered_count += 1;
-            push_json_str(&mut delivered, &r.id);
-        } else {
-            failed.push(&r.id);
-        }
-    }
-    delivered.push(']');
-    crate::metrics::messages(&active.tenant.id, delivered_count, failed.len());
-
-    let meta_str = |key: &str| meta.as_ref().and_then(|m| m.get(key)).and_then(Value::as_str);
-    let facets = Facets {
-        source_role: routing.role,
-        roles: routing.roles,
-        scopes: routing.scopes,
-        priority: Some(meta_str("priority").map_or(Cow::Borrowed("normal"), |p| Cow::Owned(p.to_string()))),
-        correlation_id: meta_str("correlationId").map(String::from),
-        metadata: routing.metadata,
-    };
-    let source = Source { agent_id: routing.agent.clone(), participant_id: Some(active.participant_id.clone()), scope_id: None };
     let fabric = &active.tenant.fabric;
-    let all_failed = delivered_count == 0 && !recipients.is_empty();
-    sent.push_str(r#","recipients":"#);
-    sent.push_str(&delivered);
-    sent.push('}');
-    let event = |kind, source, data, facets| NewEvent { facets, ..NewEvent::with_text(kind, source, data) };
-    if !all_failed && !fabric.has_subscribers() {
-        // The usual case: `message_sent` is the only event and takes facets and source without copies.
-        fabric.publish(event("message_sent", source, sent, facets));
-    } else if all_failed {
-        fabric.publish(event("message_sent", source.clone(), sent, facets.clone()));
-        let failed_json = serde_json::to_string(&failed).expect("ids serialise");
-        let data = format!(r#"{{"messageId":"{message_id}","failed":{failed_json}}}"#);
-        fabric.publish(event("message_failed", source, data, facets));
-        return Err(RpcError::new(codes::DELIVERY_FAILED, "No recipient could take the message (their queues are full or closed)")
-            .with_details(json!({"messageId": message_id, "failed": failed})));
-    } else {
-        fabric.publish(event("message_sent", source.clone(), sent, facets.clone()));
-        // `message_sent` (recorded) already lists the recipients; `message_delivered`
-        // is pushed live to subscribers only.
-        let mut done = String::with_capacity(96 + delivered.len());
-        done.push_str(r#"{"messageId":"#);
-        push_json_str(&mut done, &message_id);
-        done.push_str(r#","from":"#);
-        push_json_str(&mut done, from);
-        done.push_str(r#","delivered":"#);
-        done.push_str(&delivered);
-        done.push('}');
-        fabric.publish(NewEvent { recorded: false, ..event("message_delivered", source, done, facets) });
-    }
-    if active.tenant.may_observe(meta.is_some()) {
-        let plugins = active.tenant.extensions();
-        let no_meta = Map::new();
-        if plugins.observes(meta.as_ref().unwrap_or(&no_meta)) {
-            let sent = Observed {
-                id: message_id.clone(),
-                from: from.to_string(),
-                to: msg.to.get().to_string(),
-                timestamp,
-                payload: payload.unwrap_or("null").to_string(),
-                meta: Value::Object(meta.clone().unwrap_or_default()),
-                delivered: recipients.iter().filter(|r| !failed.contains(&r.id.as_str())).map(|r| r.id.clone()).collect(),
-                hops: msg.hops,
-            };
-            plugins.observe(active, &sent);
+    let mut refused: Vec<usize> = Vec::new();
+    let mut waiting = Vec::new();
+    for (i, r) in recipients.iter().enumerate() {
+        if i > 0 && recipients[..i].iter().any(|p| p.session == r.session) {
+            continue;
+        }
+        // The last recipient takes the frame itself; the others share it.
+        let copy = if i + 1 == recipients.len() { frame.take() } else { frame.clone() };
+        match copy.map(|f| fabric.deliver_confirmed(&r.session, f)) {
+            Some(Delivery::Now(Ok(()))) => {}
+            Some(Delivery::Now(Err(_))) | None => refused.push(i),
+            Some(Delivery::Later(done)) => waiting.push((i, done)),
         }
     }
-    let mut result = String::with_capacity(64 + delivered.len());
-    result.push_str(r#"{"messageId":"#);
-    push_json_str(&mut result, &message_id);
-    result.push_str(r#","delivered":"#);
-    result.push_str(&delivered);
-    if !failed.is_empty() {
-        result.push_str(r#","failed":"#);
-        result.push_str(&serde_json::to_string(&failed).expect("ids serialise"));
+    let done = Done { message_id, timestamp, sent, routing, meta, to: Cow::Borrowed(msg.to.get()), payload: payload.map(Cow::Borrowed), hops: msg.hops };
+    if waiting.is_empty() {
+        return done.finish(active, &refused).map(Sent::Now);
     }
-    result.push('}');
-    Ok(result)
+    let (active, done) = (active.clone(), done.owned());
+    Ok(Sent::Later(Box::pin(async move {
+        for (i, delivery) in waiting {
+            if delivery.await.is_err() {
+                refused.push(i);
+            }
+        }
+        done.finish(&active, &refused)
+    })))
+}
+
+/// What a send needs once its deliveries are known.
+struct Done<'a> {
+    message_id: String,
+    timestamp: u64,
+    /// `message_sent`'s data so far: `{"message":{…}`.
+    sent: String,
+    routing: Routing,
+    meta: Option<Map<String, Value>>,
+    to: Cow<'a, str>,
+    payload: Option<Cow<'a, str>>,
+    hops: u8,
+}
+
+impl Done<'_> {
+    fn owned(self) -> Done<'static> {
+        Done { to: Cow::Owned(self.to.into_owned()), payload: self.payload.map(|p| Cow::Owned(p.into_owned())), ..self }
+    }
+
+    /// Record the events, tell the observers and write the result.
+    /// `refused`: the recipients (the first of each session) not delivered to.
+    fn finish(self, active: &Active, refused: &[usize]) -> Result<String, RpcError> {
+        let Done { message_id, timestamp, mut sent, routing, meta, to, payload, hops } = self;
+        let from = routing.agent.as_deref().unwrap_or(&active.participant_id);
+        let recipients = &routing.recipients;
+        let took = |i: usize| {
+            refused.is_empty() || {
+                let first = recipients[..i].iter().position(|p| p.session == recipients[i].session).unwrap_or(i);
+                !refused.contains(&first)
+            }
+        };
+        // Delivered ids as a JSON array.
+        let mut delivered = String::with_capacity(2 + recipients.len() * 32);
+        delivered.push('[');
+        let mut delivered_count = 0;
+        let mut failed: Vec<&str> = Vec::new();
+        for (i, r) in recipients.iter().enumerate() {
+            if took(i) {
+                if delivered_count > 0 {
+                    delivered.push(',');
+                }
+                delivered_count += 1;
+                push_json_str(&mut delivered, &r.id);
+            } else {
+                failed.push(&r.id);
+            }
+        }
+        delivered.push(']');
+        crate::metrics::messages(&active.tenant.id, delivered_count, failed.len());
+
+        let meta_str = |key: &str| meta.as_ref().and_then(|m| m.get(key)).and_then(Value::as_str);
+        let facets = Facets {
+            source_role: routing.role,
+            roles: routing.roles,
+            scopes: routing.scopes,
+            priority: Some(meta_str("priority").map_or(Cow::Borrowed("normal"), |p| Cow::Owned(p.to_string()))),
+            correlation_id: meta_str("correlationId").map(String::from),
+            metadata: routing.metadata,
+        };
+        let source = Source { agent_id: routing.agent.clone(), participant_id: Some(active.participant_id.clone()), scope_id: None };
+        let fabric = &active.tenant.fabric;
+        let all_failed = delivered_count == 0 && !recipients.is_empty();
+        sent.push_str(r#","recipients":"#);
+        sent.push_str(&delivered);
+        sent.push('}');
+        let event = |kind, source, data, facets| NewEvent { facets, ..NewEvent::with_text(kind, source, data) };
+        if !all_failed && !fabric.has_subscribers() {
+            // The usual case: `message_sent` is the only event and takes facets and source without copies.
+            fabric.publish(event("message_sent", source, sent, facets));
+        } else if all_failed {
+            fabric.publish(event("message_sent", source.clone(), sent, facets.clone()));
+            let failed_json = serde_json::to_string(&failed).expect("ids serialise");
+            let data = format!(r#"{{"messageId":"{message_id}","failed":{failed_json}}}"#);
+            fabric.publish(event("message_failed", source, data, facets));
+            return Err(RpcError::new(codes::DELIVERY_FAILED, "No recipient could take the message (their queues are full or closed, or their node cannot be reached)")
+                .with_details(json!({"messageId": message_id, "failed": failed})));
+        } else {
+            fabric.publish(event("message_sent", source.clone(), sent, facets.clone()));
+            // `message_sent` (recorded) already lists the recipients; `message_delivered`
+            // is pushed live to subscribers only.
+            let mut done = String::with_capacity(96 + delivered.len());
+            done.push_str(r#"{"messageId":"#);
+            push_json_str(&mut done, &message_id);
+            done.push_str(r#","from":"#);
+            push_json_str(&mut done, from);
+            done.push_str(r#","delivered":"#);
+            done.push_str(&delivered);
+            done.push('}');
+            fabric.publish(NewEvent { recorded: false, ..event("message_delivered", source, done, facets) });
+        }
+        if active.tenant.may_observe(meta.is_some()) {
+            let plugins = active.tenant.extensions();
+            let no_meta = Map::new();
+            if plugins.observes(meta.as_ref().unwrap_or(&no_meta)) {
+                let sent = Observed {
+                    id: message_id.clone(),
+                    from: from.to_string(),
+                    to: to.into_owned(),
+                    timestamp,
+                    payload: payload.map_or_else(|| "null".to_string(), Cow::into_owned),
+                    meta: Value::Object(meta.clone().unwrap_or_default()),
+                    delivered: recipients.iter().filter(|r| !failed.contains(&r.id.as_str())).map(|r| r.id.clone()).collect(),
+                    hops,
+                };
+                plugins.observe(active, &sent);
+            }
+        }
+        let mut result = String::with_capacity(64 + delivered.len());
+        result.push_str(r#"{"messageId":"#);
+        push_json_str(&mut result, &message_id);
+        result.push_str(r#","delivered":"#);
+        result.push_str(&delivered);
+        if !failed.is_empty() {
+            result.push_str(r#","failed":"#);
+            result.push_str(&serde_json::to_string(&failed).expect("ids serialise"));
+        }
+        result.push('}');
+        Ok(result)
+    }
 }
 
 /// A delivered message, as observers see it.

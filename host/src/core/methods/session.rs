@@ -50,6 +50,10 @@ impl AuthParams {
     }
 }
 
+/// How long the answer to a session taken over from another node waits for
+/// the shared directory to have it.
+const ADOPTION_SAVED_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Capabilities this gateway grants every participant.
 fn granted_capabilities() -> Value {
     json!({
@@ -161,19 +165,28 @@ pub fn connect(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out,
         let resumable = gw.resumable(token).filter(|live| {
             caller.as_ref().is_some_and(|c| Arc::ptr_eq(&c.tenant, &live.tenant) && ids::secrets_equal(&c.principal, &live.principal))
         });
-        let resumed = match resumable {
-            Some(_) => gw.resume_session(conn, token),
+        let (resumed, adopted) = match resumable {
+            Some(_) => (gw.resume_session(conn, token), false),
             // Not here: perhaps a session of a cluster node that has died.
-            None => caller.as_ref().and_then(|c| gw.adopt_session(conn, c, token)),
+            None => (caller.as_ref().and_then(|c| gw.adopt_session(conn, c, token)), true),
         };
-        {
-            if let Some((active, token, owned)) = resumed {
-                let mut result = connect_result(gw, &active, draft, &p);
-                result["reconnected"] = json!(true);
-                result["resumeToken"] = json!(token);
-                result["ownedAgents"] = json!(owned);
-                return Ok(result.into());
+        if let Some((active, token, owned)) = resumed {
+            let mut result = connect_result(gw, &active, draft, &p);
+            result["reconnected"] = json!(true);
+            result["resumeToken"] = json!(token);
+            result["ownedAgents"] = json!(owned);
+            // Taken over from another node: answer once the shared directory
+            // names this node, so a send made after the answer, from any
+            // node, finds the session here.
+            if let Some(saved) = adopted.then(|| active.tenant.registry.saved()).flatten() {
+                return Ok(Out::Later(Box::pin(async move {
+                    if tokio::time::timeout(ADOPTION_SAVED_WITHIN, saved).await.is_err() {
+                        tracing::warn!(session = %active.session_id, "a session taken over from another node is not yet in the shared directory");
+                    }
+                    Ok(result.into())
+                })));
             }
+            return Ok(result.into());
         }
     }
 
