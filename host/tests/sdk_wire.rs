@@ -1,7 +1,9 @@
 //! What the MAP SDK's clients and its conformance suite read on the wire:
 //! event types spelled as the subscription's filter names them (live,
 //! replayed on subscribe, and in `map/replay`), pausing and resuming a
-//! subscription, suspend then resume, and a taken participant id.
+//! subscription, suspend then resume, a taken participant id, the message
+//! in `message_delivered`, unsubscribing after `map/disconnect`, and a
+//! scope's `parentId`.
 
 mod common;
 
@@ -178,4 +180,66 @@ async fn a_participant_id_in_use_already_exists() {
     let r = second.call("map/agents/register", json!({"agentId": "fixed-id"})).await;
     assert_error(&r, &r["id"].clone(), 3000, "agent");
     assert!(err(&r)["message"].as_str().unwrap().contains("already exists"), "{r}");
+}
+
+#[tokio::test]
+async fn message_delivered_carries_the_message() {
+    // The SDK's ACP stream reads an agent's answers from `message_delivered`.
+    let gw = Gateway::start();
+    let (mut watcher, _) = gw.ws_connected("client", None).await;
+    let sub = subscribe(&mut watcher, json!({"eventTypes": ["message_delivered"]})).await;
+    let (mut agent, _) = gw.ws_connected("agent", None).await;
+    agent.call_ok("map/agents/register", json!({"agentId": "answerer"})).await;
+    let (mut client, hello) = gw.ws_connected("client", None).await;
+    let client_id = hello["participantId"].as_str().unwrap().to_string();
+    let payload = json!({"acp": {"jsonrpc": "2.0", "id": 1, "result": {"ok": true}}, "nested": [1, null, "x"]});
+    let sent = agent.call_ok("map/send", json!({"to": {"participant": client_id}, "payload": payload, "meta": {"correlationId": "corr-1", "protocol": "acp"}})).await;
+    let frames = until_event(&mut watcher, &sub, "message_delivered", |p| p["event"]["data"]["messageId"] == sent["messageId"]).await;
+    let data = &frames.last().unwrap()["params"]["event"]["data"];
+    assert_eq!(data["from"], "answerer");
+    assert_eq!(data["delivered"], json!([client_id]));
+    assert_eq!(data["deliveredTo"], json!([client_id]));
+    assert_eq!(data["correlationId"], "corr-1");
+    assert_eq!(data["payload"], payload);
+    assert!(data["timestamp"].as_u64().is_some(), "{data}");
+    let message = &data["message"];
+    assert_eq!(message["id"], sent["messageId"]);
+    assert_eq!(message["payload"], payload);
+    assert_eq!(message["meta"]["correlationId"], "corr-1");
+    // What the recipient got is the same message.
+    let (got, _) = client.notification_where(WAIT, |f| f["method"] == "map/message").await;
+    assert_eq!(&got.expect("the message")["params"]["message"], message);
+}
+
+#[tokio::test]
+async fn a_subscription_can_be_ended_after_the_goodbye() {
+    // The SDK's clients close their streams (and unsubscribe) after map/disconnect.
+    let gw = Gateway::start();
+    let (mut ws, _) = gw.ws_connected("client", None).await;
+    let sub = subscribe(&mut ws, json!({})).await;
+    let bye = ws.call_ok("map/disconnect", json!({})).await;
+    let token = bye["resumeToken"].as_str().unwrap().to_string();
+    let answer = ws.call_ok("map/unsubscribe", json!({"subscriptionId": sub})).await;
+    assert_eq!(answer["unsubscribed"], true);
+    // Other methods still need a session.
+    let refused = ws.call("map/agents/list", json!({})).await;
+    assert_eq!(refused["error"]["code"], 1000, "{refused}");
+    // Resumed, the session no longer has it.
+    let resumed = ws.call_ok("map/connect", json!({"protocolVersion": 1, "resumeToken": token})).await;
+    assert_eq!(resumed["reconnected"], true, "{resumed}");
+    let again = ws.call("map/unsubscribe", json!({"subscriptionId": sub})).await;
+    assert_eq!(again["error"]["code"], -32602, "{again}");
+}
+
+#[tokio::test]
+async fn a_scope_takes_its_parent_as_parent_or_parent_id() {
+    let gw = Gateway::start();
+    let (mut ws, _) = gw.ws_connected("client", None).await;
+    let root = ws.call_ok("map/scopes/create", json!({"name": "root"})).await;
+    let root_id = root["scope"]["id"].as_str().unwrap().to_string();
+    for field in ["parent", "parentId"] {
+        let child = ws.call_ok("map/scopes/create", json!({"name": format!("by-{field}"), field: root_id})).await;
+        let got = ws.call_ok("map/scopes/get", json!({"scopeId": child["scope"]["id"]})).await;
+        assert_eq!(got["scope"]["parent"], root_id.as_str(), "{field}: {got}");
+    }
 }

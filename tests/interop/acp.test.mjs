@@ -10,7 +10,7 @@ import { Readable, Writable } from 'node:stream';
 import { WebSocket } from 'ws';
 import * as acp from '@agentclientprotocol/sdk';
 import { createWebSocketStream } from '@agentclientprotocol/sdk/experimental/ws-client';
-import { ACPAgentAdapter, ACP_PROTOCOL_VERSION } from '@multi-agent-protocol/sdk';
+import { ACPAgentAdapter, ACP_PROTOCOL_VERSION, ACPStreamConnection } from '@multi-agent-protocol/sdk';
 import { startGateway, connectAgent, connectClient, GATEWAY_BIN, uid, WAIT_MS } from './harness.mjs';
 
 let gw;
@@ -142,6 +142,42 @@ test('over WebSocket: initialize, a session, a prompt with streamed updates, a p
   assert.equal(ed.requests[1].params.path, '/work/src/main.rs');
   assert.equal(ed.requests[2].params.content, 'pub fn lib() {}\n');
   assert.deepEqual(ed.requests[3].params.args, ['test']);
+});
+
+test("the MAP SDK's own ACP client (ACPStreamConnection over MAP) reaches an ACPAgentAdapter agent through the gateway", async () => {
+  // This client reads the agent's answers from `message_delivered` events
+  // (`data.message.payload`), and unsubscribes after saying goodbye.
+  const { agent } = await codingAgent(`sdk-acp-${uid()}`);
+  const client = await connectClient(gw);
+  const updates = [];
+  const permissions = [];
+  const stream = new ACPStreamConnection(client.conn, {
+    targetAgent: agent.id,
+    timeout: WAIT_MS,
+    client: {
+      requestPermission: async (params) => {
+        permissions.push(params);
+        return { outcome: { outcome: 'selected', optionId: 'allow' } };
+      },
+      sessionUpdate: async (params) => { updates.push(params); },
+      readTextFile: async () => ({ content: 'fn main() {}\n' }),
+      writeTextFile: async () => ({}),
+      createTerminal: async () => ({ terminalId: 'term-sdk' }),
+    },
+  });
+  const init = await stream.initialize({ protocolVersion: ACP_PROTOCOL_VERSION, clientCapabilities: { fs: { readTextFile: true, writeTextFile: true }, terminal: true } });
+  assert.equal(init.protocolVersion, ACP_PROTOCOL_VERSION);
+  const session = await stream.newSession({ cwd: '/work', mcpServers: [] });
+  assert.match(session.sessionId, /^sess-/);
+  const done = await stream.prompt({ sessionId: session.sessionId, prompt: [{ type: 'text', text: 'edit' }] });
+  assert.equal(done.stopReason, 'end_turn');
+  assert.equal(permissions.length, 1);
+  assert.deepEqual(text(updates), ['working on: edit', 'permission allow; the file has 13 bytes; terminal term-sdk']);
+  // Newer SDKs close their streams when the client disconnects, so the
+  // stream's unsubscribe comes after the goodbye: it must still work.
+  await client.conn.disconnect();
+  await stream.close();
+  assert.equal(stream.isClosed, true);
 });
 
 test('the agent is found by role, and cancel ends a running prompt', async () => {

@@ -138,6 +138,9 @@ pub struct Conn {
     /// request: its session's frames wait for an event stream).
     pub streams: bool,
     pub state: ConnState,
+    /// The session this connection left with `map/disconnect`: the SDK's
+    /// clients unsubscribe after saying goodbye, and that still works.
+    pub left: Option<Active>,
     /// Notifications to write right after the current answer (a plugin's to its caller).
     pub deferred: Vec<Frame>,
     /// W3C `traceparent` and `tracestate` of the HTTP request being handled.
@@ -158,7 +161,7 @@ impl Active {
 
 impl Conn {
     pub fn new(tx: FrameTx, loopback: bool, transport: &'static str) -> Conn {
-        Conn { tx, loopback, peer_ip: None, auth_failures: 0, transport, preset_auth: None, streams: true, state: ConnState::Fresh, deferred: Vec::new(), trace_parent: None }
+        Conn { tx, loopback, peer_ip: None, auth_failures: 0, transport, preset_auth: None, streams: true, state: ConnState::Fresh, left: None, deferred: Vec::new(), trace_parent: None }
     }
 
     /// The span of one request on this connection (disabled unless traces are on).

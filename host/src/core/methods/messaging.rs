@@ -59,6 +59,9 @@ pub enum Sent {
     Later(BoxFuture<'static, Result<String, RpcError>>),
 }
 
+/// How `message_sent`'s data starts: the message follows.
+const MESSAGE_SENT_HEAD: &str = r#"{"message":"#;
+
 /// What the registry says about the sender and the recipients of one send.
 struct Routing {
     recipients: Vec<address::Recipient>,
@@ -130,7 +133,7 @@ pub fn send_message(active: &Active, msg: Outgoing) -> Result<Sent, RpcError> {
     frame.push('}');
     // `message_sent` carries the message as recipients saw it.
     let mut sent = String::with_capacity(frame.len() + 64);
-    sent.push_str(r#"{"message":"#);
+    sent.push_str(MESSAGE_SENT_HEAD);
     sent.push_str(&frame[message_at..]);
     frame.push_str("}}");
     let mut frame = Some(Frame::from(frame));
@@ -228,6 +231,7 @@ impl Done<'_> {
         let source = Source { agent_id: routing.agent.clone(), participant_id: Some(active.participant_id.clone()), scope_id: None };
         let fabric = &active.tenant.fabric;
         let all_failed = delivered_count == 0 && !recipients.is_empty();
+        let message_end = sent.len();
         sent.push_str(r#","recipients":"#);
         sent.push_str(&delivered);
         sent.push('}');
@@ -243,17 +247,33 @@ impl Done<'_> {
             return Err(RpcError::new(codes::DELIVERY_FAILED, "No recipient could take the message (their queues are full or closed, or their node cannot be reached)")
                 .with_details(json!({"messageId": message_id, "failed": failed})));
         } else {
-            fabric.publish(event("message_sent", source.clone(), sent, facets.clone()));
             // `message_sent` (recorded) already lists the recipients; `message_delivered`
-            // is pushed live to subscribers only.
-            let mut done = String::with_capacity(96 + delivered.len());
+            // is pushed live to subscribers only. It carries the message as well:
+            // the MAP SDK's ACP stream reads the agent's answers from it.
+            let message = &sent[MESSAGE_SENT_HEAD.len()..message_end];
+            let mut done = String::with_capacity(128 + 2 * delivered.len() + message.len() + payload.as_ref().map_or(0, |p| p.len()));
             done.push_str(r#"{"messageId":"#);
             push_json_str(&mut done, &message_id);
             done.push_str(r#","from":"#);
             push_json_str(&mut done, from);
             done.push_str(r#","delivered":"#);
             done.push_str(&delivered);
+            done.push_str(r#","deliveredTo":"#);
+            done.push_str(&delivered);
+            done.push_str(r#","timestamp":"#);
+            done.push_str(itoa::Buffer::new().format(timestamp));
+            if let Some(id) = &facets.correlation_id {
+                done.push_str(r#","correlationId":"#);
+                push_json_str(&mut done, id);
+            }
+            if let Some(p) = &payload {
+                done.push_str(r#","payload":"#);
+                done.push_str(p);
+            }
+            done.push_str(r#","message":"#);
+            done.push_str(message);
             done.push('}');
+            fabric.publish(event("message_sent", source.clone(), sent, facets.clone()));
             fabric.publish(NewEvent { recorded: false, ..event("message_delivered", source, done, facets) });
         }
         if active.tenant.may_observe(meta.is_some()) {

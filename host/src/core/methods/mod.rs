@@ -51,7 +51,10 @@ fn route(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out, RpcEr
         "map/scopes/members" => scopes::members(conn.active()?, req),
 
         "map/subscribe" => subscriptions::subscribe(conn.active()?, req),
-        "map/unsubscribe" => subscriptions::unsubscribe(conn.active()?, req),
+        "map/unsubscribe" => match (conn.active(), &conn.left) {
+            (Err(_), Some(left)) => subscriptions::unsubscribe(left, req),
+            (active, _) => subscriptions::unsubscribe(active?, req),
+        },
         "map/subscribe.ack" => subscriptions::ack(conn.active()?, req),
         // The SDK's schema names, and its server's.
         "map/subscriptions/pause" | "map/pause" => subscriptions::pause(conn.active()?, req, true),

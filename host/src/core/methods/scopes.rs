@@ -15,6 +15,8 @@ use crate::rpc::{codes, Request, RpcError};
 struct CreateParams {
     scope_id: Option<String>,
     name: Option<String>,
+    // `parentId` is what the SDK's own server reads.
+    #[serde(alias = "parentId")]
     parent: Option<String>,
     join_policy: Option<String>,
     visibility: Option<String>,

@@ -386,6 +386,7 @@ pub fn disconnect(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<O
         live.disconnected.store(true, std::sync::atomic::Ordering::SeqCst);
     }
     let token = gw.connection_closed(conn);
+    conn.left = Some(active);
     let mut session = json!(info);
     session["connected"] = json!(false);
     session["disconnectedAt"] = json!(ids::now_ms());
