@@ -545,11 +545,13 @@ async fn metrics_count_what_happened() {
 
 #[tokio::test]
 async fn sigterm_answers_calls_in_flight_then_closes_connections_and_exits_0() {
-    let mut gw = start(&config(&misbehave_and_echo(), r#"["bad"]"#, "[]", ""));
+    // Long enough a deadline to see the call running before SIGTERM, even on a loaded machine.
+    let plugins = misbehave_and_echo().replace("deadline_ms = 300", "deadline_ms = 2000");
+    let mut gw = start(&config(&plugins, r#"["bad"]"#, "[]", ""));
     let (mut ws, _) = tenant_ws(&gw, "acme-key").await;
-    // A call that runs until its 300 ms deadline is in flight when SIGTERM comes.
+    // A call that runs until its deadline is in flight when SIGTERM comes.
     ws.send_text(&request(1, "bad/loop", json!({})).to_string()).await;
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    until_running(&gw, "acme", "bad", 1).await;
     let addr = gw.addr();
     // The gateway exits on its own once its connections closed (the answer
     // and the close frame wait in this socket's buffer).
