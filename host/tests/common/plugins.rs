@@ -68,12 +68,16 @@ pub async fn running(gw: &Gateway, tenant: &str, plugin: &str) -> u64 {
 /// after a generous deadline).
 pub async fn until_running(gw: &Gateway, tenant: &str, plugin: &str, n: u64) {
     let deadline = Instant::now() + Duration::from_secs(15);
+    let mut seen = Vec::new();
     loop {
         let now = running(gw, tenant, plugin).await;
         if now == n {
             return;
         }
-        assert!(Instant::now() < deadline, "{n} calls of {plugin} never ran at once in {tenant} (last seen: {now})");
+        if seen.last() != Some(&now) {
+            seen.push(now);
+        }
+        assert!(Instant::now() < deadline, "{n} calls of {plugin} never ran at once in {tenant} (seen, in turn: {seen:?})");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
