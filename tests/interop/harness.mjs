@@ -420,6 +420,16 @@ export async function startCluster(names = ['a', 'b'], opts = {}) {
   return cluster;
 }
 
+/** One sample of the gateway's `/metrics`, by its name and labels as written (0 when absent). */
+export async function metric(gw, series) {
+  const text = await (await fetch(`${gw.baseUrl}/metrics`)).text();
+  const line = text.split('\n').find((l) => l.startsWith(`${series} `));
+  return line ? Number(line.slice(series.length + 1)) : 0;
+}
+
+/** Connections open on the gateway for one transport (`websocket`, `http`, `acp`). */
+export const openConnections = (gw, transport) => metric(gw, `map_connections_open{transport="${transport}"}`);
+
 /**
  * Call `fn` until `pred(value)` holds (polling, for asynchronous replication); returns that value.
  * Errors thrown by `fn` count as "not yet". Fails after timeoutMs with the last value or error.

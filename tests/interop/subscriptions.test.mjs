@@ -3,7 +3,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import {
   startGateway, connectAgent, connectClient, rawParticipant,
-  normType, mentions, eventIdLess, sourceAgent, uid, sleep, QUIET_MS, WAIT_MS,
+  normType, mentions, eventIdLess, sourceAgent, uid, sleep, pollUntil, QUIET_MS, WAIT_MS,
 } from './harness.mjs';
 
 let gw;
@@ -326,8 +326,9 @@ test('map/subscribe.ack: the SDK acks when supportsAck is advertised; events kee
   const advertised = w.connectResult.capabilities?.streaming?.supportsAck === true;
   assert.equal(sub.supportsAck, advertised, 'SDK enables ack exactly when capabilities.streaming.supportsAck is true');
   const a = await connectAgent(gw, { name: 'ack-a' });
-  await w.tap.waitForEvents(sub.id, (e) => mentions(e, a.id));
-  await sleep(50);
+  const [seenA] = await w.tap.waitForEvents(sub.id, (e) => mentions(e, a.id));
+  // The SDK's reader handles the frame the tap saw: its ack then covers it.
+  await pollUntil(() => sub.lastEventId, (id) => id === seenA.eventId, { timeoutMs: WAIT_MS, intervalMs: 5, what: 'the SDK Subscription to take the event' });
   sub.ack(); // map/subscribe.ack {subscriptionId, upToSequence} notification (no-op if not advertised)
   const b = await connectAgent(gw, { name: 'ack-b' });
   await w.tap.waitForEvents(sub.id, (e) => mentions(e, b.id));
