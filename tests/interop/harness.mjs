@@ -39,7 +39,11 @@ export const GATEWAY_BIN =
 export const RPC_TIMEOUT_MS = 3000;
 /** How long to wait for an expected notification. */
 export const WAIT_MS = 1500;
-/** Quiet period used to assert that nothing (more) arrives. */
+/**
+ * Quiet period used to assert that nothing (more) arrives. Time must pass for that: a slow
+ * machine can only hide a stray frame from such a check, never fail a correct gateway.
+ * Where a later frame on the same socket can serve as a barrier, tests wait for it instead.
+ */
 export const QUIET_MS = 300;
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));

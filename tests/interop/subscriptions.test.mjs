@@ -272,15 +272,22 @@ test('unsubscribe: {subscription: {id, closedAt}} and no more events', async () 
   assert.equal(raw.subscription?.id, sub.id, `unsubscribe result {subscription: {id, closedAt}}, got ${JSON.stringify(raw)}`);
   assert.equal(typeof raw.subscription.closedAt, 'number');
   const count = w.tap.events(sub.id).length;
+  // A subscription that stays, as a barrier: once it has the registration after the one
+  // checked, an event for the closed subscription would have come before it.
+  const probe = await w.conn.subscribe({ eventTypes: ['agent_registered'] });
+  const barrier = async () => {
+    const later = await connectAgent(gw, { name: uid('unsub-later') });
+    await w.tap.waitForEvents(probe.id, (e) => mentions(e, later.id));
+  };
   await connectAgent(gw, { name: 'unsub-b' });
-  await sleep(QUIET_MS * 2);
+  await barrier();
   assert.equal(w.tap.events(sub.id).length, count, 'no events after unsubscribe');
 
   // the SDK's own unsubscribe path
   const sub2 = await w.conn.subscribe({ eventTypes: ['agent_registered'] });
   await sub2.unsubscribe();
   await connectAgent(gw, { name: 'unsub-c' });
-  await sleep(QUIET_MS * 2);
+  await barrier();
   assert.equal(w.tap.events(sub2.id).length, 0, 'no events after Subscription.unsubscribe()');
 });
 

@@ -329,7 +329,7 @@ test('only agents report, and only for agents their session owns (13004)', async
   assert.deepEqual((await call(c, 'trajectory/get', { checkpointId: id })).checkpoint, original, 'unchanged');
 
   // Its own agent may report the same id again: the checkpoint is replaced, listed once.
-  await sleep(2);
+  await sleep(2); // a later timestamp (they are in ms)
   const replaced = (await call(b, 'trajectory/checkpoint', { checkpoint: { id, label: 'by b, again' } })).checkpoint;
   assert.equal(replaced.label, 'by b, again');
   assert.ok(replaced.timestamp >= original.timestamp);
