@@ -2,7 +2,7 @@
 //! README draw: each module may use only the modules after it in `LAYERS`.
 //! Inside a module, its files depend in one direction too: no circle
 //! between files of one directory (a sub-directory counts as one file of its
-//! parent). Every file in `host/src` is parsed as Rust: `use` items with
+//! parent; `mod.rs`, the root its files reach up to, is left out). Every file in `host/src` is parsed as Rust: `use` items with
 //! their nested groups, `crate::`/`super::`/`self::` paths in code and in
 //! macro bodies. A name reached through a re-export counts as a dependency
 //! on where it is defined, so `crate::core::X` re-exported from
