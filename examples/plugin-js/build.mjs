@@ -22,7 +22,8 @@ process.chdir(HERE);
 const started = Date.now();
 const { component } = await componentize({
   sourcePath: join(HERE, 'notes.js'),
-  // A folder: every .wit file in it is one package (map-gateway:plugin@0.2.3).
+  // A folder: every .wit file in it is one package (map-gateway:plugin, whose
+  // version package.wit declares and the imports in notes.js name).
   witPath: join(HERE, '..', '..', 'wit'),
   worldName: 'extension',
   // The gateway links WASI 0.2 (wasmtime-wasi), wasi:http/outgoing-handler

@@ -1,6 +1,6 @@
 // notes: a map-gateway extension written in JavaScript.
 //
-// It implements the `extension` world of wit/ (package map-gateway:plugin@0.2.3)
+// It implements the `extension` world of wit/ (package map-gateway:plugin)
 // and serves four JSON-RPC methods:
 //
 //   notes/put    {key, text}               -> {note, created}

@@ -195,6 +195,9 @@ pub struct ServerConfig {
     pub name: String,
     /// Where plugins are found when no `[plugins]` table is given.
     pub plugin_dir: PathBuf,
+    /// Where compiled plugins are cached; empty: `<data_dir>/cache`. Several
+    /// gateways may share one (artifacts are written whole, then renamed).
+    pub cache_dir: PathBuf,
     /// Largest accepted frame, line or HTTP body, in bytes.
     pub max_message_bytes: usize,
     /// How long a disconnected session can be resumed with its `resumeToken`.
@@ -343,6 +346,17 @@ impl Default for StorageConfig {
     }
 }
 
+impl ServerConfig {
+    /// Where compiled plugins are cached.
+    pub fn plugin_cache(&self) -> PathBuf {
+        if self.cache_dir.as_os_str().is_empty() {
+            self.data_dir.join("cache")
+        } else {
+            self.cache_dir.clone()
+        }
+    }
+}
+
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
@@ -350,6 +364,7 @@ impl Default for ServerConfig {
             data_dir: PathBuf::from("data"),
             name: "map-gateway".into(),
             plugin_dir: PathBuf::from("plugins/dist"),
+            cache_dir: PathBuf::new(),
             max_message_bytes: 8 << 20,
             resume_window_secs: 300,
             allowed_origins: Vec::new(),
@@ -407,6 +422,9 @@ impl Config {
             };
             rebase(&mut config.server.data_dir);
             rebase(&mut config.server.plugin_dir);
+            if !config.server.cache_dir.as_os_str().is_empty() {
+                rebase(&mut config.server.cache_dir);
+            }
             for file in [&mut config.tls.cert_file, &mut config.tls.key_file] {
                 if !file.as_os_str().is_empty() {
                     rebase(file);

@@ -85,17 +85,19 @@ pub fn create(name: &str, dir: Option<PathBuf>, sdk: Option<PathBuf>, lang: Lang
     Ok(project)
 }
 
-/// The Python or JavaScript sources with the name filled in, `wit/`, a README.
+/// The Python or JavaScript sources with the name and the contract's
+/// version filled in, `wit/`, a README.
 fn write_sources(p: &Project, files: &[(&str, &str)], ignore: &str) -> anyhow::Result<()> {
+    let wit = p.sdk.join("../../wit");
+    let version = contract_version(&wit)?;
     for (file, text) in files {
         let path = p.dir.join(file);
-        write(&path, &text.replace("@NAME@", &p.name))?;
+        write(&path, &text.replace("@NAME@", &p.name).replace("@CONTRACT_VERSION@", &version))?;
         if file.ends_with(".sh") {
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
         }
     }
-    let wit = p.sdk.join("../../wit");
     std::fs::create_dir_all(p.dir.join("wit"))?;
     for entry in std::fs::read_dir(&wit).with_context(|| format!("reading {}", wit.display()))? {
         let path = entry?.path();
@@ -105,6 +107,16 @@ fn write_sources(p: &Project, files: &[(&str, &str)], ignore: &str) -> anyhow::R
     }
     write(&p.dir.join("README.md"), &readme(p))?;
     write(&p.dir.join(".gitignore"), ignore)
+}
+
+/// The version `wit/package.wit` gives the package `map-gateway:plugin`
+/// (JavaScript imports name it: `map-gateway:plugin/store@…`), so the
+/// sources match the `wit/` copied beside them.
+fn contract_version(wit: &Path) -> anyhow::Result<String> {
+    let path = wit.join("package.wit");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let version = text.lines().find_map(|l| l.trim().strip_prefix("package map-gateway:plugin@")?.strip_suffix(';'));
+    version.map(str::to_string).with_context(|| format!("{} declares no `package map-gateway:plugin@…;`", path.display()))
 }
 
 fn write_rust(project: &Project) -> anyhow::Result<()> {

@@ -481,7 +481,7 @@ async fn mail_conversation_across_nodes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn killed_node_clients_resume_elsewhere() {
     // Checkpoints every 50 ms: several are saved between the pause below and the kill.
-    let options = ClusterOptions { resume_window_secs: 60, presence_timeout_ms: 2000, extra: "checkpoint_ms = 50\n".into() };
+    let options = ClusterOptions { resume_window_secs: 60, presence_timeout_ms: 2000, extra: "checkpoint_ms = 50\n".into(), ..Default::default() };
     let presence = Duration::from_millis(options.presence_timeout_ms);
     let mut cluster = Cluster::start(&["a", "b", "c"], options).await;
 

@@ -345,7 +345,8 @@ async fn hot_swap_keeps_connections_open() {
 
 #[tokio::test]
 async fn compiled_plugins_are_cached_until_the_file_changes() {
-    let gw = start(&config(&misbehave_and_echo(), "[]", "[]", ""));
+    // The cache of its own data directory, not the tests' shared one.
+    let gw = Gateway::start_config("cache_dir = \"\"", &config(&misbehave_and_echo(), "[]", "[]", ""));
     let cache = gw.dir.path().join("data/cache");
     let artifacts = || std::fs::read_dir(&cache).map(|d| d.count()).unwrap_or(0);
     assert_eq!(artifacts(), 2, "one artifact per plugin in {}", cache.display());

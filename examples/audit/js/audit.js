@@ -1,6 +1,6 @@
 // audit: a per-tenant audit log of `map/send` traffic, in JavaScript.
 //
-// World `intercepting-extension` of ../../../wit (map-gateway:plugin@0.2.3):
+// World `intercepting-extension` of ../../../wit (map-gateway:plugin):
 // it exports `rpc` (the audit/* methods) and `send-observer` (every map/send
 // of the tenant). The same extension exists in Rust and Python; ../README.md
 // is the behaviour all three share.

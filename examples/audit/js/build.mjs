@@ -23,7 +23,8 @@ process.chdir(HERE);
 const started = Date.now();
 const { component } = await componentize({
   sourcePath: join(HERE, 'audit.js'),
-  // A folder: every .wit file in it is one package (map-gateway:plugin@0.2.3).
+  // A folder: every .wit file in it is one package (map-gateway:plugin, whose
+  // version package.wit declares and the imports in audit.js name).
   witPath: join(HERE, '..', '..', '..', 'wit'),
   // Exports `rpc` and `send-observer`.
   worldName: 'intercepting-extension',

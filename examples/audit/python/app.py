@@ -3,9 +3,9 @@
 # behaviour is specified in ../README.md and held by
 # tests/interop/audit.test.mjs.
 #
-# World `intercepting-extension` of map-gateway:plugin@0.2.3: exports `rpc`
-# and `send-observer`. componentize-py instantiates one class per exported
-# interface, named after it in PascalCase (`Rpc`, `SendObserver`).
+# World `intercepting-extension` of ../../../wit (map-gateway:plugin): exports
+# `rpc` and `send-observer`. componentize-py instantiates one class per
+# exported interface, named after it in PascalCase (`Rpc`, `SendObserver`).
 #
 #   on-send                 -> one commit: counters/total += 1,
 #                              counters/from/<sender> += 1,

@@ -1,5 +1,5 @@
-//! Host bindings generated from `wit/`: the current package (0.2.3, whose
-//! `plugin` world holds every import and export) and the frozen 0.1.0 one in
+//! Host bindings generated from `wit/`: the current package (whose `plugin`
+//! world holds every import and export) and the frozen 0.1.0 one in
 //! `wit/v0.1.0`, which older components were built against.
 
 wasmtime::component::bindgen!({

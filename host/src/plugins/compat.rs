@@ -1,6 +1,6 @@
 //! The imports of `map-gateway:plugin@0.1.0`, for components built against
-//! it: each delegates to its 0.2.3 counterpart (the same functions, with the
-//! same meaning).
+//! it: each delegates to its counterpart in the current package (the same
+//! functions, with the same meaning).
 
 use super::bindings::map_gateway::plugin as now;
 use super::bindings::v1::map_gateway::plugin::{config, events, log, router, store, types};

@@ -93,7 +93,8 @@ pub fn load_component(engine: &Engine, path: &Path, cache_dir: &Path, name: &str
     tracing::info!(plugin = name, ms = started.elapsed().as_millis() as u64, "compiled plugin");
     std::fs::create_dir_all(cache_dir)?;
     remove_stale(cache_dir, name, &artifact);
-    let tmp = artifact.with_extension("tmp");
+    // A name of its own: another gateway may be writing the same artifact.
+    let tmp = artifact.with_extension(format!("{}.tmp", crate::ids::ulid()));
     std::fs::write(&tmp, &compiled)?;
     std::fs::rename(&tmp, &artifact)?;
     // SAFETY: just produced by this engine.

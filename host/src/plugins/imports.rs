@@ -1,5 +1,5 @@
-//! The host side of the imports every plugin gets (0.2.3): store, events,
-//! router, log, config, timers, grpc-stream, metrics. Each acts only inside
+//! The host side of the imports every plugin gets: store, events, router,
+//! log, config, timers, grpc-stream, metrics. Each acts only inside
 //! the instance's (tenant, plugin).
 
 use serde_json::value::RawValue;

@@ -128,7 +128,7 @@ impl PluginHost {
             budget: budget::Budget::new(config.server.max_instances),
             linker,
             db,
-            cache_dir: config.server.data_dir.join("cache"),
+            cache_dir: config.server.plugin_cache(),
             max_result_bytes: config.server.max_message_bytes,
             loaded: tokio::sync::Mutex::new(HashMap::new()),
             scratch: Arc::new(Tenant::new("~loader", &crate::config::LimitsConfig { replay_events: 1, ..Default::default() })),

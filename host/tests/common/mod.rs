@@ -87,10 +87,22 @@ pub fn write_config(dir: &Path, max_message_bytes: usize, extra: &str) -> PathBu
     write_config_server(dir, &format!("max_message_bytes = {max_message_bytes}\nresume_window_secs = 300"), extra)
 }
 
-/// Write `config.toml` with these `[server]` lines (besides `data_dir`) and `extra`.
+/// How long a gateway may take to print its listening line: compiling
+/// plugins into an empty cache takes seconds each on a busy runner.
+const READY_WAIT: Duration = Duration::from_secs(120);
+
+/// Compiled plugins, shared by every gateway the tests start (compiling
+/// the standard plugins anew for each would cost seconds per gateway).
+pub fn shared_plugin_cache() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/test-plugin-cache")
+}
+
+/// Write `config.toml` with these `[server]` lines (besides `data_dir`, and
+/// `cache_dir` unless they name one) and `extra`.
 pub fn write_config_server(dir: &Path, server: &str, extra: &str) -> PathBuf {
     let data = dir.join("data");
-    let text = format!("[server]\ndata_dir = {data:?}\n{server}\n{extra}\n", data = data.to_string_lossy());
+    let cache = if server.contains("cache_dir") { String::new() } else { format!("cache_dir = {:?}\n", shared_plugin_cache()) };
+    let text = format!("[server]\ndata_dir = {data:?}\n{cache}{server}\n{extra}\n", data = data.to_string_lossy());
     let path = dir.join("config.toml");
     std::fs::write(&path, text).expect("write config");
     path
@@ -204,7 +216,7 @@ impl Gateway {
             }
         });
         let mut guard = Gateway { child, port: 0, dir, config };
-        let line = match rx.recv_timeout(Duration::from_secs(30)) {
+        let line = match rx.recv_timeout(READY_WAIT) {
             Ok(l) => l,
             Err(_) => panic!("gateway did not print its listening line; log:\n{}", guard.log()),
         };

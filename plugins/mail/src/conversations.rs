@@ -11,7 +11,7 @@ use serde_json::{json, Map, Value};
 use crate::access::{self, Actor};
 use crate::error;
 use crate::events;
-use crate::model::{Conversation, ConversationStatus, ConversationType, Participant, ParticipantType, Permissions, Role, TurnSource, TurnStatus, Visibility};
+use crate::model::{Conversation, ConversationStatus, ConversationType, Participant, ParticipantType, Permissions, Role, Turn, TurnSource, TurnStatus, Visibility};
 use crate::params::{self, OneOrMany};
 use crate::participants;
 use crate::repo::{self, Ahead, Writes};
@@ -48,16 +48,7 @@ pub fn create(call: &Call) -> Result<Reply> {
     let actor = &Actor::from_caller(call.caller);
     actor.require_capability("canCreate", "mail/create")?;
     let p: CreateParams = call.params()?;
-    // A parent links conversations, so the caller must be able to read it.
-    if let Some(parent_id) = &p.parent_conversation_id {
-        let parent = access::visit(parent_id, actor, &[], p.parent_turn_id.as_deref().as_slice())?;
-        let member = parent.member(actor)?;
-        if let Some(turn) = &p.parent_turn_id {
-            parent.visible_turn(turn, &member)?;
-        }
-    } else if p.parent_turn_id.is_some() {
-        return Err(Error::invalid_params("parentTurnId needs parentConversationId"));
-    }
+    check_parent(actor, p.parent_conversation_id.as_deref(), p.parent_turn_id.as_deref())?;
 
     let (id, now) = ids::new_id_at("conv");
     let mut conv = Conversation {
@@ -87,11 +78,46 @@ pub fn create(call: &Call) -> Result<Reply> {
         invited_by: None,
         removed_by: None,
     };
+    let members = members(&creator, actor, p.initial_participants)?;
+    let initial_turn = p.initial_turn.map(|t| first_turn(&conv, &creator, t)).transpose()?;
+    write(&conv, &members, initial_turn.as_ref())?;
+
+    conv.participant_count = members.len() as u64;
+    announce_created(&conv, &members, initial_turn.as_ref())?;
+    let mut out = json!({"conversation": conv, "participant": creator});
+    if let Some(t) = initial_turn {
+        out["initialTurn"] = json!(t);
+    }
+    Ok(out.into())
+}
+
+/// A parent links conversations, so the caller must be able to read it
+/// (and the parent turn, when one is named).
+fn check_parent(actor: &Actor, parent: Option<&str>, parent_turn: Option<&str>) -> Result<()> {
+    let Some(parent_id) = parent else {
+        return match parent_turn {
+            Some(_) => Err(Error::invalid_params("parentTurnId needs parentConversationId")),
+            None => Ok(()),
+        };
+    };
+    let parent = access::visit(parent_id, actor, &[], parent_turn.as_slice())?;
+    let member = parent.member(actor)?;
+    if let Some(turn) = parent_turn {
+        parent.visible_turn(turn, &member)?;
+    }
+    Ok(())
+}
+
+/// The creator, then the initial participants (invited by the creator,
+/// with their roles' permissions patched as given); a participant named
+/// twice is refused as already joined.
+fn members(creator: &Participant, actor: &Actor, initial: Vec<participants::ParticipantSpec>) -> Result<Vec<Participant>> {
+    let id = &creator.conversation_id;
     let mut members = vec![creator.clone()];
-    for ip in p.initial_participants {
+    for ip in initial {
         let pid = params::id("initialParticipants[].id", &ip.id)?.to_string();
         if members.iter().any(|m| m.id == pid) {
-            return Err(error::already_joined(&id, &pid));
+            return Err(error::already_joined(id, &pid));
         }
         let role = ip.role.unwrap_or(Role::Assistant);
         members.push(Participant {
@@ -99,61 +125,63 @@ pub fn create(call: &Call) -> Result<Reply> {
             conversation_id: id.clone(),
             kind: ip.kind.unwrap_or(ParticipantType::Agent),
             role,
-            joined_at: now,
+            joined_at: creator.joined_at,
             left_at: None,
             permissions: Permissions::for_role(role).patched(&ip.permissions),
             invited_by: Some(actor.id.clone()),
             removed_by: None,
         });
     }
-    let initial_turn = match p.initial_turn {
-        Some(t) => {
-            let spec = TurnSpec {
-                content_type: t.content_type,
-                content: t.content,
-                thread_id: None,
-                in_reply_to: None,
-                visibility: t.visibility,
-                metadata: t.metadata.unwrap_or_default(),
-                status: TurnStatus::Complete,
-            };
-            Some(turns::build(&conv, &Ahead::none(&id), &creator, spec, TurnSource::Explicit { method: "mail/turn".into() })?)
-        }
-        None => None,
-    };
+    Ok(members)
+}
 
+/// The initial turn, by the creator, complete.
+fn first_turn(conv: &Conversation, creator: &Participant, t: InitialTurn) -> Result<Turn> {
+    let spec = TurnSpec {
+        content_type: t.content_type,
+        content: t.content,
+        thread_id: None,
+        in_reply_to: None,
+        visibility: t.visibility,
+        metadata: t.metadata.unwrap_or_default(),
+        status: TurnStatus::Complete,
+    };
+    turns::build(conv, &Ahead::none(&conv.id), creator, spec, TurnSource::Explicit { method: "mail/turn".into() })
+}
+
+/// The conversation, its members and the initial turn in one batch.
+fn write(conv: &Conversation, members: &[Participant], initial_turn: Option<&Turn>) -> Result<()> {
     let mut batch = Batch::new();
-    batch.put(&repo::CONVERSATIONS, id.as_str(), &conv);
-    for m in &members {
+    batch.put(&repo::CONVERSATIONS, conv.id.as_str(), conv);
+    for m in members {
         batch.participant(m);
     }
-    if let Some(t) = &initial_turn {
+    if let Some(t) = initial_turn {
         batch.turn(t);
     }
-    batch.touch(&id, now);
+    batch.touch(&conv.id, conv.created_at);
     batch.apply()?;
+    Ok(())
+}
 
-    conv.participant_count = members.len() as u64;
-    let mut created = json!({"conversationId": id, "type": conv.kind, "createdBy": conv.created_by, "conversation": conv});
+/// `mail.created`, a join event per member and the initial
+/// turn's event, to the members just written.
+fn announce_created(conv: &Conversation, members: &[Participant], initial_turn: Option<&Turn>) -> Result<()> {
+    let mut created = json!({"conversationId": conv.id, "type": conv.kind, "createdBy": conv.created_by, "conversation": conv});
     if let Some(s) = &conv.subject {
         created["subject"] = json!(s);
     }
     if let Some(parent) = &conv.parent_conversation_id {
         created["parentConversationId"] = json!(parent);
     }
-    events::emit_to(events::CREATED, &members, created, None);
-    for m in &members {
-        participants::announce_joined_to(&members, m, None);
+    events::emit_to(events::CREATED, members, created, None);
+    for m in members {
+        participants::announce_joined_to(members, m, None);
     }
-    if let Some(t) = &initial_turn {
-        turns::announce_to(&members, t, &turns::to_json(t)?);
-    }
-
-    let mut out = json!({"conversation": conv, "participant": creator});
     if let Some(t) = initial_turn {
-        out["initialTurn"] = json!(t);
+        turns::announce_to(members, t, &turns::to_json(t)?);
     }
-    Ok(out.into())
+    Ok(())
 }
 
 #[derive(Deserialize, Default)]

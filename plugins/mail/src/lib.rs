@@ -6,6 +6,7 @@
 
 mod access;
 mod conversations;
+mod digest;
 mod error;
 mod events;
 mod intercept;

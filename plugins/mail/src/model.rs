@@ -290,6 +290,36 @@ pub struct Thread {
     pub depth: u32,
 }
 
+/// How often one participant spoke in the turns a digest covers.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Activity {
+    pub id: String,
+    pub turn_count: u64,
+}
+
+/// An extractive summary of turns (made by `digest`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Digest {
+    pub summary: String,
+    pub key_points: Vec<String>,
+    pub key_decisions: Vec<String>,
+    pub open_questions: Vec<String>,
+    pub participants: Vec<Activity>,
+    pub turn_count: u64,
+}
+
+/// A digest as `summaries` keeps it.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Cached {
+    pub digest: Digest,
+    pub cached_at: u64,
+    /// The conversation's state when the digest was made.
+    pub version: String,
+}
+
 #[cfg(test)]
 impl Turn {
     /// A complete, explicit text turn of `conv-1` by `by`, for tests to adjust.

@@ -31,8 +31,7 @@ use map_plugin_sdk::store::raw::Item;
 use map_plugin_sdk::store::{self, keys, Batch, Codec, Collection, Range, Text};
 use map_plugin_sdk::{Error, Result};
 
-use crate::model::{Conversation, Participant, Thread, Turn};
-use crate::summary::Cached;
+use crate::model::{Cached, Conversation, Participant, Thread, Turn};
 
 pub const CONVERSATIONS: Collection<Conversation> = Collection::new("conversations");
 pub const ACTIVITY: Collection<String, Text> = Collection::new("activity");

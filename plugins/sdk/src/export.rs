@@ -49,24 +49,9 @@ pub trait Extension {
     }
 }
 
-/// A delivered `map/send` message, as an observer sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SentMessage {
-    /// The message id returned to the sender.
-    pub id: String,
-    /// The sending agent (or participant) id.
-    pub from: String,
-    /// The address as the sender gave it (JSON).
-    pub to: String,
-    /// Unix milliseconds.
-    pub timestamp: u64,
-    /// The payload (JSON, `null` when none).
-    pub payload: String,
-    /// The `meta` object (JSON, `{}` when none).
-    pub meta: String,
-    /// Ids that received it.
-    pub delivered: Vec<String>,
-}
+/// A delivered `map/send` message, as an observer sees it (the contract's
+/// `sent-message` record).
+pub use crate::bindings::exports::map_gateway::plugin::send_observer::SentMessage;
 
 /// Observes `map/send` traffic: after delivery, at most once, in send order.
 pub trait Observer {
@@ -187,9 +172,7 @@ mod glue {
             T::interest()
         }
 
-        fn on_send(caller: Caller, m: send_observer::SentMessage) {
-            let message =
-                SentMessage { id: m.id, from: m.from, to: m.to, timestamp: m.timestamp, payload: m.payload, meta: m.meta, delivered: m.delivered };
+        fn on_send(caller: Caller, message: SentMessage) {
             T::on_send(&caller, message)
         }
     }
@@ -241,29 +224,9 @@ mod glue {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __export_interface {
-    (rpc, $ty:ident) => {
-        $crate::bindings::exports::map_gateway::plugin::rpc::__export_map_gateway_plugin_rpc_0_2_3_cabi!(
-            $ty with_types_in $crate::bindings::exports::map_gateway::plugin::rpc
-        );
-    };
-    (send_observer, $ty:ident) => {
-        $crate::bindings::exports::map_gateway::plugin::send_observer::__export_map_gateway_plugin_send_observer_0_2_3_cabi!(
-            $ty with_types_in $crate::bindings::exports::map_gateway::plugin::send_observer
-        );
-    };
-    (lifecycle, $ty:ident) => {
-        $crate::bindings::exports::map_gateway::plugin::lifecycle::__export_map_gateway_plugin_lifecycle_0_2_3_cabi!(
-            $ty with_types_in $crate::bindings::exports::map_gateway::plugin::lifecycle
-        );
-    };
-    (http_handler, $ty:ident) => {
-        $crate::bindings::exports::map_gateway::plugin::http_handler::__export_map_gateway_plugin_http_handler_0_2_3_cabi!(
-            $ty with_types_in $crate::bindings::exports::map_gateway::plugin::http_handler
-        );
-    };
-    (grpc_handler, $ty:ident) => {
-        $crate::bindings::exports::map_gateway::plugin::grpc_handler::__export_map_gateway_plugin_grpc_handler_0_2_3_cabi!(
-            $ty with_types_in $crate::bindings::exports::map_gateway::plugin::grpc_handler
+    ($interface:ident, $ty:ident) => {
+        $crate::bindings::export_cabi::$interface!(
+            $ty with_types_in $crate::bindings::exports::map_gateway::plugin::$interface
         );
     };
 }

@@ -72,6 +72,7 @@ pub mod rpc;
 pub mod store;
 
 pub use bindings::map_gateway::plugin::timers;
+pub use bindings::CONTRACT_VERSION;
 pub use bindings::map_gateway::plugin::types::{Caller, RpcError};
 pub use error::{ErrorRange, Error, Result};
 pub use export::{Extension, GrpcHandler, HttpHandler, HttpRequest, HttpResponse, Lifecycle, Observer, SentMessage};
@@ -90,4 +91,13 @@ pub mod prelude {
     pub use crate::store::{self, retry, Attempt, Batch, Collection, Counter, Outcome};
     pub use crate::{config, events, ids, log, metrics, params, router};
     pub use crate::{Call, Caller, Describe, Error, ErrorRange, EventFilter, Extension, Methods, Reply, Result};
+}
+
+#[cfg(test)]
+mod tests {
+    /// The crate is versioned with the contract it binds.
+    #[test]
+    fn the_sdk_version_is_the_contract_version() {
+        assert_eq!(env!("CARGO_PKG_VERSION"), super::CONTRACT_VERSION);
+    }
 }

@@ -7,8 +7,8 @@
 // `payload` ({code, message, data}). Any other exception traps the instance
 // (the client gets -32603 and the instance is discarded).
 
-import * as store from 'map-gateway:plugin/store@0.2.3';
-import { emit } from 'map-gateway:plugin/events@0.2.3';
+import * as store from 'map-gateway:plugin/store@@CONTRACT_VERSION@';
+import { emit } from 'map-gateway:plugin/events@@CONTRACT_VERSION@';
 
 const NAME = '@NAME@';
 const ITEM_NOT_FOUND = 20001;
