@@ -77,7 +77,7 @@ fn sample_log_sizes(gateway: &Arc<Gateway>) {
 /// tenant that names it. Nothing is written to its data directory (a
 /// throwaway store and artifact cache are used). A summary, or what is wrong.
 pub async fn check(mut config: Config) -> anyhow::Result<String> {
-    let scratch = std::env::temp_dir().join(format!("map-gateway-check-{}-{}", std::process::id(), crate::core::ids::now_ms()));
+    let scratch = std::env::temp_dir().join(format!("map-gateway-check-{}-{}", std::process::id(), crate::ids::now_ms()));
     std::fs::create_dir_all(&scratch)?;
     let result = async {
         if config.tls.enabled() {

@@ -170,6 +170,7 @@ async fn an_editor_request_the_agent_leaves_unanswered_fails_after_the_bound_and
         a.send(&asked, update).await;
         let seen = ed.notification("session/update", WAIT).await.expect("the update reaches the editor");
         assert_eq!(seen["params"]["update"]["content"]["text"], format!("step {n}"));
+        // Time must pass: each gap well under the 1.5 s bound, the four past it.
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     a.answer(&asked, json!({"stopReason": "end_turn"})).await;

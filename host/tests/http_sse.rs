@@ -28,6 +28,13 @@ async fn http_call(gw: &Gateway, session: &str, id: i64, method: &str, params: V
     body
 }
 
+/// HTTP connections open, as `/metrics` counts them (its own request included).
+async fn http_connections(gw: &Gateway) -> f64 {
+    let text = http(&gw.addr(), "GET", "/metrics", &[], b"").await.text();
+    let series = r#"map_connections_open{transport="http"} "#;
+    text.lines().find_map(|l| l.strip_prefix(series)).and_then(|v| v.trim().parse().ok()).unwrap_or_else(|| panic!("no {series}in:\n{text}"))
+}
+
 #[tokio::test]
 async fn sse_carries_messages_and_events_of_the_session() {
     let gw = Gateway::start();
@@ -244,7 +251,13 @@ async fn reopened_event_stream_gets_what_was_sent_while_it_was_closed() {
     let (n, _) = sse.notification("map/message", WAIT).await;
     assert_eq!(n.expect("first message")["params"]["message"]["payload"], "first");
     drop(sse); // the client goes away
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // The gateway has let go of the stream once no HTTP connection is open
+    // but the one asking (the WebSocket is counted apart).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while http_connections(&gw).await > 1.0 {
+        assert!(std::time::Instant::now() < deadline, "the closed event stream's connection is still counted");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
 
     let sent = ws.call_ok("map/send", json!({"to": "flaky-reader", "payload": "second"})).await;
     assert_eq!(sent["delivered"], json!(["flaky-reader"]));

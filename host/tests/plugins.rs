@@ -1,86 +1,134 @@
-//! The plugin runtime, black-box: fixture components that misbehave, tenant
-//! walls around plugins and their storage, hot swap, durable storage on
-//! SQLite and PostgreSQL. Fixtures come from `scripts/build-plugins.sh --fixtures`.
+//! What a plugin does, as its author and its operator see it: the contract
+//! (methods, errors, state, timers, observers, outbound HTTP, HTTP routes,
+//! calls between plugins, output), a component of the 0.1.0 contract still
+//! loading, instances replaced after they break the contract, hot swap and
+//! the compile cache, durable storage, the admin API, `check`, metrics and
+//! shutdown. What bounds a plugin's work, and the walls between tenants, are
+//! in `plugin_limits.rs`.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
+use common::plugins::*;
 use common::*;
 use serde_json::{json, Value};
 
-/// Tenants: `default` (anonymous) gets every plugin; acme and globex get the lists given.
-fn config(plugins: &str, acme: &str, globex: &str, storage: &str) -> String {
-    format!(
-        r#"
-{storage}
-{plugins}
-[auth]
-anonymous_tenant = "default"
-[[tenants]]
-id = "default"
-[[tenants]]
-id = "acme"
-api_keys = ["acme-key"]
-plugins = {acme}
-[[tenants]]
-id = "globex"
-api_keys = ["globex-key"]
-plugins = {globex}
-"#
-    )
+fn stateful(mode: &str) -> String {
+    format!("[plugins.state]\npath = {:?}\nmode = {mode:?}\ndeadline_ms = 500\n", fixture("stateful.wasm"))
 }
 
-fn misbehave_and_echo() -> String {
-    format!(
-        "[plugins.bad]\npath = {:?}\ndeadline_ms = 300\nmemory_mb = 32\n[plugins.echo]\npath = {:?}\n",
-        fixture("misbehave.wasm"),
-        fixture("echo-v1.wasm")
-    )
-}
-
-fn start(text: &str) -> Gateway {
-    Gateway::start_with(8 << 20, text)
-}
-
-async fn tenant_ws(gw: &Gateway, key: &str) -> (Ws, Value) {
-    gw.ws_connected("client", Some(api_key(key))).await
-}
-
-fn plugin_failure(resp: &Value, reason: &str) {
-    let e = err(resp);
-    assert_eq!(e["code"], -32603, "{resp}");
-    assert_eq!(e["data"]["category"], "internal", "{resp}");
-    assert_eq!(e["data"]["details"]["plugin"], "bad", "{resp}");
-    let got = e["data"]["details"]["reason"].as_str().unwrap_or_default();
-    assert!(got.contains(reason), "reason {got:?} should mention {reason:?}: {resp}");
-    assert!(e["message"].as_str().unwrap_or_default().contains("Plugin bad"), "{resp}");
+fn legacy() -> String {
+    format!("[plugins.legacy]\npath = {:?}\n", fixture("legacy.wasm"))
 }
 
 #[tokio::test]
-async fn each_misbehaviour_costs_only_its_own_call() {
-    // A 1 MiB message limit also caps results: bad/oversized returns 3 MiB.
-    let gw = Gateway::start_with(1 << 20, &config(&misbehave_and_echo(), r#"["bad"]"#, r#"["echo"]"#, ""));
-    let (mut ws, _) = gw.ws_connected("client", None).await;
-    let cases = [
-        ("bad/loop", "timed out after 300 ms"),
-        ("bad/trap", "trapped"),
-        ("bad/oom", "memory limit of 32 MiB"),
-        ("bad/oversized", "oversized result"),
-        ("bad/malformed", "malformed JSON"),
-        ("bad/wrong-code", "outside its range"),
-    ];
-    for (method, reason) in cases {
-        let started = Instant::now();
-        let resp = ws.call(method, json!({})).await;
-        plugin_failure(&resp, reason);
-        assert!(started.elapsed() < Duration::from_millis(300 + 1500), "{method} took {:?}", started.elapsed());
-        // The same connection, the same plugin: the next call works.
-        let next = ws.call_ok("bad/ok", json!({})).await;
-        assert_eq!(next["ok"], true, "after {method}");
+async fn a_component_built_against_0_1_0_still_loads_and_works() {
+    let gw = Gateway::start_with(1 << 20, &legacy());
+    let (mut ws, connected) = gw.ws_connected("agent", None).await;
+    let uris: Vec<&str> = connected["capabilities"]["extensions"].as_array().unwrap().iter().filter_map(|e| e["uri"].as_str()).collect();
+    assert!(uris.contains(&"urn:map:ext:legacy:1"), "{connected}");
+    assert_eq!(ws.call_ok("legacy/echo", json!({"hello": "old"})).await, json!({"hello": "old"}));
+    // Its 0.1.0 interceptor export observes sends, through its 0.1.0 store import.
+    ws.call_ok("map/agents/register", json!({"agentId": "old-inbox"})).await;
+    let sent = ws.call_ok("map/send", json!({"to": "old-inbox", "payload": 1, "meta": {"legacy": "note"}})).await;
+    let id = sent["messageId"].clone();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let seen = ws.call_ok("legacy/seen", json!({})).await;
+        if seen["last"] == id {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the 0.1.0 interceptor never saw {id}: {seen}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    // Core methods were never affected.
-    ws.call_ok("map/agents/list", json!({})).await;
+}
+
+#[tokio::test]
+async fn an_observer_that_resends_what_it_sees_stops_after_four_hops() {
+    let gw = Gateway::start_with(1 << 20, &legacy());
+    let (mut ws, _) = gw.ws_connected("agent", None).await;
+    ws.call_ok("map/agents/register", json!({"agentId": "echo-chamber"})).await;
+    ws.call_ok("map/send", json!({"to": "echo-chamber", "payload": "ping", "meta": {"legacy": "loop"}})).await;
+    // The original and four re-sends arrive; the fourth re-send is not observed again.
+    for n in 0..5 {
+        let note = ws.notification("map/message", WAIT).await.unwrap_or_else(|| panic!("message {n} of 5 never came"));
+        assert_eq!(note["params"]["message"]["payload"], "ping");
+    }
+    // A marker behind them in the observer's queue: once it is seen, no loop message is pending.
+    let marker = ws.call_ok("map/send", json!({"to": "echo-chamber", "payload": "marker", "meta": {"legacy": "note"}})).await;
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let seen = ws.call_ok("legacy/seen", json!({})).await;
+        if seen["last"] == marker["messageId"] {
+            assert_eq!(seen["loops"], 4, "{seen}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the marker was never observed: {seen}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let next = ws.notification("map/message", WAIT).await.expect("the marker arrives");
+    assert_eq!(next["params"]["message"]["payload"], "marker", "no sixth loop message: {next}");
+}
+
+#[tokio::test]
+async fn a_singleton_keeps_state_and_reinitialises_after_its_own_trap() {
+    let gw = Gateway::start_with(1 << 20, &stateful("singleton"));
+    let (mut a, _) = gw.ws_connected("client", None).await;
+    let (mut b, _) = gw.ws_connected("client", None).await;
+    // One instance serves every session of the tenant: the count carries across them.
+    assert_eq!(a.call_ok("state/count", json!({})).await, json!({"calls": 1, "boots": 1}));
+    assert_eq!(b.call_ok("state/count", json!({})).await, json!({"calls": 2, "boots": 1}));
+    assert_eq!(a.call_ok("state/count", json!({})).await, json!({"calls": 3, "boots": 1}));
+    let trapped = b.call("state/trap", json!({})).await;
+    assert_eq!(err(&trapped)["code"], -32603, "{trapped}");
+    // A fresh instance: memory is gone, `init` ran again (it counts boots in the store).
+    assert_eq!(a.call_ok("state/count", json!({})).await, json!({"calls": 1, "boots": 2}));
+    assert!(gw.log().contains("singleton failed"), "the failure is logged");
+    // And shown to the operator.
+    let status = http(&gw.addr(), "GET", "/admin/plugins", &[], b"").await.json();
+    let health = &status["tenants"][0];
+    assert_eq!(health["plugin"], "state", "{status}");
+    assert_eq!(health["mode"], "singleton", "{status}");
+    assert_eq!(health["health"]["failures"], 0, "the call after the trap succeeded: {status}");
+    assert!(health["health"]["lastError"].as_str().unwrap().contains("trapped"), "{status}");
+    assert_eq!(health["calls"]["ok"], 4, "{status}");
+    assert_eq!(health["calls"]["trap"], 1, "{status}");
+    assert_eq!(health["recentFailures"][0]["outcome"], "trap", "{status}");
+    assert!(health["recentFailures"][0]["reason"].as_str().unwrap().contains("trapped"), "{status}");
+}
+
+#[tokio::test]
+async fn pooled_instances_do_not_share_memory_but_run_init() {
+    let gw = Gateway::start_with(1 << 20, &stateful("pooled"));
+    let (mut ws, _) = gw.ws_connected("client", None).await;
+    let first = ws.call_ok("state/count", json!({})).await;
+    assert_eq!(first["calls"], 1, "{first}");
+    assert!(first["boots"].as_u64().unwrap() >= 1, "init ran before the first call: {first}");
+}
+
+#[tokio::test]
+async fn timers_fire_and_cancelled_ones_do_not() {
+    let gw = Gateway::start_with(1 << 20, &stateful("singleton"));
+    let (mut ws, _) = gw.ws_connected("client", None).await;
+    ws.call_ok("map/subscribe", json!({"filter": {"eventTypes": ["state.timer"]}})).await;
+    ws.call_ok("state/timer", json!({"delayMs": 20, "tag": "first"})).await;
+    let doomed = ws.call_ok("state/timer", json!({"delayMs": 150, "tag": "cancelled"})).await;
+    assert_eq!(ws.call_ok("state/cancel", json!({"timer": doomed["timer"]})).await, json!({"cancelled": true}));
+    assert_eq!(ws.call_ok("state/cancel", json!({"timer": doomed["timer"]})).await, json!({"cancelled": false}));
+    // Due after the cancelled one would have been.
+    ws.call_ok("state/timer", json!({"delayMs": 300, "tag": "last"})).await;
+    let mut tags = Vec::new();
+    while tags.len() < 2 {
+        let (event, _) = ws.notification_where(WAIT, |n| n["method"] == "map/event").await;
+        let event = event.expect("a timer event");
+        tags.push(event["params"]["event"]["data"]["tag"].as_str().unwrap_or_default().to_string());
+    }
+    assert_eq!(tags, ["first", "last"]);
+    assert_eq!(ws.call_ok("state/fired", json!({})).await, json!({"fired": ["first", "last"]}));
+    // A delay beyond seven days is refused with the plugin's own error.
+    let far = ws.call("state/timer", json!({"delayMs": 8u64 * 24 * 3600 * 1000, "tag": "far"})).await;
+    assert_eq!(err(&far)["code"], 31000, "{far}");
 }
 
 #[tokio::test]
@@ -107,37 +155,6 @@ async fn an_instance_that_broke_the_contract_is_discarded() {
     assert!(gw.log().contains("none from plugin_dir"), "{}", gw.log());
 }
 
-#[tokio::test]
-async fn one_tenant_gets_a_bounded_share_of_a_plugin() {
-    let plugins = misbehave_and_echo().replace("memory_mb = 32\n", "memory_mb = 32\nmax_concurrency = 2\n");
-    let gw = start(&config(&plugins, r#"["bad"]"#, r#"["bad"]"#, ""));
-    let mut flood = Vec::new();
-    for _ in 0..8 {
-        flood.push(tenant_ws(&gw, "acme-key").await.0);
-    }
-    let (mut other, _) = tenant_ws(&gw, "globex-key").await;
-    for (i, ws) in flood.iter_mut().enumerate() {
-        ws.send_text(&request(i, "bad/loop", json!({})).to_string()).await;
-    }
-    // Another tenant of the same plugin is not held up.
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let started = Instant::now();
-    assert_eq!(other.call_ok("bad/ok", json!({})).await["tenant"], "globex");
-    assert!(started.elapsed() < Duration::from_millis(250), "globex waited {:?}", started.elapsed());
-    let mut exhausted = 0;
-    for ws in &mut flood {
-        let resp = ws.answer().await;
-        match err(&resp)["code"].as_i64() {
-            Some(4000) => {
-                exhausted += 1;
-                assert!(err(&resp)["data"]["retryAfterMs"].as_u64().unwrap() > 0, "{resp}");
-            }
-            _ => plugin_failure(&resp, "timed out"),
-        }
-    }
-    assert!(exhausted >= 4, "two run, the rest wait a deadline at most: {exhausted} of 8 got 4000");
-}
-
 #[test]
 fn an_error_range_over_the_core_codes_is_refused() {
     let dir = TempDir::new("wide");
@@ -150,79 +167,144 @@ fn an_error_range_over_the_core_codes_is_refused() {
 }
 
 #[tokio::test]
-async fn a_looping_plugin_does_not_stall_other_tenants() {
-    let gw = start(&config(&misbehave_and_echo(), r#"["bad"]"#, r#"["echo"]"#, ""));
-    let (mut looping, _) = tenant_ws(&gw, "acme-key").await;
-    let (mut other, _) = tenant_ws(&gw, "globex-key").await;
-    looping.send_text(&request(1, "bad/loop", json!({})).to_string()).await;
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let started = Instant::now();
-    let echoed = other.call_ok("echo/call", json!({"n": 7})).await;
-    assert_eq!(echoed, json!({"n": 7}));
-    assert!(started.elapsed() < Duration::from_millis(250), "globex waited {:?} behind acme's loop", started.elapsed());
-    let resp = looping.answer().await;
-    plugin_failure(&resp, "timed out");
-}
-
-#[tokio::test]
-async fn a_slow_call_does_not_hold_up_the_next_requests_of_its_socket() {
-    let gw = start(&config(&misbehave_and_echo(), r#"["bad"]"#, r#"["echo"]"#, ""));
-    let (mut ws, _) = tenant_ws(&gw, "acme-key").await;
-    ws.send_text(&request(1, "bad/loop", json!({})).to_string()).await;
-    ws.send_text(&request(2, "bad/ok", json!({})).to_string()).await;
-    ws.send_text(&request(3, "map/agents/list", json!({})).to_string()).await;
-    // The later requests are answered while the loop still runs, then the loop's failure comes.
-    let ids: Vec<i64> = [ws.answer().await, ws.answer().await].iter().map(|r| r["id"].as_i64().unwrap()).collect();
-    assert!(ids.contains(&2) && ids.contains(&3), "answered before the slow call: {ids:?}");
-    let slow = ws.answer().await;
-    assert_eq!(slow["id"], 1);
-    plugin_failure(&slow, "timed out");
-}
-
-#[tokio::test]
-async fn plugin_storage_is_walled_per_tenant() {
-    let gw = start(&config(&misbehave_and_echo(), r#"["bad"]"#, r#"["bad"]"#, ""));
-    let (mut acme, _) = tenant_ws(&gw, "acme-key").await;
-    let (mut globex, _) = tenant_ws(&gw, "globex-key").await;
-    acme.call_ok("bad/put", json!({"key": "k1", "value": "acme-secret"})).await;
-    // Same plugin, same collection and key, other tenant: nothing there.
-    assert_eq!(globex.call_ok("bad/get", json!({"key": "k1"})).await, json!({"value": null}));
-    globex.call_ok("bad/put", json!({"key": "k1", "value": "globex-own"})).await;
-    assert_eq!(acme.call_ok("bad/get", json!({"key": "k1"})).await, json!({"value": "acme-secret"}));
-    assert_eq!(globex.call_ok("bad/get", json!({"key": "k1"})).await, json!({"value": "globex-own"}));
-    // Each caller record names its own tenant.
-    assert_eq!(acme.call_ok("bad/ok", json!({})).await["tenant"], "acme");
-}
-
-fn extension_uris(connect: &Value) -> Vec<String> {
-    connect["capabilities"]["extensions"].as_array().into_iter().flatten().filter_map(|e| e["uri"].as_str().map(String::from)).collect()
-}
-
-#[tokio::test]
-async fn tenants_see_only_their_own_plugins() {
-    let gw = start(&config(&misbehave_and_echo(), r#"["echo"]"#, r#"["bad"]"#, ""));
-    let (mut acme, acme_hello) = tenant_ws(&gw, "acme-key").await;
-    let (mut globex, globex_hello) = tenant_ws(&gw, "globex-key").await;
-    let (a, g) = (extension_uris(&acme_hello), extension_uris(&globex_hello));
-    assert!(a.contains(&"urn:map:ext:echo:1".to_string()) && !a.contains(&"urn:map:ext:misbehave:1".to_string()), "{a:?}");
-    assert!(g.contains(&"urn:map:ext:misbehave:1".to_string()) && !g.contains(&"urn:map:ext:echo:1".to_string()), "{g:?}");
-    assert_eq!(acme_hello["capabilities"]["echo"], json!({"enabled": true}));
-    assert!(acme_hello["capabilities"].get("misbehave").is_none());
-    assert_eq!(err_code(&acme.call("bad/ok", json!({})).await), -32601);
-    assert_eq!(err_code(&globex.call("echo/call", json!({})).await), -32601);
-    assert_eq!(acme.call_ok("echo/call", json!({"x": 1})).await, json!({"x": 1}));
-    assert_eq!(globex.call_ok("bad/ok", json!({})).await["tenant"], "globex");
-    // The default tenant has every plugin.
-    let (_, default_hello) = gw.ws_connected("client", None).await;
-    assert_eq!(extension_uris(&default_hello).iter().filter(|u| u.starts_with("urn:map:ext:e") || u.contains("misbehave")).count(), 2);
-}
-
-#[tokio::test]
 async fn extension_params_must_be_an_object() {
     let gw = start(&config(&misbehave_and_echo(), "[]", "[]", ""));
     let (mut ws, _) = gw.ws_connected("client", None).await;
     let resp = ws.send_value(&json!({"jsonrpc": "2.0", "id": 5, "method": "echo/call", "params": [1, 2]})).await;
     assert_error(&resp, &json!(5), -32602, "protocol");
+}
+
+#[tokio::test]
+async fn a_plugin_calls_another_plugins_methods_through_the_router() {
+    let plugins = format!(
+        "{}[plugins.bad2]\npath = {:?}\nconfig = {{ prefix = \"bad2\" }}\n",
+        misbehave_and_echo(),
+        fixture("misbehave.wasm")
+    );
+    let gw = start(&config(&plugins, r#"["bad", "echo", "bad2"]"#, r#"["bad"]"#, ""));
+    let (mut acme, _) = tenant_ws(&gw, "acme-key").await;
+    // The callee's answer comes back as the caller's own.
+    let relayed = acme.call_ok("bad/relay", json!({"method": "echo/call", "x": 1})).await;
+    assert_eq!(relayed, json!({"method": "", "x": 1}));
+    // A method the callee refuses comes back with its own error.
+    let refused = |resp: &Value, code: i64, words: &str| {
+        assert_eq!(err_code(resp), 30050, "{resp}");
+        let message = err(resp)["message"].as_str().unwrap().to_string();
+        assert!(message.contains(&format!("({code})")) && message.contains(words), "{message}");
+    };
+    refused(&acme.call("bad/relay", json!({"method": "map/agents/list"})).await, -32601, "core method");
+    refused(&acme.call("bad/relay", json!({"method": "bad/ok"})).await, -32601, "its own method");
+    refused(&acme.call("bad/relay", json!({"method": "nobody/here"})).await, -32601, "nobody/here");
+    // Two plugins that call each other back and forth stop at four deep.
+    let looped = acme.call("bad/relay", json!({"method": "bad2/relay", "next": "bad/relay"})).await;
+    refused(&looped, -32603, "nest at most 4 deep");
+    // Another tenant without echo cannot reach it through its plugins.
+    let (mut globex, _) = tenant_ws(&gw, "globex-key").await;
+    refused(&globex.call("bad/relay", json!({"method": "echo/call"})).await, -32601, "echo/call");
+}
+
+#[tokio::test]
+async fn what_a_plugin_prints_reaches_the_log_and_a_panic_names_its_message() {
+    let gw = start(&config(&misbehave_and_echo(), r#"["bad"]"#, "[]", ""));
+    let (mut ws, _) = tenant_ws(&gw, "acme-key").await;
+    assert_eq!(ws.call_ok("bad/print", json!({})).await, json!({"printed": true}));
+    let resp = ws.call("bad/panic", json!({})).await;
+    plugin_failure(&resp, "boom: the plugin panicked on purpose");
+    // The log lines are written as the calls end.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !gw.log().contains("a warning on the plugin's stderr") && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let log = gw.log();
+    for line in ["hello from the plugin's stdout", "a warning on the plugin's stderr"] {
+        let found = log.lines().find(|l| l.contains(line)).unwrap_or_else(|| panic!("{line:?} not in the log:\n{log}"));
+        assert!(found.contains("plugin=\"bad\"") || found.contains("plugin=bad"), "tagged with the plugin: {found}");
+        assert!(found.contains("acme"), "tagged with the tenant: {found}");
+    }
+}
+
+/// A one-route-per-path HTTP/1.1 server for outbound requests: `/small`
+/// answers a short text, `/big` 5,000 bytes. Returns its address.
+async fn http_server() -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                let mut got = Vec::new();
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let body = if String::from_utf8_lossy(&got).starts_with("GET /big ") { "x".repeat(5000) } else { "hello outbound".to_string() };
+                let head = format!("HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n", body.len());
+                let _ = s.write_all(head.as_bytes()).await;
+                let _ = s.write_all(body.as_bytes()).await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn outbound_http_reaches_allowed_hosts_only() {
+    let allowed = http_server().await;
+    let other = http_server().await;
+    let plugins = format!("{}outbound_hosts = [{allowed:?}]\noutbound_max_bytes = 1000\n", stateful("singleton"));
+    let gw = Gateway::start_with(1 << 20, &plugins);
+    let (mut ws, _) = gw.ws_connected("client", None).await;
+    let fetched = ws.call_ok("state/fetch", json!({"authority": allowed, "path": "/small"})).await;
+    assert_eq!(fetched, json!({"status": 200, "body": "hello outbound"}));
+    // Another port on the same host is not listed: denied, and logged.
+    let denied = ws.call("state/fetch", json!({"authority": other, "path": "/small"})).await;
+    assert_eq!(err(&denied)["code"], 31002, "{denied}");
+    assert!(err(&denied)["message"].as_str().unwrap().contains("HttpRequestDenied"), "{denied}");
+    assert!(gw.log().contains("outbound request denied"), "{}", gw.log());
+    // A response over outbound_max_bytes is refused.
+    let big = ws.call("state/fetch", json!({"authority": allowed, "path": "/big"})).await;
+    assert!(err(&big)["message"].as_str().unwrap().contains("HttpResponseBodySize"), "{big}");
+}
+
+fn webhook(prefix: &str) -> String {
+    format!("[plugins.hook]\npath = {:?}\nhttp_prefix = {prefix:?}\n", fixture("webhook.wasm"))
+}
+
+#[tokio::test]
+async fn http_plugins_serve_their_prefix_for_their_tenant() {
+    let gw = start(&config(&webhook("/hooks"), r#"["hook"]"#, "[]", ""));
+    let addr = gw.addr();
+    let echo = http(&addr, "POST", "/hooks/echo?x=1", &[("x-test", "yes"), ("x-api-key", "acme-key")], b"12345").await;
+    assert_eq!(echo.status, 200, "{}", echo.text());
+    let body: Value = serde_json::from_slice(&echo.body).unwrap();
+    assert_eq!(body, json!({"method": "POST", "path": "/echo", "query": "x=1", "x-test": "yes", "bytes": 5}));
+    // globex has no HTTP plugin; a wrong key is refused; other paths are not the plugin's.
+    assert_eq!(http(&addr, "GET", "/hooks/echo", &[("x-api-key", "globex-key")], b"").await.status, 404);
+    assert_eq!(http(&addr, "GET", "/hooks/echo", &[("x-api-key", "wrong")], b"").await.status, 401);
+    assert_eq!(http(&addr, "GET", "/hooksx/echo", &[("x-api-key", "acme-key")], b"").await.status, 404);
+}
+
+#[tokio::test]
+async fn http_plugins_bridge_into_map() {
+    let gw = start(&config(&webhook("/hooks"), r#"["hook"]"#, "[]", ""));
+    let (mut agent, _) = gw.ws_connected("agent", Some(api_key("acme-key"))).await;
+    agent.call_ok("map/agents/register", json!({"agentId": "inbox"})).await;
+    let posted = http(&gw.addr(), "POST", "/hooks/deliver/inbox", &[("x-api-key", "acme-key")], br#"{"order":42}"#).await;
+    assert_eq!(posted.status, 202, "{}", posted.text());
+    let sent: Value = serde_json::from_slice(&posted.body).unwrap();
+    assert_eq!(sent["delivered"], json!(["inbox"]));
+    let note = agent.notification("map/message", WAIT).await.expect("the agent gets the webhook's message");
+    let message = &note["params"]["message"];
+    assert_eq!(message["payload"], json!({"order": 42}));
+    assert_eq!(message["from"], "plugin:hook");
+    assert_eq!(message["meta"]["protocol"], "webhook");
+    // The same agent name in another tenant is out of reach: routing stays in acme.
+    let missing = http(&gw.addr(), "POST", "/hooks/deliver/nobody", &[("x-api-key", "acme-key")], b"{}").await;
+    assert_eq!(missing.status, 409, "{}", missing.text());
+    assert!(missing.text().contains("2001"), "{}", missing.text());
 }
 
 async fn admin(gw: &Gateway, method: &str, path: &str) -> HttpResponse {
@@ -301,191 +383,6 @@ async fn acknowledged_plugin_writes_survive_kill9_on_postgres() {
     survives_kill9(&format!("[storage]\nurl = {url:?}\n")).await;
 }
 
-fn webhook(prefix: &str) -> String {
-    format!("[plugins.hook]\npath = {:?}\nhttp_prefix = {prefix:?}\n", fixture("webhook.wasm"))
-}
-
-#[tokio::test]
-async fn http_plugins_serve_their_prefix_for_their_tenant() {
-    let gw = start(&config(&webhook("/hooks"), r#"["hook"]"#, "[]", ""));
-    let addr = gw.addr();
-    let echo = http(&addr, "POST", "/hooks/echo?x=1", &[("x-test", "yes"), ("x-api-key", "acme-key")], b"12345").await;
-    assert_eq!(echo.status, 200, "{}", echo.text());
-    let body: Value = serde_json::from_slice(&echo.body).unwrap();
-    assert_eq!(body, json!({"method": "POST", "path": "/echo", "query": "x=1", "x-test": "yes", "bytes": 5}));
-    // globex has no HTTP plugin; a wrong key is refused; other paths are not the plugin's.
-    assert_eq!(http(&addr, "GET", "/hooks/echo", &[("x-api-key", "globex-key")], b"").await.status, 404);
-    assert_eq!(http(&addr, "GET", "/hooks/echo", &[("x-api-key", "wrong")], b"").await.status, 401);
-    assert_eq!(http(&addr, "GET", "/hooksx/echo", &[("x-api-key", "acme-key")], b"").await.status, 404);
-}
-
-#[tokio::test]
-async fn http_plugins_bridge_into_map() {
-    let gw = start(&config(&webhook("/hooks"), r#"["hook"]"#, "[]", ""));
-    let (mut agent, _) = gw.ws_connected("agent", Some(api_key("acme-key"))).await;
-    agent.call_ok("map/agents/register", json!({"agentId": "inbox"})).await;
-    let posted = http(&gw.addr(), "POST", "/hooks/deliver/inbox", &[("x-api-key", "acme-key")], br#"{"order":42}"#).await;
-    assert_eq!(posted.status, 202, "{}", posted.text());
-    let sent: Value = serde_json::from_slice(&posted.body).unwrap();
-    assert_eq!(sent["delivered"], json!(["inbox"]));
-    let note = agent.notification("map/message", WAIT).await.expect("the agent gets the webhook's message");
-    let message = &note["params"]["message"];
-    assert_eq!(message["payload"], json!({"order": 42}));
-    assert_eq!(message["from"], "plugin:hook");
-    assert_eq!(message["meta"]["protocol"], "webhook");
-    // The same agent name in another tenant is out of reach: routing stays in acme.
-    let missing = http(&gw.addr(), "POST", "/hooks/deliver/nobody", &[("x-api-key", "acme-key")], b"{}").await;
-    assert_eq!(missing.status, 409, "{}", missing.text());
-    assert!(missing.text().contains("2001"), "{}", missing.text());
-}
-
-#[tokio::test]
-async fn the_admin_api_wants_its_token_when_one_is_set() {
-    let gw = start(&format!("[admin]\ntoken = \"s3cret\"\n{}", config(&misbehave_and_echo(), "[]", "[]", "")));
-    let addr = gw.addr();
-    assert_eq!(http(&addr, "POST", "/admin/reload", &[], b"").await.status, 401);
-    assert_eq!(http(&addr, "GET", "/admin/plugins", &[("authorization", "Bearer wrong")], b"").await.status, 401);
-    let listed = http(&addr, "GET", "/admin/plugins", &[("authorization", "Bearer s3cret")], b"").await;
-    assert_eq!(listed.status, 200, "{}", listed.text());
-    assert!(listed.text().contains(r#""name":"echo""#), "{}", listed.text());
-    assert_eq!(http(&addr, "POST", "/admin/reload", &[("authorization", "Bearer s3cret")], b"").await.status, 200);
-}
-
-#[tokio::test]
-async fn the_engine_wide_instance_budget_retires_idle_instances_and_queues_the_rest() {
-    // Room for one live instance across every tenant and plugin; the same
-    // component twice, with a long and a short deadline, for two tenants.
-    let text = format!(
-        r#"
-[plugins.bad]
-path = {:?}
-deadline_ms = 300
-[plugins.echo]
-path = {:?}
-deadline_ms = 2000
-[plugins.echo2]
-path = {:?}
-deadline_ms = 100
-[auth]
-anonymous_tenant = "acme"
-[[tenants]]
-id = "acme"
-api_keys = ["acme-key"]
-plugins = ["bad"]
-[[tenants]]
-id = "globex"
-api_keys = ["globex-key"]
-plugins = ["echo"]
-[[tenants]]
-id = "initech"
-api_keys = ["initech-key"]
-plugins = ["echo2"]
-"#,
-        fixture("misbehave.wasm"),
-        fixture("echo-v1.wasm"),
-        fixture("echo-v2.wasm")
-    );
-    let gw = Gateway::start_config("max_instances = 1", &text);
-    let (mut acme, _) = tenant_ws(&gw, "acme-key").await;
-    let (mut globex, _) = tenant_ws(&gw, "globex-key").await;
-    let (mut initech, _) = tenant_ws(&gw, "initech-key").await;
-    // Each call finds the one ticket held by the other tenant's idle instance,
-    // which gives way at once.
-    for round in 0..3 {
-        let started = Instant::now();
-        assert_eq!(acme.call_ok("bad/ok", json!({})).await["tenant"], "acme");
-        assert_eq!(globex.call_ok("echo/call", json!({"round": round})).await, json!({"round": round}));
-        assert!(started.elapsed() < Duration::from_millis(250), "round {round} waited {:?}", started.elapsed());
-    }
-    // A busy instance does not give way: a call waits for it to end…
-    acme.send_text(&request(1, "bad/loop", json!({})).to_string()).await;
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let started = Instant::now();
-    assert_eq!(globex.call_ok("echo/call", json!({"n": 1})).await, json!({"n": 1}));
-    assert!(started.elapsed() >= Duration::from_millis(150), "it waited for the loop to be stopped: {:?}", started.elapsed());
-    plugin_failure(&acme.answer().await, "timed out");
-    // … or, past its own deadline, is told to come back later.
-    acme.send_text(&request(2, "bad/loop", json!({})).to_string()).await;
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let refused = initech.call("echo/call", json!({})).await;
-    assert_eq!(err_code(&refused), 4000, "{refused}");
-    assert!(err(&refused)["message"].as_str().unwrap().contains("most plugin instances (1)"), "{refused}");
-    assert!(err(&refused)["data"]["retryAfterMs"].as_u64().unwrap() > 0, "{refused}");
-    plugin_failure(&acme.answer().await, "timed out");
-    assert_eq!(initech.call_ok("echo/call", json!({"after": true})).await, json!({"after": true}));
-}
-
-#[tokio::test]
-async fn a_plugin_calls_another_plugins_methods_through_the_router() {
-    let plugins = format!(
-        "{}[plugins.bad2]\npath = {:?}\nconfig = {{ prefix = \"bad2\" }}\n",
-        misbehave_and_echo(),
-        fixture("misbehave.wasm")
-    );
-    let gw = start(&config(&plugins, r#"["bad", "echo", "bad2"]"#, r#"["bad"]"#, ""));
-    let (mut acme, _) = tenant_ws(&gw, "acme-key").await;
-    // The callee's answer comes back as the caller's own.
-    let relayed = acme.call_ok("bad/relay", json!({"method": "echo/call", "x": 1})).await;
-    assert_eq!(relayed, json!({"method": "", "x": 1}));
-    // A method the callee refuses comes back with its own error.
-    let refused = |resp: &Value, code: i64, words: &str| {
-        assert_eq!(err_code(resp), 30050, "{resp}");
-        let message = err(resp)["message"].as_str().unwrap().to_string();
-        assert!(message.contains(&format!("({code})")) && message.contains(words), "{message}");
-    };
-    refused(&acme.call("bad/relay", json!({"method": "map/agents/list"})).await, -32601, "core method");
-    refused(&acme.call("bad/relay", json!({"method": "bad/ok"})).await, -32601, "its own method");
-    refused(&acme.call("bad/relay", json!({"method": "nobody/here"})).await, -32601, "nobody/here");
-    // Two plugins that call each other back and forth stop at four deep.
-    let looped = acme.call("bad/relay", json!({"method": "bad2/relay", "next": "bad/relay"})).await;
-    refused(&looped, -32603, "nest at most 4 deep");
-    // Another tenant without echo cannot reach it through its plugins.
-    let (mut globex, _) = tenant_ws(&gw, "globex-key").await;
-    refused(&globex.call("bad/relay", json!({"method": "echo/call"})).await, -32601, "echo/call");
-}
-
-#[tokio::test]
-async fn what_a_plugin_prints_reaches_the_log_and_a_panic_names_its_message() {
-    let gw = start(&config(&misbehave_and_echo(), r#"["bad"]"#, "[]", ""));
-    let (mut ws, _) = tenant_ws(&gw, "acme-key").await;
-    assert_eq!(ws.call_ok("bad/print", json!({})).await, json!({"printed": true}));
-    let resp = ws.call("bad/panic", json!({})).await;
-    plugin_failure(&resp, "boom: the plugin panicked on purpose");
-    // The log lines are written as the calls end.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !gw.log().contains("a warning on the plugin's stderr") && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let log = gw.log();
-    for line in ["hello from the plugin's stdout", "a warning on the plugin's stderr"] {
-        let found = log.lines().find(|l| l.contains(line)).unwrap_or_else(|| panic!("{line:?} not in the log:\n{log}"));
-        assert!(found.contains("plugin=\"bad\"") || found.contains("plugin=bad"), "tagged with the plugin: {found}");
-        assert!(found.contains("acme"), "tagged with the tenant: {found}");
-    }
-}
-
-#[tokio::test]
-async fn sigterm_answers_calls_in_flight_then_closes_connections_and_exits_0() {
-    let mut gw = start(&config(&misbehave_and_echo(), r#"["bad"]"#, "[]", ""));
-    let (mut ws, _) = tenant_ws(&gw, "acme-key").await;
-    // A call that runs until its 300 ms deadline is in flight when SIGTERM comes.
-    ws.send_text(&request(1, "bad/loop", json!({})).to_string()).await;
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let addr = gw.addr();
-    // The gateway exits on its own once its connections closed (the answer
-    // and the close frame wait in this socket's buffer).
-    let status = gw.terminate();
-    assert!(status.success(), "exit status {status:?}\n{}", gw.log());
-    let answer = ws.answer().await;
-    assert_eq!(answer["id"], 1, "the call in flight was answered before the close: {answer}");
-    plugin_failure(&answer, "timed out");
-    let (code, reason) = ws.close_frame(Duration::from_secs(5)).await.expect("a close frame");
-    assert_eq!(code, 1001, "{reason}");
-    assert!(reason.contains("shutting down"), "{reason}");
-    assert!(tokio::net::TcpStream::connect(&addr).await.is_err(), "no new connections");
-    assert!(gw.log().contains("every connection closed"), "{}", gw.log());
-}
-
 /// A TCP relay to PostgreSQL that the test can cut and restore.
 struct Relay {
     port: u16,
@@ -554,6 +451,18 @@ async fn readyz_is_503_while_the_store_is_down() {
         last = readyz(&gw).await;
     }
     assert_eq!(last.0, 200, "{}", last.1);
+}
+
+#[tokio::test]
+async fn the_admin_api_wants_its_token_when_one_is_set() {
+    let gw = start(&format!("[admin]\ntoken = \"s3cret\"\n{}", config(&misbehave_and_echo(), "[]", "[]", "")));
+    let addr = gw.addr();
+    assert_eq!(http(&addr, "POST", "/admin/reload", &[], b"").await.status, 401);
+    assert_eq!(http(&addr, "GET", "/admin/plugins", &[("authorization", "Bearer wrong")], b"").await.status, 401);
+    let listed = http(&addr, "GET", "/admin/plugins", &[("authorization", "Bearer s3cret")], b"").await;
+    assert_eq!(listed.status, 200, "{}", listed.text());
+    assert!(listed.text().contains(r#""name":"echo""#), "{}", listed.text());
+    assert_eq!(http(&addr, "POST", "/admin/reload", &[("authorization", "Bearer s3cret")], b"").await.status, 200);
 }
 
 #[test]
@@ -633,4 +542,28 @@ async fn metrics_count_what_happened() {
     let gw2 = start(&format!("[admin]\ntoken = \"adm1n\"\n{}", config(&misbehave_and_echo(), "[]", "[]", "")));
     assert_eq!(http(&gw2.addr(), "GET", "/metrics", &[], b"").await.status, 401);
     assert_eq!(http(&gw2.addr(), "GET", "/metrics", &[("authorization", "Bearer adm1n")], b"").await.status, 200);
+}
+
+#[tokio::test]
+async fn sigterm_answers_calls_in_flight_then_closes_connections_and_exits_0() {
+    // Long enough a deadline to see the call running before SIGTERM, even on a loaded machine.
+    let plugins = misbehave_and_echo().replace("deadline_ms = 300", "deadline_ms = 2000");
+    let mut gw = start(&config(&plugins, r#"["bad"]"#, "[]", ""));
+    let (mut ws, _) = tenant_ws(&gw, "acme-key").await;
+    // A call that runs until its deadline is in flight when SIGTERM comes.
+    ws.send_text(&request(1, "bad/loop", json!({})).to_string()).await;
+    until_running(&gw, "acme", "bad", 1).await;
+    let addr = gw.addr();
+    // The gateway exits on its own once its connections closed (the answer
+    // and the close frame wait in this socket's buffer).
+    let status = gw.terminate();
+    assert!(status.success(), "exit status {status:?}\n{}", gw.log());
+    let answer = ws.answer().await;
+    assert_eq!(answer["id"], 1, "the call in flight was answered before the close: {answer}");
+    plugin_failure(&answer, "timed out");
+    let (code, reason) = ws.close_frame(Duration::from_secs(5)).await.expect("a close frame");
+    assert_eq!(code, 1001, "{reason}");
+    assert!(reason.contains("shutting down"), "{reason}");
+    assert!(tokio::net::TcpStream::connect(&addr).await.is_err(), "no new connections");
+    assert!(gw.log().contains("every connection closed"), "{}", gw.log());
 }

@@ -9,6 +9,10 @@ use std::time::Duration;
 use common::*;
 use serde_json::json;
 
+/// A deadline for a one-second resume window to close and the session to
+/// expire: generous, since the wait ends as soon as the event comes.
+const WINDOW_CLOSED: Duration = Duration::from_secs(15);
+
 #[tokio::test]
 async fn disconnect_then_resume_on_a_new_socket_delivers_what_was_missed() {
     let gw = Gateway::start();
@@ -88,10 +92,13 @@ async fn dropped_socket_can_be_resumed_with_the_connect_token() {
     let session = hello["sessionId"].clone();
     let mut first = first;
     first.call_ok("map/agents/register", json!({"agentId": "dropped"})).await;
-    drop(first); // no map/disconnect: the socket just goes away
-    tokio::time::sleep(Duration::from_millis(200)).await;
-
     let (mut other, _) = gw.ws_connected("client", None).await;
+    other.call_ok("map/subscribe", json!({"filter": {"eventTypes": ["participant_disconnected"]}})).await;
+    drop(first); // no map/disconnect: the socket just goes away
+    // Once the gateway has noticed, what is sent waits for the resume.
+    let (gone, _) = other.notification_where(WAIT, |n| n["method"] == "map/event" && n["params"]["event"]["data"]["participantId"] == hello["participantId"]).await;
+    gone.expect("participant_disconnected for the dropped socket");
+
     let sent = other.call_ok("map/send", json!({"to": {"agent": "dropped"}, "payload": 7})).await;
     assert_eq!(sent["delivered"], json!(["dropped"]));
 
@@ -137,11 +144,14 @@ async fn resume_after_the_window_closes_fails_and_agents_are_gone() {
     let gw = Gateway::start_config("resume_window_secs = 1", "");
     let (mut ws, hello) = gw.ws_connected("agent", None).await;
     ws.call_ok("map/agents/register", json!({"agentId": "short-lived"})).await;
+    let (mut other, _) = gw.ws_connected("client", None).await;
+    other.call_ok("map/subscribe", json!({"filter": {"eventTypes": ["agent_unregistered"]}})).await;
     let bye = ws.call_ok("map/disconnect", json!({})).await;
     let token = bye["resumeToken"].as_str().unwrap().to_string();
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // The session expires (token first, then its agents) when the window closes.
+    let (expired, _) = other.notification_where(WINDOW_CLOSED, |n| n["method"] == "map/event" && n["params"]["event"]["data"]["agentId"] == "short-lived").await;
+    assert_eq!(expired.expect("agent_unregistered when the resume window closes")["params"]["event"]["data"]["reason"], "resume window closed");
 
-    let (mut other, _) = gw.ws_connected("client", None).await;
     let resp = other.call("map/agents/get", json!({"agentId": "short-lived"})).await;
     assert_eq!(err_code(&resp), 2001, "grace period over: {resp}");
     let mut late = gw.ws().await;
@@ -156,10 +166,12 @@ async fn orphaned_agents_can_be_reclaimed() {
     let mut ws = gw.ws().await;
     ws.call_ok("map/connect", json!({"protocolVersion": 1, "participantType": "agent", "disconnectPolicy": {"agentBehavior": "orphan"}})).await;
     ws.call_ok("map/agents/register", json!({"agentId": "orphan-me"})).await;
-    ws.call_ok("map/disconnect", json!({})).await;
-    tokio::time::sleep(Duration::from_millis(2500)).await;
-
     let (mut other, _) = gw.ws_connected("client", None).await;
+    other.call_ok("map/subscribe", json!({"filter": {"eventTypes": ["agent_orphaned"]}})).await;
+    ws.call_ok("map/disconnect", json!({})).await;
+    let (orphaned, _) = other.notification_where(WINDOW_CLOSED, |n| n["method"] == "map/event" && n["params"]["event"]["data"]["agentId"] == "orphan-me").await;
+    orphaned.expect("agent_orphaned when the resume window closes");
+
     let got = other.call_ok("map/agents/get", json!({"agentId": "orphan-me"})).await;
     assert_eq!(got["agent"]["state"], "orphaned", "{got}");
 

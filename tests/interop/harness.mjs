@@ -39,7 +39,11 @@ export const GATEWAY_BIN =
 export const RPC_TIMEOUT_MS = 3000;
 /** How long to wait for an expected notification. */
 export const WAIT_MS = 1500;
-/** Quiet period used to assert that nothing (more) arrives. */
+/**
+ * Quiet period used to assert that nothing (more) arrives. Time must pass for that: a slow
+ * machine can only hide a stray frame from such a check, never fail a correct gateway.
+ * Where a later frame on the same socket can serve as a barrier, tests wait for it instead.
+ */
 export const QUIET_MS = 300;
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -419,6 +423,16 @@ export async function startCluster(names = ['a', 'b'], opts = {}) {
   }
   return cluster;
 }
+
+/** One sample of the gateway's `/metrics`, by its name and labels as written (0 when absent). */
+export async function metric(gw, series) {
+  const text = await (await fetch(`${gw.baseUrl}/metrics`)).text();
+  const line = text.split('\n').find((l) => l.startsWith(`${series} `));
+  return line ? Number(line.slice(series.length + 1)) : 0;
+}
+
+/** Connections open on the gateway for one transport (`websocket`, `http`, `acp`). */
+export const openConnections = (gw, transport) => metric(gw, `map_connections_open{transport="${transport}"}`);
 
 /**
  * Call `fn` until `pred(value)` holds (polling, for asynchronous replication); returns that value.

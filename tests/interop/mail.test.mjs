@@ -91,6 +91,7 @@ async function eventually(fn, what, timeoutMs = WAIT_MS * 2) {
   }
 }
 
+// `sleep(3)` below lets time pass: timestamps are in ms, and the tests need each to differ.
 const text = (t) => ({ contentType: 'text', content: { text: t } });
 const ids = (turns) => turns.map((t) => t.id);
 

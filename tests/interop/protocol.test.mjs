@@ -209,9 +209,9 @@ test('a frame over max_message_bytes gets an error and the connection stays usab
   raw.send({ jsonrpc: '2.0', id: 'big-1', method: 'map/send', params: { to: { agent: me.id }, payload: { big } } });
   const f = await raw.nextFrame((x) => x && x.error && (x.id === 'big-1' || x.id === null), 2000, 'error for oversized frame');
   assertMapError(f.error, [-32600, 4000, 4001, 4002], 'oversized frame');
-  await sleep(100);
-  assert.ok(raw.isOpen(), 'socket must stay open after an oversized frame');
+  // The next answer comes after anything the gateway sent on the socket before it, a close included.
   const list = await raw.call('map/agents/list', {});
+  assert.ok(raw.isOpen(), 'socket must stay open after an oversized frame');
   assert.ok(list.agents.some((a) => a.id === me.id), 'session still works after the oversized frame');
   // a frame comfortably under the limit still goes through
   const ok = await raw.call('map/send', { to: { agent: me.id }, payload: { small: 'y'.repeat(1000) } });

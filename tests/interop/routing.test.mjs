@@ -240,7 +240,10 @@ test('messages keep their order per sender → recipient', async () => {
   const N = 20;
   await Promise.all(Array.from({ length: N }, (_, i) => C2.conn.send({ agent: U.id }, { marker: `${base}-${i}`, i })));
   await U.tap.waitUntil(() => U.tap.messages((m) => String(m?.payload?.marker).startsWith(base)).length >= N, WAIT_MS * 2, `${N} ordered messages`);
-  await sleep(100);
+  // One more from the same sender: once it is in, a duplicate of any before it would be too.
+  const end = uid('order-end');
+  await C2.conn.send({ agent: U.id }, { marker: end });
+  await U.tap.waitUntil(() => inboxFor(U, end).length >= 1, WAIT_MS, 'the closing message');
   const seq = U.tap.messages((m) => String(m?.payload?.marker).startsWith(base)).map((m) => m.payload.i);
   assert.deepEqual(seq, Array.from({ length: N }, (_, i) => i), 'delivered in send order, exactly once');
 });

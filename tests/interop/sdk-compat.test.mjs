@@ -78,7 +78,9 @@ test('events come typed as the subscription names them: agent.registered, sessio
   await waitFor(seenSnake, (e) => e.type === 'participant_connected' && e.data?.participantId === a.participantId, 'participant_connected');
   await waitFor(seenSnake, (e) => e.type === 'scope_created' && e.data?.scopeId === room, 'scope_created');
   await a.conn.busy();
-  await sleep(100);
+  // An event the subscription does take, raised after: once it is in, a state change would be too.
+  const later = await connectAgent(gw, { name: uid('alias-later') });
+  await waitFor(seen, (e) => e.type === 'agent.registered' && e.data?.agentId === later.id, 'agent.registered after the state change');
   assert.ok(!seen.some((e) => /state/.test(e.type)), 'other types stay out');
   // map/replay spells by its own filter.
   const page = await w.conn.replay({ filter: { eventTypes: ['agent.registered'] } });

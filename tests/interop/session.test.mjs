@@ -3,7 +3,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import {
   startGateway, connectAgent, connectClient, rawParticipant, rawSocket,
-  agentIds, normType, mentions, eventIdLess, uid, sleep, QUIET_MS,
+  agentIds, normType, mentions, eventIdLess, uid, sleep, pollUntil, openConnections, QUIET_MS, WAIT_MS,
 } from './harness.mjs';
 
 let gw;
@@ -21,8 +21,10 @@ test('resume with resumeToken: same sessionId, reconnected, agents and subscript
   const bye = await first.call('map/disconnect', { reason: 'network change' });
   assert.equal(bye.success, true);
   assert.equal(typeof bye.resumeToken, 'string');
+  const open = await openConnections(gw, 'websocket');
   first.close();
-  await sleep(100);
+  // Checked once the gateway has let the closed socket go.
+  await pollUntil(() => openConnections(gw, 'websocket'), (n) => n < open, { timeoutMs: WAIT_MS * 4, intervalMs: 10, what: 'the closed socket to be let go' });
 
   // while away, the agent still exists (within the resume window)
   assert.ok(agentIds(await observer.conn.listAgents()).includes(agentId), 'agent kept during the resume window');
@@ -76,8 +78,9 @@ test('map/replay after a reconnect returns the missed events in order, with filt
   const seenEvs = await c1.tap.waitForEvents(sub.id, (e) => mentions(e, early.id));
   const lastSeen = seenEvs.at(-1).eventId;
   assert.equal(typeof lastSeen, 'string', 'map/event carries eventId');
-  await sleep(50); // let the SDK's reader catch up with the frame the tap already saw
-  assert.equal(sub.lastEventId, c1.tap.events(sub.id).at(-1).eventId, 'SDK Subscription tracked lastEventId from map/event');
+  // The SDK's reader handles the frame the tap already saw.
+  const tapLast = c1.tap.events(sub.id).at(-1).eventId;
+  await pollUntil(() => sub.lastEventId, (id) => id === tapLast, { timeoutMs: WAIT_MS, intervalMs: 5, what: 'SDK Subscription tracked lastEventId from map/event' });
   await c1.conn.disconnect();
 
   // events while the client is away
@@ -86,9 +89,10 @@ test('map/replay after a reconnect returns the missed events in order, with filt
   await missed1.conn.busy();
   await missed2.conn.busy();
   await missed1.conn.idle();
-  await sleep(100);
 
   const c2 = await connectClient(gw, { name: 'replayer-again' });
+  await pollUntil(() => c2.conn.replay({ afterEventId: lastSeen, filter: { eventTypes: ['agent_state_changed'] } }), (f) => f.events.length >= 3,
+    { timeoutMs: WAIT_MS * 4, intervalMs: 10, what: 'the three state changes in the log' });
   const r = await c2.conn.replay({ afterEventId: lastSeen });
   assert.ok(Array.isArray(r.events), `replay result {events, hasMore}, got ${JSON.stringify(r).slice(0, 300)}`);
   assert.equal(typeof r.hasMore, 'boolean');
@@ -145,6 +149,7 @@ test('map/replay after a reconnect returns the missed events in order, with filt
 
 test('map/replay by fromTimestamp/toTimestamp window', async () => {
   const c = await connectClient(gw, { name: 'ts-replayer' });
+  // Timestamps are in ms: the sleeps let time pass so that each one differs.
   const t0 = Date.now();
   await sleep(20);
   const a = await connectAgent(gw, { name: 'ts-a' });

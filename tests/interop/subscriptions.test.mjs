@@ -3,7 +3,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import {
   startGateway, connectAgent, connectClient, rawParticipant,
-  normType, mentions, eventIdLess, sourceAgent, uid, sleep, QUIET_MS, WAIT_MS,
+  normType, mentions, eventIdLess, sourceAgent, uid, sleep, pollUntil, QUIET_MS, WAIT_MS,
 } from './harness.mjs';
 
 let gw;
@@ -272,15 +272,22 @@ test('unsubscribe: {subscription: {id, closedAt}} and no more events', async () 
   assert.equal(raw.subscription?.id, sub.id, `unsubscribe result {subscription: {id, closedAt}}, got ${JSON.stringify(raw)}`);
   assert.equal(typeof raw.subscription.closedAt, 'number');
   const count = w.tap.events(sub.id).length;
+  // A subscription that stays, as a barrier: once it has the registration after the one
+  // checked, an event for the closed subscription would have come before it.
+  const probe = await w.conn.subscribe({ eventTypes: ['agent_registered'] });
+  const barrier = async () => {
+    const later = await connectAgent(gw, { name: uid('unsub-later') });
+    await w.tap.waitForEvents(probe.id, (e) => mentions(e, later.id));
+  };
   await connectAgent(gw, { name: 'unsub-b' });
-  await sleep(QUIET_MS * 2);
+  await barrier();
   assert.equal(w.tap.events(sub.id).length, count, 'no events after unsubscribe');
 
   // the SDK's own unsubscribe path
   const sub2 = await w.conn.subscribe({ eventTypes: ['agent_registered'] });
   await sub2.unsubscribe();
   await connectAgent(gw, { name: 'unsub-c' });
-  await sleep(QUIET_MS * 2);
+  await barrier();
   assert.equal(w.tap.events(sub2.id).length, 0, 'no events after Subscription.unsubscribe()');
 });
 
@@ -326,8 +333,9 @@ test('map/subscribe.ack: the SDK acks when supportsAck is advertised; events kee
   const advertised = w.connectResult.capabilities?.streaming?.supportsAck === true;
   assert.equal(sub.supportsAck, advertised, 'SDK enables ack exactly when capabilities.streaming.supportsAck is true');
   const a = await connectAgent(gw, { name: 'ack-a' });
-  await w.tap.waitForEvents(sub.id, (e) => mentions(e, a.id));
-  await sleep(50);
+  const [seenA] = await w.tap.waitForEvents(sub.id, (e) => mentions(e, a.id));
+  // The SDK's reader handles the frame the tap saw: its ack then covers it.
+  await pollUntil(() => sub.lastEventId, (id) => id === seenA.eventId, { timeoutMs: WAIT_MS, intervalMs: 5, what: 'the SDK Subscription to take the event' });
   sub.ack(); // map/subscribe.ack {subscriptionId, upToSequence} notification (no-op if not advertised)
   const b = await connectAgent(gw, { name: 'ack-b' });
   await w.tap.waitForEvents(sub.id, (e) => mentions(e, b.id));

@@ -46,7 +46,7 @@ test('checkpoints and their artifacts survive a SIGKILL of the gateway', async (
   const big = Array.from({ length: 40_000 }, (_, i) => `{"turn":${i},"text":"résumé ✓ ${i * 7919 % 104729}"}`).join('\n');
   const reported = [];
   reported.push((await call(a, 'trajectory/checkpoint', { checkpoint: { id: uid('r1'), sessionId: work, label: 'plan', metadata: { step: 1 } } })).checkpoint);
-  await sleep(2);
+  await sleep(2); // distinct timestamps (they are in ms)
   reported.push((await call(b, 'trajectory/checkpoint', { checkpoint: { id: uid('r2'), sessionId: work, label: 'review' }, content: { prompts: 'review it', context: { files: ['x.ts'] } } })).checkpoint);
   await sleep(2);
   const withTranscript = await call(a, 'trajectory/checkpoint', { checkpoint: { id: uid('r3'), sessionId: work, label: 'implement' }, content: { transcript: big, prompts: 'implement it' } });

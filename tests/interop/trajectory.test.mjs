@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { existsSync } from 'node:fs';
 import {
   startGateway, connectAgent, connectClient, rejectsWithCode, sourceAgent,
-  uid, sleep, DEFAULT_TENANTS, QUIET_MS, WAIT_MS,
+  uid, sleep, pollUntil, metric, DEFAULT_TENANTS, QUIET_MS, WAIT_MS,
 } from './harness.mjs';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
@@ -329,7 +329,7 @@ test('only agents report, and only for agents their session owns (13004)', async
   assert.deepEqual((await call(c, 'trajectory/get', { checkpointId: id })).checkpoint, original, 'unchanged');
 
   // Its own agent may report the same id again: the checkpoint is replaced, listed once.
-  await sleep(2);
+  await sleep(2); // a later timestamp (they are in ms)
   const replaced = (await call(b, 'trajectory/checkpoint', { checkpoint: { id, label: 'by b, again' } })).checkpoint;
   assert.equal(replaced.label, 'by b, again');
   assert.ok(replaced.timestamp >= original.timestamp);
@@ -412,8 +412,11 @@ test('a stream the client does not read fails with 13003 instead of queueing wit
     await call(a, 'trajectory/checkpoint', { checkpoint: { id }, content: { transcript: big } });
     const c = await connectClient(tight);
     c.ws._socket.pause(); // stop reading: kernel buffers, then the gateway's queue, fill up
+    const calls = 'map_plugin_calls_total{plugin="trajectory",outcome="ok"}'; // a plugin's own error is an ok call
+    const before = await metric(tight, calls);
     const pending = call(c, 'trajectory/content', { checkpointId: id }).then((v) => ({ v }), (e) => ({ e }));
-    await sleep(1500);
+    // The gateway ends the call while the client still reads nothing.
+    await pollUntil(() => metric(tight, calls), (n) => n > before, { timeoutMs: WAIT_MS * 10, intervalMs: 20, what: 'trajectory/content to end' });
     c.ws._socket.resume();
     const { v, e } = await pending;
     assert.equal(v, undefined, `expected 13003, got ${JSON.stringify(v)?.slice(0, 300)}`);

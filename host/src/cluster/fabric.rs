@@ -14,7 +14,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::{directory, token, Cluster};
 use crate::core::events::{Filter, NewEvent, StoredEvent};
 use crate::core::fabric::{Delivery, Fabric, FabricView, LocalFabric, ParkedSubscription, ReplayFrom, ReplayPage, ReplayQuery};
-use crate::core::ids::Ulid;
+use crate::ids::Ulid;
 use crate::core::outbox::{Frame, Full, Outbox};
 
 /// An event for NATS, in the order made: recorded ones go to the log,

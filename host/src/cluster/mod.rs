@@ -153,7 +153,7 @@ impl Cluster {
         })
         .await
         .with_context(|| format!("making the JetStream stream {dir_name}"))?;
-        let instance = format!("{node}/{}", &crate::core::ids::secret()[..16]).into();
+        let instance = format!("{node}/{}", &crate::ids::secret()[..16]).into();
         Ok(Arc::new(Cluster {
             node,
             instance,

@@ -15,7 +15,8 @@ use futures_util::StreamExt;
 use parking_lot::Mutex;
 
 use super::Cluster;
-use crate::core::{ids, Gateway};
+use crate::core::Gateway;
+use crate::ids;
 
 pub struct Presence {
     node: Arc<str>,

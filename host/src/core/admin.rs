@@ -119,7 +119,7 @@ impl Gateway {
             let mut reg = live.tenant.registry.lock();
             reg.sessions.get_mut(session_id).filter(|s| s.connected).map(|info| {
                 info.connected = false;
-                info.disconnected_at = Some(super::ids::now_ms());
+                info.disconnected_at = Some(crate::ids::now_ms());
                 participant_event("participant_disconnected", info, json!({"reason": "disconnected by an operator"}))
             })
         };

@@ -14,7 +14,7 @@ use serde_json::json;
 
 use super::events::{Filter, NewEvent, StoredEvent};
 use super::extensions::BoxFuture;
-use super::ids::{self, Ulid, UlidGen};
+use crate::ids::{self, Ulid, UlidGen};
 use super::outbox::{Frame, Full, Outbox};
 use crate::rpc::push_json_str;
 

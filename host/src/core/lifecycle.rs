@@ -10,7 +10,8 @@ use super::events::{NewEvent, Source};
 use super::model::Agent;
 use super::outbox::Outbox;
 use super::registry::SessionInfo;
-use super::{ids, Active, Conn, ConnState, Gateway, Live};
+use super::{Active, Conn, ConnState, Gateway, Live};
+use crate::ids;
 use crate::core::{Authenticated, Tenant};
 
 /// Why `attach_stream` refused.

@@ -8,7 +8,6 @@ pub mod drain;
 pub mod events;
 pub mod extensions;
 pub mod fabric;
-pub(crate) use crate::ids;
 pub mod model;
 pub mod outbox;
 pub mod registry;

@@ -83,7 +83,7 @@ impl Scope {
             visibility: "public".into(),
             send_policy: "anyone".into(),
             metadata: None,
-            created_at: crate::core::ids::now_ms(),
+            created_at: crate::ids::now_ms(),
             created_by: Some(created_by.to_string()),
             members: Vec::new(),
         }

@@ -169,7 +169,7 @@ where
                 break;
             }
             _ = tokio::time::sleep(idle / 4) => {
-                if crate::core::ids::now_ms().saturating_sub(last_active.load(Ordering::Relaxed)) >= idle.as_millis() as u64 {
+                if crate::ids::now_ms().saturating_sub(last_active.load(Ordering::Relaxed)) >= idle.as_millis() as u64 {
                     tracing::debug!(%peer, "closing an idle connection");
                     break;
                 }
@@ -225,11 +225,11 @@ struct IdleIo<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + '
 
 impl<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static> IdleIo<S> {
     fn new(inner: S, slot: tokio::sync::OwnedSemaphorePermit) -> Self {
-        IdleIo { inner: Some((inner, slot)), last_active: Arc::new(AtomicU64::new(crate::core::ids::now_ms())), linger: Linger::default() }
+        IdleIo { inner: Some((inner, slot)), last_active: Arc::new(AtomicU64::new(crate::ids::now_ms())), linger: Linger::default() }
     }
 
     fn touch(&self) {
-        self.last_active.store(crate::core::ids::now_ms(), Ordering::Relaxed);
+        self.last_active.store(crate::ids::now_ms(), Ordering::Relaxed);
     }
 
     fn io(&mut self) -> std::pin::Pin<&mut S> {

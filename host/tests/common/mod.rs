@@ -17,6 +17,7 @@ use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 
 pub mod cluster;
+pub mod plugins;
 
 /// How long to wait for an answer or a notification that should come.
 pub const WAIT: Duration = Duration::from_secs(2);

@@ -9,7 +9,8 @@ use crate::core::lifecycle::agent_event;
 use crate::core::model::{check_transition, Agent, Lifecycle, RegisterParams, Scope};
 use crate::core::registry::Registry;
 use crate::core::outbox::Frame;
-use crate::core::{ids, Active, Out};
+use crate::core::{Active, Out};
+use crate::ids;
 use crate::rpc::{codes, encode_notification, Request, RpcError};
 
 fn publish(active: &Active, events: Vec<NewEvent>) {

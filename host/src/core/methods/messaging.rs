@@ -15,7 +15,8 @@ use crate::core::events::{Facets, NewEvent, Source};
 use crate::core::extensions::BoxFuture;
 use crate::core::fabric::Delivery;
 use crate::core::outbox::Frame;
-use crate::core::{ids, Active, Out};
+use crate::core::{Active, Out};
+use crate::ids;
 use crate::rpc::{codes, push_json_str, Request, RpcError};
 
 #[derive(Deserialize)]

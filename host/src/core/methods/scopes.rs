@@ -7,7 +7,8 @@ use super::agents::page;
 use crate::core::events::{NewEvent, Source};
 use crate::core::lifecycle::agent_event;
 use crate::core::model::Scope;
-use crate::core::{ids, Active, Out};
+use crate::core::{Active, Out};
+use crate::ids;
 use crate::rpc::{codes, Request, RpcError};
 
 #[derive(Deserialize, Default)]

@@ -7,7 +7,8 @@ use serde_json::{json, Value};
 
 use crate::core::lifecycle::release_agents;
 use crate::core::registry::SessionInfo;
-use crate::core::{ids, Active, Conn, ConnState, Gateway, Out, PROTOCOL_VERSION};
+use crate::core::{Active, Conn, ConnState, Gateway, Out, PROTOCOL_VERSION};
+use crate::ids;
 use crate::rpc::{codes, Request, RpcError};
 use crate::core::{Authenticated, Tenant};
 

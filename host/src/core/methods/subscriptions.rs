@@ -5,7 +5,8 @@ use serde_json::{json, Value};
 
 use crate::core::events::Filter;
 use crate::core::fabric::{ReplayFrom, ReplayQuery};
-use crate::core::{ids, Active, Out};
+use crate::core::{Active, Out};
+use crate::ids;
 use crate::rpc::{Request, RpcError};
 
 #[derive(Deserialize, Default)]
