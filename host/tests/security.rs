@@ -673,3 +673,17 @@ async fn a_connection_that_sends_nothing_is_closed_after_the_header_timeout() {
     let n = tokio::time::timeout(Duration::from_secs(3), silent.read(&mut buf)).await.expect("closed after the header timeout, not the idle one");
     assert!(matches!(n, Ok(0)) || n.is_err(), "closed without an answer: {n:?}");
 }
+
+#[tokio::test]
+async fn a_client_close_frame_is_answered_with_one() {
+    let gw = Gateway::start();
+    for path in ["/map", "/acp?agent=coder"] {
+        let mut s = raw_websocket_at(&gw.addr(), path).await;
+        // A masked close frame with code 1000 (the mask is zero: the payload as is).
+        s.write_all(&[0x88, 0x82, 0, 0, 0, 0, 0x03, 0xe8]).await.unwrap();
+        let mut got = Vec::new();
+        tokio::time::timeout(WAIT, s.read_to_end(&mut got)).await.expect("the gateway ends the connection in time").expect("no reset");
+        assert!(got.len() >= 4 && got[0] == 0x88, "{path}: a close frame comes back before the end: {got:02x?}");
+        assert_eq!(u16::from_be_bytes([got[2], got[3]]), 1000, "{path}: the code is echoed");
+    }
+}

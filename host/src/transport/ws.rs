@@ -134,7 +134,9 @@ where
                         }
                         continue;
                     }
-                    None => return,
+                    // The reader is done: close below (which also answers a
+                    // peer's close frame, as the handshake wants).
+                    None => break,
                 },
                 f = rx.recv() => match f {
                     Some(f) => f,
