@@ -3,7 +3,8 @@
 //! replayed on subscribe, and in `map/replay`), pausing and resuming a
 //! subscription, suspend then resume, a taken participant id, the message
 //! in `message_delivered`, unsubscribing after `map/disconnect`, and a
-//! scope's `parentId`.
+//! scope's `parentId`; agents' capability descriptors and environments,
+//! and finding agents by them.
 
 mod common;
 
@@ -242,4 +243,49 @@ async fn a_scope_takes_its_parent_as_parent_or_parent_id() {
         let got = ws.call_ok("map/scopes/get", json!({"scopeId": child["scope"]["id"]})).await;
         assert_eq!(got["scope"]["parent"], root_id.as_str(), "{field}: {got}");
     }
+}
+
+/// The ids `map/agents/list` answers with these params, sorted.
+async fn ids_listed(ws: &mut Ws, params: Value) -> Vec<String> {
+    let mut ids: Vec<String> = ws.call_ok("map/agents/list", params).await["agents"].as_array().unwrap().iter().map(|a| a["id"].as_str().unwrap().to_string()).collect();
+    ids.sort();
+    ids
+}
+
+#[tokio::test]
+async fn agents_keep_their_descriptor_and_environment_and_are_found_by_them() {
+    let gw = Gateway::start();
+    let (mut owner, _) = gw.ws_connected("agent", None).await;
+    let reviewer = json!({
+        "id": "urn:example:cap:review",
+        "capabilities": [{"id": "code:review"}, {"id": "doc:summarize"}],
+        "accepts": [{"contentType": "text/x-diff"}],
+        "tags": ["review", "rust"],
+    });
+    let env = json!({"hosting": {"provider": "local"}, "resources": {"cpu": 2}});
+    let r = owner.call_ok("map/agents/register", json!({"agentId": "reviewer", "capabilityDescriptor": reviewer, "environment": env})).await;
+    assert_eq!(r["agent"]["capabilityDescriptor"], reviewer);
+    assert_eq!(r["agent"]["environment"], env);
+    owner.call_ok("map/agents/register", json!({"agentId": "writer", "capabilityDescriptor": {"capabilities": [{"id": "doc:write"}], "tags": ["rust"], "accepts": [{"contentType": "text/plain"}]}})).await;
+    owner.call_ok("map/agents/register", json!({"agentId": "plain"})).await;
+
+    let got = owner.call_ok("map/agents/get", json!({"agentId": "reviewer"})).await;
+    assert_eq!(got["agent"]["capabilityDescriptor"], reviewer);
+    assert_eq!(got["agent"]["environment"], env);
+
+    let (mut client, _) = gw.ws_connected("client", None).await;
+    assert_eq!(ids_listed(&mut client, json!({"filter": {"capabilityId": "doc:summarize"}})).await, ["reviewer"]);
+    assert_eq!(ids_listed(&mut client, json!({"filter": {"tags": ["rust"]}})).await, ["reviewer", "writer"]);
+    assert_eq!(ids_listed(&mut client, json!({"filter": {"tags": ["rust", "review"]}})).await, ["reviewer"], "every tag given");
+    assert_eq!(ids_listed(&mut client, json!({"filter": {"accepts": "text/plain"}})).await, ["writer"]);
+    assert_eq!(ids_listed(&mut client, json!({"capabilityId": "code:review"})).await, ["reviewer"], "the flat form");
+    assert!(ids_listed(&mut client, json!({"filter": {"capabilityId": "none:such"}})).await.is_empty());
+    assert_eq!(ids_listed(&mut client, json!({})).await, ["plain", "reviewer", "writer"]);
+
+    // An update replaces the environment and descriptor; both must be objects.
+    let updated = owner.call_ok("map/agents/update", json!({"agentId": "plain", "environment": {"region": "eu"}, "capabilityDescriptor": {"tags": ["new"]}})).await;
+    assert_eq!(updated["agent"]["environment"], json!({"region": "eu"}));
+    assert_eq!(ids_listed(&mut client, json!({"filter": {"tags": ["new"]}})).await, ["plain"]);
+    let bad = owner.call("map/agents/register", json!({"agentId": "bad", "capabilityDescriptor": "reviewer"})).await;
+    assert_eq!(err_code(&bad), -32602, "{bad}");
 }

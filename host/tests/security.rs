@@ -561,11 +561,7 @@ async fn unknown_paths_are_404_even_without_credentials() {
     assert!(gw.log().contains("gateway ready") && !gw.log().contains('\u{1b}'), "{}", gw.log());
 }
 
-/// A raw TCP connection upgraded to a WebSocket on `/map`.
-async fn raw_websocket(addr: &str) -> TcpStream {
-    raw_websocket_at(addr, "/map").await
-}
-
+/// A raw TCP connection upgraded to a WebSocket on `path`.
 async fn raw_websocket_at(addr: &str, path: &str) -> TcpStream {
     let mut s = TcpStream::connect(addr).await.unwrap();
     let head = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n");

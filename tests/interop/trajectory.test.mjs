@@ -8,6 +8,7 @@ import { createHash } from 'node:crypto';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { existsSync } from 'node:fs';
+import { canPerformMethod } from '@multi-agent-protocol/sdk';
 import {
   startGateway, connectAgent, connectClient, rejectsWithCode, sourceAgent,
   uid, sleep, pollUntil, metric, DEFAULT_TENANTS, QUIET_MS, WAIT_MS,
@@ -90,7 +91,16 @@ after(async () => { await gw?.stop(); });
 test('map/connect advertises the trajectory extension and its capabilities', async () => {
   const c = await connectClient(gw);
   const caps = c.connectResult.capabilities;
-  assert.deepEqual(caps.trajectory, { enabled: true, canReport: true, canQuery: true, canRequestContent: true });
+  // Reporting is for agents: a client is told so, and the SDK's own check agrees.
+  assert.deepEqual(caps.trajectory, { enabled: true, canReport: false, canQuery: true, canRequestContent: true });
+  assert.equal(canPerformMethod('trajectory/checkpoint', caps), false);
+  assert.equal(canPerformMethod('trajectory/list', caps), true);
+  await rejectsWithCode(call(c, 'trajectory/checkpoint', { checkpoint: { id: uid('client') } }), 13004, 'a client reports');
+  const agent = await connectAgent(gw, { name: 'caps' });
+  const agentCaps = agent.connectResult.capabilities;
+  assert.deepEqual(agentCaps.trajectory, { enabled: true, canReport: true, canQuery: true, canRequestContent: true });
+  assert.equal(canPerformMethod('trajectory/checkpoint', agentCaps), true);
+  await agent.conn.disconnect();
   const ext = caps.extensions.find((e) => e.uri === 'urn:map:ext:trajectory:1');
   assert.ok(ext, `extensions list urn:map:ext:trajectory:1: ${JSON.stringify(caps.extensions)}`);
   assert.deepEqual([...ext.methods].sort(), ['trajectory/checkpoint', 'trajectory/content', 'trajectory/get', 'trajectory/list']);

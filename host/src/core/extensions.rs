@@ -43,8 +43,9 @@ pub trait Extensions: Send + Sync + 'static {
     /// Hand a delivered message to the observers that want it; never blocks.
     fn observe(&self, active: &Active, message: &Observed);
 
-    /// Add the extensions' capabilities to a `map/connect` result.
-    fn advertise(&self, capabilities: &mut Value);
+    /// Add the extensions' capabilities, as they apply to a participant of
+    /// this type, to a `map/connect` result.
+    fn advertise(&self, capabilities: &mut Value, participant_type: &str);
 
     /// The subscription filter key an extension declared over its events' data.
     fn data_filter(&self, key: &str) -> Option<DataFilterSpec>;
@@ -73,7 +74,7 @@ impl Extensions for NoExtensions {
         false
     }
     fn observe(&self, _: &Active, _: &Observed) {}
-    fn advertise(&self, _: &mut Value) {}
+    fn advertise(&self, _: &mut Value, _: &str) {}
     fn data_filter(&self, _: &str) -> Option<DataFilterSpec> {
         None
     }

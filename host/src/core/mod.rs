@@ -277,64 +277,68 @@ impl Gateway {
         self.sessions.lock().get(session_id).cloned()
     }
 
-    /// Handle one frame; the returned text (if any) is the frame to answer with.
+    /// Handle one frame and wait for its answer (none for a notification).
+    /// Notifications a plugin sent for a call are left in `conn.deferred`,
+    /// to be written after the answer.
     pub async fn handle_frame(self: &Arc<Self>, conn: &mut Conn, bytes: &[u8]) -> Option<String> {
-        if bytes.len() > self.config.server.max_message_bytes {
-            let err = RpcError::invalid_request(format!(
-                "Invalid Request: message of {} bytes exceeds the limit of {} bytes",
-                bytes.len(),
-                self.config.server.max_message_bytes
-            ));
-            return Some(rpc::encode_error(&Value::Null, &err));
+        let handled = self.start_frame(conn, bytes).await;
+        settle(conn, handled).await
+    }
+
+    /// The one request path: size check, decode, then each request to the
+    /// core or to the tenant's extension. For transports that let requests
+    /// overlap, a single call still running after its first slice (waiting
+    /// for storage, say) comes back as `Later`, to be answered when it
+    /// finishes while the connection reads on. Batches are answered whole,
+    /// their requests in order.
+    pub async fn start_frame(self: &Arc<Self>, conn: &mut Conn, bytes: &[u8]) -> Handled {
+        let limit = self.config.server.max_message_bytes;
+        if bytes.len() > limit {
+            let err = RpcError::invalid_request(format!("Invalid Request: message of {} bytes exceeds the limit of {limit} bytes", bytes.len()));
+            return Handled::Now(Some(rpc::encode_error(&Value::Null, &err)));
         }
         match rpc::decode_frame(bytes) {
-            Decoded::Single(Ok(req)) => self.handle(conn, req).await,
-            Decoded::Single(Err((id, err))) => Some(rpc::encode_error(&id, &err)),
-            Decoded::Invalid(err) => Some(rpc::encode_error(&Value::Null, &err)),
-            Decoded::Ignored => None,
+            Decoded::Single(Ok(req)) => self.start(conn, req),
+            Decoded::Single(Err((id, err))) => Handled::Now(Some(rpc::encode_error(&id, &err))),
+            Decoded::Invalid(err) => Handled::Now(Some(rpc::encode_error(&Value::Null, &err))),
+            Decoded::Ignored => Handled::Now(None),
             Decoded::Batch(items) => {
                 let mut answers = Vec::with_capacity(items.len());
                 for item in items {
                     let answer = match item {
-                        Ok(req) => self.handle(conn, req).await,
+                        Ok(req) => {
+                            let handled = self.start(conn, req);
+                            settle(conn, handled).await
+                        }
                         Err((id, err)) => Some(rpc::encode_error(&id, &err)),
                     };
                     answers.extend(answer);
                 }
-                (!answers.is_empty()).then(|| format!("[{}]", answers.join(",")))
+                Handled::Now((!answers.is_empty()).then(|| format!("[{}]", answers.join(","))))
             }
         }
     }
 
-    /// Like [`Gateway::handle_frame`], for transports that let requests
-    /// overlap: a single extension call that is still running after its
-    /// first slice (waiting for storage, say) comes back as `Later`, to be
-    /// answered when it finishes while the connection reads on. Everything
-    /// else (core methods, batches, errors) is answered now, in order.
-    pub async fn start_frame(self: &Arc<Self>, conn: &mut Conn, bytes: &[u8]) -> Handled {
-        if bytes.len() <= self.config.server.max_message_bytes {
-            if let Decoded::Single(Ok(req)) = rpc::decode_frame(bytes) {
-                let started = Instant::now();
-                let span = conn.request_span(&req.method);
-                return match span.in_scope(|| methods::dispatch(self, conn, &req)) {
-                    Some(Ok(Out::Later(result))) => {
-                        let (id, method, in_span) = (req.id, req.method.into_owned(), span.clone());
-                        let call = async move {
-                            let result = result.await;
-                            record(&method, &result, started, &span);
-                            (answer(id, result), Vec::new())
-                        };
-                        Handled::Later(Box::pin(tracing::Instrument::instrument(call, in_span)))
-                    }
-                    Some(result) => {
-                        record(&req.method, &result, started, &span);
-                        Handled::Now(answer(req.id, result))
-                    }
-                    None => self.start_extension(conn, req, started, span),
+    /// Start one request: a core method, else the extension that serves it.
+    fn start(self: &Arc<Self>, conn: &mut Conn, req: Request<'_>) -> Handled {
+        let started = Instant::now();
+        let span = conn.request_span(&req.method);
+        match span.in_scope(|| methods::dispatch(self, conn, &req)) {
+            Some(Ok(Out::Later(result))) => {
+                let (id, method, in_span) = (req.id, req.method.into_owned(), span.clone());
+                let call = async move {
+                    let result = result.await;
+                    record(&method, &result, started, &span);
+                    (answer(id, result), Vec::new())
                 };
+                Handled::Later(Box::pin(tracing::Instrument::instrument(call, in_span)))
             }
+            Some(result) => {
+                record(&req.method, &result, started, &span);
+                Handled::Now(answer(req.id, result))
+            }
+            None => self.start_extension(conn, req, started, span),
         }
-        Handled::Now(self.handle_frame(conn, bytes).await)
     }
 
     fn start_extension(&self, conn: &mut Conn, req: Request<'_>, started: Instant, span: tracing::Span) -> Handled {
@@ -365,26 +369,17 @@ impl Gateway {
             None => Handled::Later(call),
         }
     }
+}
 
-    /// Handle one request; notifications get no answer.
-    pub async fn handle(self: &Arc<Self>, conn: &mut Conn, req: Request<'_>) -> Option<String> {
-        let started = Instant::now();
-        let span = conn.request_span(&req.method);
-        let result = match span.in_scope(|| methods::dispatch(self, conn, &req)) {
-            Some(Ok(Out::Later(result))) => tracing::Instrument::instrument(result, span.clone()).await,
-            Some(r) => r,
-            None => tracing::Instrument::instrument(self.call_extension(conn, &req), span.clone()).await,
-        };
-        record(&req.method, &result, started, &span);
-        answer(req.id, result)
-    }
-
-    /// A method outside the core: the tenant's extension that declared it, if any.
-    async fn call_extension(&self, conn: &mut Conn, req: &Request<'_>) -> Result<Out, RpcError> {
-        let (active, params) = extension_target(conn, req)?;
-        let (result, deferred) = active.tenant.extensions().call(active, &req.method, params).await?;
-        conn.deferred.extend(deferred);
-        Ok(Out::Raw(result))
+/// Wait for a started request's answer; its deferred notifications go to `conn`.
+async fn settle(conn: &mut Conn, handled: Handled) -> Option<String> {
+    match handled {
+        Handled::Now(answer) => answer,
+        Handled::Later(call) => {
+            let (answer, deferred) = call.await;
+            conn.deferred.extend(deferred);
+            answer
+        }
     }
 }
 
@@ -418,7 +413,7 @@ fn answer(id: Option<Value>, result: Result<Out, RpcError>) -> Option<String> {
         Ok(Out::Json(v)) => rpc::encode_result(&id, &v),
         Ok(Out::Raw(raw)) => rpc::encode_result_json(&id, raw.get()),
         Ok(Out::Text(text)) => rpc::encode_result_json(&id, &text),
-        // Awaited before it comes here (`handle`, `start_frame`).
+        // Awaited before it comes here (`start`).
         Ok(Out::Later(_)) => rpc::encode_error(&id, &RpcError::internal("an answer was not awaited")),
         Err(e) => rpc::encode_error(&id, &e),
     })

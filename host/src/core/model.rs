@@ -33,6 +33,13 @@ pub struct Agent {
     pub capabilities: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub metadata: Option<Value>,
+    /// Where the agent runs (an object, kept as registered).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<Value>,
+    /// What the agent offers, for discovery: `capabilities[].id`, `tags`,
+    /// `accepts[].contentType` are what `map/agents/list` filters on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capability_descriptor: Option<Value>,
     pub lifecycle: Lifecycle,
     /// The owning session (not on the wire).
     #[serde(skip)]
@@ -121,6 +128,8 @@ pub struct RegisterParams {
     pub visibility: Option<String>,
     pub capabilities: Option<Value>,
     pub metadata: Option<Value>,
+    pub environment: Option<Value>,
+    pub capability_descriptor: Option<Value>,
     pub state: Option<String>,
 }
 

@@ -285,6 +285,8 @@ mod tests {
             visibility: None,
             capabilities: None,
             metadata: None,
+            environment: None,
+            capability_descriptor: None,
             lifecycle: Lifecycle { created_at: registered, last_state_change: registered, exit_reason: None },
             session: session.into(),
             suspended_from: None,

@@ -123,12 +123,13 @@ impl TenantPlugins {
         }
     }
 
-    /// Add each extension's capability group and URI to `map/connect` capabilities.
-    pub fn advertise(&self, capabilities: &mut Value) {
+    /// Add each extension's capability group and URI to `map/connect`
+    /// capabilities, with the group's overrides for `participant_type`.
+    pub fn advertise(&self, capabilities: &mut Value, participant_type: &str) {
         for tp in &self.plugins {
             let Some(d) = &tp.descriptor else { continue };
             if !d.capability_group.is_empty() {
-                capabilities[&d.capability_group] = d.capabilities.clone();
+                capabilities[&d.capability_group] = for_participant(&d.capabilities, participant_type);
             }
             if let Some(list) = capabilities.get_mut("extensions").and_then(Value::as_array_mut) {
                 list.push(json!({"uri": d.uri, "name": d.name, "version": d.version, "methods": d.methods}));
@@ -136,6 +137,22 @@ impl TenantPlugins {
         }
     }
 }
+
+/// A capability group as a participant of this type sees it: the group's
+/// `byParticipantType.<type>` entries over the rest (the key itself is not shown).
+fn for_participant(group: &Value, participant_type: &str) -> Value {
+    let Some(object) = group.as_object() else { return group.clone() };
+    let mut shown = object.clone();
+    if let Some(Value::Object(by_type)) = shown.remove(BY_PARTICIPANT_TYPE) {
+        if let Some(Value::Object(overrides)) = by_type.get(participant_type) {
+            shown.extend(overrides.clone());
+        }
+    }
+    Value::Object(shown)
+}
+
+/// The key of a capability group's per-participant-type overrides (wit/rpc.wit).
+const BY_PARTICIPANT_TYPE: &str = "byParticipantType";
 
 impl Extensions for TenantPlugins {
     fn serves(&self, method: &str) -> bool {
@@ -171,8 +188,8 @@ impl Extensions for TenantPlugins {
         TenantPlugins::observe(self, active, message)
     }
 
-    fn advertise(&self, capabilities: &mut Value) {
-        TenantPlugins::advertise(self, capabilities)
+    fn advertise(&self, capabilities: &mut Value, participant_type: &str) {
+        TenantPlugins::advertise(self, capabilities, participant_type)
     }
 
     fn data_filter(&self, key: &str) -> Option<DataFilterSpec> {

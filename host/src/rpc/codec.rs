@@ -17,6 +17,7 @@ pub struct Request<'a> {
 }
 
 impl<'a> Request<'a> {
+    #[cfg(test)]
     pub fn is_notification(&self) -> bool {
         self.id.is_none()
     }

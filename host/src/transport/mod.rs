@@ -74,28 +74,33 @@ pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener, tls: Option<Arc
         let _ = stream.set_nodelay(true);
         let slot = match slots.clone().try_acquire_owned() {
             Ok(slot) => Some(slot),
-            // Its slot comes free when its task ends.
+            // Its slot comes free when the evicted connection's task ends.
             Err(_) if pending.evict_oldest() => None,
             Err(_) => {
                 tokio::spawn(refuse_busy(stream));
                 continue;
             }
         };
+        // Admitted here, not in the task: a peer still waiting for a slot
+        // can itself be evicted, so a burst of silent sockets never leaves
+        // the queue empty while they hold or wait for every slot.
+        let waiting = pending.admit(deadline);
         let gateway = gateway.clone();
         let tls = tls.clone();
         let slots = slots.clone();
-        let pending = pending.clone();
         tokio::spawn(async move {
             let slot = match slot {
                 Some(slot) => slot,
-                None => match tokio::time::timeout(EVICTED_SLOT_WAIT, slots.acquire_owned()).await {
-                    Ok(Ok(slot)) => slot,
-                    _ => return refuse_busy(stream).await,
+                None => tokio::select! {
+                    slot = tokio::time::timeout(EVICTED_SLOT_WAIT, slots.acquire_owned()) => match slot {
+                        Ok(Ok(slot)) => slot,
+                        _ => return refuse_busy(stream).await,
+                    },
+                    () = waiting.expired() => return,
                 },
             };
             let _open = gateway.drain.enter();
             let _counted = crate::metrics::connection("http");
-            let waiting = pending.admit(deadline);
             match tls {
                 None => serve_connection(gateway, peer, IdleIo::new(stream, slot), waiting).await,
                 Some(tls) => {

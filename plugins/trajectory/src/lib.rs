@@ -39,9 +39,11 @@ impl Extension for Trajectory {
             // Described per tenant: a tenant's `enabled = false` shows at map/connect.
             .capabilities(serde_json::json!({
                 "enabled": Settings::load().enabled,
-                "canReport": true,
+                // Reporting is for agents (access.rs); other sessions see false.
+                "canReport": false,
                 "canQuery": true,
                 "canRequestContent": true,
+                "byParticipantType": {"agent": {"canReport": true}},
             }))
             // `map/subscribe {filter: {trajectory: {agentId, sessionId}}}`.
             .event_filter(

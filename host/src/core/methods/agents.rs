@@ -37,6 +37,11 @@ pub fn register(active: &Active, req: &Request, spawn: bool) -> Result<Out, RpcE
             return Err(RpcError::invalid_params(format!("Unknown agent state {state:?}")));
         }
     }
+    for (name, value) in [("environment", &p.environment), ("capabilityDescriptor", &p.capability_descriptor)] {
+        if value.as_ref().is_some_and(|v| !v.is_object()) {
+            return Err(RpcError::invalid_params(format!("{name} must be an object")));
+        }
+    }
     let now = ids::now_ms();
     let mut events = Vec::new();
     let agent = {
@@ -78,6 +83,8 @@ pub fn register(active: &Active, req: &Request, spawn: bool) -> Result<Out, RpcE
             visibility: p.visibility,
             capabilities: p.capabilities,
             metadata: p.metadata,
+            environment: p.environment,
+            capability_descriptor: p.capability_descriptor,
             lifecycle: Lifecycle { created_at: now, last_state_change: now, exit_reason: None },
             session: active.session_id.clone(),
             suspended_from: None,
@@ -152,6 +159,8 @@ struct UpdateParams {
     description: Option<String>,
     role: Option<String>,
     capabilities: Option<Value>,
+    environment: Option<Map<String, Value>>,
+    capability_descriptor: Option<Map<String, Value>>,
 }
 
 fn state_event(agent: &Agent, previous: &str, reason: Option<&str>) -> NewEvent {
@@ -195,6 +204,12 @@ pub fn update(active: &Active, req: &Request) -> Result<Out, RpcError> {
         }
         if p.capabilities.is_some() {
             agent.capabilities = p.capabilities;
+        }
+        if let Some(environment) = p.environment {
+            agent.environment = Some(Value::Object(environment));
+        }
+        if let Some(descriptor) = p.capability_descriptor {
+            agent.capability_descriptor = Some(Value::Object(descriptor));
         }
         if let Some(state) = p.state.filter(|s| *s != previous) {
             agent.state = state;
@@ -265,6 +280,41 @@ struct ListFilter {
     /// This gateway's own: only agents whose owner is connected now (true),
     /// or whose owner is not (false: dropped and may resume, or orphaned).
     connected: Option<bool>,
+    #[serde(flatten)]
+    offers: Offers,
+}
+
+/// Discovery filters over `capabilityDescriptor`; also accepted flat in the params.
+#[derive(Deserialize, Default, Clone)]
+#[serde(rename_all = "camelCase", default)]
+struct Offers {
+    /// One of `capabilities[].id`.
+    capability_id: Option<String>,
+    /// Every one of these is in `tags`.
+    tags: Vec<String>,
+    /// One of `accepts[].contentType`.
+    accepts: Option<String>,
+}
+
+impl Offers {
+    fn merged(&self, flat: &Offers) -> Offers {
+        Offers {
+            capability_id: self.capability_id.clone().or(flat.capability_id.clone()),
+            tags: self.tags.iter().chain(&flat.tags).cloned().collect(),
+            accepts: self.accepts.clone().or(flat.accepts.clone()),
+        }
+    }
+
+    fn admit(&self, agent: &Agent) -> bool {
+        let descriptor = agent.capability_descriptor.as_ref();
+        let listed = |list: &str, key: &str, want: &str| {
+            descriptor.and_then(|d| d.get(list)).and_then(Value::as_array).is_some_and(|items| items.iter().any(|i| i.get(key).and_then(Value::as_str) == Some(want)))
+        };
+        let tags: Vec<&str> = descriptor.and_then(|d| d.get("tags")).and_then(Value::as_array).map(|t| t.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+        self.capability_id.as_deref().is_none_or(|id| listed("capabilities", "id", id))
+            && self.accepts.as_deref().is_none_or(|ct| listed("accepts", "contentType", ct))
+            && self.tags.iter().all(|t| tags.contains(&t.as_str()))
+    }
 }
 
 #[derive(Deserialize, Default)]
@@ -277,6 +327,8 @@ struct ListParams {
     scope_id: Option<String>,
     parent: Option<String>,
     owner_id: Option<String>,
+    #[serde(flatten)]
+    offers: Offers,
     limit: Option<usize>,
     cursor: Option<String>,
 }
@@ -306,6 +358,7 @@ pub fn list(active: &Active, req: &Request) -> Result<Out, RpcError> {
     scopes.extend(p.scope_id.clone());
     let parent = f.parent.clone().or(p.parent.clone());
     let owner = f.owner_id.clone().or(p.owner_id.clone());
+    let offers = f.offers.merged(&p.offers);
     let reg = active.tenant.registry.lock();
     let viewer = active.viewer();
     let matching: Vec<&Agent> = reg
@@ -319,6 +372,7 @@ pub fn list(active: &Active, req: &Request) -> Result<Out, RpcError> {
         .filter(|a| owner.is_none() || owner.as_ref() == Some(&a.owner_id))
         .filter(|a| f.has_children.is_none_or(|h| h != a.children.is_empty()))
         .filter(|a| f.connected.is_none_or(|c| c == reg.connected_since(&a.id).is_some()))
+        .filter(|a| offers.admit(a))
         .collect();
     let (agents, next) = page(matching, p.limit, p.cursor.as_deref())?;
     let mut result = json!({"agents": agents});

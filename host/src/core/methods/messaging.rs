@@ -14,7 +14,7 @@ use crate::core::address::{self, Address, Sender};
 use crate::core::events::{Facets, NewEvent, Source};
 use crate::core::extensions::BoxFuture;
 use crate::core::fabric::Delivery;
-use crate::core::outbox::Frame;
+use crate::core::outbox::{Frame, Full};
 use crate::core::{Active, Out};
 use crate::ids;
 use crate::rpc::{codes, push_json_str, Request, RpcError};
@@ -109,25 +109,44 @@ pub fn send_message(active: &Active, msg: Outgoing) -> Result<Sent, RpcError> {
     let routing = route(active, &addr, msg.from)?;
     let meta = msg.meta.filter(|m| !m.is_empty());
     let from = routing.agent.as_deref().unwrap_or(&active.participant_id);
-
     let (message_id, timestamp) = ids::prefixed_at("msg");
     let payload = msg.payload.map(RawValue::get);
-    let mut frame = String::with_capacity(192 + msg.to.get().len() + payload.map_or(0, str::len));
+    let (frame, sent) = message_frame(&message_id, from, msg.to.get(), timestamp, payload, meta.as_ref());
+    let (mut refused, waiting) = deliver(active, &routing.recipients, frame);
+    let done = Done { message_id, timestamp, sent, routing, meta, to: Cow::Borrowed(msg.to.get()), payload: payload.map(Cow::Borrowed), hops: msg.hops };
+    if waiting.is_empty() {
+        return done.finish(active, &refused).map(Sent::Now);
+    }
+    let (active, done) = (active.clone(), done.owned());
+    Ok(Sent::Later(Box::pin(async move {
+        for (i, delivery) in waiting {
+            if delivery.await.is_err() {
+                refused.push(i);
+            }
+        }
+        done.finish(&active, &refused)
+    })))
+}
+
+/// The `map/message` frame recipients get, written once from the request's
+/// text, and `message_sent`'s data so far (`{"message":{…}`).
+fn message_frame(id: &str, from: &str, to: &str, timestamp: u64, payload: Option<&str>, meta: Option<&Map<String, Value>>) -> (Frame, String) {
+    let mut frame = String::with_capacity(192 + to.len() + payload.map_or(0, str::len));
     frame.push_str(r#"{"jsonrpc":"2.0","method":"map/message","params":{"message":"#);
     let message_at = frame.len();
     frame.push_str(r#"{"id":"#);
-    push_json_str(&mut frame, &message_id);
+    push_json_str(&mut frame, id);
     frame.push_str(r#","from":"#);
     push_json_str(&mut frame, from);
     frame.push_str(r#","to":"#);
-    frame.push_str(msg.to.get());
+    frame.push_str(to);
     frame.push_str(r#","timestamp":"#);
     frame.push_str(itoa::Buffer::new().format(timestamp));
     if let Some(payload) = payload {
         frame.push_str(r#","payload":"#);
         frame.push_str(payload);
     }
-    if let Some(meta) = &meta {
+    if let Some(meta) = meta {
         frame.push_str(r#","meta":"#);
         frame.push_str(&serde_json::to_string(meta).expect("meta serialises"));
     }
@@ -137,11 +156,14 @@ pub fn send_message(active: &Active, msg: Outgoing) -> Result<Sent, RpcError> {
     sent.push_str(MESSAGE_SENT_HEAD);
     sent.push_str(&frame[message_at..]);
     frame.push_str("}}");
-    let mut frame = Some(Frame::from(frame));
+    (Frame::from(frame), sent)
+}
 
-    // A session owning several recipients gets the message once.
-    let recipients = &routing.recipients;
+/// Hand the frame to each recipient's session, once per session. Returns
+/// the recipients refused now, and those whose node has yet to confirm.
+fn deliver(active: &Active, recipients: &[address::Recipient], frame: Frame) -> (Vec<usize>, Vec<(usize, BoxFuture<'static, Result<(), Full>>)>) {
     let fabric = &active.tenant.fabric;
+    let mut frame = Some(frame);
     let mut refused: Vec<usize> = Vec::new();
     let mut waiting = Vec::new();
     for (i, r) in recipients.iter().enumerate() {
@@ -156,19 +178,58 @@ pub fn send_message(active: &Active, msg: Outgoing) -> Result<Sent, RpcError> {
             Some(Delivery::Later(done)) => waiting.push((i, done)),
         }
     }
-    let done = Done { message_id, timestamp, sent, routing, meta, to: Cow::Borrowed(msg.to.get()), payload: payload.map(Cow::Borrowed), hops: msg.hops };
-    if waiting.is_empty() {
-        return done.finish(active, &refused).map(Sent::Now);
-    }
-    let (active, done) = (active.clone(), done.owned());
-    Ok(Sent::Later(Box::pin(async move {
-        for (i, delivery) in waiting {
-            if delivery.await.is_err() {
-                refused.push(i);
+    (refused, waiting)
+}
+
+/// Who took a send: the delivered ids as a JSON array, how many, and the ids not delivered.
+struct Outcome<'r> {
+    delivered: String,
+    count: usize,
+    failed: Vec<&'r str>,
+}
+
+impl<'r> Outcome<'r> {
+    /// `refused`: the recipients (the first of each session) not delivered to.
+    fn of(recipients: &'r [address::Recipient], refused: &[usize]) -> Outcome<'r> {
+        let took = |i: usize| {
+            refused.is_empty() || {
+                let first = recipients[..i].iter().position(|p| p.session == recipients[i].session).unwrap_or(i);
+                !refused.contains(&first)
+            }
+        };
+        let mut delivered = String::with_capacity(2 + recipients.len() * 32);
+        delivered.push('[');
+        let mut count = 0;
+        let mut failed: Vec<&str> = Vec::new();
+        for (i, r) in recipients.iter().enumerate() {
+            if took(i) {
+                if count > 0 {
+                    delivered.push(',');
+                }
+                count += 1;
+                push_json_str(&mut delivered, &r.id);
+            } else {
+                failed.push(&r.id);
             }
         }
-        done.finish(&active, &refused)
-    })))
+        delivered.push(']');
+        Outcome { delivered, count, failed }
+    }
+
+    /// The answer to the sender.
+    fn result(&self, message_id: &str) -> String {
+        let mut result = String::with_capacity(64 + self.delivered.len());
+        result.push_str(r#"{"messageId":"#);
+        push_json_str(&mut result, message_id);
+        result.push_str(r#","delivered":"#);
+        result.push_str(&self.delivered);
+        if !self.failed.is_empty() {
+            result.push_str(r#","failed":"#);
+            result.push_str(&serde_json::to_string(&self.failed).expect("ids serialise"));
+        }
+        result.push('}');
+        result
+    }
 }
 
 /// What a send needs once its deliveries are known.
@@ -191,121 +252,127 @@ impl Done<'_> {
 
     /// Record the events, tell the observers and write the result.
     /// `refused`: the recipients (the first of each session) not delivered to.
-    fn finish(self, active: &Active, refused: &[usize]) -> Result<String, RpcError> {
-        let Done { message_id, timestamp, mut sent, routing, meta, to, payload, hops } = self;
-        let from = routing.agent.as_deref().unwrap_or(&active.participant_id);
-        let recipients = &routing.recipients;
-        let took = |i: usize| {
-            refused.is_empty() || {
-                let first = recipients[..i].iter().position(|p| p.session == recipients[i].session).unwrap_or(i);
-                !refused.contains(&first)
-            }
-        };
-        // Delivered ids as a JSON array.
-        let mut delivered = String::with_capacity(2 + recipients.len() * 32);
-        delivered.push('[');
-        let mut delivered_count = 0;
-        let mut failed: Vec<&str> = Vec::new();
-        for (i, r) in recipients.iter().enumerate() {
-            if took(i) {
-                if delivered_count > 0 {
-                    delivered.push(',');
-                }
-                delivered_count += 1;
-                push_json_str(&mut delivered, &r.id);
-            } else {
-                failed.push(&r.id);
-            }
-        }
-        delivered.push(']');
-        crate::metrics::messages(&active.tenant.id, delivered_count, failed.len());
-
-        let meta_str = |key: &str| meta.as_ref().and_then(|m| m.get(key)).and_then(Value::as_str);
-        let facets = Facets {
-            source_role: routing.role,
-            roles: routing.roles,
-            scopes: routing.scopes,
-            priority: Some(meta_str("priority").map_or(Cow::Borrowed("normal"), |p| Cow::Owned(p.to_string()))),
-            correlation_id: meta_str("correlationId").map(String::from),
-            metadata: routing.metadata,
-        };
-        let source = Source { agent_id: routing.agent.clone(), participant_id: Some(active.participant_id.clone()), scope_id: None };
-        let fabric = &active.tenant.fabric;
-        let all_failed = delivered_count == 0 && !recipients.is_empty();
-        let message_end = sent.len();
-        sent.push_str(r#","recipients":"#);
-        sent.push_str(&delivered);
-        sent.push('}');
-        let event = |kind, source, data, facets| NewEvent { facets, ..NewEvent::with_text(kind, source, data) };
-        if !all_failed && !fabric.has_subscribers() {
-            // The usual case: `message_sent` is the only event and takes facets and source without copies.
-            fabric.publish(event("message_sent", source, sent, facets));
-        } else if all_failed {
-            fabric.publish(event("message_sent", source.clone(), sent, facets.clone()));
-            let failed_json = serde_json::to_string(&failed).expect("ids serialise");
-            let data = format!(r#"{{"messageId":"{message_id}","failed":{failed_json}}}"#);
-            fabric.publish(event("message_failed", source, data, facets));
+    fn finish(mut self, active: &Active, refused: &[usize]) -> Result<String, RpcError> {
+        let recipients = std::mem::take(&mut self.routing.recipients);
+        let outcome = Outcome::of(&recipients, refused);
+        crate::metrics::messages(&active.tenant.id, outcome.count, outcome.failed.len());
+        if outcome.count == 0 && !recipients.is_empty() {
+            let details = json!({"messageId": self.message_id, "failed": outcome.failed});
+            self.record_failure(active, &outcome.failed);
             return Err(RpcError::new(codes::DELIVERY_FAILED, "No recipient could take the message (their queues are full or closed, or their node cannot be reached)")
-                .with_details(json!({"messageId": message_id, "failed": failed})));
-        } else {
-            // `message_sent` (recorded) already lists the recipients; `message_delivered`
-            // is pushed live to subscribers only. It carries the message as well:
-            // the MAP SDK's ACP stream reads the agent's answers from it.
-            let message = &sent[MESSAGE_SENT_HEAD.len()..message_end];
-            let mut done = String::with_capacity(128 + 2 * delivered.len() + message.len() + payload.as_ref().map_or(0, |p| p.len()));
-            done.push_str(r#"{"messageId":"#);
-            push_json_str(&mut done, &message_id);
-            done.push_str(r#","from":"#);
-            push_json_str(&mut done, from);
-            done.push_str(r#","delivered":"#);
-            done.push_str(&delivered);
-            done.push_str(r#","deliveredTo":"#);
-            done.push_str(&delivered);
-            done.push_str(r#","timestamp":"#);
-            done.push_str(itoa::Buffer::new().format(timestamp));
-            if let Some(id) = &facets.correlation_id {
-                done.push_str(r#","correlationId":"#);
-                push_json_str(&mut done, id);
-            }
-            if let Some(p) = &payload {
-                done.push_str(r#","payload":"#);
-                done.push_str(p);
-            }
-            done.push_str(r#","message":"#);
-            done.push_str(message);
-            done.push('}');
-            fabric.publish(event("message_sent", source.clone(), sent, facets.clone()));
-            fabric.publish(NewEvent { recorded: false, ..event("message_delivered", source, done, facets) });
+                .with_details(details));
         }
-        if active.tenant.may_observe(meta.is_some()) {
-            let plugins = active.tenant.extensions();
-            let no_meta = Map::new();
-            if plugins.observes(meta.as_ref().unwrap_or(&no_meta)) {
-                let sent = Observed {
-                    id: message_id.clone(),
-                    from: from.to_string(),
-                    to: to.into_owned(),
-                    timestamp,
-                    payload: payload.map_or_else(|| "null".to_string(), Cow::into_owned),
-                    meta: Value::Object(meta.clone().unwrap_or_default()),
-                    delivered: recipients.iter().filter(|r| !failed.contains(&r.id.as_str())).map(|r| r.id.clone()).collect(),
-                    hops,
-                };
-                plugins.observe(active, &sent);
-            }
-        }
-        let mut result = String::with_capacity(64 + delivered.len());
-        result.push_str(r#"{"messageId":"#);
-        push_json_str(&mut result, &message_id);
-        result.push_str(r#","delivered":"#);
-        result.push_str(&delivered);
-        if !failed.is_empty() {
-            result.push_str(r#","failed":"#);
-            result.push_str(&serde_json::to_string(&failed).expect("ids serialise"));
-        }
-        result.push('}');
+        let result = outcome.result(&self.message_id);
+        self.record_delivery(active, &recipients, &outcome);
         Ok(result)
     }
+
+    /// Source and facets of the send's events.
+    fn event_parts(&mut self, active: &Active) -> (Source, Facets) {
+        let meta_str = |key: &str| self.meta.as_ref().and_then(|m| m.get(key)).and_then(Value::as_str);
+        let facets = Facets {
+            source_role: self.routing.role.take(),
+            roles: std::mem::take(&mut self.routing.roles),
+            scopes: std::mem::take(&mut self.routing.scopes),
+            priority: Some(meta_str("priority").map_or(Cow::Borrowed("normal"), |p| Cow::Owned(p.to_string()))),
+            correlation_id: meta_str("correlationId").map(String::from),
+            metadata: self.routing.metadata.take(),
+        };
+        let source = Source { agent_id: self.routing.agent.clone(), participant_id: Some(active.participant_id.clone()), scope_id: None };
+        (source, facets)
+    }
+
+    /// Nobody took it: `message_sent` and `message_failed`.
+    fn record_failure(mut self, active: &Active, failed: &[&str]) {
+        let (source, facets) = self.event_parts(active);
+        let mut sent = std::mem::take(&mut self.sent);
+        sent.push_str(r#","recipients":[]}"#);
+        let fabric = &active.tenant.fabric;
+        fabric.publish(event("message_sent", source.clone(), sent, facets.clone()));
+        let failed_json = serde_json::to_string(failed).expect("ids serialise");
+        let data = format!(r#"{{"messageId":"{}","failed":{failed_json}}}"#, self.message_id);
+        fabric.publish(event("message_failed", source, data, facets));
+    }
+
+    /// `message_sent` (recorded), `message_delivered` for live subscribers,
+    /// then the observers.
+    fn record_delivery(mut self, active: &Active, recipients: &[address::Recipient], outcome: &Outcome) {
+        let delivered_json = outcome.delivered.as_str();
+        let (source, facets) = self.event_parts(active);
+        let mut sent = std::mem::take(&mut self.sent);
+        let message_end = sent.len();
+        sent.push_str(r#","recipients":"#);
+        sent.push_str(delivered_json);
+        sent.push('}');
+        let fabric = &active.tenant.fabric;
+        if !fabric.has_subscribers() {
+            // The usual case: `message_sent` is the only event and takes facets and source without copies.
+            fabric.publish(event("message_sent", source, sent, facets));
+        } else {
+            let data = self.delivered_data(active, &sent[MESSAGE_SENT_HEAD.len()..message_end], delivered_json, facets.correlation_id.as_deref());
+            fabric.publish(event("message_sent", source.clone(), sent, facets.clone()));
+            fabric.publish(NewEvent { recorded: false, ..event("message_delivered", source, data, facets) });
+        }
+        self.observe(active, || recipients.iter().filter(|r| !outcome.failed.contains(&r.id.as_str())).map(|r| r.id.clone()).collect());
+    }
+
+    /// `message_delivered`'s data. It carries the message as well: the MAP
+    /// SDK's ACP stream reads the agent's answers from it.
+    fn delivered_data(&self, active: &Active, message: &str, delivered: &str, correlation_id: Option<&str>) -> String {
+        let from = self.routing.agent.as_deref().unwrap_or(&active.participant_id);
+        let payload = self.payload.as_deref();
+        let mut data = String::with_capacity(128 + 2 * delivered.len() + message.len() + payload.map_or(0, str::len));
+        data.push_str(r#"{"messageId":"#);
+        push_json_str(&mut data, &self.message_id);
+        data.push_str(r#","from":"#);
+        push_json_str(&mut data, from);
+        data.push_str(r#","delivered":"#);
+        data.push_str(delivered);
+        data.push_str(r#","deliveredTo":"#);
+        data.push_str(delivered);
+        data.push_str(r#","timestamp":"#);
+        data.push_str(itoa::Buffer::new().format(self.timestamp));
+        if let Some(id) = correlation_id {
+            data.push_str(r#","correlationId":"#);
+            push_json_str(&mut data, id);
+        }
+        if let Some(p) = payload {
+            data.push_str(r#","payload":"#);
+            data.push_str(p);
+        }
+        data.push_str(r#","message":"#);
+        data.push_str(message);
+        data.push('}');
+        data
+    }
+
+    /// Hand the message to the tenant's observers that want it.
+    fn observe(self, active: &Active, delivered: impl FnOnce() -> Vec<String>) {
+        if !active.tenant.may_observe(self.meta.is_some()) {
+            return;
+        }
+        let plugins = active.tenant.extensions();
+        let no_meta = Map::new();
+        if !plugins.observes(self.meta.as_ref().unwrap_or(&no_meta)) {
+            return;
+        }
+        let from = self.routing.agent.unwrap_or_else(|| active.participant_id.clone());
+        let sent = Observed {
+            id: self.message_id,
+            from,
+            to: self.to.into_owned(),
+            timestamp: self.timestamp,
+            payload: self.payload.map_or_else(|| "null".to_string(), Cow::into_owned),
+            meta: Value::Object(self.meta.unwrap_or_default()),
+            delivered: delivered(),
+            hops: self.hops,
+        };
+        plugins.observe(active, &sent);
+    }
+}
+
+fn event(kind: &'static str, source: Source, data: String, facets: Facets) -> NewEvent {
+    NewEvent { facets, ..NewEvent::with_text(kind, source, data) }
 }
 
 /// A delivered message, as observers see it.

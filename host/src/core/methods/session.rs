@@ -70,10 +70,10 @@ fn granted_capabilities() -> Value {
     })
 }
 
-/// What this tenant's participants get: the core's grants plus each plugin's.
-fn capabilities(tenant: &Tenant) -> Value {
+/// What a participant of this type gets: the core's grants plus each plugin's.
+fn capabilities(tenant: &Tenant, participant_type: &str) -> Value {
     let mut caps = granted_capabilities();
-    tenant.extensions().advertise(&mut caps);
+    tenant.extensions().advertise(&mut caps, participant_type);
     caps
 }
 
@@ -279,7 +279,7 @@ fn connect_result(gw: &Gateway, active: &Active, draft: bool, p: &ConnectParams)
         "protocolVersion": PROTOCOL_VERSION,
         "sessionId": active.session_id,
         "participantId": active.participant_id,
-        "capabilities": capabilities(&active.tenant),
+        "capabilities": capabilities(&active.tenant, &active.participant_type),
         "systemInfo": {"name": gw.config.server.name, "version": env!("CARGO_PKG_VERSION")},
         "principal": principal(active),
     });
