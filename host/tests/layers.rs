@@ -29,7 +29,6 @@ const KNOWN_CYCLES: &[&[&str]] = &[
     &["core/methods/agents.rs", "core/methods/scopes.rs"],
     &["plugins/budget.rs", "plugins/exports.rs", "plugins/instance.rs", "plugins/state.rs"],
     &["store/sqlite.rs", "store/writer.rs"],
-    &["transport/acp.rs", "transport/admin.rs", "transport/dashboard.rs", "transport/http.rs", "transport/ws.rs"],
 ];
 
 /// A path inside the crate, without the leading `crate`: `["core", "registry"]`.

@@ -14,7 +14,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
 
-use super::http::{error_json, Body};
+use super::reply::{error_json, Body};
 use crate::acp::{bridge, link};
 use crate::core::Gateway;
 
@@ -23,7 +23,7 @@ pub fn upgrade(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Re
     let Some(agent) = agent.filter(|a| !a.is_empty()) else {
         return error_json(StatusCode::BAD_REQUEST, "name the MAP agent: /acp?agent=<agent id or role>");
     };
-    let preset = super::header_credentials(req.headers());
+    let preset = super::headers::header_credentials(req.headers());
     let linger = req.extensions().get::<super::Linger>().cloned().unwrap_or_default();
     let max = gw.config.server.max_message_bytes;
     let opts = bridge::Options {
@@ -40,7 +40,7 @@ pub fn upgrade(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Re
 async fn session(gw: Arc<Gateway>, socket: super::ws::Socket, peer: SocketAddr, preset: Option<(String, String)>, opts: bridge::Options, linger: super::Linger) {
     let _open = gw.drain.enter();
     let _counted = crate::metrics::connection("acp");
-    let (map, notes) = link::in_process(gw.clone(), preset, super::is_loopback(&peer), Some(peer.ip()), opts.agent_request_timeout);
+    let (map, notes) = link::in_process(gw.clone(), preset, super::headers::is_loopback(&peer), Some(peer.ip()), opts.agent_request_timeout);
     let (mut sink, mut source) = socket.split();
     let (in_tx, in_rx) = mpsc::channel::<String>(64);
     let (out_tx, mut out_rx) = mpsc::channel::<String>(1024);

@@ -16,7 +16,7 @@ use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
 
-use super::http::{error_json, full, method_not_allowed, Body};
+use super::reply::{error_json, full, method_not_allowed, Body};
 use crate::core::Gateway;
 
 fn ok_json(v: Value) -> Response<Body> {
@@ -32,17 +32,17 @@ fn tenant_param(req: &Request<Incoming>) -> Option<String> {
 /// Whether the peer may use the admin API; the refusal otherwise.
 fn authorise(gw: &Gateway, peer: SocketAddr, req: &Request<Incoming>) -> Result<(), Response<Body>> {
     let cross_site = req.headers().get("sec-fetch-site").is_some_and(|v| v.as_bytes() != b"same-origin" && v.as_bytes() != b"none");
-    if cross_site || super::foreign_origin(req.headers()).is_some() {
+    if cross_site || super::headers::foreign_origin(req.headers()).is_some() {
         return Err(error_json(StatusCode::FORBIDDEN, "the admin API does not answer cross-origin requests"));
     }
     let token = &gw.config.admin.token;
     let allowed = if token.is_empty() {
-        super::is_loopback(&peer)
+        super::headers::is_loopback(&peer)
     } else {
         if let Err(e) = gw.tenants.throttle.check(peer.ip()) {
             return Err(error_json(StatusCode::TOO_MANY_REQUESTS, &e.message));
         }
-        let ok = super::header_credentials(req.headers()).is_some_and(|(kind, t)| kind == "bearer" && crate::ids::secrets_equal(&t, token));
+        let ok = super::headers::header_credentials(req.headers()).is_some_and(|(kind, t)| kind == "bearer" && crate::ids::secrets_equal(&t, token));
         if !ok {
             gw.tenants.throttle.failed(peer.ip());
         }

@@ -6,7 +6,7 @@
 
 use hyper::{Method, Response, StatusCode};
 
-use super::http::{full, method_not_allowed, Body};
+use super::reply::{full, method_not_allowed, Body};
 
 const FILES: [(&str, &str, &str); 3] = [
     ("index.html", "text/html; charset=utf-8", include_str!("../../dashboard/index.html")),

@@ -164,7 +164,7 @@ fn grpc_timeout(headers: &hyper::HeaderMap) -> Option<Duration> {
 /// (as for HTTP plugins), the plugin from the path.
 pub async fn serve(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> hyper::Response<tonic::body::Body> {
     let refuse = |code: Code, message: String| Status::new(code, message).into_http();
-    let who = match super::http::caller(&gw, peer, req.headers()) {
+    let who = match super::headers::caller(&gw, peer, req.headers()) {
         Ok(Some(who)) => who,
         Ok(None) => return refuse(Code::Unauthenticated, "credentials required (authorization: Bearer … or x-api-key metadata)".into()),
         Err((status, e)) if status == hyper::StatusCode::TOO_MANY_REQUESTS => return refuse(Code::ResourceExhausted, e.message),
@@ -174,7 +174,7 @@ pub async fn serve(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -
     let Some(plugin) = crate::plugins::of(&who.tenant).grpc_route(&path) else {
         return refuse(Code::Unimplemented, format!("no plugin of this tenant serves {path}"));
     };
-    let (parent, state) = super::http::trace_headers(req.headers());
+    let (parent, state) = super::headers::trace_headers(req.headers());
     let span = crate::telemetry::inbound("grpc", &path, &who.tenant.id, parent.as_deref(), state.as_deref());
     let limit = gw.config.server.max_message_bytes;
     let call = Call { plugin, path, principal: who.principal.to_string(), timeout: grpc_timeout(req.headers()) };

@@ -8,34 +8,22 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::stream;
-use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
+use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame as BodyFrame, Incoming};
 use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
 
+use super::headers::{caller, foreign_origin, origin_allowed, trace_headers};
+use super::reply::{error_json, full, method_not_allowed, Body};
 use crate::core::{Conn, Gateway, StreamRefused};
-use crate::core::Authenticated;
 use crate::rpc::{encode_error, RpcError};
-
-pub type Body = BoxBody<Bytes, Infallible>;
 
 /// Header naming the session of an HTTP request (returned by `map/connect`).
 pub const SESSION_HEADER: &str = "map-session-id";
 
-pub(super) fn full(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Response<Body> {
-    let mut r = Response::new(Full::new(body.into()).boxed());
-    *r.status_mut() = status;
-    r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
-    r
-}
-
 fn rpc_error(status: StatusCode, err: RpcError) -> Response<Body> {
     full(status, "application/json", encode_error(&Value::Null, &err))
-}
-
-pub(super) fn error_json(status: StatusCode, message: &str) -> Response<Body> {
-    full(status, "application/json", json!({"error": message}).to_string())
 }
 
 /// What the host answers itself under a plugin's prefix, before or instead
@@ -64,12 +52,6 @@ async fn readiness(gw: &Gateway) -> Response<Body> {
     }
 }
 
-pub(super) fn method_not_allowed(allow: &'static str) -> Response<Body> {
-    let mut r = full(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "method not allowed\n");
-    r.headers_mut().insert(hyper::header::ALLOW, HeaderValue::from_static(allow));
-    r
-}
-
 /// The MAP endpoints answer browsers of allowed origins only; those get CORS headers.
 fn with_cors(mut resp: Response<Body>, origin: Option<&HeaderValue>) -> Response<Body> {
     if let Some(o) = origin {
@@ -84,7 +66,7 @@ fn with_cors(mut resp: Response<Body>, origin: Option<&HeaderValue>) -> Response
 pub async fn route(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
     let path = req.uri().path().to_string();
     let map_endpoint = matches!(path.as_str(), "/map/rpc" | "/map/batch" | "/map/events" | "/acp");
-    if (super::ws::is_upgrade(&req) || map_endpoint) && !super::origin_allowed(&gw.config.server.allowed_origins, req.headers()) {
+    if (super::ws::is_upgrade(&req) || map_endpoint) && !origin_allowed(&gw.config.server.allowed_origins, req.headers()) {
         return Ok(error_json(StatusCode::FORBIDDEN, "cross-origin requests from this origin are not allowed (server.allowed_origins)"));
     }
     if super::ws::is_upgrade(&req) && path == "/acp" {
@@ -93,7 +75,7 @@ pub async fn route(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -
     if super::ws::is_upgrade(&req) {
         return Ok(super::ws::upgrade(gw, peer, req));
     }
-    let origin = super::foreign_origin(req.headers()).and(req.headers().get(hyper::header::ORIGIN).cloned());
+    let origin = foreign_origin(req.headers()).and(req.headers().get(hyper::header::ORIGIN).cloned());
     Ok(match (req.method(), path.as_str()) {
         (&Method::GET, "/healthz") => full(StatusCode::OK, "application/json", json!({"status": "ok", "version": env!("CARGO_PKG_VERSION")}).to_string()),
         (&Method::GET, "/readyz") => readiness(&gw).await,
@@ -181,25 +163,6 @@ async fn plugin_http(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>)
     }
 }
 
-/// W3C trace context headers (`traceparent`, `tracestate`), when present.
-pub(super) fn trace_headers(headers: &hyper::HeaderMap) -> (Option<String>, Option<String>) {
-    let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
-    (get("traceparent"), get("tracestate"))
-}
-
-/// Who an HTTP request is: its `Authorization` / `X-Api-Key` credentials,
-/// or the anonymous tenant. `Ok(None)`: no credentials and none needed is not allowed.
-pub(crate) fn caller(gw: &Gateway, peer: SocketAddr, headers: &hyper::HeaderMap) -> Result<Option<Authenticated>, (StatusCode, RpcError)> {
-    let Some((method, secret)) = super::header_credentials(headers) else {
-        return Ok(gw.tenants.anonymous(super::is_loopback(&peer)));
-    };
-    match gw.check_credential(Some(peer.ip()), &method, Some(&secret)) {
-        Ok(who) => Ok(Some(who)),
-        Err(e) if e.code == crate::rpc::codes::RESOURCE_EXHAUSTED => Err((StatusCode::TOO_MANY_REQUESTS, e)),
-        Err(e) => Err((StatusCode::UNAUTHORIZED, e)),
-    }
-}
-
 enum BodyError {
     TooLarge,
     Unreadable,
@@ -265,7 +228,7 @@ async fn rpc(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Resp
     }
     let limit = gw.config.server.max_message_bytes;
     let session = session_of(&req);
-    let preset = super::header_credentials(req.headers());
+    let preset = super::headers::header_credentials(req.headers());
     let trace = trace_headers(req.headers());
     // A request naming a session must come from whoever opened it.
     let who = match session.as_ref().map(|_| caller(&gw, peer, req.headers())) {
@@ -284,7 +247,7 @@ async fn rpc(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Resp
     };
     // Notifications raised while handling go nowhere: this request has no stream.
     let (tx, _rx) = crate::core::outbox::channel(1, 1);
-    let mut conn = Conn::new(tx, super::is_loopback(&peer), "http");
+    let mut conn = Conn::new(tx, super::headers::is_loopback(&peer), "http");
     conn.peer_ip = Some(peer.ip());
     conn.preset_auth = preset;
     conn.streams = false;

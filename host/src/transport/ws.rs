@@ -24,7 +24,7 @@ use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::{self, Message, Utf8Bytes};
 use tokio_tungstenite::WebSocketStream;
 
-use super::http::Body;
+use super::reply::Body;
 use crate::core::outbox::{channel, Frame};
 use crate::core::{Conn, Gateway, Handled};
 
@@ -37,7 +37,7 @@ pub fn is_upgrade(req: &Request<Incoming>) -> bool {
 }
 
 pub fn upgrade(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Response<Body> {
-    let preset = super::header_credentials(req.headers());
+    let preset = super::headers::header_credentials(req.headers());
     let linger = req.extensions().get::<super::Linger>().cloned().unwrap_or_default();
     let max = gw.config.server.max_message_bytes;
     accept(max, peer, req, move |socket| run(gw, socket, peer, preset, linger))
@@ -168,7 +168,7 @@ where
     let stopping = gw.drain.stopping();
     tokio::pin!(stopping);
     let mut draining = false;
-    let mut conn = Conn::new(tx.clone(), super::is_loopback(&peer), "websocket");
+    let mut conn = Conn::new(tx.clone(), super::headers::is_loopback(&peer), "websocket");
     conn.peer_ip = Some(peer.ip());
     conn.preset_auth = preset;
     // Half the idle time without a frame: ping; the other half without one: close.
