@@ -30,7 +30,7 @@ use async_nats::jetstream;
 
 use self::directory::MirroredTenant;
 pub use self::nats_fabric::ClusterFabric;
-use self::presence::Presence;
+use self::presence::{Interest, Presence};
 use crate::config::{ClusterConfig, Config};
 use crate::core::outbox::Full;
 use crate::core::Gateway;
@@ -143,7 +143,8 @@ impl Cluster {
             f.spawn_log_reader(self, tenant).await?;
         }
         directory::mirror(self, mirrored_tenants(gateway, &fabrics)).await?;
-        presence::spawn(self, gateway).await?;
+        let interests = fabrics.iter().map(|(_, f)| f.clone() as Arc<dyn Interest>).collect();
+        presence::spawn(self, gateway, interests).await?;
         for (_, f) in &fabrics {
             f.spawn_checkpoints(self);
         }

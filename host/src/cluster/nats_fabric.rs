@@ -15,7 +15,7 @@ use super::deliveries::Outgoing;
 use super::directory::{self, DirectoryPublisher, Mirrored};
 use super::event_log::{published_by, LogPublisher};
 use super::follow::follow;
-use super::presence::Presence;
+use super::presence::{Interest, Presence};
 use super::{checkpoints, token, Cluster};
 use crate::core::events::{Filter, NewEvent, StoredEvent};
 use crate::core::fabric::{Delivery, Fabric, FabricView, LocalFabric, ParkedSubscription, ReplayFrom, ReplayPage, ReplayQuery};
@@ -110,20 +110,8 @@ impl ClusterFabric {
         checkpoints::spawn(DirectoryPublisher::new(cluster), self.tenant_token.clone(), cluster.checkpoint, subscriptions);
     }
 
-    pub(super) fn tenant_token(&self) -> &str {
-        &self.tenant_token
-    }
-
     pub(super) fn mirrored(&self) -> Arc<Mirrored> {
         self.mirrored.clone()
-    }
-
-    pub(super) fn has_local_subscribers(&self) -> bool {
-        self.local.has_subscribers()
-    }
-
-    pub(super) fn set_remote_interest(&self, any: bool) {
-        self.remote_interest.store(any, Ordering::Relaxed);
     }
 
     fn remote_interest(&self) -> bool {
@@ -176,6 +164,20 @@ impl ClusterFabric {
         }
         self.mirrored.routes.write().insert(session.to_string(), home.clone());
         self.deliveries.hand_to(&home, session, &frame).await
+    }
+}
+
+impl Interest for ClusterFabric {
+    fn tenant_token(&self) -> &str {
+        &self.tenant_token
+    }
+
+    fn has_local_subscribers(&self) -> bool {
+        self.local.has_subscribers()
+    }
+
+    fn set_remote_interest(&self, any: bool) {
+        self.remote_interest.store(any, Ordering::Relaxed);
     }
 }
 
