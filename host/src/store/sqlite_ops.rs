@@ -6,6 +6,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 use super::ops::{add_to_counter, Op, Outcome};
 use super::{Scope, StoreError};
 
+/// A failing SQLite call, here or in `sqlite`'s reads, is the database being unavailable.
 impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> Self {
         StoreError::Unavailable(e.to_string())
