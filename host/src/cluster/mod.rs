@@ -14,8 +14,12 @@
 //!   and subscription checkpoints; every node reads it and mirrors it.
 //! - Plugin state is in PostgreSQL (`storage.url`), shared by every node.
 
+mod checkpoints;
+mod deliveries;
 mod directory;
-mod fabric;
+mod event_log;
+mod follow;
+mod nats_fabric;
 mod presence;
 
 use std::sync::Arc;
@@ -24,11 +28,16 @@ use std::time::Duration;
 use anyhow::Context;
 use async_nats::jetstream;
 
-use crate::config::Config;
+use self::directory::MirroredTenant;
+pub use self::nats_fabric::ClusterFabric;
+use self::presence::{Interest, Presence};
+use crate::config::{ClusterConfig, Config};
+use crate::core::outbox::Full;
 use crate::core::Gateway;
 
-pub use fabric::ClusterFabric;
-use presence::Presence;
+/// Largest batch in one NATS message (bytes): deliveries to one node, or
+/// recorded events of one tenant (one log entry holds the batch).
+const BATCH_BYTES: usize = 256 << 10;
 
 /// This node's link to the cluster.
 pub struct Cluster {
@@ -82,77 +91,15 @@ pub(crate) fn untoken(s: &str) -> Option<String> {
 }
 
 impl Cluster {
-    /// Connect to NATS and make (or find) the event stream and the directory bucket.
+    /// Connect to NATS and make (or find) the event stream and the directory stream.
     pub async fn connect(config: &Config) -> anyhow::Result<Arc<Cluster>> {
         let c = &config.cluster;
-        let node: Arc<str> = if c.node.is_empty() {
-            let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "node".into());
-            format!("{}-{}", token(&host), std::process::id()).into()
-        } else {
-            token(&c.node).into()
-        };
-        let timeout = Duration::from_millis(c.presence_timeout_ms);
-        let presence = Presence::new(node.clone(), timeout);
-        let seen_by = presence.clone();
-        let client = async_nats::ConnectOptions::new()
-            .name(format!("map-gateway {node}"))
-            .retry_on_initial_connect()
-            .connection_timeout(Duration::from_secs(5))
-            // A connection that silently stopped answering is found out within a few timeouts.
-            .ping_interval(timeout.max(Duration::from_secs(1)))
-            // Back within a second of NATS coming back, however long it was away.
-            .reconnect_delay_callback(|attempts| Duration::from_millis(1 << attempts.min(10)).min(Duration::from_secs(1)))
-            .event_callback(move |event| {
-                let presence = seen_by.clone();
-                async move {
-                    match event {
-                        async_nats::Event::Connected => {
-                            presence.connection(true);
-                            tracing::info!("connected to NATS");
-                        }
-                        async_nats::Event::Disconnected => {
-                            presence.connection(false);
-                            tracing::warn!("lost the connection to NATS: sends to other nodes fail until it is back");
-                        }
-                        other => tracing::info!(event = %other, "NATS"),
-                    }
-                }
-            })
-            .connect(&c.nats)
-            .await
-            .with_context(|| format!("connecting to NATS at {}", c.nats))?;
-        // `retry_on_initial_connect` returns at once; wait for the first connection (bounded).
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while client.connection_state() != async_nats::connection::State::Connected {
-            if tokio::time::Instant::now() > deadline {
-                anyhow::bail!("cluster.nats {}: no NATS server answered within 10 s", c.nats);
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let node = node_name(c);
+        let presence = Presence::new(node.clone(), Duration::from_millis(c.presence_timeout_ms));
+        let client = connect_nats(c, &node, &presence).await?;
         let js = jetstream::new(client.clone());
-        let stream_name = format!("{}_events", c.name);
-        js.get_or_create_stream(jetstream::stream::Config {
-            name: stream_name.clone(),
-            subjects: vec![format!("{}.ev.>", c.name)],
-            max_messages_per_subject: config.limits.replay_events as i64,
-            max_bytes: -1,
-            storage: jetstream::stream::StorageType::File,
-            ..Default::default()
-        })
-        .await
-        .with_context(|| format!("making the JetStream stream {stream_name} (is JetStream enabled on {}?)", c.nats))?;
-        // The directory: a stream keeping the last value of each subject (a
-        // key-value bucket, without the bucket API's newer server needs).
-        let dir_name = format!("{}_dir", c.name);
-        let dir = js.get_or_create_stream(jetstream::stream::Config {
-            name: dir_name.clone(),
-            subjects: vec![format!("{}.dir.>", c.name)],
-            max_messages_per_subject: 1,
-            storage: jetstream::stream::StorageType::File,
-            ..Default::default()
-        })
-        .await
-        .with_context(|| format!("making the JetStream stream {dir_name}"))?;
+        make_event_stream(&js, c, config.limits.replay_events).await?;
+        let dir = make_directory_stream(&js, c).await?;
         let instance = format!("{node}/{}", &crate::ids::secret()[..16]).into();
         Ok(Arc::new(Cluster {
             node,
@@ -185,14 +132,19 @@ impl Cluster {
     /// deliveries, beat and watch the other nodes' hearts. Returns when the
     /// directory and every tenant's log have been read up to now.
     pub async fn start(self: &Arc<Self>, gateway: &Arc<Gateway>) -> anyhow::Result<()> {
-        let tenants: Vec<_> = gateway.tenants.all().cloned().collect();
         let fabrics = self.fabrics.lock().clone();
-        fabric::spawn_deliveries(self).await?;
+        let by_token: foldhash::HashMap<String, Arc<ClusterFabric>> = fabrics.iter().map(|(_, f)| (f.tenant_token().to_string(), f.clone())).collect();
+        let deliver = move |tenant: &str, session: &str, frame| match by_token.get(tenant) {
+            Some(f) => f.deliver_here(session, frame),
+            None => Err(Full::Closed),
+        };
+        deliveries::receive(self, deliver).await?;
         for (tenant, f) in &fabrics {
             f.spawn_log_reader(self, tenant).await?;
         }
-        directory::mirror(self, &tenants).await?;
-        presence::spawn(self, gateway).await?;
+        directory::mirror(self, mirrored_tenants(gateway, &fabrics)).await?;
+        let interests = fabrics.iter().map(|(_, f)| f.clone() as Arc<dyn Interest>).collect();
+        presence::spawn(self, gateway, interests).await?;
         for (_, f) in &fabrics {
             f.spawn_checkpoints(self);
         }
@@ -212,45 +164,100 @@ impl Cluster {
     }
 }
 
-/// Read a stream's messages under `filter`, from `policy` on and in order,
-/// handing each to `each` for as long as the process runs. Returns once
-/// what the stream held under `filter` at the start has been handed over
-/// (or after 30 s, if that is huge).
-async fn follow(
-    js: &jetstream::Context,
-    stream: &str,
-    filter: String,
-    policy: jetstream::consumer::DeliverPolicy,
-    what: &'static str,
-    mut each: impl FnMut(&jetstream::Message) + Send + 'static,
-) -> anyhow::Result<()> {
-    use futures_util::StreamExt;
-    let stream = js.get_stream(stream).await?;
-    let config = jetstream::consumer::pull::OrderedConfig { filter_subject: filter, deliver_policy: policy, ..Default::default() };
-    let consumer = stream.create_consumer(config).await?;
-    let held = consumer.cached_info().num_pending;
-    let mut messages = consumer.messages().await?;
-    let (done, caught_up) = tokio::sync::oneshot::channel();
-    tokio::spawn(async move {
-        let mut done = Some(done);
-        if held == 0 {
-            let _ = done.take().map(|t| t.send(()));
+/// The tenants this node serves with a fabric of the cluster, for the directory's mirror.
+fn mirrored_tenants(gateway: &Gateway, fabrics: &[(String, Arc<ClusterFabric>)]) -> Vec<MirroredTenant> {
+    let mut tenants = Vec::new();
+    for t in gateway.tenants.all() {
+        if let Some((_, f)) = fabrics.iter().find(|(id, _)| *id == t.id) {
+            tenants.push(MirroredTenant { token: token(&t.id), tenant: t.clone(), mirrored: f.mirrored() });
         }
-        while let Some(msg) = messages.next().await {
-            match msg {
-                Ok(msg) => {
-                    each(&msg);
-                    if msg.info().is_ok_and(|i| i.pending == 0) {
-                        let _ = done.take().map(|t| t.send(()));
+    }
+    tenants
+}
+
+/// This node's name: the configured one, or the host name and process id.
+fn node_name(c: &ClusterConfig) -> Arc<str> {
+    if c.node.is_empty() {
+        let host = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "node".into());
+        format!("{}-{}", token(&host), std::process::id()).into()
+    } else {
+        token(&c.node).into()
+    }
+}
+
+/// Connect to NATS, reconnecting for as long as the process runs, and
+/// tell `presence` when the connection goes up or down. Returns once the
+/// first connection is made (bounded).
+async fn connect_nats(c: &ClusterConfig, node: &str, presence: &Arc<Presence>) -> anyhow::Result<async_nats::Client> {
+    let timeout = Duration::from_millis(c.presence_timeout_ms);
+    let seen_by = presence.clone();
+    let client = async_nats::ConnectOptions::new()
+        .name(format!("map-gateway {node}"))
+        .retry_on_initial_connect()
+        .connection_timeout(Duration::from_secs(5))
+        // A connection that silently stopped answering is found out within a few timeouts.
+        .ping_interval(timeout.max(Duration::from_secs(1)))
+        // Back within a second of NATS coming back, however long it was away.
+        .reconnect_delay_callback(|attempts| Duration::from_millis(1 << attempts.min(10)).min(Duration::from_secs(1)))
+        .event_callback(move |event| {
+            let presence = seen_by.clone();
+            async move {
+                match event {
+                    async_nats::Event::Connected => {
+                        presence.connection(true);
+                        tracing::info!("connected to NATS");
                     }
+                    async_nats::Event::Disconnected => {
+                        presence.connection(false);
+                        tracing::warn!("lost the connection to NATS: sends to other nodes fail until it is back");
+                    }
+                    other => tracing::info!(event = %other, "NATS"),
                 }
-                Err(e) => tracing::warn!(error = %e, "reading {what}"),
             }
+        })
+        .connect(&c.nats)
+        .await
+        .with_context(|| format!("connecting to NATS at {}", c.nats))?;
+    // `retry_on_initial_connect` returns at once; wait for the first connection (bounded).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while client.connection_state() != async_nats::connection::State::Connected {
+        if tokio::time::Instant::now() > deadline {
+            anyhow::bail!("cluster.nats {}: no NATS server answered within 10 s", c.nats);
         }
-        tracing::error!("reading {what} ended");
-    });
-    let _ = tokio::time::timeout(Duration::from_secs(30), caught_up).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(client)
+}
+
+/// The event log: every tenant's recorded events, the replay window's worth per subject.
+async fn make_event_stream(js: &jetstream::Context, c: &ClusterConfig, replay_events: usize) -> anyhow::Result<()> {
+    let stream_name = format!("{}_events", c.name);
+    js.get_or_create_stream(jetstream::stream::Config {
+        name: stream_name.clone(),
+        subjects: vec![format!("{}.ev.>", c.name)],
+        max_messages_per_subject: replay_events as i64,
+        max_bytes: -1,
+        storage: jetstream::stream::StorageType::File,
+        ..Default::default()
+    })
+    .await
+    .with_context(|| format!("making the JetStream stream {stream_name} (is JetStream enabled on {}?)", c.nats))?;
     Ok(())
+}
+
+/// The directory: a stream keeping the last value of each subject (a
+/// key-value bucket, without the bucket API's newer server needs).
+async fn make_directory_stream(js: &jetstream::Context, c: &ClusterConfig) -> anyhow::Result<jetstream::stream::Stream> {
+    let dir_name = format!("{}_dir", c.name);
+    js.get_or_create_stream(jetstream::stream::Config {
+        name: dir_name.clone(),
+        subjects: vec![format!("{}.dir.>", c.name)],
+        max_messages_per_subject: 1,
+        storage: jetstream::stream::StorageType::File,
+        ..Default::default()
+    })
+    .await
+    .with_context(|| format!("making the JetStream stream {dir_name}"))
 }
 
 #[cfg(test)]

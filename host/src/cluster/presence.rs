@@ -18,6 +18,16 @@ use super::Cluster;
 use crate::core::Gateway;
 use crate::ids;
 
+/// What the heartbeats read and set of one tenant's fabric on this node.
+pub trait Interest: Send + Sync {
+    /// The tenant's id as a subject token.
+    fn tenant_token(&self) -> &str;
+    /// Whether this node has subscriptions in the tenant (its beats say so).
+    fn has_local_subscribers(&self) -> bool;
+    /// Whether another live node has (from its beats).
+    fn set_remote_interest(&self, any: bool);
+}
+
 pub struct Presence {
     node: Arc<str>,
     timeout: Duration,
@@ -66,12 +76,13 @@ impl Presence {
     }
 }
 
-pub(super) async fn spawn(cluster: &Arc<Cluster>, gateway: &Arc<Gateway>) -> anyhow::Result<()> {
+/// Beat, listen to the other nodes' beats, and sweep up after dead nodes
+/// when this node leads. `fabrics`: every tenant's fabric on this node.
+pub(super) async fn spawn(cluster: &Arc<Cluster>, gateway: &Arc<Gateway>, fabrics: Vec<Arc<dyn Interest>>) -> anyhow::Result<()> {
     let subject = cluster.subject("hb", "all");
     let mut beats = cluster.client.subscribe(subject.clone()).await?;
     let _ = cluster.presence.started.set(Instant::now());
     let presence = cluster.presence.clone();
-    let fabrics = cluster.fabrics.lock().clone();
     let readers = fabrics.clone();
     tokio::spawn(async move {
         // Per node: when last heard, and the tenants it has subscribers in.
@@ -84,7 +95,7 @@ pub(super) async fn spawn(cluster: &Arc<Cluster>, gateway: &Arc<Gateway>) -> any
             presence.seen.lock().insert(node.clone(), Instant::now());
             interest.insert(node, parts.map(String::from).collect());
             interest.retain(|n, _| presence.alive(n));
-            for (_, f) in &readers {
+            for f in &readers {
                 f.set_remote_interest(interest.values().any(|tenants| tenants.iter().any(|t| t == f.tenant_token())));
             }
         }
@@ -101,7 +112,7 @@ pub(super) async fn spawn(cluster: &Arc<Cluster>, gateway: &Arc<Gateway>) -> any
                 _ = me.beat_now.notified() => {}
             }
             let mut beat = node.to_string();
-            for (_, f) in fabrics.iter().filter(|(_, f)| f.has_local_subscribers()) {
+            for f in fabrics.iter().filter(|f| f.has_local_subscribers()) {
                 beat.push('\t');
                 beat.push_str(f.tenant_token());
             }

@@ -4,18 +4,19 @@
 //! model both backends keep, and `conformance` checks it on both.
 //!
 //! Writes on SQLite go through one writer thread with group commit
-//! (`writer`), which keeps a read cache (`cache`) current; on PostgreSQL,
+//! (`group_commit`), which keeps a read cache (`cache`) current; on PostgreSQL,
 //! which other gateways may write too, each write call is its own
 //! transaction and every read goes to the database. Either
 //! way a key's version comes from one clock per database, ticked once per
 //! transaction, so versions never repeat.
 
 mod cache;
+mod group_commit;
 mod migrations;
 mod ops;
 mod postgres;
 mod sqlite;
-mod writer;
+mod sqlite_ops;
 
 use std::time::Instant;
 use std::sync::Arc;
@@ -183,7 +184,7 @@ impl Store {
         let started = Instant::now();
         let done = async {
             match &self.backend {
-                Backend::Sqlite(db) => db.writer().commit(scope, ops).await,
+                Backend::Sqlite(db) => db.commit(scope, ops).await,
                 Backend::Postgres(db) => db.commit(scope, &ops).await,
             }
         };

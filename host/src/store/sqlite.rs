@@ -1,7 +1,7 @@
 //! SQLite through rusqlite, called in place: a read runs on the calling
 //! thread on a pooled connection (a point read costs microseconds, less
 //! than handing it to another thread and back), and writes go to the one
-//! writer thread (`writer`), which commits them in groups. WAL mode lets the
+//! writer thread (`group_commit`), which commits them in groups. WAL mode lets the
 //! readers run beside the writer and see each commit as soon as it is made.
 //! Reads are served from `cache` when it holds every key (or the page) asked for.
 
@@ -16,8 +16,8 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBeha
 
 use super::cache::{push_part, Cache, Lookup};
 use super::migrations;
-use super::ops::{add_to_counter, bounds, ManyFill, Op, Outcome, PageFill, PREFIX_END};
-use super::writer::Writer;
+use super::group_commit::GroupCommit;
+use super::ops::{bounds, ManyFill, Op, Outcome, PageFill, PREFIX_END};
 use super::{Item, Page, ScanOptions, Scope, StoreError};
 
 /// Idle read connections kept for reuse.
@@ -27,18 +27,12 @@ const WRITER_CHECKPOINT_PAGES: i64 = 16384;
 /// Prepared statements cached per connection.
 const STATEMENTS: usize = 128;
 
-impl From<rusqlite::Error> for StoreError {
-    fn from(e: rusqlite::Error) -> Self {
-        StoreError::Unavailable(e.to_string())
-    }
-}
-
 pub struct Sqlite {
     path: PathBuf,
     sync_full: bool,
     readers: Mutex<Vec<Connection>>,
     cache: Arc<Cache>,
-    writer: Writer,
+    writer: GroupCommit,
 }
 
 /// A connection with the gateway's settings.
@@ -66,12 +60,13 @@ impl Sqlite {
         conn.pragma_update(None, "wal_autocheckpoint", WRITER_CHECKPOINT_PAGES)?;
         let checkpoints = connect(&path, sync_full)?;
         let cache = Arc::new(Cache::new(cache_bytes));
-        let writer = Writer::start(conn, checkpoints, cache.clone())?;
+        let writer = GroupCommit::start(conn, checkpoints, cache.clone())?;
         Ok(Sqlite { path, sync_full, readers: Mutex::new(Vec::new()), writer, cache })
     }
 
-    pub fn writer(&self) -> &Writer {
-        &self.writer
+    /// Apply `ops` atomically through the writer thread; answers once durable.
+    pub async fn commit(&self, scope: &Scope, ops: Vec<Op>) -> Result<Outcome, StoreError> {
+        self.writer.commit(scope, ops).await
     }
 
     /// A trivial query on a reader connection (not through the cache).
@@ -199,47 +194,4 @@ fn migrate(conn: &mut Connection) -> anyhow::Result<()> {
         tracing::info!(version, backend = "sqlite", "applied storage migration");
     }
     Ok(())
-}
-
-const SELECT_ITEM: &str = "SELECT value, version FROM plugin_kv WHERE tenant = ?1 AND plugin = ?2 AND collection = ?3 AND key = ?4";
-const UPSERT: &str = "INSERT INTO plugin_kv (tenant, plugin, collection, key, value, version) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
-                      ON CONFLICT (tenant, plugin, collection, key) DO UPDATE SET value = excluded.value, version = excluded.version";
-const DELETE: &str = "DELETE FROM plugin_kv WHERE tenant = ?1 AND plugin = ?2 AND collection = ?3 AND key = ?4";
-
-/// Apply one call's operations at `version` inside the writer's open
-/// transaction. Conditions are checked first, so a conflict writes nothing.
-pub fn apply(conn: &Connection, scope: &Scope, ops: &[Op], version: i64) -> Result<Outcome, StoreError> {
-    let read = |collection: &str, key: &str| -> Result<Option<(Vec<u8>, i64)>, StoreError> {
-        Ok(conn.prepare_cached(SELECT_ITEM)?.query_row(params![scope.tenant, scope.plugin, collection, key], |r| Ok((r.get(0)?, r.get(1)?))).optional()?)
-    };
-    for (i, op) in ops.iter().enumerate() {
-        let holds = match op {
-            Op::ExpectVersion { collection, key, version } => read(collection, key)?.map_or(0, |(_, v)| v as u64) == *version,
-            Op::ExpectValue { collection, key, value } => read(collection, key)?.map(|(v, _)| v) == *value,
-            _ => continue,
-        };
-        if !holds {
-            return Ok(Outcome::Conflict(i as u32));
-        }
-    }
-    let (mut counters, mut deleted) = (Vec::new(), 0u64);
-    let mut upsert = conn.prepare_cached(UPSERT)?;
-    for op in ops {
-        match op {
-            Op::Put { collection, key, value } => {
-                upsert.execute(params![scope.tenant, scope.plugin, collection, key, value, version])?;
-            }
-            Op::Delete { collection, key } => {
-                deleted += conn.prepare_cached(DELETE)?.execute(params![scope.tenant, scope.plugin, collection, key])? as u64;
-            }
-            Op::Add { collection, key, delta } => {
-                // The writer is the only one writing, so read-then-write is atomic.
-                let next = add_to_counter(read(collection, key)?.map(|(v, _)| v).as_deref(), *delta, key)?;
-                upsert.execute(params![scope.tenant, scope.plugin, collection, key, next.to_string().into_bytes(), version])?;
-                counters.push(next);
-            }
-            Op::ExpectVersion { .. } | Op::ExpectValue { .. } => {}
-        }
-    }
-    Ok(Outcome::Committed { version: version as u64, counters, deleted })
 }

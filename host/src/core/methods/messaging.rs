@@ -182,15 +182,15 @@ fn deliver(active: &Active, recipients: &[address::Recipient], frame: Frame) -> 
 }
 
 /// Who took a send: the delivered ids as a JSON array, how many, and the ids not delivered.
-struct Outcome<'r> {
+struct Taken<'r> {
     delivered: String,
     count: usize,
     failed: Vec<&'r str>,
 }
 
-impl<'r> Outcome<'r> {
+impl<'r> Taken<'r> {
     /// `refused`: the recipients (the first of each session) not delivered to.
-    fn of(recipients: &'r [address::Recipient], refused: &[usize]) -> Outcome<'r> {
+    fn of(recipients: &'r [address::Recipient], refused: &[usize]) -> Taken<'r> {
         let took = |i: usize| {
             refused.is_empty() || {
                 let first = recipients[..i].iter().position(|p| p.session == recipients[i].session).unwrap_or(i);
@@ -213,7 +213,7 @@ impl<'r> Outcome<'r> {
             }
         }
         delivered.push(']');
-        Outcome { delivered, count, failed }
+        Taken { delivered, count, failed }
     }
 
     /// The answer to the sender.
@@ -254,16 +254,16 @@ impl Done<'_> {
     /// `refused`: the recipients (the first of each session) not delivered to.
     fn finish(mut self, active: &Active, refused: &[usize]) -> Result<String, RpcError> {
         let recipients = std::mem::take(&mut self.routing.recipients);
-        let outcome = Outcome::of(&recipients, refused);
-        crate::metrics::messages(&active.tenant.id, outcome.count, outcome.failed.len());
-        if outcome.count == 0 && !recipients.is_empty() {
-            let details = json!({"messageId": self.message_id, "failed": outcome.failed});
-            self.record_failure(active, &outcome.failed);
+        let taken = Taken::of(&recipients, refused);
+        crate::metrics::messages(&active.tenant.id, taken.count, taken.failed.len());
+        if taken.count == 0 && !recipients.is_empty() {
+            let details = json!({"messageId": self.message_id, "failed": taken.failed});
+            self.record_failure(active, &taken.failed);
             return Err(RpcError::new(codes::DELIVERY_FAILED, "No recipient could take the message (their queues are full or closed, or their node cannot be reached)")
                 .with_details(details));
         }
-        let result = outcome.result(&self.message_id);
-        self.record_delivery(active, &recipients, &outcome);
+        let result = taken.result(&self.message_id);
+        self.record_delivery(active, &recipients, &taken);
         Ok(result)
     }
 
@@ -296,8 +296,8 @@ impl Done<'_> {
 
     /// `message_sent` (recorded), `message_delivered` for live subscribers,
     /// then the observers.
-    fn record_delivery(mut self, active: &Active, recipients: &[address::Recipient], outcome: &Outcome) {
-        let delivered_json = outcome.delivered.as_str();
+    fn record_delivery(mut self, active: &Active, recipients: &[address::Recipient], taken: &Taken) {
+        let delivered_json = taken.delivered.as_str();
         let (source, facets) = self.event_parts(active);
         let mut sent = std::mem::take(&mut self.sent);
         let message_end = sent.len();
@@ -313,7 +313,7 @@ impl Done<'_> {
             fabric.publish(event("message_sent", source.clone(), sent, facets.clone()));
             fabric.publish(NewEvent { recorded: false, ..event("message_delivered", source, data, facets) });
         }
-        self.observe(active, || recipients.iter().filter(|r| !outcome.failed.contains(&r.id.as_str())).map(|r| r.id.clone()).collect());
+        self.observe(active, || recipients.iter().filter(|r| !taken.failed.contains(&r.id.as_str())).map(|r| r.id.clone()).collect());
     }
 
     /// `message_delivered`'s data. It carries the message as well: the MAP

@@ -21,7 +21,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::cache::Cache;
 use super::ops::{call_bytes, Item, Op, Outcome, MAX_CALL_BYTES, MAX_OPS};
-use super::sqlite::apply;
+use super::sqlite_ops::apply;
 use super::{Scope, StoreError};
 
 /// How long the writer waits for more calls when calls arrive together.
@@ -39,22 +39,22 @@ struct Job {
     reply: oneshot::Sender<Result<Outcome, StoreError>>,
 }
 
-/// The handle write calls go through.
+/// The handle write calls go through to the writer thread.
 #[derive(Clone)]
-pub struct Writer {
+pub struct GroupCommit {
     queue: mpsc::Sender<Job>,
 }
 
-impl Writer {
+impl GroupCommit {
     /// Start the writer thread on its own connection (it keeps `cache` up
     /// to date with every commit), and the checkpointer on `checkpoints`.
-    pub fn start(conn: Connection, checkpoints: Connection, cache: std::sync::Arc<Cache>) -> rusqlite::Result<Writer> {
+    pub fn start(conn: Connection, checkpoints: Connection, cache: std::sync::Arc<Cache>) -> rusqlite::Result<GroupCommit> {
         let (queue, jobs) = mpsc::channel(4 * MAX_GROUP);
         let clock = Clock::load(&conn)?;
         let (committed, signals) = std::sync::mpsc::sync_channel(1);
         std::thread::Builder::new().name("store-checkpoint".into()).spawn(move || checkpoint(checkpoints, signals)).expect("the checkpoint thread starts");
         std::thread::Builder::new().name("store-writer".into()).spawn(move || run(conn, jobs, clock, &cache, committed)).expect("the storage writer thread starts");
-        Ok(Writer { queue })
+        Ok(GroupCommit { queue })
     }
 
     /// Apply `ops` atomically; answers once durable.
