@@ -4,6 +4,7 @@ pub(crate) mod agents;
 pub(crate) mod messaging;
 pub(crate) mod scopes;
 pub(crate) mod session;
+mod structure;
 pub(crate) mod subscriptions;
 
 use std::sync::Arc;
@@ -39,7 +40,7 @@ fn route(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out, RpcEr
         "map/agents/resume" => agents::control(conn.active()?, req, "active"),
         "map/agents/list" => agents::list(conn.active()?, req),
         "map/agents/get" => agents::get(conn.active()?, req),
-        "map/structure/graph" => agents::graph(conn.active()?, req),
+        "map/structure/graph" => structure::graph(conn.active()?, req),
         "map/inject" => agents::inject(conn.active()?, req),
 
         "map/scopes/create" => scopes::create(conn.active()?, req),

@@ -95,12 +95,17 @@ fn visible(scope: &Scope, active: &Active) -> bool {
     scope.visibility == "public" || scope.created_by.as_deref() == Some(active.participant_id.as_str())
 }
 
+/// Read a piece at a time and written out on a blocking thread: a tenant
+/// of very many scopes does not stall other requests meanwhile.
 pub fn list(active: &Active, req: &Request) -> Result<Out, RpcError> {
     let p: ScopeRef = req.params()?;
-    let reg = active.tenant.registry.lock();
-    let mut scopes: Vec<&Scope> = reg.scopes.values().filter(|s| visible(s, active)).filter(|s| p.parent.is_none() || s.parent == p.parent).collect();
-    scopes.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
-    Ok(json!({"scopes": scopes}).into())
+    let active = active.clone();
+    Ok(Out::Later(Box::pin(async move {
+        let keep = |s: &Scope| visible(s, &active) && (p.parent.is_none() || s.parent == p.parent);
+        let scopes = active.tenant.registry.walk(|r| &r.scopes, None, usize::MAX, |_, s| keep(s).then(|| s.clone())).await;
+        let text = tokio::task::spawn_blocking(move || serde_json::to_string(&json!({"scopes": scopes})).expect("scopes serialise"));
+        text.await.map(Out::Text).map_err(|_| RpcError::internal("listing the scopes failed"))
+    })))
 }
 
 pub fn get(active: &Active, req: &Request) -> Result<Out, RpcError> {
