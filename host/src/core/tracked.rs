@@ -306,4 +306,56 @@ mod tests {
         drop(dir.lock());
         assert_eq!(seen.0.lock().len(), 1, "a hold without writes reports nothing");
     }
+
+    fn scope_at(id: &str, created_at: u64) -> Scope {
+        Scope { created_at, ..Scope::open(id, "p") }
+    }
+
+    fn ids<'a>(scopes: impl Iterator<Item = &'a Scope>) -> Vec<String> {
+        scopes.map(|s| s.id.clone()).collect()
+    }
+
+    #[test]
+    fn entries_go_by_creation_time_then_id() {
+        let mut t = Tracked::default();
+        t.insert("b".into(), scope_at("b", 2));
+        t.insert("a".into(), scope_at("a", 2));
+        t.insert("c".into(), scope_at("c", 1));
+        assert_eq!(ids(t.in_order()), ["c", "a", "b"]);
+        t.insert("c".into(), scope_at("c", 3));
+        assert_eq!(ids(t.in_order()), ["a", "b", "c"], "a new insert with another time moves the entry");
+        t.remove("a");
+        assert_eq!(ids(t.in_order()), ["b", "c"]);
+        assert_eq!(ids(t.after(Some(&(2, "b".into())), 10).map(|(_, s)| &**s)), ["c"]);
+        assert_eq!(ids(t.after(None, 1).map(|(_, s)| &**s)), ["b"]);
+    }
+
+    #[test]
+    fn a_shared_entry_stays_as_it_was_when_written_later() {
+        let mut t = Tracked::default();
+        t.insert("s".into(), scope_at("s", 1));
+        let before = t.shared("s").expect("there");
+        t.get_mut("s").expect("there").name = Some("new".into());
+        assert_eq!(before.name, None);
+        assert_eq!(t.get("s").and_then(|s| s.name.as_deref()), Some("new"));
+    }
+
+    #[tokio::test]
+    async fn a_walk_sees_each_entry_once_in_order_and_stops_at_its_limit() {
+        let dir = Directory::default();
+        let n = WALK_CHUNK * 2 + 5;
+        {
+            let mut reg = dir.lock();
+            for i in 0..n {
+                let id = format!("s{i:05}");
+                reg.scopes.insert(id.clone(), scope_at(&id, 7));
+            }
+        }
+        let all = dir.walk(|r| &r.scopes, None, usize::MAX, |_, s| Some(s.id.clone())).await;
+        assert_eq!(all, (0..n).map(|i| format!("s{i:05}")).collect::<Vec<_>>());
+        let some = dir.walk(|r| &r.scopes, Some((7, "s00009".into())), 3, |_, s| Some(s.id.clone())).await;
+        assert_eq!(some, ["s00010", "s00011", "s00012"]);
+        let picked = dir.walk(|r| &r.scopes, None, usize::MAX, |_, s| s.id.ends_with("00").then(|| s.id.clone())).await;
+        assert_eq!(picked.len(), n.div_ceil(100));
+    }
 }
