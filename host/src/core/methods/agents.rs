@@ -1,5 +1,5 @@
 //! Agent methods: register/spawn, unregister, update, stop/suspend/resume,
-//! list, get, inject.
+//! list, inject.
 
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -346,55 +346,6 @@ pub fn list(active: &Active, req: &Request) -> Result<Out, RpcError> {
         }
         Ok(result.into())
     })))
-}
-
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase", default)]
-struct Include {
-    parent: bool,
-    children: bool,
-    siblings: bool,
-    ancestors: bool,
-    descendants: bool,
-    max_depth: Option<usize>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase", default)]
-struct GetParams {
-    agent_id: Option<String>,
-    include: Include,
-}
-
-pub fn get(active: &Active, req: &Request) -> Result<Out, RpcError> {
-    let p: GetParams = req.params()?;
-    let id = p.agent_id.as_deref().ok_or_else(|| RpcError::invalid_params("agentId is required"))?;
-    let reg = active.tenant.registry.lock();
-    let viewer = active.viewer();
-    let agent = reg.visible_agent(id, &viewer)?;
-    let see = |i: &String| reg.agents.get(i).filter(|a| reg.visible(a, &viewer));
-    let many = |ids: Vec<String>| ids.iter().filter_map(see).cloned().collect::<Vec<Agent>>();
-    let depth = p.include.max_depth.unwrap_or(usize::MAX).max(1);
-    let mut result = json!({"agent": agent});
-    if p.include.parent {
-        if let Some(parent) = agent.parent.as_ref().and_then(see) {
-            result["parent"] = json!(parent);
-        }
-    }
-    if p.include.children {
-        result["children"] = json!(many(agent.children.clone()));
-    }
-    if p.include.siblings {
-        let siblings = agent.parent.as_ref().and_then(|x| reg.agents.get(x)).map(|par| par.children.clone()).unwrap_or_default();
-        result["siblings"] = json!(many(siblings.into_iter().filter(|s| s != id).collect()));
-    }
-    if p.include.ancestors {
-        result["ancestors"] = json!(many(reg.ancestors(id, depth)));
-    }
-    if p.include.descendants {
-        result["descendants"] = json!(many(reg.descendants(id, depth)));
-    }
-    Ok(result.into())
 }
 
 #[derive(Deserialize, Default)]

@@ -39,7 +39,7 @@ fn route(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out, RpcEr
         "map/agents/suspend" => agents::control(conn.active()?, req, "suspended"),
         "map/agents/resume" => agents::control(conn.active()?, req, "active"),
         "map/agents/list" => agents::list(conn.active()?, req),
-        "map/agents/get" => agents::get(conn.active()?, req),
+        "map/agents/get" => structure::get(conn.active()?, req),
         "map/structure/graph" => structure::graph(conn.active()?, req),
         "map/inject" => agents::inject(conn.active()?, req),
 

@@ -189,7 +189,8 @@ pub fn members(active: &Active, req: &Request) -> Result<Out, RpcError> {
     let p: ScopeRef = req.params()?;
     let reg = active.tenant.registry.lock();
     let scope = reg.scope(scope_id(&p)?)?;
-    let (members, next) = page(scope.members.clone(), p.limit, p.cursor.as_deref())?;
+    // Only the page is copied: a scope may have very many members.
+    let (members, next) = page(scope.members.iter().collect(), p.limit, p.cursor.as_deref())?;
     let mut result = json!({"members": members});
     if let Some(n) = next {
         result["nextCursor"] = json!(n);
