@@ -124,14 +124,6 @@ impl<V: Created + Clone> Tracked<V> {
         old
     }
 
-    /// Every value, mutably: each counts as written when tracking.
-    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut V> {
-        if let Some(d) = &mut self.dirty {
-            d.extend(self.map.keys().cloned());
-        }
-        self.map.values_mut().map(Arc::make_mut)
-    }
-
     /// Write without counting it as a change (applying someone else's).
     pub fn insert_quiet(&mut self, key: String, value: V) -> Option<V> {
         self.order.insert((value.created_at(), key.clone()));

@@ -130,8 +130,12 @@ pub fn delete(active: &Active, req: &Request) -> Result<Out, RpcError> {
                 a.scopes.retain(|s| s != id);
             }
         }
-        for s in reg.scopes.values_mut().filter(|s| s.parent.as_deref() == Some(id)) {
-            s.parent = None;
+        // Only the children change (and count as written).
+        let children: Vec<String> = reg.scopes.values().filter(|s| s.parent.as_deref() == Some(id)).map(|s| s.id.clone()).collect();
+        for child in children {
+            if let Some(s) = reg.scopes.get_mut(&child) {
+                s.parent = None;
+            }
         }
         scope
     };
