@@ -512,6 +512,10 @@ async fn a_tenant_checks_jwts_from_its_issuer() {
     assert_eq!(refusal(&connect(sign(issuer, "0123456789abcdef-idp")).await), "invalid_credentials", "wrong issuer");
 }
 
+/// Far below the 60 s header timeout of the test below, and far above what
+/// a loaded machine needs to answer.
+const PROMPTLY: Duration = Duration::from_secs(15);
+
 #[tokio::test]
 async fn out_of_descriptors_silent_sockets_give_way_and_busy_ones_are_refused_cleanly() {
     let dir = TempDir::new("fds");
@@ -528,7 +532,8 @@ async fn out_of_descriptors_silent_sockets_give_way_and_busy_ones_are_refused_cl
     let started = Instant::now();
     let served = http(&addr, "GET", "/healthz", &[], b"").await;
     assert_eq!(served.status, 200, "{}", served.text());
-    assert!(started.elapsed() < Duration::from_secs(2));
+    // Served, not held until the 60 s header timeout frees a slot.
+    assert!(started.elapsed() < PROMPTLY, "{:?}", started.elapsed());
     assert!(gw.log().contains("max_connections lowered"), "{}", gw.log());
     let mut buf = [0u8; 16];
     let oldest = tokio::time::timeout(WAIT, silent[0].read(&mut buf)).await.expect("the oldest silent socket is closed");
@@ -543,7 +548,7 @@ async fn out_of_descriptors_silent_sockets_give_way_and_busy_ones_are_refused_cl
     let started = Instant::now();
     let busy = http(&addr, "GET", "/healthz", &[], b"").await;
     assert_eq!(busy.status, 503, "{}", busy.text());
-    assert!(started.elapsed() < Duration::from_secs(2));
+    assert!(started.elapsed() < PROMPTLY, "{:?}", started.elapsed());
     for ws in held {
         ws.close().await;
     }

@@ -7,6 +7,8 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use super::lifecycle::participant_event;
+use super::registry::Registry;
+use super::tracked::Tracked;
 use super::{Gateway, Tenant};
 
 impl Gateway {
@@ -40,73 +42,94 @@ impl Gateway {
         json!({ "tenants": tenants })
     }
 
-    /// `{key: [...]}`: what `rows` gives for each tenant named (or all),
-    /// each row tagged with its tenant; `None` for an unknown tenant.
-    fn listing(&self, tenant: Option<&str>, key: &str, rows: impl Fn(&Tenant) -> Vec<Value>) -> Option<Value> {
-        let mut out = Vec::new();
+    /// `{key: [...]}` as JSON text: each tenant's entries of one map of the
+    /// directory (read a piece at a time, see `Directory::walk`), as rows
+    /// tagged with their tenant; `None` for an unknown tenant. The rows are
+    /// made on a blocking thread: there may be very many.
+    async fn listing<V, R>(&self, tenant: Option<&str>, key: &'static str, map: fn(&Registry) -> &Tracked<V>, rows: R) -> Option<String>
+    where
+        V: Send + Sync + 'static,
+        R: Fn(&Tenant, Vec<Arc<V>>) -> Vec<Value> + Send + 'static,
+    {
+        let mut taken = Vec::new();
         for t in self.tenants_named(tenant)? {
-            for mut row in rows(&t) {
-                row["tenant"] = json!(t.id);
-                out.push(row);
-            }
+            let entries = t.registry.walk(map, None, usize::MAX, |_, e| Some(e.clone())).await;
+            taken.push((t, entries));
         }
-        Some(json!({ key: out }))
+        let text = tokio::task::spawn_blocking(move || {
+            let mut out = Vec::new();
+            for (t, entries) in taken {
+                for mut row in rows(&t, entries) {
+                    row["tenant"] = json!(t.id);
+                    out.push(row);
+                }
+            }
+            json!({ key: out }).to_string()
+        });
+        Some(text.await.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic())))
     }
 
     /// `{sessions: [...]}`: each session with its principal and subscription count.
-    pub fn admin_sessions(&self, tenant: Option<&str>) -> Option<Value> {
-        self.listing(tenant, "sessions", |t| {
+    pub async fn admin_sessions(self: &Arc<Self>, tenant: Option<&str>) -> Option<String> {
+        let gw = self.clone();
+        self.listing(tenant, "sessions", |r| &r.sessions, move |t, mut sessions| {
             let subscriptions = t.fabric.inspect().subscriptions;
-            let reg = t.registry.lock();
-            let mut sessions: Vec<_> = reg.sessions.values().collect();
             sessions.sort_by_key(|s| s.created_at);
             sessions
                 .into_iter()
                 .map(|s| {
-                    let mut v = serde_json::to_value(s).expect("session info serialises");
-                    v["principal"] = json!(self.live(&s.id).map(|l| l.principal.to_string()));
+                    let mut v = serde_json::to_value(&*s).expect("session info serialises");
+                    v["principal"] = json!(gw.live(&s.id).map(|l| l.principal.to_string()));
                     v["subscriptions"] = json!(subscriptions.iter().filter(|x| x.session_id == s.id).count());
                     v
                 })
                 .collect()
         })
+        .await
     }
 
     /// `{agents: [...]}`: every agent as the wire shows it, with its session.
-    pub fn admin_agents(&self, tenant: Option<&str>) -> Option<Value> {
-        self.listing(tenant, "agents", |t| {
-            let reg = t.registry.lock();
-            reg.agents_sorted()
+    pub async fn admin_agents(&self, tenant: Option<&str>) -> Option<String> {
+        self.listing(tenant, "agents", |r| &r.agents, |_, agents| {
+            agents
                 .into_iter()
                 .map(|a| {
-                    let mut v = serde_json::to_value(a).expect("agent serialises");
+                    let mut v = serde_json::to_value(&*a).expect("agent serialises");
                     v["sessionId"] = json!(a.session);
                     v
                 })
                 .collect()
         })
+        .await
     }
 
     /// `{scopes: [...]}`: every scope with its members.
-    pub fn admin_scopes(&self, tenant: Option<&str>) -> Option<Value> {
-        self.listing(tenant, "scopes", |t| {
-            let reg = t.registry.lock();
-            let mut scopes: Vec<_> = reg.scopes.values().collect();
+    pub async fn admin_scopes(&self, tenant: Option<&str>) -> Option<String> {
+        self.listing(tenant, "scopes", |r| &r.scopes, |_, mut scopes| {
             scopes.sort_by(|a, b| a.id.cmp(&b.id));
             scopes
                 .into_iter()
                 .map(|s| {
-                    let mut v = serde_json::to_value(s).expect("scope serialises");
+                    let mut v = serde_json::to_value(&*s).expect("scope serialises");
                     v["members"] = json!(s.members);
                     v
                 })
                 .collect()
         })
+        .await
     }
 
     /// `{subscriptions: [{id, sessionId, eventTypes, sequence, dropped, paused, tenant}]}`.
     pub fn admin_subscriptions(&self, tenant: Option<&str>) -> Option<Value> {
-        self.listing(tenant, "subscriptions", |t| t.fabric.inspect().subscriptions.into_iter().map(|s| serde_json::to_value(s).expect("subscription serialises")).collect())
+        let mut out = Vec::new();
+        for t in self.tenants_named(tenant)? {
+            for s in t.fabric.inspect().subscriptions {
+                let mut row = serde_json::to_value(s).expect("subscription serialises");
+                row["tenant"] = json!(t.id);
+                out.push(row);
+            }
+        }
+        Some(json!({ "subscriptions": out }))
     }
 
     /// End a session now, as if its resume window had closed: its connection

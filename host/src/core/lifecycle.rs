@@ -77,34 +77,55 @@ pub(crate) fn publish_agent_events(tenant: &Tenant, mut events: Vec<NewEvent>) {
 
 /// Agents released per hold of the registry lock: a session with very many
 /// agents must not stall the tenant (or the process) while it ends.
-const RELEASE_BATCH: usize = 1024;
+const RELEASE_BATCH: usize = 256;
 
 /// Unregister every agent of a session (or orphan them) and publish the
-/// events, in batches, each in time linear in its size.
+/// events, in batches, each in time linear in its size; the events are
+/// made after the lock is released. Very many agents are released off
+/// the runtime's worker (see `off_worker`).
 pub(crate) fn release_agents(tenant: &Tenant, session_id: &str, orphan: bool, reason: &str) {
     let owned = match tenant.registry.lock().sessions.get_mut(session_id) {
         Some(s) => std::mem::take(&mut s.agents),
         None => return,
     };
-    for batch in owned.chunks(RELEASE_BATCH) {
-        let events: Vec<NewEvent> = {
-            let mut reg = tenant.registry.lock();
-            if orphan {
-                batch
-                    .iter()
-                    .filter_map(|id| {
-                        let a = reg.agents.get_mut(id)?;
-                        a.state = "orphaned".into();
-                        a.lifecycle.last_state_change = ids::now_ms();
-                        a.session = String::new();
-                        Some(agent_event("agent_orphaned", a, json!({"agentId": id, "agent": a, "reason": reason})))
-                    })
-                    .collect()
-            } else {
-                reg.remove_agents(batch).into_iter().map(|a| agent_event("agent_unregistered", &a, json!({"agentId": a.id, "agent": a, "reason": reason}))).collect()
-            }
-        };
-        publish_agent_events(tenant, events);
+    let kind = if orphan { "agent_orphaned" } else { "agent_unregistered" };
+    let release = || {
+        for batch in owned.chunks(RELEASE_BATCH) {
+            let released: Vec<Agent> = {
+                let mut reg = tenant.registry.lock();
+                if orphan {
+                    batch.iter().filter_map(|id| orphaned(reg.agents.get_mut(id)?)).collect()
+                } else {
+                    reg.remove_agents(batch)
+                }
+            };
+            let events = released.iter().map(|a| agent_event(kind, a, json!({"agentId": a.id, "agent": a, "reason": reason}))).collect();
+            publish_agent_events(tenant, events);
+        }
+    };
+    if owned.len() > RELEASE_BATCH {
+        off_worker(release);
+    } else {
+        release();
+    }
+}
+
+/// Mark an agent orphaned: its copy as it is now.
+fn orphaned(a: &mut Agent) -> Option<Agent> {
+    a.state = "orphaned".into();
+    a.lifecycle.last_state_change = ids::now_ms();
+    a.session = String::new();
+    Some(a.clone())
+}
+
+/// Run long synchronous work on a runtime worker while the runtime moves
+/// the worker's other tasks to another thread (`block_in_place`), so they
+/// are not held up; as is where that cannot be done (no multi-thread runtime).
+fn off_worker<T>(work: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(rt) if rt.runtime_flavor() == RuntimeFlavor::MultiThread => tokio::task::block_in_place(work),
+        _ => work(),
     }
 }
 

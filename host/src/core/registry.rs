@@ -6,7 +6,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::model::{Agent, Scope};
-use super::tracked::Tracked;
+use super::tracked::{Created, Tracked};
 use crate::rpc::{codes, RpcError};
 
 #[derive(Debug, Clone, Serialize)]
@@ -42,6 +42,24 @@ pub struct SessionInfo {
     /// The node that serves it, when that is another node of a cluster.
     #[serde(skip)]
     pub home: Option<std::sync::Arc<str>>,
+}
+
+impl Created for SessionInfo {
+    fn created_at(&self) -> u64 {
+        self.created_at
+    }
+}
+
+impl Created for Agent {
+    fn created_at(&self) -> u64 {
+        self.lifecycle.created_at
+    }
+}
+
+impl Created for Scope {
+    fn created_at(&self) -> u64 {
+        self.created_at
+    }
 }
 
 /// Whether declared capabilities hold `true` at a dotted path (no empty segments).
@@ -126,9 +144,7 @@ impl Registry {
 
     /// Agents in a stable order: by creation time, then id.
     pub fn agents_sorted(&self) -> Vec<&Agent> {
-        let mut all: Vec<&Agent> = self.agents.values().collect();
-        all.sort_by(|a, b| (a.lifecycle.created_at, &a.id).cmp(&(b.lifecycle.created_at, &b.id)));
-        all
+        self.agents.in_order().collect()
     }
 
     /// The sessions whose capabilities, as declared at `map/connect`, hold
@@ -170,13 +186,15 @@ impl Registry {
     /// Descendants of an agent, breadth first, at most `depth` levels.
     pub fn descendants(&self, id: &str, depth: usize) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
+        let mut seen = std::collections::HashSet::from([id.to_string()]);
         let mut level = vec![id.to_string()];
         for _ in 0..depth {
             let next: Vec<String> = level
                 .iter()
                 .filter_map(|a| self.agents.get(a))
-                .flat_map(|a| a.children.iter().cloned())
-                .filter(|c| c != id && !out.contains(c))
+                .flat_map(|a| a.children.iter())
+                .filter(|c| seen.insert(c.to_string()))
+                .cloned()
                 .collect();
             if next.is_empty() {
                 break;

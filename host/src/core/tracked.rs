@@ -3,7 +3,8 @@
 //! replication (everything in a cluster) see each change without every
 //! method handler having to announce it.
 
-use std::ops::{Deref, DerefMut};
+use std::collections::BTreeSet;
+use std::ops::{Bound, Deref, DerefMut};
 use std::sync::{Arc, OnceLock};
 
 use foldhash::HashMap;
@@ -12,59 +13,76 @@ use parking_lot::{Mutex, MutexGuard};
 use super::registry::Registry;
 use super::extensions::BoxFuture;
 
-/// A map keyed by id that can remember which keys were written.
+/// An entry's creation time (Unix ms): listings go by it, then by id. It
+/// must not change once the entry is in a map (only a new `insert` may).
+pub trait Created {
+    fn created_at(&self) -> u64;
+}
+
+/// Where a walk in creation order stands: the last entry it saw.
+pub type Position = (u64, String);
+
+/// A map keyed by id that can remember which keys were written, and walk
+/// its entries in creation order. Entries are shared (`Arc`): a listing
+/// takes them a piece at a time and builds its answer after the lock is
+/// released; a later write copies the entry instead of changing it under
+/// the listing.
 pub struct Tracked<V> {
-    map: HashMap<String, V>,
+    map: HashMap<String, Arc<V>>,
+    /// Every key, by creation time then id.
+    order: BTreeSet<Position>,
     /// Keys written since the last `take_dirty` (`None`: not tracking).
     dirty: Option<Vec<String>>,
 }
 
 impl<V> Default for Tracked<V> {
     fn default() -> Self {
-        Tracked { map: HashMap::default(), dirty: None }
-    }
-}
-
-impl<V> Deref for Tracked<V> {
-    type Target = HashMap<String, V>;
-    fn deref(&self) -> &Self::Target {
-        &self.map
+        Tracked { map: HashMap::default(), order: BTreeSet::new(), dirty: None }
     }
 }
 
 impl<V> Tracked<V> {
+    pub fn get(&self, key: &str) -> Option<&V> {
+        self.map.get(key).map(|v| &**v)
+    }
+
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.map.contains_key(key)
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// The entry itself, shared: it stays as it is now whatever is written later.
+    pub fn shared(&self, key: &str) -> Option<Arc<V>> {
+        self.map.get(key).cloned()
+    }
+
+    /// Every value, in no particular order.
+    pub fn values(&self) -> impl Iterator<Item = &V> {
+        self.map.values().map(|v| &**v)
+    }
+
+    /// Every value, by creation time then id.
+    pub fn in_order(&self) -> impl Iterator<Item = &V> {
+        self.order.iter().filter_map(|(_, k)| self.get(k))
+    }
+
+    /// Up to `n` entries after `from` (from the first without), in creation order.
+    pub fn after(&self, from: Option<&Position>, n: usize) -> impl Iterator<Item = (&Position, &Arc<V>)> {
+        let start = from.map_or(Bound::Unbounded, Bound::Excluded);
+        self.order.range((start, Bound::Unbounded)).take(n).filter_map(|at| Some((at, self.map.get(&at.1)?)))
+    }
+
     fn touch(&mut self, key: &str) {
         if let Some(d) = &mut self.dirty {
             d.push(key.to_string());
         }
-    }
-
-    pub fn get_mut(&mut self, key: &str) -> Option<&mut V> {
-        if self.map.contains_key(key) {
-            self.touch(key);
-        }
-        self.map.get_mut(key)
-    }
-
-    pub fn insert(&mut self, key: String, value: V) -> Option<V> {
-        self.touch(&key);
-        self.map.insert(key, value)
-    }
-
-    pub fn remove(&mut self, key: &str) -> Option<V> {
-        let old = self.map.remove(key);
-        if old.is_some() {
-            self.touch(key);
-        }
-        old
-    }
-
-    /// Every value, mutably: each counts as written when tracking.
-    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut V> {
-        if let Some(d) = &mut self.dirty {
-            d.extend(self.map.keys().cloned());
-        }
-        self.map.values_mut()
     }
 
     fn track(&mut self) {
@@ -83,18 +101,48 @@ impl<V> Tracked<V> {
     fn has_dirty(&self) -> bool {
         self.dirty.as_ref().is_some_and(|d| !d.is_empty())
     }
+}
+
+impl<V: Created + Clone> Tracked<V> {
+    pub fn get_mut(&mut self, key: &str) -> Option<&mut V> {
+        if self.map.contains_key(key) {
+            self.touch(key);
+        }
+        self.get_mut_quiet(key)
+    }
+
+    pub fn insert(&mut self, key: String, value: V) -> Option<V> {
+        self.touch(&key);
+        self.insert_quiet(key, value)
+    }
+
+    pub fn remove(&mut self, key: &str) -> Option<V> {
+        let old = self.remove_quiet(key);
+        if old.is_some() {
+            self.touch(key);
+        }
+        old
+    }
 
     /// Write without counting it as a change (applying someone else's).
     pub fn insert_quiet(&mut self, key: String, value: V) -> Option<V> {
-        self.map.insert(key, value)
+        self.order.insert((value.created_at(), key.clone()));
+        let old = self.map.insert(key.clone(), Arc::new(value))?;
+        if old.created_at() != self.map[&key].created_at() {
+            self.order.remove(&(old.created_at(), key));
+        }
+        Some(Arc::unwrap_or_clone(old))
     }
 
     pub fn remove_quiet(&mut self, key: &str) -> Option<V> {
-        self.map.remove(key)
+        let old = self.map.remove(key)?;
+        self.order.remove(&(old.created_at(), key.to_string()));
+        Some(Arc::unwrap_or_clone(old))
     }
 
+    /// The entry to change: a copy if a listing still holds it.
     pub fn get_mut_quiet(&mut self, key: &str) -> Option<&mut V> {
-        self.map.get_mut(key)
+        self.map.get_mut(key).map(Arc::make_mut)
     }
 }
 
@@ -156,7 +204,42 @@ impl Directory {
         }
         let _ = self.sink.set(sink);
     }
+
+    /// Walk one map in creation order, after `from` (from the start
+    /// without), without holding the lock for long: `WALK_CHUNK` entries per
+    /// hold, yielding to the runtime between holds, so other requests wait
+    /// for one piece at most. `pick` sees each entry beside the whole
+    /// directory and says what to keep; the walk stops once `limit` are
+    /// kept. An entry written meanwhile is seen as it was or as it is, one
+    /// added or removed meanwhile may be missed; none is seen twice.
+    pub async fn walk<V, T>(&self, map: fn(&Registry) -> &Tracked<V>, from: Option<Position>, limit: usize, mut pick: impl FnMut(&Registry, &Arc<V>) -> Option<T>) -> Vec<T> {
+        let mut kept = Vec::new();
+        let mut at = from;
+        while kept.len() < limit {
+            let next = {
+                let reg = self.inner.lock();
+                let mut last = None;
+                for (position, entry) in map(&reg).after(at.as_ref(), WALK_CHUNK) {
+                    last = Some(position);
+                    kept.extend(pick(&reg, entry));
+                    if kept.len() >= limit {
+                        break;
+                    }
+                }
+                last.cloned()
+            };
+            match next {
+                Some(position) => at = Some(position),
+                None => break,
+            }
+            tokio::task::yield_now().await;
+        }
+        kept
+    }
 }
+
+/// Entries a `walk` reads per hold of the directory lock.
+const WALK_CHUNK: usize = 512;
 
 pub struct DirectoryGuard<'a> {
     guard: MutexGuard<'a, Registry>,
@@ -214,5 +297,57 @@ mod tests {
         assert_eq!(*seen.0.lock(), vec!["s1".to_string()]);
         drop(dir.lock());
         assert_eq!(seen.0.lock().len(), 1, "a hold without writes reports nothing");
+    }
+
+    fn scope_at(id: &str, created_at: u64) -> Scope {
+        Scope { created_at, ..Scope::open(id, "p") }
+    }
+
+    fn ids<'a>(scopes: impl Iterator<Item = &'a Scope>) -> Vec<String> {
+        scopes.map(|s| s.id.clone()).collect()
+    }
+
+    #[test]
+    fn entries_go_by_creation_time_then_id() {
+        let mut t = Tracked::default();
+        t.insert("b".into(), scope_at("b", 2));
+        t.insert("a".into(), scope_at("a", 2));
+        t.insert("c".into(), scope_at("c", 1));
+        assert_eq!(ids(t.in_order()), ["c", "a", "b"]);
+        t.insert("c".into(), scope_at("c", 3));
+        assert_eq!(ids(t.in_order()), ["a", "b", "c"], "a new insert with another time moves the entry");
+        t.remove("a");
+        assert_eq!(ids(t.in_order()), ["b", "c"]);
+        assert_eq!(ids(t.after(Some(&(2, "b".into())), 10).map(|(_, s)| &**s)), ["c"]);
+        assert_eq!(ids(t.after(None, 1).map(|(_, s)| &**s)), ["b"]);
+    }
+
+    #[test]
+    fn a_shared_entry_stays_as_it_was_when_written_later() {
+        let mut t = Tracked::default();
+        t.insert("s".into(), scope_at("s", 1));
+        let before = t.shared("s").expect("there");
+        t.get_mut("s").expect("there").name = Some("new".into());
+        assert_eq!(before.name, None);
+        assert_eq!(t.get("s").and_then(|s| s.name.as_deref()), Some("new"));
+    }
+
+    #[tokio::test]
+    async fn a_walk_sees_each_entry_once_in_order_and_stops_at_its_limit() {
+        let dir = Directory::default();
+        let n = WALK_CHUNK * 2 + 5;
+        {
+            let mut reg = dir.lock();
+            for i in 0..n {
+                let id = format!("s{i:05}");
+                reg.scopes.insert(id.clone(), scope_at(&id, 7));
+            }
+        }
+        let all = dir.walk(|r| &r.scopes, None, usize::MAX, |_, s| Some(s.id.clone())).await;
+        assert_eq!(all, (0..n).map(|i| format!("s{i:05}")).collect::<Vec<_>>());
+        let some = dir.walk(|r| &r.scopes, Some((7, "s00009".into())), 3, |_, s| Some(s.id.clone())).await;
+        assert_eq!(some, ["s00010", "s00011", "s00012"]);
+        let picked = dir.walk(|r| &r.scopes, None, usize::MAX, |_, s| s.id.ends_with("00").then(|| s.id.clone())).await;
+        assert_eq!(picked.len(), n.div_ceil(100));
     }
 }

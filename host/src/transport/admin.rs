@@ -63,15 +63,16 @@ pub async fn route(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -
     let tenant = tenant_param(&req);
     let unknown_tenant = || error_json(StatusCode::NOT_FOUND, &format!("no tenant {:?}", tenant.as_deref().unwrap_or_default()));
     let listing = |v: Option<Value>| v.map_or_else(unknown_tenant, ok_json);
+    let listing_text = |v: Option<String>| v.map_or_else(unknown_tenant, |text| full(StatusCode::OK, "application/json", text));
     match (req.method(), path) {
         (&Method::GET, "/metrics") => match crate::metrics::render() {
             Some(text) => full(StatusCode::OK, "text/plain; version=0.0.4", text),
             None => full(StatusCode::NOT_FOUND, "text/plain", "metrics are off (server.metrics = false)\n"),
         },
         (&Method::GET, "/admin/tenants") => ok_json(gw.admin_tenants()),
-        (&Method::GET, "/admin/sessions") => listing(gw.admin_sessions(tenant.as_deref())),
-        (&Method::GET, "/admin/agents") => listing(gw.admin_agents(tenant.as_deref())),
-        (&Method::GET, "/admin/scopes") => listing(gw.admin_scopes(tenant.as_deref())),
+        (&Method::GET, "/admin/sessions") => listing_text(gw.admin_sessions(tenant.as_deref()).await),
+        (&Method::GET, "/admin/agents") => listing_text(gw.admin_agents(tenant.as_deref()).await),
+        (&Method::GET, "/admin/scopes") => listing_text(gw.admin_scopes(tenant.as_deref()).await),
         (&Method::GET, "/admin/subscriptions") => listing(gw.admin_subscriptions(tenant.as_deref())),
         (&Method::DELETE, p) if p.starts_with("/admin/sessions/") => {
             let id = &p["/admin/sessions/".len()..];

@@ -42,15 +42,14 @@ fn raise_file_limit() -> u64 {
 /// connection closes.
 const LINGER: Duration = Duration::from_secs(5);
 
-/// How long a new peer waits for the slot of the connection closed to make room for it.
-const EVICTED_SLOT_WAIT: Duration = Duration::from_secs(1);
-
 /// Accept connections until the process ends (over TLS when `tls` is
 /// given). A connection must send a complete request head within the
 /// header timeout counted from accept (its TLS handshake included), and is
 /// closed when it idles between requests. At `max_connections`, the oldest
-/// connection that has not yet sent a request head is closed to make room;
-/// when every connection has sent one, a new peer is answered 503 and closed.
+/// connection that has not yet sent a request head is closed to make room
+/// (one still waiting for a slot is answered 503), and the new peer waits
+/// for that slot; when every connection has sent one, a new peer is
+/// answered 503 and closed.
 pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener, tls: Option<Arc<tls::Tls>>) -> std::io::Result<()> {
     let server = &gateway.config.server;
     let files = raise_file_limit();
@@ -93,12 +92,14 @@ pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener, tls: Option<Arc
         tokio::spawn(async move {
             let slot = match slot {
                 Some(slot) => slot,
+                // Until the slot of the connection it evicted comes free, or
+                // its own header deadline (or eviction) ends the wait with a 503.
                 None => tokio::select! {
-                    slot = tokio::time::timeout(EVICTED_SLOT_WAIT, slots.acquire_owned()) => match slot {
-                        Ok(Ok(slot)) => slot,
-                        _ => return refuse_busy(stream).await,
+                    slot = slots.acquire_owned() => match slot {
+                        Ok(slot) => slot,
+                        Err(_) => return,
                     },
-                    () = waiting.expired() => return,
+                    () = waiting.expired() => return refuse_busy(stream).await,
                 },
             };
             let _open = gateway.drain.enter();

@@ -1,5 +1,5 @@
 //! Agent methods: register/spawn, unregister, update, stop/suspend/resume,
-//! list, get, structure graph, inject.
+//! list, inject.
 
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -8,6 +8,7 @@ use crate::core::events::NewEvent;
 use crate::core::lifecycle::agent_event;
 use crate::core::model::{check_transition, Agent, Lifecycle, RegisterParams, Scope};
 use crate::core::registry::Registry;
+use crate::core::tracked::Position;
 use crate::core::outbox::Frame;
 use crate::core::{Active, Out};
 use crate::ids;
@@ -347,6 +348,19 @@ pub(crate) fn page<T>(mut items: Vec<T>, limit: Option<usize>, cursor: Option<&s
     Ok((out, next))
 }
 
+/// The agents list's cursor: the creation time and id of the last agent
+/// listed, so a page costs its own size wherever it starts.
+fn cursor_of(a: &Agent) -> String {
+    format!("{}:{}", a.lifecycle.created_at, a.id)
+}
+
+fn position(cursor: &str) -> Result<Position, RpcError> {
+    let (at, id) = cursor.split_once(':').ok_or_else(|| RpcError::invalid_params("Invalid cursor"))?;
+    Ok((at.parse().map_err(|_| RpcError::invalid_params("Invalid cursor"))?, id.to_string()))
+}
+
+/// Read a piece at a time (see `Directory::walk`): a tenant of very many
+/// agents does not stall other requests meanwhile.
 pub fn list(active: &Active, req: &Request) -> Result<Out, RpcError> {
     let p: ListParams = req.params()?;
     let f = &p.filter;
@@ -359,115 +373,33 @@ pub fn list(active: &Active, req: &Request) -> Result<Out, RpcError> {
     let parent = f.parent.clone().or(p.parent.clone());
     let owner = f.owner_id.clone().or(p.owner_id.clone());
     let offers = f.offers.merged(&p.offers);
-    let reg = active.tenant.registry.lock();
-    let viewer = active.viewer();
-    let matching: Vec<&Agent> = reg
-        .agents_sorted()
-        .into_iter()
-        .filter(|a| reg.visible(a, &viewer))
-        .filter(|a| states.is_empty() || states.contains(&a.state))
-        .filter(|a| roles.is_empty() || a.role.as_deref().is_some_and(|r| roles.iter().any(|want| want == r)))
-        .filter(|a| scopes.is_empty() || a.scopes.iter().any(|s| scopes.contains(s)))
-        .filter(|a| parent.is_none() || a.parent == parent)
-        .filter(|a| owner.is_none() || owner.as_ref() == Some(&a.owner_id))
-        .filter(|a| f.has_children.is_none_or(|h| h != a.children.is_empty()))
-        .filter(|a| f.connected.is_none_or(|c| c == reg.connected_since(&a.id).is_some()))
-        .filter(|a| offers.admit(a))
-        .collect();
-    let (agents, next) = page(matching, p.limit, p.cursor.as_deref())?;
-    let mut result = json!({"agents": agents});
-    if let Some(n) = next {
-        result["nextCursor"] = json!(n);
-    }
-    Ok(result.into())
-}
-
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase", default)]
-struct Include {
-    parent: bool,
-    children: bool,
-    siblings: bool,
-    ancestors: bool,
-    descendants: bool,
-    max_depth: Option<usize>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase", default)]
-struct GetParams {
-    agent_id: Option<String>,
-    include: Include,
-}
-
-pub fn get(active: &Active, req: &Request) -> Result<Out, RpcError> {
-    let p: GetParams = req.params()?;
-    let id = p.agent_id.as_deref().ok_or_else(|| RpcError::invalid_params("agentId is required"))?;
-    let reg = active.tenant.registry.lock();
-    let viewer = active.viewer();
-    let agent = reg.visible_agent(id, &viewer)?;
-    let see = |i: &String| reg.agents.get(i).filter(|a| reg.visible(a, &viewer));
-    let many = |ids: Vec<String>| ids.iter().filter_map(see).cloned().collect::<Vec<Agent>>();
-    let depth = p.include.max_depth.unwrap_or(usize::MAX).max(1);
-    let mut result = json!({"agent": agent});
-    if p.include.parent {
-        if let Some(parent) = agent.parent.as_ref().and_then(see) {
-            result["parent"] = json!(parent);
+    let limit = p.limit.unwrap_or(100).clamp(1, 1000);
+    let from = p.cursor.as_deref().map(position).transpose()?;
+    let active = active.clone();
+    Ok(Out::Later(Box::pin(async move {
+        let f = &p.filter;
+        let viewer = active.viewer();
+        let keep = |reg: &Registry, a: &Agent| {
+            reg.visible(a, &viewer)
+                && (states.is_empty() || states.contains(&a.state))
+                && (roles.is_empty() || a.role.as_deref().is_some_and(|r| roles.iter().any(|want| want == r)))
+                && (scopes.is_empty() || a.scopes.iter().any(|s| scopes.contains(s)))
+                && (parent.is_none() || a.parent == parent)
+                && (owner.is_none() || owner.as_ref() == Some(&a.owner_id))
+                && f.has_children.is_none_or(|h| h != a.children.is_empty())
+                && f.connected.is_none_or(|c| c == reg.connected_since(&a.id).is_some())
+                && offers.admit(a)
+        };
+        // One more than the page: whether another page follows.
+        let mut agents = active.tenant.registry.walk(|r| &r.agents, from, limit + 1, |reg, a| keep(reg, a).then(|| a.clone())).await;
+        let more = agents.len() > limit;
+        agents.truncate(limit);
+        let mut result = json!({"agents": agents});
+        if let Some(last) = agents.last().filter(|_| more) {
+            result["nextCursor"] = json!(cursor_of(last));
         }
-    }
-    if p.include.children {
-        result["children"] = json!(many(agent.children.clone()));
-    }
-    if p.include.siblings {
-        let siblings = agent.parent.as_ref().and_then(|x| reg.agents.get(x)).map(|par| par.children.clone()).unwrap_or_default();
-        result["siblings"] = json!(many(siblings.into_iter().filter(|s| s != id).collect()));
-    }
-    if p.include.ancestors {
-        result["ancestors"] = json!(many(reg.ancestors(id, depth)));
-    }
-    if p.include.descendants {
-        result["descendants"] = json!(many(reg.descendants(id, depth)));
-    }
-    Ok(result.into())
-}
-
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase", default)]
-struct GraphParams {
-    root_agent_id: Option<String>,
-    depth: Option<usize>,
-    include_relationships: bool,
-}
-
-pub fn graph(active: &Active, req: &Request) -> Result<Out, RpcError> {
-    let p: GraphParams = req.params()?;
-    let reg = active.tenant.registry.lock();
-    let viewer = active.viewer();
-    let ids: Vec<String> = match &p.root_agent_id {
-        Some(root) => {
-            reg.visible_agent(root, &viewer)?;
-            std::iter::once(root.clone()).chain(reg.descendants(root, p.depth.unwrap_or(usize::MAX).max(1))).collect()
-        }
-        None => reg.agents_sorted().into_iter().map(|a| a.id.clone()).collect(),
-    };
-    let nodes: Vec<&Agent> = ids.iter().filter_map(|i| reg.agents.get(i)).filter(|a| reg.visible(a, &viewer)).collect();
-    let ids: Vec<&String> = nodes.iter().map(|a| &a.id).collect();
-    let mut edges = Vec::new();
-    for a in &nodes {
-        if let Some(parent) = a.parent.as_ref().filter(|p| ids.contains(p)) {
-            edges.push(json!({"from": parent, "to": a.id, "type": "parent-child"}));
-        }
-    }
-    if p.include_relationships {
-        for (i, a) in nodes.iter().enumerate() {
-            for b in &nodes[i + 1..] {
-                if a.scopes.iter().any(|s| b.scopes.contains(s)) {
-                    edges.push(json!({"from": a.id, "to": b.id, "type": "peer"}));
-                }
-            }
-        }
-    }
-    Ok(json!({"nodes": nodes, "edges": edges}).into())
+        Ok(result.into())
+    })))
 }
 
 #[derive(Deserialize, Default)]

@@ -79,7 +79,8 @@ fn route(active: &Active, addr: &Address, from: Option<&str>) -> Result<Routing,
     let reg = active.tenant.registry.lock();
     let session = reg.sessions.get(&active.session_id);
     let agent = match from {
-        Some(a) if session.is_some_and(|s| s.agents.iter().any(|x| x == a)) => Some(a.to_string()),
+        // By the agent's owner, not the session's list (which may be very long).
+        Some(a) if session.is_some() && reg.agents.get(a).is_some_and(|x| x.session == active.session_id) => Some(a.to_string()),
         Some(a) => return Err(RpcError::new(codes::PERMISSION_DENIED, format!("Agent {a} is not owned by this session"))),
         None => session.and_then(|s| s.agents.first().cloned()),
     };

@@ -4,6 +4,7 @@ pub(crate) mod agents;
 pub(crate) mod messaging;
 pub(crate) mod scopes;
 pub(crate) mod session;
+mod structure;
 pub(crate) mod subscriptions;
 
 use std::sync::Arc;
@@ -38,8 +39,8 @@ fn route(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out, RpcEr
         "map/agents/suspend" => agents::control(conn.active()?, req, "suspended"),
         "map/agents/resume" => agents::control(conn.active()?, req, "active"),
         "map/agents/list" => agents::list(conn.active()?, req),
-        "map/agents/get" => agents::get(conn.active()?, req),
-        "map/structure/graph" => agents::graph(conn.active()?, req),
+        "map/agents/get" => structure::get(conn.active()?, req),
+        "map/structure/graph" => structure::graph(conn.active()?, req),
         "map/inject" => agents::inject(conn.active()?, req),
 
         "map/scopes/create" => scopes::create(conn.active()?, req),

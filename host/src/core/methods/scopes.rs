@@ -95,12 +95,17 @@ fn visible(scope: &Scope, active: &Active) -> bool {
     scope.visibility == "public" || scope.created_by.as_deref() == Some(active.participant_id.as_str())
 }
 
+/// Read a piece at a time and written out on a blocking thread: a tenant
+/// of very many scopes does not stall other requests meanwhile.
 pub fn list(active: &Active, req: &Request) -> Result<Out, RpcError> {
     let p: ScopeRef = req.params()?;
-    let reg = active.tenant.registry.lock();
-    let mut scopes: Vec<&Scope> = reg.scopes.values().filter(|s| visible(s, active)).filter(|s| p.parent.is_none() || s.parent == p.parent).collect();
-    scopes.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
-    Ok(json!({"scopes": scopes}).into())
+    let active = active.clone();
+    Ok(Out::Later(Box::pin(async move {
+        let keep = |s: &Scope| visible(s, &active) && (p.parent.is_none() || s.parent == p.parent);
+        let scopes = active.tenant.registry.walk(|r| &r.scopes, None, usize::MAX, |_, s| keep(s).then(|| s.clone())).await;
+        let text = tokio::task::spawn_blocking(move || serde_json::to_string(&json!({"scopes": scopes})).expect("scopes serialise"));
+        text.await.map(Out::Text).map_err(|_| RpcError::internal("listing the scopes failed"))
+    })))
 }
 
 pub fn get(active: &Active, req: &Request) -> Result<Out, RpcError> {
@@ -125,8 +130,12 @@ pub fn delete(active: &Active, req: &Request) -> Result<Out, RpcError> {
                 a.scopes.retain(|s| s != id);
             }
         }
-        for s in reg.scopes.values_mut().filter(|s| s.parent.as_deref() == Some(id)) {
-            s.parent = None;
+        // Only the children change (and count as written).
+        let children: Vec<String> = reg.scopes.values().filter(|s| s.parent.as_deref() == Some(id)).map(|s| s.id.clone()).collect();
+        for child in children {
+            if let Some(s) = reg.scopes.get_mut(&child) {
+                s.parent = None;
+            }
         }
         scope
     };
@@ -184,7 +193,8 @@ pub fn members(active: &Active, req: &Request) -> Result<Out, RpcError> {
     let p: ScopeRef = req.params()?;
     let reg = active.tenant.registry.lock();
     let scope = reg.scope(scope_id(&p)?)?;
-    let (members, next) = page(scope.members.clone(), p.limit, p.cursor.as_deref())?;
+    // Only the page is copied: a scope may have very many members.
+    let (members, next) = page(scope.members.iter().collect(), p.limit, p.cursor.as_deref())?;
     let mut result = json!({"members": members});
     if let Some(n) = next {
         result["nextCursor"] = json!(n);
