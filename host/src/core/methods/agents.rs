@@ -334,20 +334,6 @@ struct ListParams {
     cursor: Option<String>,
 }
 
-/// Cursor pagination over a stable order: the cursor is the offset to continue at.
-pub(crate) fn page<T>(mut items: Vec<T>, limit: Option<usize>, cursor: Option<&str>) -> Result<(Vec<T>, Option<String>), RpcError> {
-    let start = match cursor {
-        Some(c) => c.parse::<usize>().map_err(|_| RpcError::invalid_params("Invalid cursor"))?,
-        None => 0,
-    };
-    let limit = limit.unwrap_or(100).clamp(1, 1000);
-    let total = items.len();
-    let from = start.min(total);
-    let out: Vec<T> = items.drain(from..(from + limit).min(total)).collect();
-    let next = (start + out.len() < total).then(|| (start + out.len()).to_string());
-    Ok((out, next))
-}
-
 /// The agents list's cursor: the creation time and id of the last agent
 /// listed, so a page costs its own size wherever it starts.
 fn cursor_of(a: &Agent) -> String {

@@ -3,7 +3,6 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::agents::page;
 use crate::core::events::{NewEvent, Source};
 use crate::core::lifecycle::agent_event;
 use crate::core::model::Scope;
@@ -200,4 +199,18 @@ pub fn members(active: &Active, req: &Request) -> Result<Out, RpcError> {
         result["nextCursor"] = json!(n);
     }
     Ok(result.into())
+}
+
+/// Cursor pagination over a stable order: the cursor is the offset to continue at.
+fn page<T>(mut items: Vec<T>, limit: Option<usize>, cursor: Option<&str>) -> Result<(Vec<T>, Option<String>), RpcError> {
+    let start = match cursor {
+        Some(c) => c.parse::<usize>().map_err(|_| RpcError::invalid_params("Invalid cursor"))?,
+        None => 0,
+    };
+    let limit = limit.unwrap_or(100).clamp(1, 1000);
+    let total = items.len();
+    let from = start.min(total);
+    let out: Vec<T> = items.drain(from..(from + limit).min(total)).collect();
+    let next = (start + out.len() < total).then(|| (start + out.len()).to_string());
+    Ok((out, next))
 }
