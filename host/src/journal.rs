@@ -17,7 +17,8 @@ use crate::core::events::StoredEvent;
 use crate::core::fabric::LocalFabric;
 use crate::core::model::Scope;
 use crate::core::registry::Registry;
-use crate::core::tracked::{ChangeSink, Changes, Track};
+use crate::core::directory::{ChangeSink, Track};
+use crate::core::tracked::Changes;
 use crate::core::Tenant;
 
 pub struct Journal {

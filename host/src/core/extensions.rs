@@ -3,21 +3,18 @@
 //! core knows no extension by name.
 
 use std::any::Any;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
+use futures_util::future::BoxFuture;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::events::DataFilterSpec;
-use super::methods::messaging::Observed;
+use super::model::Observed;
 use super::outbox::Frame;
 use super::{Active, Tenants};
 use crate::config::Config;
 use crate::rpc::RpcError;
-
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// A result, and notifications for the caller to write right after it.
 pub type Answer = (Box<RawValue>, Vec<Frame>);

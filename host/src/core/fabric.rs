@@ -13,7 +13,7 @@ use serde_json::value::RawValue;
 use serde_json::json;
 
 use super::events::{Filter, NewEvent, StoredEvent};
-use super::extensions::BoxFuture;
+use futures_util::future::BoxFuture;
 use crate::ids::{self, Ulid, UlidGen};
 use super::outbox::{Frame, Full, Outbox};
 use crate::rpc::push_json_str;

@@ -4,6 +4,7 @@
 
 pub mod address;
 mod admin;
+pub mod directory;
 pub mod drain;
 pub mod events;
 pub mod extensions;
@@ -11,9 +12,11 @@ pub mod fabric;
 pub mod model;
 pub mod outbox;
 pub mod registry;
+pub mod send;
 mod tenant;
 pub mod tracked;
-pub use methods::messaging::{Observed, Outgoing, Sent};
+pub use model::Observed;
+pub use send::{Outgoing, Sent};
 pub use tenant::Tenant;
 
 mod lifecycle;
@@ -33,7 +36,8 @@ use serde_json::Value;
 
 use crate::config::Config;
 use crate::rpc::{self, codes, Decoded, Request, RpcError};
-use extensions::{BoxFuture, ExtensionHost};
+use extensions::ExtensionHost;
+use futures_util::future::BoxFuture;
 use outbox::{Frame, FrameTx, Outbox};
 
 /// The tenants of this gateway and the credentials that lead into them.

@@ -1,4 +1,4 @@
-//! Agents and scopes as the wire shows them.
+//! Agents and scopes as the wire shows them, and a sent message as observers see it.
 
 use std::sync::Arc;
 
@@ -131,6 +131,22 @@ pub struct RegisterParams {
     pub environment: Option<Value>,
     pub capability_descriptor: Option<Value>,
     pub state: Option<String>,
+}
+
+/// A delivered message, as observers see it.
+#[derive(Debug, Clone)]
+pub struct Observed {
+    pub id: String,
+    pub from: String,
+    /// JSON text of the address as sent.
+    pub to: String,
+    pub timestamp: u64,
+    /// JSON text of the payload (`null` when none).
+    pub payload: String,
+    pub meta: Value,
+    pub delivered: Vec<String>,
+    /// Nested observer calls it comes from.
+    pub hops: u8,
 }
 
 #[cfg(test)]

@@ -9,12 +9,12 @@ use parking_lot::RwLock;
 
 use super::events::NewEvent;
 use super::extensions::{Extensions, NoExtensions};
-use super::methods::messaging::{self, Outgoing, Sent};
+use super::send::{self, Outgoing, Sent};
 use super::outbox::{Frame, Outbox};
 use super::Active;
 use crate::rpc::RpcError;
 use super::fabric::{Fabric, LocalFabric};
-use super::tracked::Directory;
+use super::directory::Directory;
 use crate::config::LimitsConfig;
 
 pub struct Tenant {
@@ -90,7 +90,7 @@ impl Tenant {
     /// Send a message as `actor`, exactly like `map/send`: the JSON text of
     /// its result (later, when another cluster node must confirm a delivery).
     pub fn send(&self, actor: &Active, message: Outgoing) -> Result<Sent, RpcError> {
-        messaging::send_message(actor, message)
+        send::send_message(actor, message)
     }
 
     /// Record an event and push it to matching subscriptions.

@@ -50,7 +50,8 @@ use crate::config::{Config, PluginConfig};
 use timers::Timers;
 use crate::core::Active;
 use crate::store::{Scope, Store};
-use crate::core::extensions::{BoxFuture, ExtensionHost};
+use crate::core::extensions::ExtensionHost;
+use futures_util::future::BoxFuture;
 use crate::core::{Tenant, Tenants};
 use state::{Context, PluginState};
 

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use serde_json::{json, Map, Value};
 
 use crate::core::events::DataFilterSpec;
-use crate::core::extensions::{Answer, BoxFuture, Extensions};
+use crate::core::extensions::{Answer, Extensions};
+use futures_util::future::BoxFuture;
 use crate::rpc::RpcError;
 
 use super::calls::TenantPlugin;

@@ -11,9 +11,10 @@ use tokio::sync::{mpsc, oneshot};
 use super::records::{essence, AgentRecord, ScopeRecord, SessionRecord};
 use super::{key, served_here, Mirrored, MirroredTenant, AGENT, SCOPE, SESSION};
 use crate::cluster::Cluster;
-use crate::core::extensions::BoxFuture;
+use futures_util::future::BoxFuture;
 use crate::core::registry::Registry;
-use crate::core::tracked::{ChangeSink, Changes, Track};
+use crate::core::directory::{ChangeSink, Track};
+use crate::core::tracked::Changes;
 
 /// Sets keys of the directory stream.
 #[derive(Clone)]

@@ -13,7 +13,7 @@ use serde_json::json;
 
 use crate::core::model::Agent;
 use crate::core::registry::Viewer;
-use crate::core::tracked::Directory;
+use crate::core::directory::Directory;
 use crate::core::{Active, Out};
 use crate::rpc::{codes, Request, RpcError};
 
