@@ -13,8 +13,8 @@ use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
 use super::bindings::{Caller, RpcError as WitError};
-use super::exports::{CallInfo, HttpRequest, HttpResponse, Invocation, Outcome, SentMessage, Service};
-use super::grpc::{code, status, Response, Status};
+use super::exports::{CallInfo, HttpRequest, HttpResponse, Invocation, Returned, SentMessage, Service};
+use super::grpc_calls::{code, status, Response, Status};
 use super::instance::classify;
 use super::plugin::{Descriptor, Plugin, Refused};
 use super::pool::Pool;
@@ -203,7 +203,7 @@ impl TenantPlugin {
         caller: Option<Active>,
         hops: u8,
         invocation: Invocation,
-        accept: impl FnOnce(&TenantPlugin, Outcome) -> Result<T, String> + Send + 'static,
+        accept: impl FnOnce(&TenantPlugin, Returned) -> Result<T, String> + Send + 'static,
     ) -> Result<(T, Vec<Frame>), RpcError> {
         let this = self.clone();
         // A child of the request's span (current here), carried to the plugin threads with the call.
@@ -227,7 +227,7 @@ impl TenantPlugin {
         caller: Option<Active>,
         hops: u8,
         invocation: Invocation,
-        accept: impl FnOnce(&TenantPlugin, Outcome) -> Result<T, String>,
+        accept: impl FnOnce(&TenantPlugin, Returned) -> Result<T, String>,
     ) -> Result<(T, Vec<Frame>), RpcError> {
         let limits = &self.plugin.limits;
         let started = Instant::now();
@@ -333,8 +333,8 @@ impl TenantPlugin {
         let invocation = Invocation::Rpc { caller, method: method.to_string(), params: params.to_string() };
         let (answer, deferred) = self
             .run(Some(active.clone()), depth, invocation, |tp, outcome| match outcome {
-                Outcome::Rpc(Ok(text)) => tp.check_result(text).map(Ok),
-                Outcome::Rpc(Err(e)) => tp.check_error(e).map(Err),
+                Returned::Rpc(Ok(text)) => tp.check_result(text).map(Ok),
+                Returned::Rpc(Err(e)) => tp.check_error(e).map(Err),
                 _ => Err("answered a call with something else".into()),
             })
             .await?;
@@ -382,8 +382,8 @@ impl TenantPlugin {
     pub async fn call_http(self: &Arc<Self>, req: HttpRequest) -> Result<HttpResponse, RpcError> {
         let (response, _) = self
             .run(None, 0, Invocation::Http(req), |tp, outcome| match outcome {
-                Outcome::Http(r) if r.body.len() <= tp.plugin.limits.max_result_bytes => Ok(r),
-                Outcome::Http(r) => Err(format!("returned an oversized body ({} bytes)", r.body.len())),
+                Returned::Http(r) if r.body.len() <= tp.plugin.limits.max_result_bytes => Ok(r),
+                Returned::Http(r) => Err(format!("returned an oversized body ({} bytes)", r.body.len())),
                 _ => Err("answered a request with something else".into()),
             })
             .await?;
@@ -519,8 +519,8 @@ impl TenantPlugin {
     async fn grpc_step(&self, invocation: Invocation) -> Result<(), Status> {
         let ran = self
             .run_here(None, 0, invocation, |_, outcome| match outcome {
-                Outcome::Grpc(r) => Ok(r),
-                Outcome::Done => Ok(Ok(())),
+                Returned::Grpc(r) => Ok(r),
+                Returned::Done => Ok(Ok(())),
                 _ => Err("answered a gRPC callback with something else".into()),
             })
             .await;

@@ -6,17 +6,17 @@
 //! (binding each exported interface), `plugin` (a loaded component),
 //! `instance` (one instance and failure classification), `budget` (the
 //! engine-wide cap on live instances), `pool` (pooled and singleton instances), `calls` (calls into a tenant's plugin),
-//! `imports`/`compat` (the host side of the imports), `output` (the
-//! plugin's stdout and stderr, for the log), `timers`, `grpc`,
+//! `imports`/`imports_0_1` (the host side of the imports, of the current and the 0.1 contract), `output` (the
+//! plugin's stdout and stderr, for the log), `timers`, `grpc_calls`,
 //! `set` (a tenant's plugins), `state` (what an instance's store holds).
 
 mod bindings;
 mod budget;
 mod calls;
-mod compat;
+mod imports_0_1;
 mod engine;
 mod exports;
-mod grpc;
+mod grpc_calls;
 mod imports;
 mod instance;
 mod outbound;
@@ -42,7 +42,7 @@ use wasmtime::Engine;
 pub use bindings::Caller;
 pub use calls::TenantPlugin;
 pub use exports::{HttpRequest, HttpResponse};
-pub use grpc::{code as grpc_code, Response as GrpcResponse, Status as GrpcStatus};
+pub use grpc_calls::{code as grpc_code, Response as GrpcResponse, Status as GrpcStatus};
 pub use plugin::{Limits, Plugin};
 pub use set::TenantPlugins;
 
@@ -122,7 +122,7 @@ impl PluginHost {
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
         bindings::Plugin::add_to_linker::<PluginState, HasSelf<PluginState>>(&mut linker, |s| s)?;
-        bindings::v1::InterceptingExtension::add_to_linker::<PluginState, HasSelf<PluginState>>(&mut linker, |s| s)?;
+        bindings::contract_0_1::InterceptingExtension::add_to_linker::<PluginState, HasSelf<PluginState>>(&mut linker, |s| s)?;
         Ok(PluginHost {
             engine,
             budget: budget::Budget::new(config.server.max_instances),

@@ -9,7 +9,7 @@ use wasmtime::component::{Component, InstancePre, Linker};
 use wasmtime::Engine;
 
 use super::budget::{Budget, Ticket};
-use super::exports::{Described, Exports, Invocation, Outcome, Service};
+use super::exports::{Described, Exports, Invocation, Returned, Service};
 use super::instance::{classify, Instance};
 use super::state::{Context, PluginState};
 use crate::config::InstanceMode;
@@ -134,8 +134,8 @@ impl Plugin {
             let Instance { store, bound, .. } = &mut instance;
             let ran = tokio::time::timeout(self.limits.deadline + Duration::from_millis(500), bound.invoke(store, Invocation::Init)).await;
             match ran {
-                Ok(Ok(Outcome::Init(Ok(())))) => {}
-                Ok(Ok(Outcome::Init(Err(e)))) => return Err(format!("init failed: {e}")),
+                Ok(Ok(Returned::Init(Ok(())))) => {}
+                Ok(Ok(Returned::Init(Err(e)))) => return Err(format!("init failed: {e}")),
                 Ok(Ok(_)) => return Err("init answered something else".into()),
                 Ok(Err(e)) => return Err(format!("init failed: {}", fail(e))),
                 Err(_) => return Err(format!("init timed out after {deadline_ms} ms")),
@@ -154,28 +154,28 @@ impl Plugin {
         let descriptor = match self.exports.rpc() {
             false => None,
             true => match self.ask(&mut inst, Invocation::Describe).await? {
-                Outcome::Described(d) => Some(check_descriptor(name, d)?),
+                Returned::Described(d) => Some(check_descriptor(name, d)?),
                 _ => unreachable!("describe answers a descriptor"),
             },
         };
         let interest = match self.exports.observer() {
             false => None,
             true => match self.ask(&mut inst, Invocation::Interest).await? {
-                Outcome::Interest(keys) => Some(keys),
+                Returned::Interest(keys) => Some(keys),
                 _ => unreachable!("interest answers keys"),
             },
         };
         let services = match self.exports.grpc() {
             false => None,
             true => match self.ask(&mut inst, Invocation::Services).await? {
-                Outcome::Services(s) => Some(check_services(name, s)?),
+                Returned::Services(s) => Some(check_services(name, s)?),
                 _ => unreachable!("services answers services"),
             },
         };
         Ok(Declarations { descriptor, interest, services })
     }
 
-    async fn ask(&self, inst: &mut Instance, what: Invocation) -> anyhow::Result<Outcome> {
+    async fn ask(&self, inst: &mut Instance, what: Invocation) -> anyhow::Result<Returned> {
         let name = &self.name;
         let Instance { store, bound, .. } = inst;
         match tokio::time::timeout(self.limits.deadline + Duration::from_millis(500), bound.invoke(store, what)).await {

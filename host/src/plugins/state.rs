@@ -11,7 +11,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use super::output::Captured;
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
-use super::grpc::GrpcCalls;
+use super::grpc_calls::GrpcCalls;
 use super::instance::Limiter;
 use super::outbound::Policy;
 use super::timers::Timers;
