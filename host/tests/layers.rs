@@ -27,7 +27,6 @@ const KNOWN_CYCLES: &[&[&str]] = &[
     &["cluster/directory.rs", "cluster/fabric.rs"],
     &["core/address.rs", "core/extensions.rs", "core/fabric.rs", "core/lifecycle.rs", "core/methods/", "core/registry.rs", "core/tenant.rs", "core/tracked.rs"],
     &["core/methods/agents.rs", "core/methods/scopes.rs"],
-    &["plugins/budget.rs", "plugins/exports.rs", "plugins/instance.rs", "plugins/state.rs"],
     &["store/sqlite.rs", "store/writer.rs"],
     &["transport/acp.rs", "transport/admin.rs", "transport/dashboard.rs", "transport/http.rs", "transport/ws.rs"],
 ];

@@ -4,7 +4,7 @@
 //!
 //! One job per file: `engine` (wasmtime and the artifact cache), `exports`
 //! (binding each exported interface), `plugin` (a loaded component),
-//! `instance` (one instance and failure classification), `budget` (the
+//! `instance` (one instance and failure classification), `limiter` (its memory and table caps), `budget` (the
 //! engine-wide cap on live instances), `pool` (pooled and singleton instances), `calls` (calls into a tenant's plugin),
 //! `imports`/`imports_0_1` (the host side of the imports, of the current and the 0.1 contract), `output` (the
 //! plugin's stdout and stderr, for the log), `timers`, `grpc_calls`,
@@ -19,6 +19,7 @@ mod exports;
 mod grpc_calls;
 mod imports;
 mod instance;
+mod limiter;
 mod outbound;
 mod output;
 mod plugin;

@@ -12,7 +12,7 @@ use super::output::Captured;
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::grpc_calls::GrpcCalls;
-use super::instance::Limiter;
+use super::limiter::Limiter;
 use super::outbound::Policy;
 use super::timers::Timers;
 use crate::core::outbox::Frame;
