@@ -551,3 +551,9 @@ async fn observe_loop(tp: std::sync::Weak<TenantPlugin>, mut rx: mpsc::Receiver<
         tp.call_observer(active, msg, hops).await;
     }
 }
+
+impl super::timers::OnTimer for TenantPlugin {
+    fn on_timer(self: Arc<Self>, id: u64, tag: String) -> futures_util::future::BoxFuture<'static, ()> {
+        Box::pin(async move { self.fire_timer(id, tag).await })
+    }
+}

@@ -31,7 +31,7 @@ mod timers;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -48,7 +48,7 @@ pub use plugin::{Limits, Plugin};
 pub use set::TenantPlugins;
 
 use crate::config::{Config, PluginConfig};
-use timers::Timers;
+use timers::{OnTimer, Timers};
 use crate::core::Active;
 use crate::store::{Scope, Store};
 use crate::core::extensions::{BoxFuture, ExtensionHost};
@@ -141,7 +141,7 @@ impl PluginHost {
     }
 
     fn context(&self, tenant: Arc<Tenant>, plugin: &str, config: Value, settings: &PluginConfig, receives_timers: bool, outbound: outbound::Policy) -> Arc<Context> {
-        let timers = self.timers.lock().entry((tenant.id.clone(), plugin.to_string())).or_insert_with(|| Timers::new(&tenant, plugin, self.runtime.clone())).clone();
+        let timers = self.timers.lock().entry((tenant.id.clone(), plugin.to_string())).or_insert_with(|| Timers::new(&tenant.id, plugin, self.runtime.clone())).clone();
         Arc::new(Context {
             scope: Scope { tenant: tenant.id.clone(), plugin: plugin.to_string() },
             tenant,
@@ -241,6 +241,7 @@ impl PluginHost {
             tenant.set_extensions(Arc::new(set));
             // gRPC calls of replaced versions end; their clients reconnect to the new one.
             let now = of(&tenant);
+            self.aim_timers(&tenant.id, &now);
             for tp in old.all() {
                 if !now.all().iter().any(|n| Arc::ptr_eq(n, tp)) {
                     tp.retire();
@@ -251,6 +252,13 @@ impl PluginHost {
         *self.bound.lock() = bound;
         *self.last_error.lock() = None;
         Ok(())
+    }
+
+    /// A tenant's due timers go to the versions of its plugins `set` runs.
+    fn aim_timers(&self, tenant: &str, set: &TenantPlugins) {
+        for ((_, plugin), timers) in self.timers.lock().iter().filter(|((t, _), _)| t == tenant) {
+            timers.aim(set.named(plugin).map(|tp| Arc::downgrade(&tp) as Weak<dyn OnTimer>));
+        }
     }
 
     pub fn note_error(&self, e: &anyhow::Error) {
