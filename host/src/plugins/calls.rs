@@ -15,9 +15,10 @@ use tokio::sync::mpsc;
 use super::bindings::{Caller, RpcError as WitError};
 use super::exports::{CallInfo, HttpRequest, HttpResponse, Invocation, Returned, SentMessage, Service};
 use super::grpc_calls::{code, status, Response, Status};
-use super::instance::classify;
+use super::instance::{classify, Instance};
+use super::outcome::{CallOutcome, Failure};
 use super::plugin::{Descriptor, Plugin, Refused};
-use super::pool::Pool;
+use super::pool::{Lease, Pool};
 use super::state::Context;
 use super::stats::CallStats;
 use crate::config::InstanceMode;
@@ -229,75 +230,83 @@ impl TenantPlugin {
         invocation: Invocation,
         accept: impl FnOnce(&TenantPlugin, Returned) -> Result<T, String>,
     ) -> Result<(T, Vec<Frame>), RpcError> {
-        let limits = &self.plugin.limits;
         let started = Instant::now();
-        let mut lease = match self.pool.acquire(&self.plugin, &self.ctx).await {
-            Ok(l) => l,
+        let mut lease = self.lease(started).await?;
+        let grpc_call = invocation.grpc_call();
+        let answer = self.invoke(&mut lease, caller, hops, invocation, accept).await;
+        let last_error = self.log_output(lease.instance().store.data());
+        let answer = answer.map_err(|failure| match last_error {
+            Some(line) => Failure { reason: format!("{}; its stderr said: {line}", failure.reason), ..failure },
+            None => failure,
+        });
+        let outcome = answer.as_ref().map_or_else(|f| f.outcome, |_| CallOutcome::Ok);
+        self.stats.record(&self.plugin.name, outcome, started.elapsed(), answer.as_ref().err().map(|f| f.reason.as_str()));
+        crate::telemetry::plugin_outcome(&tracing::Span::current(), outcome.label());
+        match answer {
+            Ok(value) => Ok((value, self.keep(lease))),
+            Err(failure) => Err(self.discard(lease, failure.reason, grpc_call)),
+        }
+    }
+
+    /// An instance for one call; a refusal is the call's error.
+    async fn lease(&self, started: Instant) -> Result<Lease, RpcError> {
+        match self.pool.acquire(&self.plugin, &self.ctx).await {
+            Ok(lease) => Ok(lease),
             Err(Refused::Busy { retry_after, why }) => {
-                self.stats.record(&self.plugin.name, "busy", started.elapsed(), Some(&why));
-                return Err(RpcError::new(codes::RESOURCE_EXHAUSTED, format!("Plugin {} cannot take the call now: {why}; try again later", self.plugin.name))
-                    .with_data(json!({"retryAfterMs": retry_after.as_millis() as u64, "plugin": self.plugin.name})));
+                self.stats.record(&self.plugin.name, CallOutcome::Busy, started.elapsed(), Some(&why));
+                Err(RpcError::new(codes::RESOURCE_EXHAUSTED, format!("Plugin {} cannot take the call now: {why}; try again later", self.plugin.name))
+                    .with_data(json!({"retryAfterMs": retry_after.as_millis() as u64, "plugin": self.plugin.name})))
             }
             Err(Refused::Failed(reason)) => {
-                self.stats.record(&self.plugin.name, "failed", started.elapsed(), Some(&reason));
+                self.stats.record(&self.plugin.name, CallOutcome::StartFailed, started.elapsed(), Some(&reason));
                 tracing::warn!(plugin = self.plugin.name, tenant = self.ctx.scope.tenant, reason, "plugin instance could not start");
-                return Err(self.failure(reason));
-            }
-        };
-        let grpc_call = invocation.grpc_call();
-        let instance = lease.instance();
-        instance.arm(Instant::now() + limits.deadline, caller, hops);
-        let outcome = {
-            let super::instance::Instance { store, bound, .. } = instance;
-            // The epoch check interrupts wasm code; the outer timeout also bounds host calls.
-            tokio::time::timeout(limits.deadline + Duration::from_millis(500), bound.invoke(store, invocation)).await
-        };
-        let (answer, outcome) = match outcome {
-            Err(_) => (Err(format!("timed out after {} ms", limits.deadline.as_millis())), "timeout"),
-            Ok(Err(e)) => {
-                let why = classify(&e, limits.deadline.as_millis(), limits.memory_bytes);
-                let outcome = if why.starts_with("timed out") {
-                    "timeout"
-                } else if why.starts_with("exceeded its memory limit") {
-                    "out_of_memory"
-                } else {
-                    "trap"
-                };
-                (Err(why), outcome)
-            }
-            Ok(Ok(outcome)) => {
-                let answer = accept(self, outcome);
-                let outcome = if answer.is_ok() { "ok" } else { "error" };
-                (answer, outcome)
-            }
-        };
-        let last_error = self.log_output(lease.instance().store.data());
-        let answer = answer.map_err(|reason| match last_error {
-            Some(line) => format!("{reason}; its stderr said: {line}"),
-            None => reason,
-        });
-        self.stats.record(&self.plugin.name, outcome, started.elapsed(), answer.as_ref().err().map(String::as_str));
-        crate::telemetry::plugin_outcome(&tracing::Span::current(), outcome);
-        match answer {
-            Ok(value) => {
-                let data = lease.instance().store.data_mut();
-                let deferred = std::mem::take(&mut data.deferred);
-                data.caller = None;
-                self.pool.release(lease, None, &self.plugin, &self.ctx);
-                Ok((value, deferred))
-            }
-            Err(reason) => {
-                tracing::warn!(plugin = self.plugin.name, tenant = self.ctx.scope.tenant, reason, "plugin call failed; instance discarded");
-                self.pool.release(lease, Some(&reason), &self.plugin, &self.ctx);
-                if self.plugin.limits.mode == InstanceMode::Singleton {
-                    // The streams lived in the failed instance's memory; the
-                    // failing call itself ends with INTERNAL from its caller.
-                    let why = format!("plugin {} failed and a fresh instance replaces it; reconnect", self.plugin.name);
-                    self.ctx.grpc.end_all_but(grpc_call, status(code::UNAVAILABLE, why));
-                }
                 Err(self.failure(reason))
             }
         }
+    }
+
+    /// Arm the leased instance and make the call; `accept` judges what it returned.
+    async fn invoke<T>(
+        &self,
+        lease: &mut Lease,
+        caller: Option<Active>,
+        hops: u8,
+        invocation: Invocation,
+        accept: impl FnOnce(&TenantPlugin, Returned) -> Result<T, String>,
+    ) -> Result<T, Failure> {
+        let limits = &self.plugin.limits;
+        let instance = lease.instance();
+        instance.arm(Instant::now() + limits.deadline, caller, hops);
+        let Instance { store, bound, .. } = instance;
+        // The epoch check interrupts wasm code; the outer timeout also bounds host calls.
+        match tokio::time::timeout(limits.deadline + Duration::from_millis(500), bound.invoke(store, invocation)).await {
+            Err(_) => Err(Failure::new(CallOutcome::TimedOut, format!("timed out after {} ms", limits.deadline.as_millis()))),
+            Ok(Err(e)) => Err(classify(&e, limits.deadline.as_millis(), limits.memory_bytes)),
+            Ok(Ok(returned)) => accept(self, returned).map_err(|reason| Failure::new(CallOutcome::Error, reason)),
+        }
+    }
+
+    /// Return the instance of a call that went well; the notifications it
+    /// queued for its caller.
+    fn keep(&self, mut lease: Lease) -> Vec<Frame> {
+        let data = lease.instance().store.data_mut();
+        let deferred = std::mem::take(&mut data.deferred);
+        data.caller = None;
+        self.pool.release(lease, None, &self.plugin, &self.ctx);
+        deferred
+    }
+
+    /// Drop the instance of a failed call; the call's error.
+    fn discard(&self, lease: Lease, reason: String, grpc_call: Option<u64>) -> RpcError {
+        tracing::warn!(plugin = self.plugin.name, tenant = self.ctx.scope.tenant, reason, "plugin call failed; instance discarded");
+        self.pool.release(lease, Some(&reason), &self.plugin, &self.ctx);
+        if self.plugin.limits.mode == InstanceMode::Singleton {
+            // The streams lived in the failed instance's memory; the
+            // failing call itself ends with INTERNAL from its caller.
+            let why = format!("plugin {} failed and a fresh instance replaces it; reconnect", self.plugin.name);
+            self.ctx.grpc.end_all_but(grpc_call, status(code::UNAVAILABLE, why));
+        }
+        self.failure(reason)
     }
 
     /// Log what the instance wrote to stdout and stderr during the call (at

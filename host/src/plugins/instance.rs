@@ -10,6 +10,7 @@ use wasmtime::{Engine, Store, UpdateDeadline};
 use super::budget::Ticket;
 use super::exports::{Bound, Exports, NotExported};
 use super::limiter::MemoryCapReached;
+use super::outcome::{CallOutcome, Failure};
 use super::state::{Context, PluginState};
 use crate::core::Active;
 
@@ -25,21 +26,22 @@ impl std::fmt::Display for DeadlineExceeded {
 
 impl std::error::Error for DeadlineExceeded {}
 
-/// What a failed call did, for the client's error and the log.
-pub fn classify(e: &wasmtime::Error, deadline_ms: u128, memory_bytes: usize) -> String {
+/// What a failed call did, for the client's error, the log and the stats.
+pub fn classify(e: &wasmtime::Error, deadline_ms: u128, memory_bytes: usize) -> Failure {
     if e.downcast_ref::<DeadlineExceeded>().is_some() {
-        return format!("timed out after {deadline_ms} ms");
+        return Failure::new(CallOutcome::TimedOut, format!("timed out after {deadline_ms} ms"));
     }
     if e.downcast_ref::<MemoryCapReached>().is_some() {
-        return format!("exceeded its memory limit of {} MiB", memory_bytes >> 20);
+        return Failure::new(CallOutcome::OutOfMemory, format!("exceeded its memory limit of {} MiB", memory_bytes >> 20));
     }
     if let Some(n) = e.downcast_ref::<NotExported>() {
-        return n.to_string();
+        return Failure::new(CallOutcome::Trapped, n.to_string());
     }
-    match e.downcast_ref::<wasmtime::Trap>() {
+    let reason = match e.downcast_ref::<wasmtime::Trap>() {
         Some(trap) => format!("trapped: {trap}"),
         None => format!("trapped: {}", format!("{e:#}").lines().next().unwrap_or("unknown error")),
-    }
+    };
+    Failure::new(CallOutcome::Trapped, reason)
 }
 
 pub struct Instance {

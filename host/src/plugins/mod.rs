@@ -21,6 +21,7 @@ mod imports;
 mod instance;
 mod limiter;
 mod outbound;
+mod outcome;
 mod output;
 mod plugin;
 mod pool;

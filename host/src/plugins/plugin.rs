@@ -124,7 +124,7 @@ impl Plugin {
     /// `Err` is the reason the instance is unusable.
     async fn start_with(&self, ctx: Arc<Context>, ticket: Ticket) -> Result<Instance, String> {
         let deadline_ms = self.limits.deadline.as_millis();
-        let fail = |e: wasmtime::Error| classify(&e, deadline_ms, self.limits.memory_bytes);
+        let fail = |e: wasmtime::Error| classify(&e, deadline_ms, self.limits.memory_bytes).reason;
         let mut instance = tokio::time::timeout(self.limits.deadline + Duration::from_millis(500), self.instance(ctx, ticket))
             .await
             .map_err(|_| format!("instantiation timed out after {deadline_ms} ms"))?
@@ -179,7 +179,7 @@ impl Plugin {
         let name = &self.name;
         let Instance { store, bound, .. } = inst;
         match tokio::time::timeout(self.limits.deadline + Duration::from_millis(500), bound.invoke(store, what)).await {
-            Ok(r) => r.map_err(|e| anyhow::anyhow!("plugin {name}: {}", classify(&e, self.limits.deadline.as_millis(), self.limits.memory_bytes))),
+            Ok(r) => r.map_err(|e| anyhow::anyhow!("plugin {name}: {}", classify(&e, self.limits.deadline.as_millis(), self.limits.memory_bytes).reason)),
             Err(_) => anyhow::bail!("plugin {name} timed out declaring what it serves"),
         }
     }
