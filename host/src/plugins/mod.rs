@@ -28,6 +28,7 @@ mod pool;
 mod set;
 mod state;
 mod stats;
+mod throttle;
 mod timers;
 
 use std::collections::HashMap;
