@@ -246,71 +246,21 @@ impl Bound {
     pub async fn invoke(&self, store: &mut Store<PluginState>, invocation: Invocation) -> wasmtime::Result<Returned> {
         use Invocation as I;
         Ok(match invocation {
-            I::Describe => Returned::Described(match &self.rpc {
-                Some(Versioned::Contract0_2(g)) => {
-                let d = g.call_describe(&mut *store).await?;
-                let filters = d.event_filters.iter().map(|f| (f.key.clone(), f.event_types.clone(), f.fields.iter().map(|x| (x.name.clone(), x.paths.clone())).collect())).collect();
-                Described { event_filters: filters, ..described!(d) }
-            }
-                Some(Versioned::Contract0_1(g)) => described!(g.call_describe(&mut *store).await?),
-                None => return missing("rpc"),
-            }),
-            I::Interest => Returned::Interest(match &self.observer {
-                Some(Versioned::Contract0_2(g)) => g.call_interest(&mut *store).await?,
-                Some(Versioned::Contract0_1(g)) => g.call_interest(&mut *store).await?,
-                None => return missing("send-observer"),
-            }),
-            I::Services => Returned::Services(match &self.grpc {
-                Some(g) => g.call_services(&mut *store).await?,
-                None => return missing("grpc-handler"),
-            }),
+            I::Describe => Returned::Described(self.describe(store).await?),
+            I::Interest => Returned::Interest(self.interest(store).await?),
+            I::Services => Returned::Services(self.grpc()?.call_services(&mut *store).await?),
             I::Init => Returned::Init(match &self.lifecycle {
                 Some(g) => g.call_init(&mut *store).await?,
                 None => Ok(()),
             }),
-            I::Rpc { caller, method, params } => Returned::Rpc(match &self.rpc {
-                Some(Versioned::Contract0_2(g)) => g.call_handle(&mut *store, &caller, &method, &params).await?,
-                Some(Versioned::Contract0_1(g)) => g.call_handle(&mut *store, &caller_0_1(caller), &method, &params).await?.map_err(error_from_0_1),
-                None => return missing("rpc"),
-            }),
-            I::Observe { caller, message: m } => {
-                match &self.observer {
-                    Some(Versioned::Contract0_2(g)) => g.call_on_send(&mut *store, &caller, &m).await?,
-                    Some(Versioned::Contract0_1(g)) => {
-                        let m = contract_0_1::guest::interceptor::SentMessage {
-                            id: m.id,
-                            from: m.from,
-                            to: m.to,
-                            timestamp: m.timestamp,
-                            payload: m.payload,
-                            meta: m.meta,
-                            delivered: m.delivered,
-                        };
-                        g.call_on_send(&mut *store, &caller_0_1(caller), &m).await?
-                    }
-                    None => return missing("send-observer"),
-                }
+            I::Rpc { caller, method, params } => Returned::Rpc(self.handle_rpc(store, caller, method, params).await?),
+            I::Observe { caller, message } => {
+                self.on_send(store, caller, message).await?;
                 Returned::Done
             }
-            I::Http(r) => Returned::Http(match &self.http {
-                Some(Versioned::Contract0_2(g)) => {
-                    let req = guest::http_handler::Request { method: r.method, path: r.path, query: r.query, headers: r.headers, body: r.body };
-                    let resp = g.call_handle(&mut *store, &req).await?;
-                    HttpResponse { status: resp.status, headers: resp.headers, body: resp.body }
-                }
-                Some(Versioned::Contract0_1(g)) => {
-                    use contract_0_1::http::exports::map_gateway::plugin::http_handler::Request;
-                    let req = Request { method: r.method, path: r.path, query: r.query, headers: r.headers, body: r.body };
-                    let resp = g.call_handle(&mut *store, &req).await?;
-                    HttpResponse { status: resp.status, headers: resp.headers, body: resp.body }
-                }
-                None => return missing("http-handler"),
-            }),
+            I::Http(r) => Returned::Http(self.handle_http(store, r).await?),
             I::Timer { id, tag } => {
-                match &self.lifecycle {
-                    Some(g) => g.call_on_timer(&mut *store, id, &tag).await?,
-                    None => return missing("lifecycle"),
-                }
+                self.lifecycle()?.call_on_timer(&mut *store, id, &tag).await?;
                 Returned::Done
             }
             I::GrpcOpen(info) => Returned::Grpc(self.grpc()?.call_open(&mut *store, &info).await?),
@@ -323,11 +273,70 @@ impl Bound {
         })
     }
 
+    /// `rpc.describe`; only the 0.2 contract declares event filters.
+    async fn describe(&self, store: &mut Store<PluginState>) -> wasmtime::Result<Described> {
+        Ok(match &self.rpc {
+            Some(Versioned::Contract0_2(g)) => {
+                let d = g.call_describe(&mut *store).await?;
+                let filters = d.event_filters.iter().map(|f| (f.key.clone(), f.event_types.clone(), f.fields.iter().map(|x| (x.name.clone(), x.paths.clone())).collect())).collect();
+                Described { event_filters: filters, ..described!(d) }
+            }
+            Some(Versioned::Contract0_1(g)) => described!(g.call_describe(&mut *store).await?),
+            None => return missing("rpc"),
+        })
+    }
+
+    /// `send-observer.interest` (`interceptor.interest` in 0.1).
+    async fn interest(&self, store: &mut Store<PluginState>) -> wasmtime::Result<Vec<String>> {
+        match &self.observer {
+            Some(Versioned::Contract0_2(g)) => g.call_interest(&mut *store).await,
+            Some(Versioned::Contract0_1(g)) => g.call_interest(&mut *store).await,
+            None => missing("send-observer"),
+        }
+    }
+
+    async fn handle_rpc(&self, store: &mut Store<PluginState>, caller: Caller, method: String, params: String) -> wasmtime::Result<Result<String, RpcError>> {
+        match &self.rpc {
+            Some(Versioned::Contract0_2(g)) => g.call_handle(&mut *store, &caller, &method, &params).await,
+            Some(Versioned::Contract0_1(g)) => Ok(g.call_handle(&mut *store, &caller_0_1(caller), &method, &params).await?.map_err(error_from_0_1)),
+            None => missing("rpc"),
+        }
+    }
+
+    /// `send-observer.on-send` (`interceptor.on-send` in 0.1).
+    async fn on_send(&self, store: &mut Store<PluginState>, caller: Caller, m: SentMessage) -> wasmtime::Result<()> {
+        match &self.observer {
+            Some(Versioned::Contract0_2(g)) => g.call_on_send(&mut *store, &caller, &m).await,
+            Some(Versioned::Contract0_1(g)) => g.call_on_send(&mut *store, &caller_0_1(caller), &sent_message_0_1(m)).await,
+            None => missing("send-observer"),
+        }
+    }
+
+    async fn handle_http(&self, store: &mut Store<PluginState>, r: HttpRequest) -> wasmtime::Result<HttpResponse> {
+        match &self.http {
+            Some(Versioned::Contract0_2(g)) => {
+                let req = guest::http_handler::Request { method: r.method, path: r.path, query: r.query, headers: r.headers, body: r.body };
+                let resp = g.call_handle(&mut *store, &req).await?;
+                Ok(HttpResponse { status: resp.status, headers: resp.headers, body: resp.body })
+            }
+            Some(Versioned::Contract0_1(g)) => {
+                use contract_0_1::http::exports::map_gateway::plugin::http_handler::Request;
+                let req = Request { method: r.method, path: r.path, query: r.query, headers: r.headers, body: r.body };
+                let resp = g.call_handle(&mut *store, &req).await?;
+                Ok(HttpResponse { status: resp.status, headers: resp.headers, body: resp.body })
+            }
+            None => missing("http-handler"),
+        }
+    }
+
     fn grpc(&self) -> wasmtime::Result<&guest::grpc_handler::Guest> {
         self.grpc.as_ref().ok_or_else(|| NotExported("grpc-handler").into())
     }
-}
 
+    fn lifecycle(&self) -> wasmtime::Result<&guest::lifecycle::Guest> {
+        self.lifecycle.as_ref().ok_or_else(|| NotExported("lifecycle").into())
+    }
+}
 
 fn caller_0_1(c: Caller) -> contract_0_1::map_gateway::plugin::types::Caller {
     contract_0_1::map_gateway::plugin::types::Caller {
@@ -342,4 +351,16 @@ fn caller_0_1(c: Caller) -> contract_0_1::map_gateway::plugin::types::Caller {
 
 fn error_from_0_1(e: contract_0_1::map_gateway::plugin::types::RpcError) -> RpcError {
     RpcError { code: e.code, message: e.message, data: e.data }
+}
+
+fn sent_message_0_1(m: SentMessage) -> contract_0_1::guest::interceptor::SentMessage {
+    contract_0_1::guest::interceptor::SentMessage {
+        id: m.id,
+        from: m.from,
+        to: m.to,
+        timestamp: m.timestamp,
+        payload: m.payload,
+        meta: m.meta,
+        delivered: m.delivered,
+    }
 }
