@@ -2,22 +2,27 @@
 //! sets, limits, hot swap. The contract is `wit/` (package
 //! `map-gateway:plugin@0.2.3`; components built against 0.1.0 and 0.2.0 still load).
 //!
-//! One job per file: `engine` (wasmtime and the artifact cache), `exports`
-//! (binding each exported interface), `plugin` (a loaded component),
-//! `instance` (one instance and failure classification), `limiter` (its memory and table caps), `budget` (the
-//! engine-wide cap on live instances), `pool` (pooled and singleton instances), `calls` (calls into a tenant's plugin),
-//! `imports`/`imports_0_1` (the host side of the imports, of the current and the 0.1 contract), `output` (the
-//! plugin's stdout and stderr, for the log), `timers`, `grpc_calls`,
-//! `set` (a tenant's plugins), `state` (what an instance's store holds).
+//! One job per file: `engine` (wasmtime and the artifact cache), `bindings`
+//! (generated from `wit/`), `exports` (binding each exported interface),
+//! `plugin` (a loaded component), `instance` (one instance and failure
+//! classification), `limiter` (its memory and table caps), `budget` (the
+//! engine-wide cap on live instances), `pool` (pooled and singleton
+//! instances), `calls` (calls into a tenant's plugin, by kind), `outcome`
+//! (how a call ended), `stats` (calls by outcome, for the admin API),
+//! `imports`/`imports_0_1` (the host side of the imports, of the current and
+//! the 0.1 contract), `output` (the plugin's stdout and stderr, for the
+//! log), `log_throttle`, `timers`, `grpc_calls` (open gRPC calls), `outbound`
+//! (outbound HTTP), `set` (a tenant's plugins), `state` (what an
+//! instance's store holds).
 
 mod bindings;
 mod budget;
 mod calls;
-mod imports_0_1;
 mod engine;
 mod exports;
 mod grpc_calls;
 mod imports;
+mod imports_0_1;
 mod instance;
 mod limiter;
 mod outbound;
@@ -28,7 +33,7 @@ mod pool;
 mod set;
 mod state;
 mod stats;
-mod throttle;
+mod log_throttle;
 mod timers;
 
 use std::collections::HashMap;

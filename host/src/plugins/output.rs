@@ -14,7 +14,7 @@ use tokio::io::AsyncWrite;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError};
 
-use super::throttle::Throttled;
+use super::log_throttle::LogThrottle;
 
 /// Bytes kept between two calls; the rest of a call's output is dropped.
 const CAPACITY: usize = 16 << 10;
@@ -44,7 +44,7 @@ impl Captured {
 /// Log what an instance wrote to stdout and stderr during a call (at most
 /// one call's output per second per tenant plugin, as `throttle` lets
 /// through); the last two lines of stderr, for the call's failure.
-pub fn log_call_output(stdout: &Captured, stderr: &Captured, throttle: &Throttled, plugin: &str, tenant: &str) -> Option<String> {
+pub fn log_call_output(stdout: &Captured, stderr: &Captured, throttle: &LogThrottle, plugin: &str, tenant: &str) -> Option<String> {
     let (out, out_dropped) = stdout.take();
     let (err, err_dropped) = stderr.take();
     if out.is_empty() && err.is_empty() {

@@ -4,15 +4,16 @@
 //! call's error, and an instance that failed or broke the contract is
 //! never used again.
 //!
-//! `driver` runs one call of any kind; `rpc`, `http`, `observer` (its queue
-//! and loop), `timer` and `grpc_streams` are the calls of each kind.
+//! `driver` runs one call of any kind; `json_rpc`, `http_requests`,
+//! `observer` (its queue and loop), `on_timer` and `grpc_streams` are the
+//! calls of each kind.
 
 mod driver;
 mod grpc_streams;
-mod http;
+mod http_requests;
+mod json_rpc;
 mod observer;
-mod rpc;
-mod timer;
+mod on_timer;
 
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -31,7 +32,7 @@ use crate::plugins::plugin::{Descriptor, Plugin, Refused};
 use crate::plugins::pool::Pool;
 use crate::plugins::state::Context;
 use crate::plugins::stats::CallStats;
-use crate::plugins::throttle::Throttled;
+use crate::plugins::log_throttle::LogThrottle;
 use crate::rpc::{codes, RpcError};
 use observer::Observation;
 
@@ -46,9 +47,9 @@ pub struct TenantPlugin {
     pool: Pool,
     runtime: Handle,
     observer: Option<mpsc::Sender<Observation>>,
-    dropped: Throttled,
+    dropped: LogThrottle,
     /// Plugin output reaches the log at most once a second.
-    output: Throttled,
+    output: LogThrottle,
     stats: CallStats,
 }
 
@@ -67,8 +68,8 @@ impl TenantPlugin {
             pool,
             runtime: runtime.clone(),
             observer: tx,
-            dropped: Throttled::new(),
-            output: Throttled::new(),
+            dropped: LogThrottle::new(),
+            output: LogThrottle::new(),
             stats: CallStats::default(),
         });
         if let Some(rx) = rx {

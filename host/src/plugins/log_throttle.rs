@@ -4,13 +4,13 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-pub struct Throttled {
+pub struct LogThrottle {
     state: Mutex<(Option<Instant>, u64)>,
 }
 
-impl Throttled {
-    pub fn new() -> Throttled {
-        Throttled { state: Mutex::new((None, 0)) }
+impl LogThrottle {
+    pub fn new() -> LogThrottle {
+        LogThrottle { state: Mutex::new((None, 0)) }
     }
 
     /// Count one occurrence; `Some(n)` when a line for `n` occurrences is due.
