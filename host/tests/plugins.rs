@@ -132,6 +132,25 @@ async fn timers_fire_and_cancelled_ones_do_not() {
 }
 
 #[tokio::test]
+async fn a_pending_timer_fires_on_the_version_a_reload_binds() {
+    let gw = Gateway::start_with(1 << 20, &stateful("singleton"));
+    let (mut ws, _) = gw.ws_connected("client", None).await;
+    ws.call_ok("map/subscribe", json!({"filter": {"eventTypes": ["state.timer"]}})).await;
+    let delay = Duration::from_secs(2);
+    let scheduled = Instant::now();
+    ws.call_ok("state/timer", json!({"delayMs": delay.as_millis() as u64, "tag": "across"})).await;
+    // Other settings bind another version; the one that scheduled the timer is dropped.
+    let text = std::fs::read_to_string(&gw.config).unwrap().replace("deadline_ms = 500", "deadline_ms = 600");
+    std::fs::write(&gw.config, text).unwrap();
+    let reload = http(&gw.addr(), "POST", "/admin/reload", &[], b"").await;
+    assert_eq!(reload.status, 200, "{}", reload.text());
+    assert!(scheduled.elapsed() < delay, "the reload took longer than the timer's delay: nothing was checked");
+    let (event, _) = ws.notification_where(delay + WAIT, |n| n["method"] == "map/event").await;
+    assert_eq!(event.expect("the timer fires after the reload")["params"]["event"]["data"]["tag"], "across");
+    assert_eq!(ws.call_ok("state/fired", json!({})).await, json!({"fired": ["across"]}));
+}
+
+#[tokio::test]
 async fn an_instance_that_broke_the_contract_is_discarded() {
     let gw = Gateway::start_with(1 << 20, &config(&misbehave_and_echo(), r#"["bad"]"#, r#"["echo"]"#, ""));
     let (mut ws, _) = gw.ws_connected("client", None).await;

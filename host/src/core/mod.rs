@@ -15,8 +15,6 @@ pub mod registry;
 pub mod send;
 mod tenant;
 pub mod tracked;
-pub use model::Observed;
-pub use send::{Outgoing, Sent};
 pub use tenant::Tenant;
 
 mod lifecycle;

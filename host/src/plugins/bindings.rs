@@ -13,7 +13,7 @@ pub use self::exports::map_gateway::plugin as guest;
 pub use self::map_gateway::plugin::types::{Caller, RpcError};
 
 /// `map-gateway:plugin@0.1.0`.
-pub mod v1 {
+pub mod contract_0_1 {
     wasmtime::component::bindgen!({
         path: "../wit/v0.1.0",
         world: "intercepting-extension",

@@ -5,17 +5,20 @@
 //! So a busy tenant can grow its pool while the engine has room, and an
 //! engine that is full queues calls instead of failing them.
 
-use std::collections::VecDeque;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::instance::Instance;
-
-/// Ready instances of one pool with when each was released, most recent at the back.
-pub type IdleList = Mutex<VecDeque<(Instance, Instant)>>;
+/// Ready instances of one pool that the budget may retire.
+pub trait Idle: Send + Sync {
+    /// When the longest-idle instance was released; `None` when none is idle.
+    fn idle_since(&self) -> Option<Instant>;
+    /// Drop the longest-idle instance (after releasing any lock); `false`
+    /// if none was left (another start may have taken it).
+    fn retire_longest_idle(&self) -> bool;
+}
 
 /// Held by a live instance; dropping the instance returns it.
 pub type Ticket = OwnedSemaphorePermit;
@@ -23,7 +26,7 @@ pub type Ticket = OwnedSemaphorePermit;
 pub struct Budget {
     tickets: Arc<Semaphore>,
     capacity: usize,
-    pools: Mutex<Vec<Weak<IdleList>>>,
+    pools: Mutex<Vec<Weak<dyn Idle>>>,
 }
 
 impl Budget {
@@ -43,10 +46,10 @@ impl Budget {
     }
 
     /// Let `idle` give up instances when the engine is full.
-    pub fn register(&self, idle: &Arc<IdleList>) {
+    pub fn register(&self, idle: Arc<dyn Idle>) {
         let mut pools = self.pools.lock();
         pools.retain(|p| p.strong_count() > 0);
-        pools.push(Arc::downgrade(idle));
+        pools.push(Arc::downgrade(&idle));
     }
 
     /// A ticket for one more instance, or `None` when every instance stayed
@@ -72,13 +75,10 @@ impl Budget {
 
     /// Drop the longest-idle ready instance of any pool; `false` if none is idle.
     fn retire_one(&self) -> bool {
-        let pools: Vec<Arc<IdleList>> = self.pools.lock().iter().filter_map(Weak::upgrade).collect();
-        let oldest = pools.iter().filter_map(|p| p.lock().front().map(|(_, at)| (*at, p))).min_by_key(|(at, _)| *at).map(|(_, p)| p);
+        let pools: Vec<Arc<dyn Idle>> = self.pools.lock().iter().filter_map(Weak::upgrade).collect();
+        let oldest = pools.iter().filter_map(|p| p.idle_since().map(|at| (at, p))).min_by_key(|(at, _)| *at).map(|(_, p)| p);
         // Another start may have emptied it meanwhile; the caller looks again.
-        let taken = oldest.and_then(|p| p.lock().pop_front());
-        let retired = taken.is_some();
-        drop(taken);
-        retired
+        oldest.is_some_and(|p| p.retire_longest_idle())
     }
 }
 

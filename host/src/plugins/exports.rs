@@ -4,15 +4,15 @@
 use wasmtime::component::{Instance, InstancePre};
 use wasmtime::Store;
 
-use super::bindings::{guest, map_gateway::plugin::grpc_types, v1, Caller, RpcError};
+use super::bindings::{guest, map_gateway::plugin::grpc_types, contract_0_1, Caller, RpcError};
 use super::state::PluginState;
 
 pub use grpc_types::{CallInfo, Service, Status};
 pub use guest::send_observer::SentMessage;
 
 /// Interfaces of the contract a component may export, by version.
-const V2: &str = "@0.2.";
-const V1: &str = "@0.1.";
+const CONTRACT_0_2: &str = "@0.2.";
+const CONTRACT_0_1: &str = "@0.1.";
 const PACKAGE: &str = "map-gateway:plugin/";
 
 /// What an `rpc` export declares (either version).
@@ -85,8 +85,8 @@ impl Invocation {
     }
 }
 
-/// What the component answered.
-pub enum Outcome {
+/// What the component returned.
+pub enum Returned {
     Described(Described),
     Interest(Vec<String>),
     Services(Vec<Service>),
@@ -98,25 +98,25 @@ pub enum Outcome {
 }
 
 /// An interface bound from one version of the contract or the other.
-enum Either<A, B> {
-    V2(A),
-    V1(B),
+enum Versioned<A, B> {
+    Contract0_2(A),
+    Contract0_1(B),
 }
 
 /// The export indices of a component, looked up once at load.
 pub struct Exports {
-    rpc: Option<Either<guest::rpc::GuestIndices, v1::guest::rpc::GuestIndices>>,
-    observer: Option<Either<guest::send_observer::GuestIndices, v1::guest::interceptor::GuestIndices>>,
-    http: Option<Either<guest::http_handler::GuestIndices, v1::http::exports::map_gateway::plugin::http_handler::GuestIndices>>,
+    rpc: Option<Versioned<guest::rpc::GuestIndices, contract_0_1::guest::rpc::GuestIndices>>,
+    observer: Option<Versioned<guest::send_observer::GuestIndices, contract_0_1::guest::interceptor::GuestIndices>>,
+    http: Option<Versioned<guest::http_handler::GuestIndices, contract_0_1::http::exports::map_gateway::plugin::http_handler::GuestIndices>>,
     grpc: Option<guest::grpc_handler::GuestIndices>,
     lifecycle: Option<guest::lifecycle::GuestIndices>,
 }
 
 /// The exports loaded from one instance.
 pub struct Bound {
-    rpc: Option<Either<guest::rpc::Guest, v1::guest::rpc::Guest>>,
-    observer: Option<Either<guest::send_observer::Guest, v1::guest::interceptor::Guest>>,
-    http: Option<Either<guest::http_handler::Guest, v1::http::exports::map_gateway::plugin::http_handler::Guest>>,
+    rpc: Option<Versioned<guest::rpc::Guest, contract_0_1::guest::rpc::Guest>>,
+    observer: Option<Versioned<guest::send_observer::Guest, contract_0_1::guest::interceptor::Guest>>,
+    http: Option<Versioned<guest::http_handler::Guest, contract_0_1::http::exports::map_gateway::plugin::http_handler::Guest>>,
     grpc: Option<guest::grpc_handler::Guest>,
     lifecycle: Option<guest::lifecycle::Guest>,
 }
@@ -125,8 +125,8 @@ macro_rules! load {
     ($field:expr, $store:expr, $instance:expr) => {
         match &$field {
             None => None,
-            Some(Either::V2(i)) => Some(Either::V2(i.load(&mut *$store, $instance)?)),
-            Some(Either::V1(i)) => Some(Either::V1(i.load(&mut *$store, $instance)?)),
+            Some(Versioned::Contract0_2(i)) => Some(Versioned::Contract0_2(i.load(&mut *$store, $instance)?)),
+            Some(Versioned::Contract0_1(i)) => Some(Versioned::Contract0_1(i.load(&mut *$store, $instance)?)),
         }
     };
 }
@@ -142,17 +142,17 @@ impl Exports {
         for name in names {
             let Some(rest) = name.strip_prefix(PACKAGE) else { continue };
             let (interface, version) = rest.split_once('@').map(|(i, v)| (i, format!("@{v}"))).unwrap_or((rest, String::new()));
-            let v2 = version.starts_with(V2);
-            let v1 = version.starts_with(V1);
+            let is_0_2 = version.starts_with(CONTRACT_0_2);
+            let is_0_1 = version.starts_with(CONTRACT_0_1);
             let bad = |e: wasmtime::Error| anyhow::anyhow!("export {name}: {e:#}");
-            match (interface, v2, v1) {
-                ("rpc", true, _) => exports.rpc = Some(Either::V2(guest::rpc::GuestIndices::new(pre).map_err(bad)?)),
-                ("rpc", _, true) => exports.rpc = Some(Either::V1(v1::guest::rpc::GuestIndices::new(pre).map_err(bad)?)),
-                ("send-observer", true, _) => exports.observer = Some(Either::V2(guest::send_observer::GuestIndices::new(pre).map_err(bad)?)),
-                ("interceptor", _, true) => exports.observer = Some(Either::V1(v1::guest::interceptor::GuestIndices::new(pre).map_err(bad)?)),
-                ("http-handler", true, _) => exports.http = Some(Either::V2(guest::http_handler::GuestIndices::new(pre).map_err(bad)?)),
+            match (interface, is_0_2, is_0_1) {
+                ("rpc", true, _) => exports.rpc = Some(Versioned::Contract0_2(guest::rpc::GuestIndices::new(pre).map_err(bad)?)),
+                ("rpc", _, true) => exports.rpc = Some(Versioned::Contract0_1(contract_0_1::guest::rpc::GuestIndices::new(pre).map_err(bad)?)),
+                ("send-observer", true, _) => exports.observer = Some(Versioned::Contract0_2(guest::send_observer::GuestIndices::new(pre).map_err(bad)?)),
+                ("interceptor", _, true) => exports.observer = Some(Versioned::Contract0_1(contract_0_1::guest::interceptor::GuestIndices::new(pre).map_err(bad)?)),
+                ("http-handler", true, _) => exports.http = Some(Versioned::Contract0_2(guest::http_handler::GuestIndices::new(pre).map_err(bad)?)),
                 ("http-handler", _, true) => {
-                    exports.http = Some(Either::V1(v1::http::exports::map_gateway::plugin::http_handler::GuestIndices::new(pre).map_err(bad)?))
+                    exports.http = Some(Versioned::Contract0_1(contract_0_1::http::exports::map_gateway::plugin::http_handler::GuestIndices::new(pre).map_err(bad)?))
                 }
                 ("grpc-handler", true, _) => exports.grpc = Some(guest::grpc_handler::GuestIndices::new(pre).map_err(bad)?),
                 ("lifecycle", true, _) => exports.lifecycle = Some(guest::lifecycle::GuestIndices::new(pre).map_err(bad)?),
@@ -194,14 +194,14 @@ impl Exports {
     /// The interfaces found, for logs (`rpc@0.2`, `interceptor@0.1`, …).
     pub fn names(&self) -> Vec<&'static str> {
         let mut names = Vec::new();
-        let mut push = |present: bool, v1: bool, name: &'static str, old: &'static str| {
+        let mut push = |present: bool, is_0_1: bool, name: &'static str, old: &'static str| {
             if present {
-                names.push(if v1 { old } else { name });
+                names.push(if is_0_1 { old } else { name });
             }
         };
-        push(self.rpc.is_some(), matches!(self.rpc, Some(Either::V1(_))), "rpc@0.2", "rpc@0.1");
-        push(self.observer.is_some(), matches!(self.observer, Some(Either::V1(_))), "send-observer@0.2", "interceptor@0.1");
-        push(self.http.is_some(), matches!(self.http, Some(Either::V1(_))), "http-handler@0.2", "http-handler@0.1");
+        push(self.rpc.is_some(), matches!(self.rpc, Some(Versioned::Contract0_1(_))), "rpc@0.2", "rpc@0.1");
+        push(self.observer.is_some(), matches!(self.observer, Some(Versioned::Contract0_1(_))), "send-observer@0.2", "interceptor@0.1");
+        push(self.http.is_some(), matches!(self.http, Some(Versioned::Contract0_1(_))), "http-handler@0.2", "http-handler@0.1");
         push(self.grpc.is_some(), false, "grpc-handler@0.2", "");
         push(self.lifecycle.is_some(), false, "lifecycle@0.2", "");
         names
@@ -243,94 +243,103 @@ macro_rules! described {
 
 impl Bound {
     /// Make one call; the store must be armed (deadline, caller) beforehand.
-    pub async fn invoke(&self, store: &mut Store<PluginState>, invocation: Invocation) -> wasmtime::Result<Outcome> {
+    pub async fn invoke(&self, store: &mut Store<PluginState>, invocation: Invocation) -> wasmtime::Result<Returned> {
         use Invocation as I;
         Ok(match invocation {
-            I::Describe => Outcome::Described(match &self.rpc {
-                Some(Either::V2(g)) => {
+            I::Describe => Returned::Described(self.describe(store).await?),
+            I::Interest => Returned::Interest(self.interest(store).await?),
+            I::Services => Returned::Services(self.grpc()?.call_services(&mut *store).await?),
+            I::Init => Returned::Init(match &self.lifecycle {
+                Some(g) => g.call_init(&mut *store).await?,
+                None => Ok(()),
+            }),
+            I::Rpc { caller, method, params } => Returned::Rpc(self.handle_rpc(store, caller, method, params).await?),
+            I::Observe { caller, message } => {
+                self.on_send(store, caller, message).await?;
+                Returned::Done
+            }
+            I::Http(r) => Returned::Http(self.handle_http(store, r).await?),
+            I::Timer { id, tag } => {
+                self.lifecycle()?.call_on_timer(&mut *store, id, &tag).await?;
+                Returned::Done
+            }
+            I::GrpcOpen(info) => Returned::Grpc(self.grpc()?.call_open(&mut *store, &info).await?),
+            I::GrpcMessage(call, body) => Returned::Grpc(self.grpc()?.call_message(&mut *store, call, &body).await?),
+            I::GrpcHalfClose(call) => Returned::Grpc(self.grpc()?.call_half_close(&mut *store, call).await?),
+            I::GrpcClosed(call) => {
+                self.grpc()?.call_closed(&mut *store, call).await?;
+                Returned::Done
+            }
+        })
+    }
+
+    /// `rpc.describe`; only the 0.2 contract declares event filters.
+    async fn describe(&self, store: &mut Store<PluginState>) -> wasmtime::Result<Described> {
+        Ok(match &self.rpc {
+            Some(Versioned::Contract0_2(g)) => {
                 let d = g.call_describe(&mut *store).await?;
                 let filters = d.event_filters.iter().map(|f| (f.key.clone(), f.event_types.clone(), f.fields.iter().map(|x| (x.name.clone(), x.paths.clone())).collect())).collect();
                 Described { event_filters: filters, ..described!(d) }
             }
-                Some(Either::V1(g)) => described!(g.call_describe(&mut *store).await?),
-                None => return missing("rpc"),
-            }),
-            I::Interest => Outcome::Interest(match &self.observer {
-                Some(Either::V2(g)) => g.call_interest(&mut *store).await?,
-                Some(Either::V1(g)) => g.call_interest(&mut *store).await?,
-                None => return missing("send-observer"),
-            }),
-            I::Services => Outcome::Services(match &self.grpc {
-                Some(g) => g.call_services(&mut *store).await?,
-                None => return missing("grpc-handler"),
-            }),
-            I::Init => Outcome::Init(match &self.lifecycle {
-                Some(g) => g.call_init(&mut *store).await?,
-                None => Ok(()),
-            }),
-            I::Rpc { caller, method, params } => Outcome::Rpc(match &self.rpc {
-                Some(Either::V2(g)) => g.call_handle(&mut *store, &caller, &method, &params).await?,
-                Some(Either::V1(g)) => g.call_handle(&mut *store, &v1_caller(caller), &method, &params).await?.map_err(from_v1_error),
-                None => return missing("rpc"),
-            }),
-            I::Observe { caller, message: m } => {
-                match &self.observer {
-                    Some(Either::V2(g)) => g.call_on_send(&mut *store, &caller, &m).await?,
-                    Some(Either::V1(g)) => {
-                        let m = v1::guest::interceptor::SentMessage {
-                            id: m.id,
-                            from: m.from,
-                            to: m.to,
-                            timestamp: m.timestamp,
-                            payload: m.payload,
-                            meta: m.meta,
-                            delivered: m.delivered,
-                        };
-                        g.call_on_send(&mut *store, &v1_caller(caller), &m).await?
-                    }
-                    None => return missing("send-observer"),
-                }
-                Outcome::Done
-            }
-            I::Http(r) => Outcome::Http(match &self.http {
-                Some(Either::V2(g)) => {
-                    let req = guest::http_handler::Request { method: r.method, path: r.path, query: r.query, headers: r.headers, body: r.body };
-                    let resp = g.call_handle(&mut *store, &req).await?;
-                    HttpResponse { status: resp.status, headers: resp.headers, body: resp.body }
-                }
-                Some(Either::V1(g)) => {
-                    use v1::http::exports::map_gateway::plugin::http_handler::Request;
-                    let req = Request { method: r.method, path: r.path, query: r.query, headers: r.headers, body: r.body };
-                    let resp = g.call_handle(&mut *store, &req).await?;
-                    HttpResponse { status: resp.status, headers: resp.headers, body: resp.body }
-                }
-                None => return missing("http-handler"),
-            }),
-            I::Timer { id, tag } => {
-                match &self.lifecycle {
-                    Some(g) => g.call_on_timer(&mut *store, id, &tag).await?,
-                    None => return missing("lifecycle"),
-                }
-                Outcome::Done
-            }
-            I::GrpcOpen(info) => Outcome::Grpc(self.grpc()?.call_open(&mut *store, &info).await?),
-            I::GrpcMessage(call, body) => Outcome::Grpc(self.grpc()?.call_message(&mut *store, call, &body).await?),
-            I::GrpcHalfClose(call) => Outcome::Grpc(self.grpc()?.call_half_close(&mut *store, call).await?),
-            I::GrpcClosed(call) => {
-                self.grpc()?.call_closed(&mut *store, call).await?;
-                Outcome::Done
-            }
+            Some(Versioned::Contract0_1(g)) => described!(g.call_describe(&mut *store).await?),
+            None => return missing("rpc"),
         })
+    }
+
+    /// `send-observer.interest` (`interceptor.interest` in 0.1).
+    async fn interest(&self, store: &mut Store<PluginState>) -> wasmtime::Result<Vec<String>> {
+        match &self.observer {
+            Some(Versioned::Contract0_2(g)) => g.call_interest(&mut *store).await,
+            Some(Versioned::Contract0_1(g)) => g.call_interest(&mut *store).await,
+            None => missing("send-observer"),
+        }
+    }
+
+    async fn handle_rpc(&self, store: &mut Store<PluginState>, caller: Caller, method: String, params: String) -> wasmtime::Result<Result<String, RpcError>> {
+        match &self.rpc {
+            Some(Versioned::Contract0_2(g)) => g.call_handle(&mut *store, &caller, &method, &params).await,
+            Some(Versioned::Contract0_1(g)) => Ok(g.call_handle(&mut *store, &caller_0_1(caller), &method, &params).await?.map_err(error_from_0_1)),
+            None => missing("rpc"),
+        }
+    }
+
+    /// `send-observer.on-send` (`interceptor.on-send` in 0.1).
+    async fn on_send(&self, store: &mut Store<PluginState>, caller: Caller, m: SentMessage) -> wasmtime::Result<()> {
+        match &self.observer {
+            Some(Versioned::Contract0_2(g)) => g.call_on_send(&mut *store, &caller, &m).await,
+            Some(Versioned::Contract0_1(g)) => g.call_on_send(&mut *store, &caller_0_1(caller), &sent_message_0_1(m)).await,
+            None => missing("send-observer"),
+        }
+    }
+
+    async fn handle_http(&self, store: &mut Store<PluginState>, r: HttpRequest) -> wasmtime::Result<HttpResponse> {
+        match &self.http {
+            Some(Versioned::Contract0_2(g)) => {
+                let req = guest::http_handler::Request { method: r.method, path: r.path, query: r.query, headers: r.headers, body: r.body };
+                let resp = g.call_handle(&mut *store, &req).await?;
+                Ok(HttpResponse { status: resp.status, headers: resp.headers, body: resp.body })
+            }
+            Some(Versioned::Contract0_1(g)) => {
+                use contract_0_1::http::exports::map_gateway::plugin::http_handler::Request;
+                let req = Request { method: r.method, path: r.path, query: r.query, headers: r.headers, body: r.body };
+                let resp = g.call_handle(&mut *store, &req).await?;
+                Ok(HttpResponse { status: resp.status, headers: resp.headers, body: resp.body })
+            }
+            None => missing("http-handler"),
+        }
     }
 
     fn grpc(&self) -> wasmtime::Result<&guest::grpc_handler::Guest> {
         self.grpc.as_ref().ok_or_else(|| NotExported("grpc-handler").into())
     }
+
+    fn lifecycle(&self) -> wasmtime::Result<&guest::lifecycle::Guest> {
+        self.lifecycle.as_ref().ok_or_else(|| NotExported("lifecycle").into())
+    }
 }
 
-
-fn v1_caller(c: Caller) -> v1::map_gateway::plugin::types::Caller {
-    v1::map_gateway::plugin::types::Caller {
+fn caller_0_1(c: Caller) -> contract_0_1::map_gateway::plugin::types::Caller {
+    contract_0_1::map_gateway::plugin::types::Caller {
         tenant: c.tenant,
         participant_id: c.participant_id,
         participant_type: c.participant_type,
@@ -340,6 +349,18 @@ fn v1_caller(c: Caller) -> v1::map_gateway::plugin::types::Caller {
     }
 }
 
-fn from_v1_error(e: v1::map_gateway::plugin::types::RpcError) -> RpcError {
+fn error_from_0_1(e: contract_0_1::map_gateway::plugin::types::RpcError) -> RpcError {
     RpcError { code: e.code, message: e.message, data: e.data }
+}
+
+fn sent_message_0_1(m: SentMessage) -> contract_0_1::guest::interceptor::SentMessage {
+    contract_0_1::guest::interceptor::SentMessage {
+        id: m.id,
+        from: m.from,
+        to: m.to,
+        timestamp: m.timestamp,
+        payload: m.payload,
+        meta: m.meta,
+        delivered: m.delivered,
+    }
 }

@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 use super::bindings::map_gateway::plugin::{config, events, grpc_stream, grpc_types, log, metrics, router, store, timers, types};
 use super::state::PluginState;
 use crate::core::events::{NewEvent, Source};
-use crate::core::Outgoing;
+use crate::core::send::{Outgoing, Sent};
 use crate::core::Active;
 use crate::rpc::RpcError;
 use crate::store::{Item, Op, Outcome, ScanOptions, StoreError, Write};
@@ -175,8 +175,8 @@ impl router::Host for PluginState {
             Ok(Outgoing { to, payload: Some(payload), meta, from: None, hops: self.hops })
         })();
         let result = match parsed.and_then(|msg| self.ctx.tenant.send(&self.acting(), msg)) {
-            Ok(crate::core::Sent::Now(result)) => Ok(result),
-            Ok(crate::core::Sent::Later(result)) => result.await,
+            Ok(Sent::Now(result)) => Ok(result),
+            Ok(Sent::Later(result)) => result.await,
             Err(e) => Err(e),
         };
         Ok(result.map_err(to_wit))

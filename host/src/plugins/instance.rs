@@ -5,10 +5,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use wasmtime::component::InstancePre;
-use wasmtime::{Engine, ResourceLimiter, Store, UpdateDeadline};
+use wasmtime::{Engine, Store, UpdateDeadline};
 
 use super::budget::Ticket;
-use super::exports::{Bound, Exports};
+use super::exports::{Bound, Exports, NotExported};
+use super::limiter::MemoryCapReached;
+use super::outcome::{CallOutcome, Failure};
 use super::state::{Context, PluginState};
 use crate::core::Active;
 
@@ -24,64 +26,22 @@ impl std::fmt::Display for DeadlineExceeded {
 
 impl std::error::Error for DeadlineExceeded {}
 
-/// The plugin asked for more linear memory than `memory_mb` allows.
-#[derive(Debug)]
-pub struct MemoryCapReached {
-    pub desired: usize,
-    pub limit: usize,
-}
-
-impl std::fmt::Display for MemoryCapReached {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "memory would grow to {} bytes; the cap is {}", self.desired, self.limit)
-    }
-}
-
-impl std::error::Error for MemoryCapReached {}
-
-/// Caps linear memory; growing past the cap traps with `MemoryCapReached`
-/// (a plugin that cannot grow is rarely able to recover).
-pub struct Limiter {
-    pub memory_bytes: usize,
-}
-
-impl ResourceLimiter for Limiter {
-    fn memory_growing(&mut self, _current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
-        let limit = maximum.map_or(self.memory_bytes, |m| m.min(self.memory_bytes));
-        if desired > limit {
-            return Err(MemoryCapReached { desired, limit }.into());
-        }
-        Ok(true)
-    }
-
-    fn memory_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
-        Err(error.context(MemoryCapReached { desired: 0, limit: self.memory_bytes }))
-    }
-
-    fn table_growing(&mut self, _current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
-        Ok(maximum.is_none_or(|m| desired <= m) && desired <= 1_000_000)
-    }
-
-    fn instances(&self) -> usize {
-        64
-    }
-}
-
-/// What a failed call did, for the client's error and the log.
-pub fn classify(e: &wasmtime::Error, deadline_ms: u128, memory_bytes: usize) -> String {
+/// What a failed call did, for the client's error, the log and the stats.
+pub fn classify(e: &wasmtime::Error, deadline_ms: u128, memory_bytes: usize) -> Failure {
     if e.downcast_ref::<DeadlineExceeded>().is_some() {
-        return format!("timed out after {deadline_ms} ms");
+        return Failure::new(CallOutcome::TimedOut, format!("timed out after {deadline_ms} ms"));
     }
     if e.downcast_ref::<MemoryCapReached>().is_some() {
-        return format!("exceeded its memory limit of {} MiB", memory_bytes >> 20);
+        return Failure::new(CallOutcome::OutOfMemory, format!("exceeded its memory limit of {} MiB", memory_bytes >> 20));
     }
-    if let Some(n) = e.downcast_ref::<super::exports::NotExported>() {
-        return n.to_string();
+    if let Some(n) = e.downcast_ref::<NotExported>() {
+        return Failure::new(CallOutcome::Trapped, n.to_string());
     }
-    match e.downcast_ref::<wasmtime::Trap>() {
+    let reason = match e.downcast_ref::<wasmtime::Trap>() {
         Some(trap) => format!("trapped: {trap}"),
         None => format!("trapped: {}", format!("{e:#}").lines().next().unwrap_or("unknown error")),
-    }
+    };
+    Failure::new(CallOutcome::Trapped, reason)
 }
 
 pub struct Instance {

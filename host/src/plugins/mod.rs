@@ -2,35 +2,43 @@
 //! sets, limits, hot swap. The contract is `wit/` (package
 //! `map-gateway:plugin@0.2.3`; components built against 0.1.0 and 0.2.0 still load).
 //!
-//! One job per file: `engine` (wasmtime and the artifact cache), `exports`
-//! (binding each exported interface), `plugin` (a loaded component),
-//! `instance` (one instance and failure classification), `budget` (the
-//! engine-wide cap on live instances), `pool` (pooled and singleton instances), `calls` (calls into a tenant's plugin),
-//! `imports`/`compat` (the host side of the imports), `output` (the
-//! plugin's stdout and stderr, for the log), `timers`, `grpc`,
-//! `set` (a tenant's plugins), `state` (what an instance's store holds).
+//! One job per file: `engine` (wasmtime and the artifact cache), `bindings`
+//! (generated from `wit/`), `exports` (binding each exported interface),
+//! `plugin` (a loaded component), `instance` (one instance and failure
+//! classification), `limiter` (its memory and table caps), `budget` (the
+//! engine-wide cap on live instances), `pool` (pooled and singleton
+//! instances), `calls` (calls into a tenant's plugin, by kind), `outcome`
+//! (how a call ended), `stats` (calls by outcome, for the admin API),
+//! `imports`/`imports_0_1` (the host side of the imports, of the current and
+//! the 0.1 contract), `output` (the plugin's stdout and stderr, for the
+//! log), `log_throttle`, `timers`, `grpc_calls` (open gRPC calls), `outbound`
+//! (outbound HTTP), `set` (a tenant's plugins), `state` (what an
+//! instance's store holds).
 
 mod bindings;
 mod budget;
 mod calls;
-mod compat;
 mod engine;
 mod exports;
-mod grpc;
+mod grpc_calls;
 mod imports;
+mod imports_0_1;
 mod instance;
+mod limiter;
 mod outbound;
+mod outcome;
 mod output;
 mod plugin;
 mod pool;
 mod set;
 mod state;
 mod stats;
+mod log_throttle;
 mod timers;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -42,12 +50,12 @@ use wasmtime::Engine;
 pub use bindings::Caller;
 pub use calls::TenantPlugin;
 pub use exports::{HttpRequest, HttpResponse};
-pub use grpc::{code as grpc_code, Response as GrpcResponse, Status as GrpcStatus};
+pub use grpc_calls::{code as grpc_code, Response as GrpcResponse, Status as GrpcStatus};
 pub use plugin::{Limits, Plugin};
 pub use set::TenantPlugins;
 
 use crate::config::{Config, PluginConfig};
-use timers::Timers;
+use timers::{OnTimer, Timers};
 use crate::core::Active;
 use crate::store::{Scope, Store};
 use crate::core::extensions::ExtensionHost;
@@ -123,7 +131,7 @@ impl PluginHost {
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
         bindings::Plugin::add_to_linker::<PluginState, HasSelf<PluginState>>(&mut linker, |s| s)?;
-        bindings::v1::InterceptingExtension::add_to_linker::<PluginState, HasSelf<PluginState>>(&mut linker, |s| s)?;
+        bindings::contract_0_1::InterceptingExtension::add_to_linker::<PluginState, HasSelf<PluginState>>(&mut linker, |s| s)?;
         Ok(PluginHost {
             engine,
             budget: budget::Budget::new(config.server.max_instances),
@@ -141,7 +149,7 @@ impl PluginHost {
     }
 
     fn context(&self, tenant: Arc<Tenant>, plugin: &str, config: Value, settings: &PluginConfig, receives_timers: bool, outbound: outbound::Policy) -> Arc<Context> {
-        let timers = self.timers.lock().entry((tenant.id.clone(), plugin.to_string())).or_insert_with(|| Timers::new(&tenant, plugin, self.runtime.clone())).clone();
+        let timers = self.timers.lock().entry((tenant.id.clone(), plugin.to_string())).or_insert_with(|| Timers::new(&tenant.id, plugin, self.runtime.clone())).clone();
         Arc::new(Context {
             scope: Scope { tenant: tenant.id.clone(), plugin: plugin.to_string() },
             tenant,
@@ -241,6 +249,7 @@ impl PluginHost {
             tenant.set_extensions(Arc::new(set));
             // gRPC calls of replaced versions end; their clients reconnect to the new one.
             let now = of(&tenant);
+            self.aim_timers(&tenant.id, &now);
             for tp in old.all() {
                 if !now.all().iter().any(|n| Arc::ptr_eq(n, tp)) {
                     tp.retire();
@@ -251,6 +260,13 @@ impl PluginHost {
         *self.bound.lock() = bound;
         *self.last_error.lock() = None;
         Ok(())
+    }
+
+    /// A tenant's due timers go to the versions of its plugins `set` runs.
+    fn aim_timers(&self, tenant: &str, set: &TenantPlugins) {
+        for ((_, plugin), timers) in self.timers.lock().iter().filter(|((t, _), _)| t == tenant) {
+            timers.aim(set.named(plugin).map(|tp| Arc::downgrade(&tp) as Weak<dyn OnTimer>));
+        }
     }
 
     pub fn note_error(&self, e: &anyhow::Error) {

@@ -14,6 +14,8 @@ use tokio::io::AsyncWrite;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError};
 
+use super::log_throttle::LogThrottle;
+
 /// Bytes kept between two calls; the rest of a call's output is dropped.
 const CAPACITY: usize = 16 << 10;
 
@@ -37,6 +39,31 @@ impl Captured {
         let text = String::from_utf8_lossy(&bytes);
         (text.lines().filter(|l| !l.trim().is_empty()).map(|l| l.chars().take(1000).collect()).collect(), dropped)
     }
+}
+
+/// Log what an instance wrote to stdout and stderr during a call (at most
+/// one call's output per second per tenant plugin, as `throttle` lets
+/// through); the last two lines of stderr, for the call's failure.
+pub fn log_call_output(stdout: &Captured, stderr: &Captured, throttle: &LogThrottle, plugin: &str, tenant: &str) -> Option<String> {
+    let (out, out_dropped) = stdout.take();
+    let (err, err_dropped) = stderr.take();
+    if out.is_empty() && err.is_empty() {
+        return None;
+    }
+    if let Some(calls) = throttle.hit() {
+        for line in out.iter().take(20) {
+            tracing::info!(plugin, tenant, stream = "stdout", calls, "{line}");
+        }
+        for line in err.iter().take(20) {
+            tracing::warn!(plugin, tenant, stream = "stderr", calls, "{line}");
+        }
+        if out_dropped || err_dropped || out.len() > 20 || err.len() > 20 {
+            tracing::warn!(plugin, tenant, "more plugin output was not logged");
+        }
+    }
+    // A Rust panic ends with where it happened, its message, and a note about backtraces.
+    let telling: Vec<&String> = err.iter().filter(|l| !l.starts_with("note: run with `RUST_BACKTRACE")).collect();
+    (!telling.is_empty()).then(|| telling[telling.len().saturating_sub(2)..].iter().map(|l| l.as_str()).collect::<Vec<_>>().join(" "))
 }
 
 impl IsTerminal for Captured {

@@ -9,7 +9,7 @@ use wasmtime::component::{Component, InstancePre, Linker};
 use wasmtime::Engine;
 
 use super::budget::{Budget, Ticket};
-use super::exports::{Described, Exports, Invocation, Outcome, Service};
+use super::exports::{Described, Exports, Invocation, Returned, Service};
 use super::instance::{classify, Instance};
 use super::state::{Context, PluginState};
 use crate::config::InstanceMode;
@@ -124,7 +124,7 @@ impl Plugin {
     /// `Err` is the reason the instance is unusable.
     async fn start_with(&self, ctx: Arc<Context>, ticket: Ticket) -> Result<Instance, String> {
         let deadline_ms = self.limits.deadline.as_millis();
-        let fail = |e: wasmtime::Error| classify(&e, deadline_ms, self.limits.memory_bytes);
+        let fail = |e: wasmtime::Error| classify(&e, deadline_ms, self.limits.memory_bytes).reason;
         let mut instance = tokio::time::timeout(self.limits.deadline + Duration::from_millis(500), self.instance(ctx, ticket))
             .await
             .map_err(|_| format!("instantiation timed out after {deadline_ms} ms"))?
@@ -134,8 +134,8 @@ impl Plugin {
             let Instance { store, bound, .. } = &mut instance;
             let ran = tokio::time::timeout(self.limits.deadline + Duration::from_millis(500), bound.invoke(store, Invocation::Init)).await;
             match ran {
-                Ok(Ok(Outcome::Init(Ok(())))) => {}
-                Ok(Ok(Outcome::Init(Err(e)))) => return Err(format!("init failed: {e}")),
+                Ok(Ok(Returned::Init(Ok(())))) => {}
+                Ok(Ok(Returned::Init(Err(e)))) => return Err(format!("init failed: {e}")),
                 Ok(Ok(_)) => return Err("init answered something else".into()),
                 Ok(Err(e)) => return Err(format!("init failed: {}", fail(e))),
                 Err(_) => return Err(format!("init timed out after {deadline_ms} ms")),
@@ -154,32 +154,32 @@ impl Plugin {
         let descriptor = match self.exports.rpc() {
             false => None,
             true => match self.ask(&mut inst, Invocation::Describe).await? {
-                Outcome::Described(d) => Some(check_descriptor(name, d)?),
+                Returned::Described(d) => Some(check_descriptor(name, d)?),
                 _ => unreachable!("describe answers a descriptor"),
             },
         };
         let interest = match self.exports.observer() {
             false => None,
             true => match self.ask(&mut inst, Invocation::Interest).await? {
-                Outcome::Interest(keys) => Some(keys),
+                Returned::Interest(keys) => Some(keys),
                 _ => unreachable!("interest answers keys"),
             },
         };
         let services = match self.exports.grpc() {
             false => None,
             true => match self.ask(&mut inst, Invocation::Services).await? {
-                Outcome::Services(s) => Some(check_services(name, s)?),
+                Returned::Services(s) => Some(check_services(name, s)?),
                 _ => unreachable!("services answers services"),
             },
         };
         Ok(Declarations { descriptor, interest, services })
     }
 
-    async fn ask(&self, inst: &mut Instance, what: Invocation) -> anyhow::Result<Outcome> {
+    async fn ask(&self, inst: &mut Instance, what: Invocation) -> anyhow::Result<Returned> {
         let name = &self.name;
         let Instance { store, bound, .. } = inst;
         match tokio::time::timeout(self.limits.deadline + Duration::from_millis(500), bound.invoke(store, what)).await {
-            Ok(r) => r.map_err(|e| anyhow::anyhow!("plugin {name}: {}", classify(&e, self.limits.deadline.as_millis(), self.limits.memory_bytes))),
+            Ok(r) => r.map_err(|e| anyhow::anyhow!("plugin {name}: {}", classify(&e, self.limits.deadline.as_millis(), self.limits.memory_bytes).reason)),
             Err(_) => anyhow::bail!("plugin {name} timed out declaring what it serves"),
         }
     }

@@ -14,11 +14,26 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tokio::sync::{OwnedMutexGuard, OwnedSemaphorePermit, Semaphore};
 
-use super::budget::IdleList;
+use super::budget::Idle;
 use super::instance::Instance;
 use super::plugin::{Plugin, Refused};
 use super::state::Context;
 use crate::config::InstanceMode;
+
+/// Ready instances of one pool with when each was released, most recent at the back.
+type IdleList = Mutex<VecDeque<(Instance, Instant)>>;
+
+impl Idle for IdleList {
+    fn idle_since(&self) -> Option<Instant> {
+        self.lock().front().map(|(_, at)| *at)
+    }
+
+    fn retire_longest_idle(&self) -> bool {
+        // Dropped after the lock is released: freeing an instance takes a while.
+        let taken = self.lock().pop_front();
+        taken.is_some()
+    }
+}
 
 /// How long instances beyond `idle_instances` stay ready after their last call.
 const IDLE_GRACE: Duration = Duration::from_secs(10);
@@ -64,8 +79,8 @@ impl Pool {
     pub fn new(plugin: &Plugin) -> Pool {
         match plugin.limits.mode {
             InstanceMode::Pooled => {
-                let idle = Arc::new(Mutex::new(VecDeque::new()));
-                plugin.budget().register(&idle);
+                let idle: Arc<IdleList> = Arc::new(Mutex::new(VecDeque::new()));
+                plugin.budget().register(idle.clone());
                 Pool::Pooled { idle, slots: Arc::new(Semaphore::new(plugin.limits.max_concurrency.max(1))) }
             }
             InstanceMode::Singleton => {

@@ -13,7 +13,7 @@ use futures_util::future::BoxFuture;
 use crate::rpc::RpcError;
 
 use super::calls::TenantPlugin;
-use crate::core::Observed;
+use crate::core::model::Observed;
 use crate::core::Active;
 
 #[derive(Default)]

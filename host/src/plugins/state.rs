@@ -11,8 +11,8 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use super::output::Captured;
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
-use super::grpc::GrpcCalls;
-use super::instance::Limiter;
+use super::grpc_calls::GrpcCalls;
+use super::limiter::Limiter;
 use super::outbound::Policy;
 use super::timers::Timers;
 use crate::core::outbox::Frame;

@@ -8,45 +8,42 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use serde_json::{json, Map, Value};
 
-/// Every outcome a call can have (also the `outcome` label of the metrics).
-const OUTCOMES: [&str; 7] = ["ok", "error", "trap", "timeout", "out_of_memory", "busy", "failed"];
+use super::outcome::CallOutcome;
 
 /// Failures kept for the admin API.
 const RECENT: usize = 10;
 
-struct Failure {
+struct RecentFailure {
     at: u64,
-    outcome: &'static str,
+    outcome: CallOutcome,
     reason: String,
 }
 
 #[derive(Default)]
 pub struct CallStats {
-    counts: [AtomicU64; OUTCOMES.len()],
-    recent: Mutex<VecDeque<Failure>>,
+    counts: [AtomicU64; CallOutcome::ALL.len()],
+    recent: Mutex<VecDeque<RecentFailure>>,
 }
 
 impl CallStats {
     /// Count one call (and export it as a metric); a call that did not
     /// end `ok` keeps its reason among the recent failures.
-    pub fn record(&self, plugin: &str, outcome: &'static str, took: Duration, reason: Option<&str>) {
-        crate::metrics::plugin_call(plugin, outcome, took);
-        if let Some(i) = OUTCOMES.iter().position(|o| *o == outcome) {
-            self.counts[i].fetch_add(1, Ordering::Relaxed);
-        }
-        if let Some(reason) = reason.filter(|_| outcome != "ok") {
+    pub fn record(&self, plugin: &str, outcome: CallOutcome, took: Duration, reason: Option<&str>) {
+        crate::metrics::plugin_call(plugin, outcome.label(), took);
+        self.counts[outcome as usize].fetch_add(1, Ordering::Relaxed);
+        if let Some(reason) = reason.filter(|_| outcome != CallOutcome::Ok) {
             let mut recent = self.recent.lock();
             if recent.len() == RECENT {
                 recent.pop_front();
             }
-            recent.push_back(Failure { at: crate::ids::now_ms(), outcome, reason: reason.to_string() });
+            recent.push_back(RecentFailure { at: crate::ids::now_ms(), outcome, reason: reason.to_string() });
         }
     }
 
     /// `{calls: {outcome: n}, recentFailures: [{at, outcome, reason}]}`, newest failure first.
     pub fn view(&self) -> (Value, Value) {
-        let calls: Map<String, Value> = OUTCOMES.iter().zip(&self.counts).map(|(o, n)| (o.to_string(), n.load(Ordering::Relaxed).into())).collect();
-        let recent: Vec<Value> = self.recent.lock().iter().rev().map(|f| json!({"at": f.at, "outcome": f.outcome, "reason": f.reason})).collect();
+        let calls: Map<String, Value> = CallOutcome::ALL.iter().zip(&self.counts).map(|(o, n)| (o.label().to_string(), n.load(Ordering::Relaxed).into())).collect();
+        let recent: Vec<Value> = self.recent.lock().iter().rev().map(|f| json!({"at": f.at, "outcome": f.outcome.label(), "reason": f.reason})).collect();
         (Value::Object(calls), Value::Array(recent))
     }
 }
@@ -58,9 +55,9 @@ mod tests {
     #[test]
     fn counts_outcomes_and_keeps_the_last_failures_newest_first() {
         let s = CallStats::default();
-        s.record("p", "ok", Duration::ZERO, None);
+        s.record("p", CallOutcome::Ok, Duration::ZERO, None);
         for i in 0..12 {
-            s.record("p", "trap", Duration::ZERO, Some(&format!("trap {i}")));
+            s.record("p", CallOutcome::Trapped, Duration::ZERO, Some(&format!("trap {i}")));
         }
         let (calls, recent) = s.view();
         assert_eq!(calls["ok"], 1);

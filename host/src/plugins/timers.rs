@@ -1,17 +1,17 @@
 //! One-shot timers of a (tenant, plugin): scheduled by the `timers` import,
 //! delivered to the plugin's `lifecycle.on-timer` on whatever version of the
-//! plugin the tenant runs when they fire.
+//! plugin the tenant runs when they fire (the host aims them at each version
+//! it binds).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use parking_lot::Mutex;
 use tokio::runtime::Handle;
 use tokio::task::AbortHandle;
-
-use crate::core::Tenant;
 
 /// Timers one (tenant, plugin) may have pending.
 pub const MAX_PENDING: usize = 10_000;
@@ -20,16 +20,28 @@ pub const MAX_DELAY: Duration = Duration::from_secs(7 * 24 * 3600);
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
+/// What a due timer is delivered to: a version of the plugin bound to the tenant.
+pub trait OnTimer: Send + Sync {
+    fn on_timer(self: Arc<Self>, id: u64, tag: String) -> BoxFuture<'static, ()>;
+}
+
 pub struct Timers {
-    tenant: Weak<Tenant>,
+    tenant: String,
     plugin: String,
     runtime: Handle,
     pending: Mutex<HashMap<u64, AbortHandle>>,
+    /// The version of the plugin the tenant runs; `None` while it runs none.
+    target: Mutex<Option<Weak<dyn OnTimer>>>,
 }
 
 impl Timers {
-    pub fn new(tenant: &Arc<Tenant>, plugin: &str, runtime: Handle) -> Arc<Timers> {
-        Arc::new(Timers { tenant: Arc::downgrade(tenant), plugin: plugin.to_string(), runtime, pending: Mutex::new(HashMap::new()) })
+    pub fn new(tenant: &str, plugin: &str, runtime: Handle) -> Arc<Timers> {
+        Arc::new(Timers { tenant: tenant.to_string(), plugin: plugin.to_string(), runtime, pending: Mutex::new(HashMap::new()), target: Mutex::new(None) })
+    }
+
+    /// Deliver timers that fire from now on to `target` (`None`: the tenant no longer runs the plugin).
+    pub fn aim(&self, target: Option<Weak<dyn OnTimer>>) {
+        *self.target.lock() = target;
     }
 
     pub fn schedule(self: &Arc<Self>, delay_ms: u64, tag: String) -> Result<u64, String> {
@@ -50,10 +62,10 @@ impl Timers {
             if timers.pending.lock().remove(&id).is_none() {
                 return;
             }
-            let Some(tenant) = timers.tenant.upgrade() else { return };
-            match super::of(&tenant).named(&timers.plugin) {
-                Some(tp) => tp.fire_timer(id, tag).await,
-                None => tracing::warn!(tenant = tenant.id, plugin = timers.plugin, timer = id, "timer fired for a plugin the tenant no longer runs"),
+            let target = timers.target.lock().as_ref().and_then(Weak::upgrade);
+            match target {
+                Some(target) => target.on_timer(id, tag).await,
+                None => tracing::warn!(tenant = timers.tenant, plugin = timers.plugin, timer = id, "timer fired for a plugin the tenant no longer runs"),
             }
         });
         pending.insert(id, task.abort_handle());

@@ -3,7 +3,7 @@
 //! functions, with the same meaning).
 
 use super::bindings::map_gateway::plugin as now;
-use super::bindings::v1::map_gateway::plugin::{config, events, log, router, store, types};
+use super::bindings::contract_0_1::map_gateway::plugin::{config, events, log, router, store, types};
 use super::state::PluginState;
 
 type Wt<T> = wasmtime::Result<T>;

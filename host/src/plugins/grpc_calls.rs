@@ -10,7 +10,7 @@ use std::time::Instant;
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot, Notify};
 
-pub use super::exports::Status;
+pub use super::bindings::map_gateway::plugin::grpc_types::Status;
 
 /// Response messages a call holds that the client has not read yet.
 pub const QUEUED_MESSAGES: usize = 16;

@@ -1,0 +1,138 @@
+//! One call of any kind into a tenant plugin: an instance from the pool,
+//! the call under its deadline, how it ended (counted, traced), and the
+//! instance kept or discarded.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::TenantPlugin;
+use crate::config::InstanceMode;
+use crate::core::outbox::Frame;
+use crate::core::Active;
+use crate::plugins::exports::{Invocation, Returned};
+use crate::plugins::grpc_calls::{code, status};
+use crate::plugins::instance::{classify, Instance};
+use crate::plugins::outcome::{CallOutcome, Failure};
+use crate::plugins::output::log_call_output;
+use crate::plugins::plugin::Refused;
+use crate::plugins::pool::Lease;
+use crate::rpc::{codes, RpcError};
+
+impl TenantPlugin {
+    /// Run one invocation (its first slice here, the rest on the plugin
+    /// threads). `accept` turns what the component returned into the
+    /// answer, or names how it broke the contract (the instance is then
+    /// discarded, and the call fails).
+    pub(super) async fn run<T: Send + 'static>(
+        self: &Arc<Self>,
+        caller: Option<Active>,
+        hops: u8,
+        invocation: Invocation,
+        accept: impl FnOnce(&TenantPlugin, Returned) -> Result<T, String> + Send + 'static,
+    ) -> Result<(T, Vec<Frame>), RpcError> {
+        let this = self.clone();
+        // A child of the request's span (current here), carried to the plugin threads with the call.
+        let span = crate::telemetry::plugin_call(&self.plugin.name, &self.ctx.scope.tenant, invocation.kind());
+        let mut call = Box::pin(tracing::Instrument::instrument(async move { this.run_here(caller, hops, invocation, accept).await }, span));
+        // Most calls finish within their first slice (at most one 5 ms epoch
+        // tick): answer those here, without a thread hop. A call that yields
+        // (still running at the tick, or waiting for storage or a turn) goes
+        // on on the plugin threads, so it cannot hold a connection thread.
+        if let Some(done) = futures_util::FutureExt::now_or_never(&mut call) {
+            return done;
+        }
+        // The task runs to the end even if the caller stops waiting, so an
+        // instance is never dropped in the middle of a call.
+        let task = self.runtime.spawn(call);
+        task.await.unwrap_or_else(|e| Err(self.failure(format!("crashed the host task: {e}"))))
+    }
+
+    pub(super) async fn run_here<T>(
+        &self,
+        caller: Option<Active>,
+        hops: u8,
+        invocation: Invocation,
+        accept: impl FnOnce(&TenantPlugin, Returned) -> Result<T, String>,
+    ) -> Result<(T, Vec<Frame>), RpcError> {
+        let started = Instant::now();
+        let mut lease = self.lease(started).await?;
+        let grpc_call = invocation.grpc_call();
+        let answer = self.invoke(&mut lease, caller, hops, invocation, accept).await;
+        let state = lease.instance().store.data();
+        let last_error = log_call_output(&state.stdout, &state.stderr, &self.output, &self.plugin.name, &self.ctx.scope.tenant);
+        let answer = answer.map_err(|failure| match last_error {
+            Some(line) => Failure { reason: format!("{}; its stderr said: {line}", failure.reason), ..failure },
+            None => failure,
+        });
+        let outcome = answer.as_ref().map_or_else(|f| f.outcome, |_| CallOutcome::Ok);
+        self.stats.record(&self.plugin.name, outcome, started.elapsed(), answer.as_ref().err().map(|f| f.reason.as_str()));
+        crate::telemetry::plugin_outcome(&tracing::Span::current(), outcome.label());
+        match answer {
+            Ok(value) => Ok((value, self.keep(lease))),
+            Err(failure) => Err(self.discard(lease, failure.reason, grpc_call)),
+        }
+    }
+
+    /// An instance for one call; a refusal is the call's error.
+    async fn lease(&self, started: Instant) -> Result<Lease, RpcError> {
+        match self.pool.acquire(&self.plugin, &self.ctx).await {
+            Ok(lease) => Ok(lease),
+            Err(Refused::Busy { retry_after, why }) => {
+                self.stats.record(&self.plugin.name, CallOutcome::Busy, started.elapsed(), Some(&why));
+                Err(RpcError::new(codes::RESOURCE_EXHAUSTED, format!("Plugin {} cannot take the call now: {why}; try again later", self.plugin.name))
+                    .with_data(json!({"retryAfterMs": retry_after.as_millis() as u64, "plugin": self.plugin.name})))
+            }
+            Err(Refused::Failed(reason)) => {
+                self.stats.record(&self.plugin.name, CallOutcome::StartFailed, started.elapsed(), Some(&reason));
+                tracing::warn!(plugin = self.plugin.name, tenant = self.ctx.scope.tenant, reason, "plugin instance could not start");
+                Err(self.failure(reason))
+            }
+        }
+    }
+
+    /// Arm the leased instance and make the call; `accept` judges what it returned.
+    async fn invoke<T>(
+        &self,
+        lease: &mut Lease,
+        caller: Option<Active>,
+        hops: u8,
+        invocation: Invocation,
+        accept: impl FnOnce(&TenantPlugin, Returned) -> Result<T, String>,
+    ) -> Result<T, Failure> {
+        let limits = &self.plugin.limits;
+        let instance = lease.instance();
+        instance.arm(Instant::now() + limits.deadline, caller, hops);
+        let Instance { store, bound, .. } = instance;
+        // The epoch check interrupts wasm code; the outer timeout also bounds host calls.
+        match tokio::time::timeout(limits.deadline + Duration::from_millis(500), bound.invoke(store, invocation)).await {
+            Err(_) => Err(Failure::new(CallOutcome::TimedOut, format!("timed out after {} ms", limits.deadline.as_millis()))),
+            Ok(Err(e)) => Err(classify(&e, limits.deadline.as_millis(), limits.memory_bytes)),
+            Ok(Ok(returned)) => accept(self, returned).map_err(|reason| Failure::new(CallOutcome::Error, reason)),
+        }
+    }
+
+    /// Return the instance of a call that went well; the notifications it
+    /// queued for its caller.
+    fn keep(&self, mut lease: Lease) -> Vec<Frame> {
+        let data = lease.instance().store.data_mut();
+        let deferred = std::mem::take(&mut data.deferred);
+        data.caller = None;
+        self.pool.release(lease, None, &self.plugin, &self.ctx);
+        deferred
+    }
+
+    /// Drop the instance of a failed call; the call's error.
+    fn discard(&self, lease: Lease, reason: String, grpc_call: Option<u64>) -> RpcError {
+        tracing::warn!(plugin = self.plugin.name, tenant = self.ctx.scope.tenant, reason, "plugin call failed; instance discarded");
+        self.pool.release(lease, Some(&reason), &self.plugin, &self.ctx);
+        if self.plugin.limits.mode == InstanceMode::Singleton {
+            // The streams lived in the failed instance's memory; the
+            // failing call itself ends with INTERNAL from its caller.
+            let why = format!("plugin {} failed and a fresh instance replaces it; reconnect", self.plugin.name);
+            self.ctx.grpc.end_all_but(grpc_call, status(code::UNAVAILABLE, why));
+        }
+        self.failure(reason)
+    }
+}
