@@ -474,12 +474,27 @@ impl LocalFabric {
         }
     }
 
-    /// The logged entries after `after` (all when `None` or when it has left
-    /// the log), oldest first.
-    pub fn recorded_after(&self, after: Option<&str>) -> Vec<Arc<Recorded>> {
+    /// The logged entries after `after` (from the oldest when `None` or when
+    /// it has left the log), oldest first, about `max_bytes` of them (at
+    /// least one): a writer holds one page at a time, not the whole log.
+    pub fn recorded_page(&self, after: Option<&str>, max_bytes: usize) -> Vec<Arc<Recorded>> {
         let events = self.events.lock();
         let start = after.map_or(0, |a| position_after(&events.log, a));
-        events.log.range(start..).cloned().collect()
+        let mut bytes = 0;
+        let mut page = Vec::new();
+        for r in events.log.range(start..) {
+            if !page.is_empty() && bytes + r.bytes > max_bytes {
+                break;
+            }
+            bytes += r.bytes;
+            page.push(r.clone());
+        }
+        page
+    }
+
+    /// The newest logged event.
+    pub fn newest_recorded(&self) -> Option<Ulid> {
+        self.events.lock().log.back().map(|r| r.event_id)
     }
 
     fn start_subscription(&self, session: &str, id: String, filter: Filter, sequence: u64, from: Option<ReplayFrom>, paused: bool) {
