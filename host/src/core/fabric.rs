@@ -796,6 +796,24 @@ mod tests {
     }
 
     #[test]
+    fn recorded_pages_are_bounded_by_bytes_and_hold_at_least_one() {
+        let fabric = LocalFabric::new(1000, 1 << 20);
+        let big = "x".repeat(10_000);
+        for _ in 0..10 {
+            fabric.publish(NewEvent::with_text("x", Source::default(), format!("{{\"p\":\"{big}\"}}")));
+        }
+        let first = fabric.recorded_page(None, 25_000);
+        assert_eq!(first.len(), 2, "about 10 kB each");
+        let all = fabric.recorded_page(None, usize::MAX);
+        assert_eq!(all.len(), 10);
+        let next = fabric.recorded_page(Some(first[1].id()), 25_000);
+        assert_eq!(next[0].id(), all[2].id(), "the next page starts after the last one");
+        assert_eq!(fabric.recorded_page(None, 1).len(), 1, "one event larger than the page still goes");
+        let last = fabric.newest_recorded().unwrap();
+        assert!(fabric.recorded_page(Some(last.as_str()), 25_000).is_empty());
+    }
+
+    #[test]
     fn the_log_is_bounded_by_bytes() {
         let fabric = LocalFabric::new(1000, 100_000);
         let big = "x".repeat(10_000);
