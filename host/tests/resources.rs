@@ -85,7 +85,7 @@ fn mib(n: u64) -> String {
     format!("{:.1} MiB", n as f64 / MIB as f64)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn a_subscriber_that_never_reads_costs_no_more_than_the_limits() {
     let gw = start();
     let pid = gw.pid();
@@ -109,7 +109,7 @@ async fn a_subscriber_that_never_reads_costs_no_more_than_the_limits() {
     assert!(settled.is_ok(), "RSS stayed at {} after the data was gone (baseline {}, peak {})", mib(settled.unwrap_err()), mib(baseline), mib(peak));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn large_sends_with_nobody_subscribed_cost_no_more_than_the_limits() {
     let gw = start();
     let pid = gw.pid();
