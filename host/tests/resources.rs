@@ -1,7 +1,8 @@
 //! Memory under large payloads, measured from outside: the gateway's
 //! resident set (VmRSS) grows within about twice the configured byte
 //! limits while large events pass, and comes back near where it started
-//! once they have left the replay log and the outboxes.
+//! once they have left the replay log and the outboxes; connections that
+//! were sent a large message do not keep a buffer of its size.
 
 mod common;
 
@@ -125,4 +126,32 @@ async fn large_sends_with_nobody_subscribed_cost_no_more_than_the_limits() {
     let settled = rss_settles(pid, baseline + SETTLED, Duration::from_secs(10)).await;
     eprintln!("RSS: baseline {}, peak {}, then {:?}", mib(baseline), mib(peak), settled.map(mib).map_err(mib));
     assert!(settled.is_ok(), "RSS stayed at {} after the data was gone (baseline {}, peak {})", mib(settled.unwrap_err()), mib(baseline), mib(peak));
+}
+
+#[tokio::test]
+async fn connections_that_were_sent_a_large_message_keep_no_large_buffers() {
+    const RECEIVERS: usize = 24;
+    let gw = start();
+    let pid = gw.pid();
+    let (mut ws, me) = sender(&gw).await;
+    let mut receivers = Vec::new();
+    for i in 0..RECEIVERS {
+        let (mut r, _) = gw.ws_connected("agent", None).await;
+        r.call_ok("map/agents/register", json!({"agentId": format!("receiver-{i}")})).await;
+        receivers.push(r);
+    }
+    flush_the_log(&mut ws, &me, pid).await;
+    let baseline = rss(pid);
+
+    // Each connection writes one 1 MiB message, and stays open.
+    let payload = Value::String("x".repeat(1 << 20));
+    for (i, r) in receivers.iter_mut().enumerate() {
+        ws.call_ok("map/send", json!({"to": {"agent": format!("receiver-{i}")}, "payload": payload})).await;
+        let got = r.notification("map/message", WAIT).await.expect("the large message");
+        assert_eq!(got["params"]["message"]["payload"].as_str().map(str::len), Some(1 << 20));
+    }
+    flush_the_log(&mut ws, &me, pid).await;
+    let settled = rss_settles(pid, baseline + SETTLED, Duration::from_secs(10)).await;
+    eprintln!("RSS: baseline {}, then {:?} with {RECEIVERS} connections open", mib(baseline), settled.map(mib).map_err(mib));
+    assert!(settled.is_ok(), "RSS stayed at {} with {RECEIVERS} connections that were sent 1 MiB each (baseline {})", mib(settled.unwrap_err()), mib(baseline));
 }
