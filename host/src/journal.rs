@@ -1,7 +1,8 @@
 //! The embedded default's durable event log and scopes: a SQLite file
 //! (`<data_dir>/events.db`) beside the plugin store. Each tenant's replay
 //! window is written behind the fabric every `storage.event_log_flush_ms`
-//! (at most the window's size per flush, however fast events come) and at
+//! (at most the window's size per flush, however fast events come, in
+//! transactions of about `PAGE_BYTES`) and at
 //! shutdown, and read back at start-up; scope definitions are written as
 //! they change, before the call that changed them is answered.
 
@@ -14,12 +15,16 @@ use parking_lot::Mutex;
 use rusqlite::{params, Connection};
 
 use crate::core::events::StoredEvent;
-use crate::core::fabric::LocalFabric;
+use crate::core::fabric::{LocalFabric, Recorded};
 use crate::core::model::Scope;
 use crate::core::registry::Registry;
 use crate::core::directory::{ChangeSink, Track};
 use crate::core::tracked::Changes;
 use crate::core::Tenant;
+
+/// About how many bytes of events one transaction writes: a flush holds
+/// one page of events and one serialised body at a time, not the window.
+const PAGE_BYTES: usize = 1 << 20;
 
 pub struct Journal {
     conn: Mutex<Connection>,
@@ -84,27 +89,31 @@ impl Journal {
     pub fn flush(&self) {
         let mut logs = self.logs.lock();
         for (tenant, fabric, newest) in logs.iter_mut() {
-            let entries = fabric.recorded_after(newest.as_deref());
-            let Some(last) = entries.last() else { continue };
-            let last = last.id().to_string();
-            let bodies: Vec<(String, String)> = entries.iter().map(|r| (r.id().to_string(), serde_json::to_string(&r.stored()).expect("events serialise"))).collect();
-            match self.write_events(tenant, &bodies) {
-                Ok(()) => {
-                    fabric.mark_saved(&last);
-                    *newest = Some(last);
+            // Events recorded while this flush runs wait for the next one.
+            let Some(until) = fabric.newest_recorded() else { continue };
+            while newest.as_deref().is_none_or(|n| n < until.as_str()) {
+                let page = fabric.recorded_page(newest.as_deref(), PAGE_BYTES);
+                let Some(last) = page.last().map(|r| r.id().to_string()) else { break };
+                if let Err(e) = self.write_events(tenant, &page) {
+                    tracing::error!(tenant = %tenant, error = %e, "writing the event log failed; retrying at the next flush");
+                    break;
                 }
-                Err(e) => tracing::error!(tenant = %tenant, error = %e, "writing the event log failed; retrying at the next flush"),
+                fabric.mark_saved(&last);
+                *newest = Some(last);
             }
         }
     }
 
-    fn write_events(&self, tenant: &str, bodies: &[(String, String)]) -> rusqlite::Result<()> {
+    /// Write one page of events, each serialised just before its row is
+    /// written (one body at a time), and trim the table to the window.
+    fn write_events(&self, tenant: &str, page: &[Arc<Recorded>]) -> rusqlite::Result<()> {
         let mut conn = self.conn.lock();
         let tx = conn.transaction()?;
         {
             let mut insert = tx.prepare_cached("INSERT OR REPLACE INTO events (tenant, id, body) VALUES (?1, ?2, ?3)")?;
-            for (id, body) in bodies {
-                insert.execute(params![tenant, id, body])?;
+            for r in page {
+                let body = serde_json::to_string(&r.stored()).expect("events serialise");
+                insert.execute(params![tenant, r.id(), body])?;
             }
             tx.execute(
                 "DELETE FROM events WHERE tenant = ?1 AND id < (SELECT id FROM events WHERE tenant = ?1 ORDER BY id DESC LIMIT 1 OFFSET ?2)",
@@ -124,7 +133,12 @@ impl Journal {
                 tick.tick().await;
                 let Some(j) = journal.upgrade() else { return };
                 // SQLite calls block: off the async workers.
-                let _ = tokio::task::spawn_blocking(move || j.flush()).await;
+                // The flush's copies were freed on that thread: give them back (see `memory`).
+                let _ = tokio::task::spawn_blocking(move || {
+                    j.flush();
+                    crate::memory::collect(true);
+                })
+                .await;
             }
         });
     }

@@ -8,7 +8,8 @@
 //! `journal` (the embedded default's durable event log) → `core` (MAP: sessions, agents, scopes, routing,
 //! events; the traits it needs from extensions) → `tenants` (credentials
 //! into tenants) → `store` (durable storage) → `rpc` (codec, errors) →
-//! `ids`, `metrics`, `telemetry` (logs and traces), `config`.
+//! `ids`, `metrics`, `telemetry` (logs and traces), `config`, `memory`
+//! (memory back to the system after a burst).
 
 // What an embedder uses: start a gateway (`app`), configure it (`config`),
 // serve it (`transport`), drive the core directly (`core`) and reach a
@@ -20,6 +21,7 @@ pub mod config;
 pub mod core;
 mod journal;
 mod ids;
+pub mod memory;
 pub mod metrics;
 pub mod plugins;
 mod rpc;

@@ -165,7 +165,7 @@ fn main() -> anyhow::Result<()> {
             }
             // Before the runtime: the trace exporter runs on a thread of its own.
             let telemetry = map_gateway::telemetry::init(&config.telemetry)?;
-            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            let runtime = map_gateway::memory::release_when_idle(tokio::runtime::Builder::new_multi_thread().enable_all()).build()?;
             let served = runtime.block_on(serve(config, config_path, stdio));
             // Tasks still running (a stdin read, say) do not hold the exit up.
             runtime.shutdown_timeout(Duration::from_secs(1));
@@ -183,6 +183,7 @@ async fn serve(config: Config, config_path: Option<PathBuf>, stdio: bool) -> any
         false => None,
     };
     let gateway = map_gateway::app::start(config, config_path).await?;
+    map_gateway::memory::spawn_purge_ticks();
     spawn_reload_on_hangup(gateway.clone(), tls.clone());
     if stdio {
         transport::stdio::serve(gateway).await?;

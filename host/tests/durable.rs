@@ -223,3 +223,27 @@ async fn replay_retention_stays_bounded_across_a_restart() {
     let all: BTreeSet<String> = (0..20).flat_map(|i| [format!("s-{i}"), format!("t-{i}")]).collect();
     assert_eq!(ids, all, "map/scopes/list after the restart and more creates");
 }
+
+#[tokio::test]
+async fn a_window_of_large_events_is_written_in_pages_and_survives_kill9() {
+    // About 2.4 MB of events: more than one page (about 1 MiB) per flush.
+    let node = start("");
+    let mut sender = node.agent("bulky", json!({})).await;
+    let payload = "p".repeat(60_000);
+    for i in 0..40 {
+        sender.ok("map/send", json!({"to": {"agent": "bulky"}, "payload": {"i": i, "pad": payload}})).await;
+    }
+    let before = sender.replay_all(None).await;
+    let sent = before.iter().filter(|e| event_type(e) == "message_sent").count();
+    assert_eq!(sent, 40, "every send is in the replay log: [{}]", list(&before));
+    wait_saved_through(&node, event_id(before.last().expect("events"))).await;
+
+    let node = restart_after_kill9(node);
+    let mut reader = node.connect("client").await;
+    let after = reader.replay_all(None).await;
+    let ids = |entries: &[Value]| entries.iter().map(event_id).map(String::from).collect::<Vec<_>>();
+    // Then come the events of the new connection.
+    assert_eq!(ids(&after[..before.len().min(after.len())]), ids(&before), "the whole window is back after kill -9");
+    let last = event_of(after.iter().rev().find(|e| event_type(e) == "message_sent").expect("a message_sent"));
+    assert_eq!(last["data"]["message"]["payload"]["pad"].as_str().map(str::len), Some(60_000), "payloads come back whole");
+}

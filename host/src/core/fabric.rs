@@ -474,12 +474,27 @@ impl LocalFabric {
         }
     }
 
-    /// The logged entries after `after` (all when `None` or when it has left
-    /// the log), oldest first.
-    pub fn recorded_after(&self, after: Option<&str>) -> Vec<Arc<Recorded>> {
+    /// The logged entries after `after` (from the oldest when `None` or when
+    /// it has left the log), oldest first, about `max_bytes` of them (at
+    /// least one): a writer holds one page at a time, not the whole log.
+    pub fn recorded_page(&self, after: Option<&str>, max_bytes: usize) -> Vec<Arc<Recorded>> {
         let events = self.events.lock();
         let start = after.map_or(0, |a| position_after(&events.log, a));
-        events.log.range(start..).cloned().collect()
+        let mut bytes = 0;
+        let mut page = Vec::new();
+        for r in events.log.range(start..) {
+            if !page.is_empty() && bytes + r.bytes > max_bytes {
+                break;
+            }
+            bytes += r.bytes;
+            page.push(r.clone());
+        }
+        page
+    }
+
+    /// The newest logged event.
+    pub fn newest_recorded(&self) -> Option<Ulid> {
+        self.events.lock().log.back().map(|r| r.event_id)
     }
 
     fn start_subscription(&self, session: &str, id: String, filter: Filter, sequence: u64, from: Option<ReplayFrom>, paused: bool) {
@@ -778,6 +793,24 @@ mod tests {
         assert_eq!(ids(fabric.replay(&after_b)), ["01J0000000000000000000000A", "01J0000000000000000000000C"]);
         let after_a = ReplayQuery { after_event_id: Some("01J0000000000000000000000A".into()), ..Default::default() };
         assert_eq!(ids(fabric.replay(&after_a)), ["01J0000000000000000000000C"]);
+    }
+
+    #[test]
+    fn recorded_pages_are_bounded_by_bytes_and_hold_at_least_one() {
+        let fabric = LocalFabric::new(1000, 1 << 20);
+        let big = "x".repeat(10_000);
+        for _ in 0..10 {
+            fabric.publish(NewEvent::with_text("x", Source::default(), format!("{{\"p\":\"{big}\"}}")));
+        }
+        let first = fabric.recorded_page(None, 25_000);
+        assert_eq!(first.len(), 2, "about 10 kB each");
+        let all = fabric.recorded_page(None, usize::MAX);
+        assert_eq!(all.len(), 10);
+        let next = fabric.recorded_page(Some(first[1].id()), 25_000);
+        assert_eq!(next[0].id(), all[2].id(), "the next page starts after the last one");
+        assert_eq!(fabric.recorded_page(None, 1).len(), 1, "one event larger than the page still goes");
+        let last = fabric.newest_recorded().unwrap();
+        assert!(fabric.recorded_page(Some(last.as_str()), 25_000).is_empty());
     }
 
     #[test]

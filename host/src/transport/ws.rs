@@ -19,7 +19,8 @@ use hyper_util::rt::TokioIo;
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
-use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::{CloseCode, Data, OpCode};
+use tokio_tungstenite::tungstenite::protocol::frame::Frame as WsFrame;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::{self, Message, Utf8Bytes};
 use tokio_tungstenite::WebSocketStream;
@@ -87,9 +88,27 @@ where
     r
 }
 
-fn text_message(f: Frame) -> Message {
-    // SAFETY: a Frame is always UTF-8 (see `Frame`).
-    Message::Text(unsafe { Utf8Bytes::from_bytes_unchecked(f.into_bytes()) })
+/// Messages larger than this go out as fragments of this size: the
+/// socket's write buffer, which keeps its largest size for the life of the
+/// connection, then never holds more than its own size and one fragment.
+const FRAGMENT_BYTES: usize = 64 << 10;
+
+/// Queue one frame on the socket (whole, or in fragments when large).
+async fn feed<S>(sink: &mut S, f: Frame) -> Result<(), tungstenite::Error>
+where
+    S: futures_util::Sink<Message, Error = tungstenite::Error> + Unpin,
+{
+    let bytes = f.into_bytes();
+    if bytes.len() <= FRAGMENT_BYTES {
+        // SAFETY: a Frame is always UTF-8 (see `Frame`).
+        return sink.feed(Message::Text(unsafe { Utf8Bytes::from_bytes_unchecked(bytes) })).await;
+    }
+    for at in (0..bytes.len()).step_by(FRAGMENT_BYTES) {
+        let end = (at + FRAGMENT_BYTES).min(bytes.len());
+        let opcode = OpCode::Data(if at == 0 { Data::Text } else { Data::Continue });
+        sink.feed(Message::Frame(WsFrame::message(bytes.slice(at..end), opcode, end == bytes.len()))).await?;
+    }
+    Ok(())
 }
 
 /// Why the reader stopped, and the close code to send.
@@ -121,7 +140,7 @@ where
                     Some(m @ Message::Close(_)) => {
                         // Answers already queued go out before the close.
                         while let Some(f) = rx.try_recv() {
-                            if sink.feed(text_message(f)).await.is_err() {
+                            if feed(&mut sink, f).await.is_err() {
                                 return;
                             }
                         }
@@ -146,7 +165,7 @@ where
             // Write everything already queued, then flush once.
             let mut next = Some(frame);
             while let Some(f) = next {
-                if sink.feed(text_message(f)).await.is_err() {
+                if feed(&mut sink, f).await.is_err() {
                     return;
                 }
                 next = rx.try_recv();
