@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use futures_util::stream::FuturesUnordered;
+use futures_util::stream::{FuturesUnordered, SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONNECTION, SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_KEY, UPGRADE};
@@ -26,7 +26,7 @@ use tokio_tungstenite::tungstenite::{self, Message, Utf8Bytes};
 use tokio_tungstenite::WebSocketStream;
 
 use super::reply::Body;
-use crate::core::outbox::{channel, Frame};
+use crate::core::outbox::{channel, Frame, FrameRx};
 use crate::core::{Conn, Gateway, Handled};
 
 /// Requests of one socket that may run at once; past this the socket is
@@ -121,147 +121,26 @@ pub(super) fn close_for(e: &tungstenite::Error) -> Option<CloseFrame> {
     Some(CloseFrame { code, reason: reason.into() })
 }
 
-/// `linger`: set when the socket is closed on a frame it could not read,
-/// so the rest of that frame is read and discarded and the close frame
-/// reaches the peer instead of a reset.
+/// One socket: a writer task and the read loop. `linger`: set when the
+/// socket is closed on a frame it could not read, so the rest of that frame
+/// is read and discarded and the close frame reaches the peer instead of a
+/// reset.
 async fn run<S>(gw: Arc<Gateway>, socket: WebSocketStream<S>, peer: SocketAddr, preset: Option<(String, String)>, linger: super::Linger)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let (mut sink, mut source) = socket.split();
-    let (tx, mut rx) = channel(gw.config.limits.outbox_frames, gw.config.limits.outbox_bytes);
+    let (sink, source) = socket.split();
+    let (tx, rx) = channel(gw.config.limits.outbox_frames, gw.config.limits.outbox_bytes);
     // Pings and the closing frame, beside the frames of the session.
-    let (control, mut control_rx) = mpsc::unbounded_channel::<Message>();
-    let writer = tokio::spawn(async move {
-        loop {
-            let frame = tokio::select! {
-                biased;
-                m = control_rx.recv() => match m {
-                    Some(m @ Message::Close(_)) => {
-                        // Answers already queued go out before the close.
-                        while let Some(f) = rx.try_recv() {
-                            if feed(&mut sink, f).await.is_err() {
-                                return;
-                            }
-                        }
-                        let _ = sink.send(m).await;
-                        return;
-                    }
-                    Some(m) => {
-                        if sink.send(m).await.is_err() {
-                            return;
-                        }
-                        continue;
-                    }
-                    // The reader is done: close below (which also answers a
-                    // peer's close frame, as the handshake wants).
-                    None => break,
-                },
-                f = rx.recv() => match f {
-                    Some(f) => f,
-                    None => break,
-                },
-            };
-            // Write everything already queued, then flush once.
-            let mut next = Some(frame);
-            while let Some(f) = next {
-                if feed(&mut sink, f).await.is_err() {
-                    return;
-                }
-                next = rx.try_recv();
-            }
-            if sink.flush().await.is_err() {
-                return;
-            }
-        }
-        if rx.ended() {
-            // The session was ended by an operator: a close frame that says so.
-            let frame = CloseFrame { code: CloseCode::Policy, reason: "the session was disconnected by an operator".into() };
-            let _ = sink.send(Message::Close(Some(frame))).await;
-        }
-        let _ = sink.close().await;
-    });
+    let (control, control_rx) = mpsc::unbounded_channel::<Message>();
+    let writer = tokio::spawn(write_loop(sink, rx, control_rx));
 
     let _open = gw.drain.enter();
     let _counted = crate::metrics::connection("websocket");
-    let stopping = gw.drain.stopping();
-    tokio::pin!(stopping);
-    let mut draining = false;
     let mut conn = Conn::new(tx.clone(), super::headers::is_loopback(&peer), "websocket");
     conn.peer_ip = Some(peer.ip());
     conn.preset_auth = preset;
-    // Half the idle time without a frame: ping; the other half without one: close.
-    let half_idle = Duration::from_secs(gw.config.server.idle_timeout_secs).max(Duration::from_secs(2)) / 2;
-    let mut pinged = false;
-    let mut close: Option<CloseFrame> = None;
-    // Calls still running while the connection reads on; answered as they finish.
-    let mut running = FuturesUnordered::new();
-    loop {
-        let next = tokio::select! {
-            biased;
-            Some((answer, deferred)) = running.next(), if !running.is_empty() => {
-                conn.deferred.extend(deferred);
-                if !super::send_answer(&mut conn, answer).await {
-                    break;
-                }
-                continue;
-            }
-            // Shutting down: read no more requests, answer the running ones, then close.
-            _ = &mut stopping, if !draining => {
-                draining = true;
-                continue;
-            }
-            _ = std::future::ready(()), if draining && running.is_empty() => {
-                close = Some(CloseFrame { code: CloseCode::Away, reason: "the gateway is shutting down".into() });
-                break;
-            }
-            next = tokio::time::timeout(half_idle, source.next()), if !draining && running.len() < MAX_RUNNING => next,
-        };
-        let msg = match next {
-            Ok(Some(m)) => m,
-            Ok(None) => break,
-            Err(_) if pinged => {
-                close = Some(CloseFrame { code: CloseCode::Away, reason: "idle: no answer to ping".into() });
-                break;
-            }
-            Err(_) => {
-                pinged = true;
-                let _ = control.send(Message::Ping(Bytes::new()));
-                continue;
-            }
-        };
-        pinged = false;
-        let bytes = match msg {
-            Ok(Message::Text(t)) => t.into(),
-            Ok(Message::Binary(b)) => b,
-            Ok(Message::Close(_)) => break,
-            Ok(_) => continue,
-            Err(e) => {
-                tracing::debug!(%peer, error = %e, "websocket read failed");
-                close = close_for(&e);
-                if close.is_some() {
-                    linger.set();
-                }
-                break;
-            }
-        };
-        let answer = match gw.start_frame(&mut conn, &bytes).await {
-            Handled::Now(answer) => answer,
-            Handled::Later(call) => {
-                running.push(call);
-                continue;
-            }
-        };
-        if !super::send_answer(&mut conn, answer).await {
-            break;
-        }
-        if gw.too_many_failures(&conn) {
-            close = Some(CloseFrame { code: CloseCode::Policy, reason: "too many failed authentications".into() });
-            break;
-        }
-    }
-    // Calls still running finish on their own; their answers have no reader.
-    drop(running);
+    let close = read_loop(&gw, &mut conn, source, &control, peer, &linger).await;
     // The close goes to the writer before the frame queue ends: otherwise the
     // writer could see the queue end first and close without the code.
     if let Some(frame) = close {
@@ -272,4 +151,153 @@ where
     drop(tx);
     drop(control);
     let _ = writer.await;
+}
+
+/// The socket's writer: the session's frames, pings and the closing frame,
+/// until the reader is done or the peer stops taking them.
+async fn write_loop<S>(mut sink: SplitSink<WebSocketStream<S>, Message>, mut rx: FrameRx, mut control_rx: mpsc::UnboundedReceiver<Message>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    loop {
+        let frame = tokio::select! {
+            biased;
+            m = control_rx.recv() => match m {
+                Some(m @ Message::Close(_)) => {
+                    // Answers already queued go out before the close.
+                    while let Some(f) = rx.try_recv() {
+                        if feed(&mut sink, f).await.is_err() {
+                            return;
+                        }
+                    }
+                    let _ = sink.send(m).await;
+                    return;
+                }
+                Some(m) => {
+                    if sink.send(m).await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                // The reader is done: close below (which also answers a
+                // peer's close frame, as the handshake wants).
+                None => break,
+            },
+            f = rx.recv() => match f {
+                Some(f) => f,
+                None => break,
+            },
+        };
+        if write_queued(&mut sink, frame, &mut rx).await.is_err() {
+            return;
+        }
+    }
+    if rx.ended() {
+        // The session was ended by an operator: a close frame that says so.
+        let frame = CloseFrame { code: CloseCode::Policy, reason: "the session was disconnected by an operator".into() };
+        let _ = sink.send(Message::Close(Some(frame))).await;
+    }
+    let _ = sink.close().await;
+}
+
+/// Write `first` and everything already queued behind it, then flush once.
+async fn write_queued<S>(sink: &mut S, first: Frame, rx: &mut FrameRx) -> Result<(), tungstenite::Error>
+where
+    S: futures_util::Sink<Message, Error = tungstenite::Error> + Unpin,
+{
+    let mut next = Some(first);
+    while let Some(f) = next {
+        feed(sink, f).await?;
+        next = rx.try_recv();
+    }
+    sink.flush().await
+}
+
+/// What the read loop does next.
+enum Step {
+    /// A message from the peer, or the read's outcome.
+    Read(Result<Option<Result<Message, tungstenite::Error>>, tokio::time::error::Elapsed>),
+    /// A call that ran on finished: its answer and the notifications after it.
+    Answered(Option<String>, Vec<Frame>),
+    /// Read nothing more (the gateway is stopping).
+    Drain,
+    /// Stopping, and nothing runs any more: close.
+    Close(CloseFrame),
+}
+
+/// Read requests and answer them until the peer leaves, idles, misbehaves
+/// or the gateway stops. Returns the close frame to send, if any.
+async fn read_loop<S>(gw: &Arc<Gateway>, conn: &mut Conn, mut source: SplitStream<WebSocketStream<S>>, control: &mpsc::UnboundedSender<Message>, peer: SocketAddr, linger: &super::Linger) -> Option<CloseFrame>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let stopping = gw.drain.stopping();
+    tokio::pin!(stopping);
+    let mut draining = false;
+    // Half the idle time without a frame: ping; the other half without one: close.
+    let half_idle = Duration::from_secs(gw.config.server.idle_timeout_secs).max(Duration::from_secs(2)) / 2;
+    let mut pinged = false;
+    // Calls still running while the connection reads on; answered as they finish.
+    // Dropped with the loop: their answers would have no reader.
+    let mut running = FuturesUnordered::new();
+    loop {
+        let step = tokio::select! {
+            biased;
+            Some((answer, deferred)) = running.next(), if !running.is_empty() => Step::Answered(answer, deferred),
+            // Shutting down: read no more requests, answer the running ones, then close.
+            _ = &mut stopping, if !draining => Step::Drain,
+            _ = std::future::ready(()), if draining && running.is_empty() => {
+                Step::Close(CloseFrame { code: CloseCode::Away, reason: "the gateway is shutting down".into() })
+            }
+            next = tokio::time::timeout(half_idle, source.next()), if !draining && running.len() < MAX_RUNNING => Step::Read(next),
+        };
+        let msg = match step {
+            Step::Answered(answer, deferred) => {
+                conn.deferred.extend(deferred);
+                if !super::send_answer(conn, answer).await {
+                    return None;
+                }
+                continue;
+            }
+            Step::Drain => {
+                draining = true;
+                continue;
+            }
+            Step::Close(frame) => return Some(frame),
+            Step::Read(Ok(Some(msg))) => msg,
+            Step::Read(Ok(None)) => return None,
+            Step::Read(Err(_)) if pinged => return Some(CloseFrame { code: CloseCode::Away, reason: "idle: no answer to ping".into() }),
+            Step::Read(Err(_)) => {
+                pinged = true;
+                let _ = control.send(Message::Ping(Bytes::new()));
+                continue;
+            }
+        };
+        pinged = false;
+        let bytes = match msg {
+            Ok(Message::Text(t)) => t.into(),
+            Ok(Message::Binary(b)) => b,
+            Ok(Message::Close(_)) => return None,
+            Ok(_) => continue,
+            Err(e) => {
+                tracing::debug!(%peer, error = %e, "websocket read failed");
+                let close = close_for(&e);
+                if close.is_some() {
+                    linger.set();
+                }
+                return close;
+            }
+        };
+        match gw.start_frame(conn, &bytes).await {
+            Handled::Later(call) => running.push(call),
+            Handled::Now(answer) => {
+                if !super::send_answer(conn, answer).await {
+                    return None;
+                }
+                if gw.too_many_failures(conn) {
+                    return Some(CloseFrame { code: CloseCode::Policy, reason: "too many failed authentications".into() });
+                }
+            }
+        }
+    }
 }
