@@ -28,10 +28,40 @@ fn scope_event(kind: &'static str, scope: &str, agent: &Agent) -> NewEvent {
 
 pub fn register(active: &Active, req: &Request, spawn: bool) -> Result<Out, RpcError> {
     let p: RegisterParams = req.params()?;
-    if let Some(id) = &p.agent_id {
-        if id.is_empty() || id.len() > 256 {
-            return Err(RpcError::invalid_params("agentId must be 1 to 256 characters"));
+    check_registration(&p)?;
+    let mut events = Vec::new();
+    let agent = {
+        let mut reg = active.tenant.registry.lock();
+        let id = p.agent_id.clone().unwrap_or_else(|| ids::prefixed("agent"));
+        check_placement(&reg, active, &id, p.parent.as_deref(), spawn)?;
+        // Scopes that do not exist yet are created with the default policy.
+        for s in &p.scopes {
+            if !reg.scopes.contains_key(s) {
+                let scope = Scope::open(s, &active.participant_id);
+                events.push(super::scopes::scope_only_event("scope_created", &scope, active, json!({"scope": scope})));
+                reg.scopes.insert(s.clone(), scope);
+            }
         }
+        let agent = new_agent(active, id, p);
+        link(&mut reg, active, &agent);
+        events.push(agent_event("agent_registered", &agent, json!({"agent": agent})));
+        for s in &agent.scopes {
+            events.push(scope_event("scope_member_joined", s, &agent));
+        }
+        reg.agents.insert(agent.id.clone(), agent.clone());
+        agent
+    };
+    publish(active, events);
+    Ok(json!({"agent": agent}).into())
+}
+
+/// What can be checked of a registration before the directory is locked.
+fn check_registration(p: &RegisterParams) -> Result<(), RpcError> {
+    if p.agent_id.as_ref().is_some_and(|id| id.is_empty() || id.len() > 256) {
+        return Err(RpcError::invalid_params("agentId must be 1 to 256 characters"));
+    }
+    if p.scopes.iter().any(|s| s.is_empty() || s.len() > 256) {
+        return Err(RpcError::invalid_params("scope ids must be 1 to 256 characters"));
     }
     if let Some(state) = &p.state {
         if !crate::core::model::valid_state(state) {
@@ -43,73 +73,58 @@ pub fn register(active: &Active, req: &Request, spawn: bool) -> Result<Out, RpcE
             return Err(RpcError::invalid_params(format!("{name} must be an object")));
         }
     }
+    Ok(())
+}
+
+/// The id is free, the parent exists, and only the parent's session spawns under it.
+fn check_placement(reg: &Registry, active: &Active, id: &str, parent: Option<&str>, spawn: bool) -> Result<(), RpcError> {
+    if reg.agents.contains_key(id) {
+        return Err(RpcError::new(codes::AGENT_EXISTS, format!("Agent already exists: {id}")));
+    }
+    let Some(parent) = parent else { return Ok(()) };
+    let parent = reg.agent(parent)?;
+    if spawn && parent.session != active.session_id {
+        return Err(RpcError::new(codes::PERMISSION_DENIED, "Only the parent's own session may spawn children under it"));
+    }
+    Ok(())
+}
+
+fn new_agent(active: &Active, id: String, p: RegisterParams) -> Agent {
     let now = ids::now_ms();
-    let mut events = Vec::new();
-    let agent = {
-        let mut reg = active.tenant.registry.lock();
-        let id = p.agent_id.clone().unwrap_or_else(|| ids::prefixed("agent"));
-        if reg.agents.contains_key(&id) {
-            return Err(RpcError::new(codes::AGENT_EXISTS, format!("Agent already exists: {id}")));
+    Agent {
+        id,
+        owner_id: active.participant_id.clone(),
+        name: p.name,
+        description: p.description,
+        role: p.role,
+        parent: p.parent,
+        children: Vec::new(),
+        state: p.state.unwrap_or_else(|| "registered".into()),
+        scopes: dedup(p.scopes),
+        visibility: p.visibility,
+        capabilities: p.capabilities,
+        metadata: p.metadata,
+        environment: p.environment,
+        capability_descriptor: p.capability_descriptor,
+        lifecycle: Lifecycle { created_at: now, last_state_change: now, exit_reason: None },
+        session: active.session_id.clone(),
+        suspended_from: None,
+    }
+}
+
+/// The new agent as its parent's child, its scopes' member and its session's own.
+fn link(reg: &mut Registry, active: &Active, agent: &Agent) {
+    if let Some(parent) = agent.parent.as_ref().and_then(|pid| reg.agents.get_mut(pid)) {
+        parent.children.push(agent.id.clone());
+    }
+    for s in &agent.scopes {
+        if let Some(scope) = reg.scopes.get_mut(s) {
+            scope.members.push(agent.id.clone());
         }
-        if let Some(parent) = &p.parent {
-            reg.agent(parent)?;
-        }
-        if spawn && p.parent.is_some() {
-            let parent = reg.agent(p.parent.as_deref().unwrap_or_default())?;
-            if parent.session != active.session_id {
-                return Err(RpcError::new(codes::PERMISSION_DENIED, "Only the parent's own session may spawn children under it"));
-            }
-        }
-        // Scopes that do not exist yet are created with the default policy.
-        for s in &p.scopes {
-            if s.is_empty() || s.len() > 256 {
-                return Err(RpcError::invalid_params("scope ids must be 1 to 256 characters"));
-            }
-            if !reg.scopes.contains_key(s) {
-                let scope = Scope::open(s, &active.participant_id);
-                events.push(super::scopes::scope_only_event("scope_created", &scope, active, json!({"scope": scope})));
-                reg.scopes.insert(s.clone(), scope);
-            }
-        }
-        let agent = Agent {
-            id: id.clone(),
-            owner_id: active.participant_id.clone(),
-            name: p.name,
-            description: p.description,
-            role: p.role,
-            parent: p.parent.clone(),
-            children: Vec::new(),
-            state: p.state.unwrap_or_else(|| "registered".into()),
-            scopes: dedup(p.scopes),
-            visibility: p.visibility,
-            capabilities: p.capabilities,
-            metadata: p.metadata,
-            environment: p.environment,
-            capability_descriptor: p.capability_descriptor,
-            lifecycle: Lifecycle { created_at: now, last_state_change: now, exit_reason: None },
-            session: active.session_id.clone(),
-            suspended_from: None,
-        };
-        if let Some(parent) = p.parent.as_ref().and_then(|pid| reg.agents.get_mut(pid)) {
-            parent.children.push(id.clone());
-        }
-        for s in &agent.scopes {
-            if let Some(scope) = reg.scopes.get_mut(s) {
-                scope.members.push(id.clone());
-            }
-        }
-        if let Some(session) = reg.sessions.get_mut(&active.session_id) {
-            session.agents.push(id.clone());
-        }
-        events.push(agent_event("agent_registered", &agent, json!({"agent": agent})));
-        for s in &agent.scopes {
-            events.push(scope_event("scope_member_joined", s, &agent));
-        }
-        reg.agents.insert(id, agent.clone());
-        agent
-    };
-    publish(active, events);
-    Ok(json!({"agent": agent}).into())
+    }
+    if let Some(session) = reg.sessions.get_mut(&active.session_id) {
+        session.agents.push(agent.id.clone());
+    }
 }
 
 fn dedup(mut v: Vec<String>) -> Vec<String> {
