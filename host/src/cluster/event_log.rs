@@ -18,7 +18,7 @@ const INSTANCE: &str = "Map-Instance";
 
 /// An event for NATS, in the order made: recorded ones go to the log,
 /// live-only ones on NATS core.
-enum Out {
+enum ToPublish {
     Event(String, Bytes),
     Live(String, Bytes),
     /// Answer once everything before has been appended (a graceful stop).
@@ -27,7 +27,7 @@ enum Out {
 
 /// A tenant's queue to its event publisher.
 pub(super) struct LogPublisher {
-    queue: mpsc::UnboundedSender<Out>,
+    queue: mpsc::UnboundedSender<ToPublish>,
 }
 
 impl LogPublisher {
@@ -40,18 +40,18 @@ impl LogPublisher {
 
     /// A recorded event, for the log at `subject`.
     pub(super) fn append(&self, subject: String, body: Bytes) {
-        let _ = self.queue.send(Out::Event(subject, body));
+        let _ = self.queue.send(ToPublish::Event(subject, body));
     }
 
     /// A live-only event, for NATS core at `subject`.
     pub(super) fn live(&self, subject: String, body: Bytes) {
-        let _ = self.queue.send(Out::Live(subject, body));
+        let _ = self.queue.send(ToPublish::Live(subject, body));
     }
 
     /// Wait (at most `within`) until the events queued so far are in the log.
     pub(super) fn flush(&self, within: std::time::Duration) {
         let (done, wait) = std::sync::mpsc::channel();
-        if self.queue.send(Out::Flush(done)).is_ok() {
+        if self.queue.send(ToPublish::Flush(done)).is_ok() {
             let _ = tokio::task::block_in_place(|| wait.recv_timeout(within));
         }
     }
@@ -66,7 +66,7 @@ pub(super) fn published_by(headers: Option<&async_nats::HeaderMap>, instance: &s
 /// ones, in order. What is queued together goes as one message (a JSON
 /// array): the log takes far fewer messages than events, and appends are
 /// pipelined, their acknowledgements awaited alongside.
-async fn publish_events(client: async_nats::Client, js: jetstream::Context, instance: Arc<str>, mut rx: mpsc::UnboundedReceiver<Out>) {
+async fn publish_events(client: async_nats::Client, js: jetstream::Context, instance: Arc<str>, mut rx: mpsc::UnboundedReceiver<ToPublish>) {
     let mut acks = futures_util::stream::FuturesUnordered::new();
     let mut headers = async_nats::HeaderMap::new();
     headers.insert(INSTANCE, &*instance);
@@ -78,9 +78,9 @@ async fn publish_events(client: async_nats::Client, js: jetstream::Context, inst
                 let mut next = Some(first);
                 while let Some(out) = next.take().or_else(|| rx.try_recv().ok()) {
                     let (recorded, subject, body) = match out {
-                        Out::Event(s, b) => (true, s, b),
-                        Out::Live(s, b) => (false, s, b),
-                        Out::Flush(done) => {
+                        ToPublish::Event(s, b) => (true, s, b),
+                        ToPublish::Live(s, b) => (false, s, b),
+                        ToPublish::Flush(done) => {
                             if let Some(batch) = pending.take() {
                                 send_events(&client, &js, &headers, &mut acks, batch).await;
                             }

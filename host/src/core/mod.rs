@@ -3,7 +3,7 @@
 //! transport calls.
 
 pub mod address;
-mod admin;
+mod operations;
 pub mod directory;
 pub mod drain;
 pub mod events;
