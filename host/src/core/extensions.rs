@@ -27,9 +27,9 @@ pub trait Extensions: Send + Sync + 'static {
     /// Call a method for a session; `params` is a JSON object's text.
     fn call<'a>(&'a self, active: &'a Active, method: &'a str, params: &'a str) -> BoxFuture<'a, Result<Answer, RpcError>>;
 
-    /// A call made by the extension `from` while it handles a call `depth`
+    /// A call made by the extension `from` while it handles a call `hops`
     /// deep: as `call`, refusing `from`'s own methods.
-    fn call_from<'a>(&'a self, from: &'a str, active: &'a Active, method: &'a str, params: &'a str, depth: u8) -> BoxFuture<'a, Result<Answer, RpcError>>;
+    fn call_from<'a>(&'a self, from: &'a str, active: &'a Active, method: &'a str, params: &'a str, hops: u8) -> BoxFuture<'a, Result<Answer, RpcError>>;
 
     /// Whether any observer could want a send with (or without) `meta`.
     fn observes_any(&self, has_meta: bool) -> bool;

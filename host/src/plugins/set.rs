@@ -167,13 +167,13 @@ impl Extensions for TenantPlugins {
         })
     }
 
-    fn call_from<'a>(&'a self, from: &'a str, active: &'a Active, method: &'a str, params: &'a str, depth: u8) -> BoxFuture<'a, Result<Answer, RpcError>> {
+    fn call_from<'a>(&'a self, from: &'a str, active: &'a Active, method: &'a str, params: &'a str, hops: u8) -> BoxFuture<'a, Result<Answer, RpcError>> {
         Box::pin(async move {
             let plugin = self.method(method).ok_or_else(|| RpcError::method_not_found(method))?;
             if plugin.name() == from {
                 return Err(RpcError::new(crate::rpc::codes::METHOD_NOT_FOUND, format!("Plugin {from} cannot call its own method {method} through the router")));
             }
-            plugin.call_rpc(active, super::caller_of(active), method, params, depth).await
+            plugin.call_rpc(active, super::caller_of(active), method, params, hops).await
         })
     }
 

@@ -19,11 +19,11 @@ const MAX_JSON_DEPTH: usize = 128;
 impl TenantPlugin {
     /// Call `rpc.handle`. With the result come the notifications the plugin
     /// sent to its caller, to be written after the response.
-    /// `depth`: how many plugin calls (router calls, observer hops) this one is nested in.
-    pub async fn call_rpc(self: &Arc<Self>, active: &Active, caller: Caller, method: &str, params: &str, depth: u8) -> Result<(Box<RawValue>, Vec<Frame>), RpcError> {
+    /// `hops`: how many plugin calls (router calls, observer hops) this one is nested in.
+    pub async fn call_rpc(self: &Arc<Self>, active: &Active, caller: Caller, method: &str, params: &str, hops: u8) -> Result<(Box<RawValue>, Vec<Frame>), RpcError> {
         let invocation = Invocation::Rpc { caller, method: method.to_string(), params: params.to_string() };
         let (answer, deferred) = self
-            .run(Some(active.clone()), depth, invocation, |tp, returned| match returned {
+            .run(Some(active.clone()), hops, invocation, |tp, returned| match returned {
                 Returned::Rpc(Ok(text)) => tp.check_result(text).map(Ok),
                 Returned::Rpc(Err(e)) => tp.check_error(e).map(Err),
                 _ => Err("answered a call with something else".into()),
