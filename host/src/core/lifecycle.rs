@@ -184,19 +184,6 @@ impl Gateway {
     /// Make a session live in this process, with its outbox and resume
     /// token, and bind the connection to it.
     fn go_live(&self, conn: &mut Conn, tenant: &Arc<Tenant>, info: &SessionInfo, outbox: Arc<Outbox>, token: String) -> Active {
-        let live = Live {
-            tenant: tenant.clone(),
-            outbox: outbox.clone(),
-            generation: Arc::new(AtomicU64::new(1)),
-            resume_token: token.clone(),
-            participant_id: info.participant_id.clone(),
-            participant_type: info.participant_type.clone(),
-            principal: info.principal.clone(),
-            disconnected: Arc::new(AtomicBool::new(false)),
-        };
-        crate::metrics::session(&tenant.id, 1.0);
-        self.sessions.lock().insert(info.id.clone(), live);
-        self.resume_tokens.lock().insert(token, info.id.clone());
         let active = Active {
             tenant: tenant.clone(),
             session_id: info.id.clone(),
@@ -205,6 +192,15 @@ impl Gateway {
             principal: info.principal.clone(),
             outbox,
         };
+        let live = Live {
+            session: active.clone(),
+            generation: Arc::new(AtomicU64::new(1)),
+            resume_token: token.clone(),
+            disconnected: Arc::new(AtomicBool::new(false)),
+        };
+        crate::metrics::session(&tenant.id, 1.0);
+        self.sessions.lock().insert(info.id.clone(), live);
+        self.resume_tokens.lock().insert(token, info.id.clone());
         conn.state = ConnState::Active(active.clone());
         active
     }
@@ -230,10 +226,10 @@ impl Gateway {
         };
         self.resume_tokens.lock().insert(new_token.clone(), session_id.clone());
         if conn.streams {
-            live.outbox.attach(conn.tx.clone());
+            live.session.outbox.attach(conn.tx.clone());
         }
         let (owned, event) = {
-            let mut reg = live.tenant.registry.lock();
+            let mut reg = live.session.tenant.registry.lock();
             let info = reg.sessions.get_mut(&session_id)?;
             info.connected = true;
             info.connected_at = ids::now_ms();
@@ -242,15 +238,8 @@ impl Gateway {
             let owned = info.agents.clone();
             (owned, participant_event("participant_connected", info, json!({"reconnected": true})))
         };
-        live.tenant.fabric.publish(event);
-        let active = Active {
-            tenant: live.tenant.clone(),
-            session_id,
-            participant_id: live.participant_id.clone(),
-            participant_type: live.participant_type.clone(),
-            principal: live.principal.clone(),
-            outbox: live.outbox.clone(),
-        };
+        live.session.tenant.fabric.publish(event);
+        let active = live.session.clone();
         conn.state = ConnState::Active(active.clone());
         Some((active, new_token, owned))
     }
@@ -322,7 +311,7 @@ impl Gateway {
         let session_id = session_id.to_string();
         tokio::spawn(async move {
             tokio::time::sleep(window).await;
-            let idle = gateway.live(&session_id).is_some_and(|l| l.generation.load(Ordering::SeqCst) == generation && !l.outbox.is_attached());
+            let idle = gateway.live(&session_id).is_some_and(|l| l.generation.load(Ordering::SeqCst) == generation && !l.session.outbox.is_attached());
             if idle {
                 gateway.expire(&session_id, "resume window closed");
             }
@@ -336,7 +325,7 @@ impl Gateway {
     fn claimed(&self, session_id: &str, who: Option<&Authenticated>) -> Option<Live> {
         let live = self.live(session_id)?;
         let who = who?;
-        let same = Arc::ptr_eq(&who.tenant, &live.tenant) && ids::secrets_equal(&who.principal, &live.principal);
+        let same = Arc::ptr_eq(&who.tenant, &live.session.tenant) && ids::secrets_equal(&who.principal, &live.session.principal);
         (same && !live.disconnected.load(Ordering::SeqCst)).then_some(live)
     }
 
@@ -344,12 +333,12 @@ impl Gateway {
     pub fn bind_session(&self, conn: &mut Conn, session_id: &str, who: Option<&Authenticated>) -> bool {
         let Some(live) = self.claimed(session_id, who) else { return false };
         conn.state = ConnState::Active(Active {
-            tenant: live.tenant,
+            tenant: live.session.tenant,
             session_id: session_id.to_string(),
-            participant_id: live.participant_id,
-            participant_type: live.participant_type,
-            principal: live.principal,
-            outbox: live.outbox,
+            participant_id: live.session.participant_id,
+            participant_type: live.session.participant_type,
+            principal: live.session.principal,
+            outbox: live.session.outbox,
         });
         true
     }
@@ -369,7 +358,7 @@ impl Gateway {
     /// stream is refused and never steals the first.
     pub fn attach_stream(&self, session_id: &str, who: Option<&Authenticated>, tx: super::outbox::FrameTx) -> Result<(), StreamRefused> {
         let live = self.claimed(session_id, who).ok_or(StreamRefused::NotFound)?;
-        if !live.outbox.attach_if_free(tx) {
+        if !live.session.outbox.attach_if_free(tx) {
             return Err(StreamRefused::InUse);
         }
         live.generation.fetch_add(1, Ordering::SeqCst);
@@ -379,7 +368,7 @@ impl Gateway {
     /// The event stream ended.
     pub fn stream_closed(self: &Arc<Self>, session_id: &str, tx: &super::outbox::FrameTx) {
         if let Some(live) = self.live(session_id) {
-            live.outbox.detach(tx);
+            live.session.outbox.detach(tx);
             self.schedule_expiry(session_id, &live);
         }
     }
@@ -388,10 +377,10 @@ impl Gateway {
     /// subscriptions end, its token stops working.
     pub(crate) fn expire(&self, session_id: &str, reason: &str) {
         let Some(live) = self.sessions.lock().remove(session_id) else { return };
-        crate::metrics::session(&live.tenant.id, -1.0);
+        crate::metrics::session(&live.session.tenant.id, -1.0);
         self.resume_tokens.lock().remove(&live.resume_token);
-        live.outbox.close();
-        let tenant = &live.tenant;
+        live.session.outbox.close();
+        let tenant = &live.session.tenant;
         tenant.fabric.leave(session_id);
         tenant.end_session(session_id, reason);
     }

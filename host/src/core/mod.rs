@@ -62,20 +62,17 @@ impl From<Value> for Out {
     }
 }
 
-/// A live session as the gateway (not one tenant) sees it: for resume, for
-/// HTTP requests naming it, and for expiry.
+/// A session live in this process, as the gateway (not one tenant) sees
+/// it: for resume, for HTTP requests naming it, and for expiry. A
+/// connection bound to it holds a copy of `session`.
 #[derive(Clone)]
 pub struct Live {
-    pub tenant: Arc<Tenant>,
-    pub outbox: Arc<Outbox>,
+    /// Who the session is. An HTTP request or event stream naming it must
+    /// come from the same tenant and principal.
+    pub session: Active,
     /// Bumped on every attach, so a stale expiry timer does nothing.
     pub generation: Arc<AtomicU64>,
     pub resume_token: String,
-    pub participant_id: String,
-    pub participant_type: String,
-    /// Who opened the session: an HTTP request or event stream naming it
-    /// must come from the same tenant and principal.
-    pub principal: Arc<str>,
     /// The client said `map/disconnect`: the session id no longer admits
     /// HTTP requests or event streams (its resume token still resumes it).
     pub disconnected: Arc<AtomicBool>,

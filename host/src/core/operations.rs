@@ -79,7 +79,7 @@ impl Gateway {
                 .into_iter()
                 .map(|s| {
                     let mut v = serde_json::to_value(&*s).expect("session info serialises");
-                    v["principal"] = json!(gw.live(&s.id).map(|l| l.principal.to_string()));
+                    v["principal"] = json!(gw.live(&s.id).map(|l| l.session.principal.to_string()));
                     v["subscriptions"] = json!(subscriptions.iter().filter(|x| x.session_id == s.id).count());
                     v
                 })
@@ -137,9 +137,9 @@ impl Gateway {
     /// resume token stops working. False when no such session is live.
     pub fn admin_disconnect(&self, session_id: &str) -> bool {
         let Some(live) = self.live(session_id) else { return false };
-        live.outbox.close_and_end();
+        live.session.outbox.close_and_end();
         let event = {
-            let mut reg = live.tenant.registry.lock();
+            let mut reg = live.session.tenant.registry.lock();
             reg.sessions.get_mut(session_id).filter(|s| s.connected).map(|info| {
                 info.connected = false;
                 info.disconnected_at = Some(crate::ids::now_ms());
@@ -147,10 +147,10 @@ impl Gateway {
             })
         };
         if let Some(e) = event {
-            live.tenant.fabric.publish(e);
+            live.session.tenant.fabric.publish(e);
         }
         self.expire(session_id, "disconnected by an operator");
-        tracing::info!(session = session_id, tenant = live.tenant.id, "session disconnected by an operator");
+        tracing::info!(session = session_id, tenant = live.session.tenant.id, "session disconnected by an operator");
         true
     }
 }

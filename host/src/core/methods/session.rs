@@ -164,7 +164,7 @@ pub fn connect(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out,
         // A resume token alone is not enough: the caller must also be the
         // principal that opened the session.
         let resumable = gw.resumable(token).filter(|live| {
-            caller.as_ref().is_some_and(|c| Arc::ptr_eq(&c.tenant, &live.tenant) && ids::secrets_equal(&c.principal, &live.principal))
+            caller.as_ref().is_some_and(|c| Arc::ptr_eq(&c.tenant, &live.session.tenant) && ids::secrets_equal(&c.principal, &live.session.principal))
         });
         let (resumed, adopted) = match resumable {
             Some(_) => (gw.resume_session(conn, token), false),
@@ -419,7 +419,7 @@ pub fn load(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out, Rp
     if id == active.session_id {
         return Ok(json!({"sessionId": id, "restored": false}).into());
     }
-    let live = gw.live(&id).filter(|l| Arc::ptr_eq(&l.tenant, &active.tenant) && l.participant_id == active.participant_id).ok_or_else(|| not_found(&id))?;
+    let live = gw.live(&id).filter(|l| Arc::ptr_eq(&l.session.tenant, &active.tenant) && l.session.participant_id == active.participant_id).ok_or_else(|| not_found(&id))?;
     if active.tenant.registry.lock().sessions.get(&id).is_none_or(|s| s.connected) {
         return Err(RpcError::new(codes::SESSION_IN_USE, format!("Session {id} is in use by another connection")));
     }
