@@ -11,6 +11,9 @@
 //! MAP agents answer and start conversations with `mamp/send` ([`outbound`]).
 
 mod cards;
+// MAMP validation as a fuzz target (`fuzz/`).
+#[doc(hidden)]
+pub mod fuzzing;
 mod inbound;
 mod message;
 mod outbound;

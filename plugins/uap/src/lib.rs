@@ -5,6 +5,9 @@
 //! live in the tenant's store and survive restarts.
 
 mod error;
+// UAP decoding as a fuzz target (`fuzz/`).
+#[doc(hidden)]
+pub mod fuzzing;
 mod grpc;
 mod hub;
 mod methods;
