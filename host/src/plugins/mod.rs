@@ -14,6 +14,7 @@ mod bindings;
 mod budget;
 mod calls;
 mod compat;
+mod contract;
 mod engine;
 mod exports;
 mod grpc;
@@ -41,6 +42,7 @@ use wasmtime::Engine;
 
 pub use bindings::Caller;
 pub use calls::TenantPlugin;
+pub(crate) use contract::{check_error, check_result, json_depth, MAX_JSON_DEPTH};
 pub use exports::{HttpRequest, HttpResponse};
 pub use grpc::{code as grpc_code, Response as GrpcResponse, Status as GrpcStatus};
 pub use plugin::{Limits, Plugin};

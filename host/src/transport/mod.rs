@@ -13,6 +13,10 @@ pub mod stdio;
 pub mod tls;
 mod ws;
 
+pub(crate) use grpc::to_tonic;
+pub(crate) use http::plugin_response;
+pub(crate) use ws::{close_for, socket_config};
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -176,6 +180,18 @@ where
             }
         }
     }
+}
+
+/// One connection over any byte stream, served as the listener serves a
+/// peer at `peer` (the fuzz targets drive the whole HTTP stack this way).
+pub(crate) async fn serve_stream<S>(gateway: Arc<Gateway>, peer: SocketAddr, stream: S)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let slot = Arc::new(tokio::sync::Semaphore::new(1)).try_acquire_owned().expect("a new semaphore has a permit");
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(gateway.config.server.header_timeout_ms);
+    let waiting = Arc::new(pending::Pending::default()).admit(deadline);
+    serve_connection(gateway, peer, IdleIo::new(stream, slot), waiting).await
 }
 
 /// Concurrent HTTP/2 streams (gRPC calls) on one connection.
