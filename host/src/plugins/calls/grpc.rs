@@ -1,0 +1,119 @@
+//! gRPC calls into a tenant plugin: each call's callbacks run in order on
+//! the plugin threads, under the call's deadline.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use super::TenantPlugin;
+use crate::plugins::exports::{CallInfo, Invocation, Outcome};
+use crate::plugins::grpc::{code, status, Response, Status};
+use crate::rpc::codes;
+
+/// How long a unary or client-streaming gRPC call may stay unanswered
+/// without `grpc-timeout`.
+const UNARY_GRPC_DEADLINE: Duration = Duration::from_secs(30);
+
+impl TenantPlugin {
+    /// Whether this plugin serves a gRPC path; `Some(streams_responses)`.
+    pub fn grpc_method(&self, path: &str) -> Option<(bool, bool)> {
+        let (service, method) = path.strip_prefix('/')?.split_once('/')?;
+        let s = self.services.as_ref()?.iter().find(|s| s.name == service)?;
+        let m = s.methods.iter().find(|m| m.name == method)?;
+        Some((m.client_streaming, m.server_streaming))
+    }
+
+    /// Start a gRPC call: the plugin's callbacks run in order on the plugin
+    /// threads as request messages arrive on `requests` (its end is the
+    /// client's half-close). The response carries messages, then the status.
+    pub fn grpc_call(
+        self: &Arc<Self>,
+        path: String,
+        metadata: Vec<(String, String)>,
+        principal: String,
+        timeout: Option<Duration>,
+        requests: mpsc::Receiver<Result<Vec<u8>, Status>>,
+    ) -> Response {
+        let (id, response, ended) = self.ctx.grpc.open();
+        let streams_out = self.grpc_method(&path).is_some_and(|(_, server_streaming)| server_streaming);
+        let timeout = timeout.or((!streams_out).then_some(UNARY_GRPC_DEADLINE));
+        let info = CallInfo { id, path, metadata, principal, timeout_ms: timeout.map(|t| t.as_millis() as u64) };
+        let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+        let this = self.clone();
+        // Its callbacks are children of the call's span (current here).
+        let span = tracing::Span::current();
+        self.runtime.spawn(tracing::Instrument::instrument(async move { this.drive_grpc(info, requests, ended, deadline).await }, span));
+        response
+    }
+
+    async fn drive_grpc(
+        self: Arc<Self>,
+        info: CallInfo,
+        mut requests: mpsc::Receiver<Result<Vec<u8>, Status>>,
+        ended: Arc<tokio::sync::Notify>,
+        deadline: Option<tokio::time::Instant>,
+    ) {
+        let id = info.id;
+        let calls = self.ctx.grpc.clone();
+        if let Err(s) = self.grpc_step(Invocation::GrpcOpen(info)).await {
+            calls.end(id, s);
+            return;
+        }
+        let expired = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(expired);
+        let mut half_closed = false;
+        loop {
+            tokio::select! {
+                biased;
+                _ = ended.notified() => break,
+                _ = &mut expired => {
+                    calls.end(id, status(code::DEADLINE_EXCEEDED, "the call's deadline passed"));
+                    break;
+                }
+                next = requests.recv(), if !half_closed => {
+                    let step = match next {
+                        Some(Ok(body)) => Invocation::GrpcMessage(id, body),
+                        Some(Err(s)) => {
+                            calls.end(id, s);
+                            break;
+                        }
+                        None => {
+                            half_closed = true;
+                            Invocation::GrpcHalfClose(id)
+                        }
+                    };
+                    if let Err(s) = self.grpc_step(step).await {
+                        calls.end(id, s);
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = self.grpc_step(Invocation::GrpcClosed(id)).await;
+    }
+
+    /// One gRPC callback (on the plugin threads already); a plugin failure is
+    /// INTERNAL, no free instance UNAVAILABLE.
+    async fn grpc_step(&self, invocation: Invocation) -> Result<(), Status> {
+        let ran = self
+            .run_here(None, 0, invocation, |_, outcome| match outcome {
+                Outcome::Grpc(r) => Ok(r),
+                Outcome::Done => Ok(Ok(())),
+                _ => Err("answered a gRPC callback with something else".into()),
+            })
+            .await;
+        match ran {
+            Ok((Ok(()), _)) => Ok(()),
+            Ok((Err(s), _)) if s.code > 16 => Err(status(code::UNKNOWN_STATUS, s.message)),
+            Ok((Err(s), _)) => Err(s),
+            Err(e) if e.code == codes::RESOURCE_EXHAUSTED => Err(status(code::UNAVAILABLE, e.message)),
+            Err(e) => Err(status(code::INTERNAL, e.message)),
+        }
+    }
+}
