@@ -2,7 +2,11 @@
 //! an HTTP body), NDJSON lines under a limit (stdio), WebSocket frames as
 //! the listener's configuration reads them.
 
+use std::collections::HashSet;
+
 use futures_util::FutureExt;
+use serde::de::{IgnoredAny, MapAccess, Visitor};
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocket};
 use tokio_tungstenite::tungstenite::{Error, Message};
@@ -46,38 +50,65 @@ fn check_request(req: &Request, tree: Option<&Value>) {
     }
 }
 
-fn check_item(item: &Result<Request, (Value, RpcError)>, tree: Option<&Value>) {
+fn check_item(item: &Result<Request, (Value, RpcError)>, text: &str, tree: Option<&Value>) {
     match item {
         Ok(req) => check_request(req, tree),
         Err((id, e)) => {
-            assert!(!tree.is_some_and(is_response), "a response was answered with an error");
+            assert!(!tree.is_some_and(|t| is_response(text, t)), "a response was answered with an error");
             check_error(id, e, &[codes::INVALID_REQUEST, codes::PARSE_ERROR]);
         }
     }
 }
 
+/// Whether a JSON object names a member twice: serde_json's tree keeps the
+/// last, the decoder refuses the message as an invalid request.
+fn duplicate_keys(text: &str) -> bool {
+    struct Keys(bool);
+    impl<'de> Visitor<'de> for Keys {
+        type Value = bool;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
+            let mut seen = HashSet::new();
+            let mut twice = self.0;
+            while let Some(key) = map.next_key::<String>()? {
+                twice |= !seen.insert(key);
+                map.next_value::<IgnoredAny>()?;
+            }
+            Ok(twice)
+        }
+    }
+    let mut de = serde_json::Deserializer::from_str(text);
+    serde::Deserializer::deserialize_map(&mut de, Keys(false)).unwrap_or(false)
+}
+
 /// Whether a message is a JSON-RPC response (which the gateway drops).
-fn is_response(v: &Value) -> bool {
-    v["jsonrpc"] == "2.0" && v.get("id").is_none_or(valid_id) && v.get("method").is_none() && (v.get("result").is_some() || v.get("error").is_some())
+fn is_response(text: &str, v: &Value) -> bool {
+    let shape = v["jsonrpc"] == "2.0" && v.get("id").is_none_or(valid_id) && v.get("method").is_none() && (v.get("result").is_some() || v.get("error").is_some());
+    shape && !duplicate_keys(text)
 }
 
 /// `decode_frame`: never panics; what it accepts is what the JSON says;
 /// every error has the protocol's code and an id a client can match.
 pub fn jsonrpc_frame(data: &[u8]) {
     let tree = serde_json::from_slice::<Value>(data).ok();
+    let text = std::str::from_utf8(data).unwrap_or_default();
     match decode_frame(data) {
-        Decoded::Single(item) => check_item(&item, tree.as_ref()),
+        Decoded::Single(item) => check_item(&item, text, tree.as_ref()),
         Decoded::Batch(items) => {
             assert!(tree.as_ref().is_none_or(Value::is_array), "a batch that is not a JSON array");
-            let Some(Value::Array(all)) = &tree else { return items.iter().for_each(|i| check_item(i, None)) };
-            let requests: Vec<&Value> = all.iter().filter(|v| !is_response(v)).collect();
+            let (Some(Value::Array(all)), Ok(raw)) = (&tree, serde_json::from_str::<Vec<&RawValue>>(text)) else {
+                return items.iter().for_each(|i| check_item(i, "", None));
+            };
+            let requests: Vec<(&Value, &str)> = all.iter().zip(raw.iter().map(|r| r.get())).filter(|(v, t)| !is_response(t, v)).collect();
             assert_eq!(items.len(), requests.len(), "batch items lost or invented");
-            for (item, v) in items.iter().zip(requests) {
-                check_item(item, Some(v));
+            for (item, (v, t)) in items.iter().zip(requests) {
+                check_item(item, t, Some(v));
             }
         }
         Decoded::Invalid(e) => check_error(&Value::Null, &e, &[codes::PARSE_ERROR, codes::INVALID_REQUEST]),
-        Decoded::Ignored => assert!(tree.is_none_or(|t| is_response(&t))),
+        Decoded::Ignored => assert!(tree.is_none_or(|t| is_response(text, &t))),
     }
 }
 
