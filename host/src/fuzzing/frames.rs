@@ -60,8 +60,9 @@ fn check_item(item: &Result<Request, (Value, RpcError)>, text: &str, tree: Optio
     }
 }
 
-/// Whether a JSON object names a member twice: serde_json's tree keeps the
-/// last, the decoder refuses the message as an invalid request.
+/// Whether a JSON object names a member of the envelope twice: serde_json's
+/// tree keeps the last, the decoder refuses the message as an invalid
+/// request (other members it ignores, repeated or not).
 fn duplicate_keys(text: &str) -> bool {
     struct Keys(bool);
     impl<'de> Visitor<'de> for Keys {
@@ -73,7 +74,8 @@ fn duplicate_keys(text: &str) -> bool {
             let mut seen = HashSet::new();
             let mut twice = self.0;
             while let Some(key) = map.next_key::<String>()? {
-                twice |= !seen.insert(key);
+                let envelope = matches!(key.as_str(), "jsonrpc" | "id" | "method" | "params" | "result" | "error");
+                twice |= envelope && !seen.insert(key);
                 map.next_value::<IgnoredAny>()?;
             }
             Ok(twice)
