@@ -1,7 +1,8 @@
 //! map-gateway: a WebAssembly-extensible gateway for multi-agent protocols.
 //!
 //! Modules, each depending only on those after it (a test in
-//! `host/tests/layers.rs` keeps it so): `app` (the composition root) →
+//! `host/tests/layers.rs` keeps it so): `fuzzing` (every decoder of
+//! untrusted bytes as a fuzz target) → `app` (the composition root) →
 //! `transport` (bytes ↔ JSON-RPC, HTTP/2 gRPC) → `acp` (editors' ACP
 //! bridged to MAP agents) → `plugins` (Wasm components
 //! serving extensions) → `cluster` (several gateways as one, over NATS) →
@@ -19,6 +20,9 @@ pub mod app;
 mod cluster;
 pub mod config;
 pub mod core;
+// Every decoder of untrusted bytes as a fuzz target (`fuzz/`, tests/fuzz_smoke.rs).
+#[doc(hidden)]
+pub mod fuzzing;
 mod journal;
 mod ids;
 pub mod memory;

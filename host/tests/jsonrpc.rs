@@ -177,6 +177,19 @@ async fn notifications_get_no_answer() {
     assert_eq!(resp["id"], "after");
 }
 
+/// A response whose result is null is still a response: ignored, not
+/// answered as an invalid request (found by the jsonrpc_frame fuzz target).
+#[tokio::test]
+async fn a_response_with_a_null_result_gets_no_answer() {
+    let gw = Gateway::start();
+    let (mut ws, _) = gw.ws_connected("client", None).await;
+    ws.send_text(r#"{"jsonrpc":"2.0","id":5,"result":null}"#).await;
+    ws.send_text(r#"[{"jsonrpc":"2.0","id":6,"result":null},{"jsonrpc":"2.0","id":"in-batch","method":"map/agents/list"}]"#).await;
+    let batch = ws.next_frame(WAIT).await.expect("the batch's answer");
+    assert_eq!(batch.as_array().map(Vec::len), Some(1), "only the request is answered: {batch}");
+    assert_eq!(batch[0]["id"], "in-batch");
+}
+
 #[tokio::test]
 async fn ids_keep_their_json_type_over_websocket() {
     let gw = Gateway::start();

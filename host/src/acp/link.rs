@@ -46,7 +46,7 @@ fn closed() -> MapError {
 impl Link {
     /// A link over two frame channels; notifications (`map/message`,
     /// `map/event`) come out of the returned receiver.
-    fn over(out: mpsc::Sender<String>, mut incoming: mpsc::Receiver<String>, bounds: Bounds) -> (Link, mpsc::Receiver<Value>) {
+    pub(crate) fn over(out: mpsc::Sender<String>, mut incoming: mpsc::Receiver<String>, bounds: Bounds) -> (Link, mpsc::Receiver<Value>) {
         let pending: Pending = Arc::default();
         let (notes_tx, notes_rx) = mpsc::channel(1024);
         let answers = pending.clone();

@@ -18,6 +18,7 @@
 mod bindings;
 mod budget;
 mod calls;
+mod contract;
 mod engine;
 mod exports;
 mod grpc_calls;
@@ -49,6 +50,7 @@ use wasmtime::Engine;
 
 pub use bindings::Caller;
 pub use calls::TenantPlugin;
+pub(crate) use contract::{check_error, check_result, json_depth, MAX_JSON_DEPTH};
 pub use exports::{HttpRequest, HttpResponse};
 pub use grpc_calls::{code as grpc_code, Response as GrpcResponse, Status as GrpcStatus};
 pub use plugin::{Limits, Plugin};

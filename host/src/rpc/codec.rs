@@ -56,15 +56,17 @@ struct Envelope<'a> {
     method: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     params: Option<&'a RawValue>,
-    #[serde(default)]
+    // Present even when null: `"result": null` is a response too.
+    #[serde(default, deserialize_with = "present")]
     result: Option<IgnoredAny>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     error: Option<IgnoredAny>,
 }
 
-/// Distinguish `"id": null` (present) from an absent id (a notification).
-fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
-    Value::deserialize(d).map(Some)
+/// Distinguish a member that is null (present) from an absent one: `"id":
+/// null` from a notification, `"result": null` from a request.
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
 }
 
 /// Decode one frame into requests, keeping each message's own error.
@@ -267,6 +269,7 @@ mod tests {
         assert_eq!(id, Value::Null);
         assert!(single(r#"{"jsonrpc":"2.0","id":1,"method":"m","params":3}"#).is_err());
         assert!(matches!(decode_frame(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#), Decoded::Ignored));
+        assert!(matches!(decode_frame(br#"{"jsonrpc":"2.0","id":1,"result":null}"#), Decoded::Ignored));
     }
 
     #[test]

@@ -66,7 +66,8 @@ impl Codec for Raw {
 
 type Replies = Pin<Box<dyn Stream<Item = Result<Bytes, Status>> + Send>>;
 
-fn to_tonic(s: GrpcStatus) -> Status {
+/// A plugin's gRPC status as tonic sends it (an unknown code is UNKNOWN).
+pub(crate) fn to_tonic(s: GrpcStatus) -> Status {
     Status::new(Code::from_i32(s.code as i32), s.message)
 }
 

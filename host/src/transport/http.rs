@@ -138,17 +138,7 @@ async fn plugin_http(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>)
     };
     let request = crate::plugins::HttpRequest { method, path: rest, query, headers, body };
     match tracing::Instrument::instrument(plugin.call_http(request), span).await {
-        Ok(answer) => {
-            let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            let mut resp = Response::new(Full::new(Bytes::from(answer.body)).boxed());
-            *resp.status_mut() = status;
-            for (k, v) in answer.headers {
-                if let (Ok(k), Ok(v)) = (hyper::header::HeaderName::from_bytes(k.as_bytes()), HeaderValue::from_str(&v)) {
-                    resp.headers_mut().append(k, v);
-                }
-            }
-            resp
-        }
+        Ok(answer) => plugin_response(answer),
         Err(e) => {
             let (status, error) = match e.code == crate::rpc::codes::RESOURCE_EXHAUSTED {
                 true => (StatusCode::SERVICE_UNAVAILABLE, "service_unavailable"),
@@ -161,6 +151,20 @@ async fn plugin_http(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>)
             full(status, "application/json", body.to_string())
         }
     }
+}
+
+/// A plugin's HTTP answer as sent: a status that is not one is 500, and
+/// headers that are not HTTP headers are left out.
+pub(crate) fn plugin_response(answer: crate::plugins::HttpResponse) -> Response<Body> {
+    let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut resp = Response::new(Full::new(Bytes::from(answer.body)).boxed());
+    *resp.status_mut() = status;
+    for (k, v) in answer.headers {
+        if let (Ok(k), Ok(v)) = (hyper::header::HeaderName::from_bytes(k.as_bytes()), HeaderValue::from_str(&v)) {
+            resp.headers_mut().append(k, v);
+        }
+    }
+    resp
 }
 
 enum BodyError {

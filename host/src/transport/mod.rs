@@ -15,6 +15,10 @@ pub mod stdio;
 pub mod tls;
 mod ws;
 
+pub(crate) use grpc::to_tonic;
+pub(crate) use http::plugin_response;
+pub(crate) use ws::{close_for, socket_config};
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -65,9 +69,14 @@ pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener, tls: Option<Arc
         let (stream, peer) = match listener.accept().await {
             Ok(x) => x,
             Err(e) => {
-                // Out of file descriptors and the like: back off, keep serving.
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                // Out of file descriptors: a connection that never sent a
+                // request head gives its descriptor up (waiters for a slot
+                // would otherwise hold theirs until their header timeout).
+                let out_of_files = matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE));
+                if !(out_of_files && pending.evict_oldest()) {
+                    tracing::warn!(error = %e, "accept failed");
+                }
+                tokio::time::sleep(Duration::from_millis(if out_of_files { 5 } else { 50 })).await;
                 continue;
             }
         };
@@ -184,6 +193,18 @@ where
             }
         }
     }
+}
+
+/// One connection over any byte stream, served as the listener serves a
+/// peer at `peer` (the fuzz targets drive the whole HTTP stack this way).
+pub(crate) async fn serve_stream<S>(gateway: Arc<Gateway>, peer: SocketAddr, stream: S)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let slot = Arc::new(tokio::sync::Semaphore::new(1)).try_acquire_owned().expect("a new semaphore has a permit");
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(gateway.config.server.header_timeout_ms);
+    let waiting = Arc::new(pending::Pending::default()).admit(deadline);
+    serve_connection(gateway, peer, IdleIo::new(stream, slot), waiting).await
 }
 
 /// Concurrent HTTP/2 streams (gRPC calls) on one connection.

@@ -8,13 +8,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use tokio::sync::Notify;
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 #[derive(Default)]
 pub struct Pending {
-    /// By admission order: the first entry is the oldest.
-    waiting: Mutex<BTreeMap<u64, Arc<Notify>>>,
+    /// By admission order: the first entry is the oldest. Eviction sends
+    /// `true`: a watch, so a connection sees it whenever it next looks (a
+    /// notification could be lost to a wait abandoned meanwhile).
+    waiting: Mutex<BTreeMap<u64, watch::Sender<bool>>>,
     next: AtomicU64,
 }
 
@@ -22,15 +24,15 @@ impl Pending {
     /// Register a connection that must send its first request head by `deadline`.
     pub fn admit(self: &Arc<Self>, deadline: Instant) -> Arc<Waiting> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let evicted = Arc::new(Notify::new());
-        self.waiting.lock().insert(id, evicted.clone());
+        let (evict, evicted) = watch::channel(false);
+        self.waiting.lock().insert(id, evict);
         Arc::new(Waiting { pending: self.clone(), id, evicted, started: AtomicBool::new(false), deadline })
     }
 
     /// Tell the oldest waiting connection to close; `false` when none waits.
     pub fn evict_oldest(&self) -> bool {
         let oldest = self.waiting.lock().pop_first();
-        oldest.map(|(_, evicted)| evicted.notify_one()).is_some()
+        oldest.map(|(_, evict)| evict.send_replace(true)).is_some()
     }
 }
 
@@ -38,7 +40,7 @@ impl Pending {
 pub struct Waiting {
     pending: Arc<Pending>,
     id: u64,
-    evicted: Arc<Notify>,
+    evicted: watch::Receiver<bool>,
     started: AtomicBool,
     deadline: Instant,
 }
@@ -54,9 +56,13 @@ impl Waiting {
     /// Resolves when the connection must close: it was evicted, or the
     /// deadline passed, before a request head arrived. Never after one did.
     pub async fn expired(&self) {
+        let mut evicted = self.evicted.clone();
         tokio::select! {
             _ = tokio::time::sleep_until(self.deadline) => {}
-            _ = self.evicted.notified() => {}
+            // Closed without `true`: it left the queue with a request head, or is being dropped.
+            closed = async { evicted.wait_for(|e| *e).await.is_err() } => if closed {
+                std::future::pending::<()>().await;
+            },
         }
         if self.started.load(Ordering::Relaxed) {
             std::future::pending::<()>().await;

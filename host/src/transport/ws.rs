@@ -63,16 +63,7 @@ where
     tokio::spawn(async move {
         match on_upgrade.await {
             Ok(upgraded) => {
-                // Frames past our own limit are answered with an error; only far
-                // larger ones make the WebSocket layer close with 1009.
-                let hard_cap = crate::rpc::read_cap(max_message_bytes);
-                // tungstenite's 128 KiB default read buffer is zero-filled per
-                // connection: ~140 KiB per idle session. 8 KiB keeps it ~10×
-                // smaller; larger frames are read in more chunks.
-                let config = WebSocketConfig::default()
-                    .max_message_size(Some(hard_cap))
-                    .max_frame_size(Some(hard_cap))
-                    .read_buffer_size(8 << 10);
+                let config = socket_config(max_message_bytes);
                 let socket = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config)).await;
                 serve(socket).await;
             }
@@ -111,8 +102,20 @@ where
     Ok(())
 }
 
+/// How an accepted socket reads frames, for a gateway whose messages may
+/// be `max_message_bytes` long.
+pub(crate) fn socket_config(max_message_bytes: usize) -> WebSocketConfig {
+    // Frames past our own limit are answered with an error; only far
+    // larger ones make the WebSocket layer close with 1009.
+    let hard_cap = crate::rpc::read_cap(max_message_bytes);
+    // tungstenite's 128 KiB default read buffer is zero-filled per
+    // connection: ~140 KiB per idle session. 8 KiB keeps it ~10×
+    // smaller; larger frames are read in more chunks.
+    WebSocketConfig::default().max_message_size(Some(hard_cap)).max_frame_size(Some(hard_cap)).read_buffer_size(8 << 10)
+}
+
 /// Why the reader stopped, and the close code to send.
-pub(super) fn close_for(e: &tungstenite::Error) -> Option<CloseFrame> {
+pub(crate) fn close_for(e: &tungstenite::Error) -> Option<CloseFrame> {
     let (code, reason) = match e {
         tungstenite::Error::Utf8 => (CloseCode::Invalid, "text frame is not valid UTF-8"),
         tungstenite::Error::Capacity(_) => (CloseCode::Size, "message too large"),

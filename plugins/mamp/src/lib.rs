@@ -11,6 +11,10 @@
 //! MAP agents answer and start conversations with `mamp/send` ([`outbound`]).
 
 mod cards;
+// MAMP validation as a fuzz target (`fuzz/`), native only.
+#[cfg(not(target_arch = "wasm32"))]
+#[doc(hidden)]
+pub mod fuzzing;
 mod inbound;
 mod message;
 mod outbound;

@@ -225,9 +225,35 @@ mod glue {
 #[macro_export]
 macro_rules! __export_interface {
     ($interface:ident, $ty:ident) => {
+        // Only a component has exports: natively (tests, fuzz targets) a
+        // plugin crate links as a library, and its cdylib would fail to
+        // link with the component's export names.
+        #[cfg(target_arch = "wasm32")]
         $crate::bindings::export_cabi::$interface!(
             $ty with_types_in $crate::bindings::exports::map_gateway::plugin::$interface
         );
+    };
+}
+
+/// Natively, what the exports would call, named so that it is not dead code.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __native_exports {
+    (rpc, $ty:ident) => {
+        let _ = (<$ty as $crate::Extension>::describe, <$ty as $crate::Extension>::handle);
+    };
+    (send_observer, $ty:ident) => {
+        let _ = (<$ty as $crate::Observer>::interest, <$ty as $crate::Observer>::on_send);
+    };
+    (lifecycle, $ty:ident) => {
+        let _ = (<$ty as $crate::Lifecycle>::init, <$ty as $crate::Lifecycle>::on_timer);
+    };
+    (http_handler, $ty:ident) => {
+        let _ = <$ty as $crate::HttpHandler>::handle;
+    };
+    (grpc_handler, $ty:ident) => {
+        let _ = (<$ty as $crate::GrpcHandler>::services, <$ty as $crate::GrpcHandler>::open, <$ty as $crate::GrpcHandler>::message);
+        let _ = (<$ty as $crate::GrpcHandler>::half_close, <$ty as $crate::GrpcHandler>::closed);
     };
 }
 
@@ -236,6 +262,11 @@ macro_rules! __export_interface {
 macro_rules! __export_world {
     ($ty:ident, $section:literal, $world:ident, [$($interface:ident),+]) => {
         $( $crate::__export_interface!($interface, $ty); )+
+        #[cfg(not(target_arch = "wasm32"))]
+        #[doc(hidden)]
+        pub fn __map_plugin_sdk_native_exports() {
+            $( $crate::__native_exports!($interface, $ty); )+
+        }
         const _: () = {
             #[cfg(target_arch = "wasm32")]
             #[unsafe(link_section = $section)]

@@ -86,7 +86,8 @@ pub fn closed(call: u64) {
     }
 }
 
-fn register(h: &mut Hub, call: u64, body: &[u8]) -> Result<(), Status> {
+/// An `AgentRegistration` whose every capability offers a kind of job.
+pub fn registration(body: &[u8]) -> Result<proto::AgentRegistration, Status> {
     let reg = proto::AgentRegistration::decode(body).map_err(|e| status(code::INVALID_ARGUMENT, format!("undecodable AgentRegistration: {e}")))?;
     for (i, c) in reg.capabilities.iter().enumerate() {
         match offer(c) {
@@ -95,6 +96,11 @@ fn register(h: &mut Hub, call: u64, body: &[u8]) -> Result<(), Status> {
             Some(_) => {}
         }
     }
+    Ok(reg)
+}
+
+fn register(h: &mut Hub, call: u64, body: &[u8]) -> Result<(), Status> {
+    let reg = registration(body)?;
     let capabilities = reg.capabilities.iter().map(|c| serde_json::to_value(c).unwrap_or_default()).collect();
     // A ULID's time and 80 random bits, and 80 more: the id lets its holder take the agent's work.
     let client_id = format!("agent-{}{}", ids::ulid(), &ids::ulid()[10..]);
@@ -108,9 +114,17 @@ fn register(h: &mut Hub, call: u64, body: &[u8]) -> Result<(), Status> {
 }
 
 fn decode_report(h: &Hub, session: &str, body: &[u8]) -> Result<Report, Status> {
-    let bad = |what: &str, e: prost::DecodeError| status(code::INVALID_ARGUMENT, format!("undecodable {what}: {e}"));
     match h.session_kind(session) {
-        Some(Kind::Test) => {
+        Some(kind) => report(kind, body),
+        None => Err(status(code::NOT_FOUND, format!("session {session} is over"))),
+    }
+}
+
+/// What an agent reports in a session of `kind`: its status, telemetry or result.
+pub fn report(kind: Kind, body: &[u8]) -> Result<Report, Status> {
+    let bad = |what: &str, e: prost::DecodeError| status(code::INVALID_ARGUMENT, format!("undecodable {what}: {e}"));
+    match kind {
+        Kind::Test => {
             use proto::test_response::Event;
             let r = proto::TestResponse::decode(body).map_err(|e| bad("TestResponse", e))?;
             match r.event {
@@ -124,7 +138,7 @@ fn decode_report(h: &Hub, session: &str, body: &[u8]) -> Result<Report, Status> 
                 }
             }
         }
-        Some(Kind::Translation) => {
+        Kind::Translation => {
             use proto::translation_response::Event;
             let r = proto::TranslationResponse::decode(body).map_err(|e| bad("TranslationResponse", e))?;
             match r.event {
@@ -138,7 +152,6 @@ fn decode_report(h: &Hub, session: &str, body: &[u8]) -> Result<Report, Status> 
                 }
             }
         }
-        None => Err(status(code::NOT_FOUND, format!("session {session} is over"))),
     }
 }
 

@@ -5,6 +5,10 @@
 //! live in the tenant's store and survive restarts.
 
 mod error;
+// UAP decoding as a fuzz target (`fuzz/`), native only.
+#[cfg(not(target_arch = "wasm32"))]
+#[doc(hidden)]
+pub mod fuzzing;
 mod grpc;
 mod hub;
 mod methods;
