@@ -191,6 +191,17 @@ async fn a_response_with_a_null_result_gets_no_answer() {
 }
 
 #[tokio::test]
+async fn a_numeric_id_longer_than_a_float_holds_comes_back_as_the_same_number() {
+    let gw = Gateway::start();
+    let mut ws = gw.ws().await;
+    // 73 digits: read without exact rounding, the answer named a neighbouring number.
+    let id = "3".repeat(72) + "1";
+    let sent: Value = serde_json::from_str(&id).unwrap();
+    let resp = ws.raw(&format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"map/agents/list"}}"#)).await;
+    assert_eq!(resp["id"], sent, "{resp}");
+}
+
+#[tokio::test]
 async fn ids_keep_their_json_type_over_websocket() {
     let gw = Gateway::start();
     let mut ws = gw.ws().await;
