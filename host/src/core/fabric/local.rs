@@ -177,14 +177,20 @@ mod tests {
         std::iter::from_fn(|| rx.try_recv()).map(|f| serde_json::from_str(f.as_str()).unwrap()).collect()
     }
 
-    #[test]
-    fn sequence_is_gap_free_and_overflow_is_reported() {
+    /// A fabric with session `s1` (an outbox of two frames) subscribed to everything.
+    fn subscribed() -> (LocalFabric, FrameRx, String) {
         let fabric = LocalFabric::new(100, 1 << 20);
         let outbox = Arc::new(Outbox::new(2, 1 << 20));
-        let (tx, mut rx) = channel(2, 1 << 20);
+        let (tx, rx) = channel(2, 1 << 20);
         outbox.attach(tx);
         fabric.join("s1", outbox);
         let sub = fabric.subscribe("s1", Filter::default(), None);
+        (fabric, rx, sub)
+    }
+
+    #[test]
+    fn sequence_is_gap_free_and_overflow_is_reported() {
+        let (fabric, mut rx, sub) = subscribed();
         for i in 0..5 {
             fabric.publish(NewEvent::new("x_happened", Source::default(), json!({"i": i})));
         }
@@ -203,12 +209,7 @@ mod tests {
 
     #[test]
     fn a_paused_subscription_holds_what_fits_and_reports_the_rest_after_it() {
-        let fabric = LocalFabric::new(100, 1 << 20);
-        let outbox = Arc::new(Outbox::new(2, 1 << 20));
-        let (tx, mut rx) = channel(2, 1 << 20);
-        outbox.attach(tx);
-        fabric.join("s1", outbox);
-        let sub = fabric.subscribe("s1", Filter::default(), None);
+        let (fabric, mut rx, sub) = subscribed();
         assert!(fabric.pause("s1", &sub, true));
         assert!(!fabric.pause("s2", &sub, true), "another session's subscription");
         let ids: Vec<Ulid> = (0..4).map(|i| fabric.publish(NewEvent::new("x_happened", Source::default(), json!({"i": i})))).collect();

@@ -32,15 +32,8 @@ pub(super) fn event_frame(sub_id: &str, sequence: u64, event_id: &str, timestamp
     let mut s = String::with_capacity(body.len() + 200);
     s.push_str(r#"{"jsonrpc":"2.0","method":"map/event","params":{"subscriptionId":"#);
     push_json_str(&mut s, sub_id);
-    let _ = write!(s, r#","sequenceNumber":{sequence},"eventId":"#);
-    push_json_str(&mut s, event_id);
-    let _ = write!(s, r#","timestamp":{timestamp}"#);
-    if let Some(c) = caused_by {
-        s.push_str(r#","causedBy":"#);
-        push_json_str(&mut s, c);
-    }
-    s.push_str(r#","event":"#);
-    s.push_str(body);
+    let _ = write!(s, r#","sequenceNumber":{sequence},"#);
+    push_event_fields(&mut s, event_id, timestamp, caused_by, body);
     s.push_str("}}");
     Frame::from(s)
 }
@@ -48,15 +41,21 @@ pub(super) fn event_frame(sub_id: &str, sequence: u64, event_id: &str, timestamp
 /// A `map/replay` entry: `{eventId, timestamp, causedBy?, event}`.
 pub(super) fn replay_entry(event_id: &str, timestamp: u64, caused_by: Option<&str>, body: &str) -> String {
     let mut s = String::with_capacity(body.len() + 80);
-    s.push_str(r#"{"eventId":"#);
-    push_json_str(&mut s, event_id);
+    s.push('{');
+    push_event_fields(&mut s, event_id, timestamp, caused_by, body);
+    s.push('}');
+    s
+}
+
+/// `"eventId":…,"timestamp":…,"causedBy"?:…,"event":…`, shared by both shapes.
+fn push_event_fields(s: &mut String, event_id: &str, timestamp: u64, caused_by: Option<&str>, body: &str) {
+    s.push_str(r#""eventId":"#);
+    push_json_str(s, event_id);
     let _ = write!(s, r#","timestamp":{timestamp}"#);
     if let Some(c) = caused_by {
         s.push_str(r#","causedBy":"#);
-        push_json_str(&mut s, c);
+        push_json_str(s, c);
     }
     s.push_str(r#","event":"#);
     s.push_str(body);
-    s.push('}');
-    s
 }
