@@ -167,7 +167,7 @@ impl std::io::Write for Wire<'_> {
 /// each message is then a JSON-RPC frame.
 pub fn websocket_frames(data: &[u8]) {
     let max = 1 << 20;
-    let config = crate::transport::socket_config(max);
+    let config = crate::transport::ws::socket_config(max);
     let mut ws = WebSocket::from_raw_socket(Wire { input: data, output: Vec::new() }, Role::Server, Some(config));
     loop {
         match ws.read() {
@@ -175,7 +175,7 @@ pub fn websocket_frames(data: &[u8]) {
             Ok(Message::Binary(b)) => jsonrpc_frame(&b),
             Ok(_) => {}
             Err(e) => {
-                let close = crate::transport::close_for(&e);
+                let close = crate::transport::ws::close_for(&e);
                 assert!(close.is_none() || matches!(e, Error::Utf8 | Error::Capacity(_)));
                 return;
             }

@@ -75,7 +75,7 @@ fn http_response(rest: &[u8]) {
     let (head, body) = text.split_once("\n\n").unwrap_or((&text, ""));
     let headers: Vec<(String, String)> = head.lines().filter_map(|l| l.split_once(':')).map(|(k, v)| (k.to_string(), v.to_string())).collect();
     let given = headers.len();
-    let resp = crate::transport::plugin_response(HttpResponse { status, headers, body: body.as_bytes().to_vec() });
+    let resp = crate::transport::http::plugin_response(HttpResponse { status, headers, body: body.as_bytes().to_vec() });
     let expected = hyper::StatusCode::from_u16(status).map_or(500, |s| s.as_u16());
     assert_eq!(resp.status().as_u16(), expected);
     assert!(resp.headers().len() <= given);
@@ -85,7 +85,7 @@ fn http_response(rest: &[u8]) {
 fn grpc_status(rest: &[u8]) {
     let Some((code, message)) = rest.split_first_chunk::<4>() else { return };
     let status = crate::plugins::GrpcStatus { code: u32::from_le_bytes(*code), message: String::from_utf8_lossy(message).into_owned() };
-    let resp = crate::transport::to_tonic(status).into_http::<tonic::body::Body>();
+    let resp = crate::transport::grpc::to_tonic(status).into_http::<tonic::body::Body>();
     let sent = resp.headers().get("grpc-status").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u32>().ok());
     assert!(sent.is_some_and(|c| c <= 16), "grpc-status {sent:?}");
 }

@@ -6,18 +6,14 @@
 mod acp;
 mod admin;
 mod dashboard;
-mod grpc;
+pub(crate) mod grpc;
 mod headers;
-mod http;
+pub(crate) mod http;
 mod pending;
 mod reply;
 pub mod stdio;
 pub mod tls;
-mod ws;
-
-pub(crate) use grpc::to_tonic;
-pub(crate) use http::plugin_response;
-pub(crate) use ws::{close_for, socket_config};
+pub(crate) mod ws;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
