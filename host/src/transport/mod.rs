@@ -42,14 +42,17 @@ fn raise_file_limit() -> u64 {
 /// connection closes.
 const LINGER: Duration = Duration::from_secs(5);
 
+/// How often a peer waiting for a slot makes another silent connection give way.
+const EVICTION_RETRY: Duration = Duration::from_millis(100);
+
 /// Accept connections until the process ends (over TLS when `tls` is
 /// given). A connection must send a complete request head within the
 /// header timeout counted from accept (its TLS handshake included), and is
 /// closed when it idles between requests. At `max_connections`, the oldest
-/// connection that has not yet sent a request head is closed to make room
-/// (one still waiting for a slot is answered 503), and the new peer waits
-/// for that slot; when every connection has sent one, a new peer is
-/// answered 503 and closed.
+/// connection that holds a slot but has not yet sent a request head is
+/// closed to make room, and the new peer waits for that slot (until its own
+/// header deadline, then 503); when there is none, a new peer is answered
+/// 503 and closed.
 pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener, tls: Option<Arc<tls::Tls>>) -> std::io::Result<()> {
     let server = &gateway.config.server;
     let files = raise_file_limit();
@@ -69,7 +72,7 @@ pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener, tls: Option<Arc
                 // request head gives its descriptor up (waiters for a slot
                 // would otherwise hold theirs until their header timeout).
                 let out_of_files = matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE));
-                if !(out_of_files && pending.evict_oldest()) {
+                if !(out_of_files && pending.evict_oldest() != pending::Evicted::Nobody) {
                     tracing::warn!(error = %e, "accept failed");
                 }
                 tokio::time::sleep(Duration::from_millis(if out_of_files { 5 } else { 50 })).await;
@@ -81,30 +84,41 @@ pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener, tls: Option<Arc
         let slot = match slots.clone().try_acquire_owned() {
             Ok(slot) => Some(slot),
             // Its slot comes free when the evicted connection's task ends.
-            Err(_) if pending.evict_oldest() => None,
+            Err(_) if pending.evict_oldest() == pending::Evicted::SlotHolder => None,
             Err(_) => {
                 tokio::spawn(refuse_busy(stream));
                 continue;
             }
         };
-        // Admitted here, not in the task: a peer still waiting for a slot
-        // can itself be evicted, so a burst of silent sockets never leaves
-        // the queue empty while they hold or wait for every slot.
-        let waiting = pending.admit(deadline);
+        // Admitted here, not in the task: once it has its slot, a peer is
+        // evictable at once, whether or not its task has run yet.
+        let waiting = pending.admit(deadline, slot.is_some());
         let gateway = gateway.clone();
         let tls = tls.clone();
         let slots = slots.clone();
+        let pending = pending.clone();
         tokio::spawn(async move {
             let slot = match slot {
                 Some(slot) => slot,
                 // Until the slot of the connection it evicted comes free, or
-                // its own header deadline (or eviction) ends the wait with a 503.
-                None => tokio::select! {
-                    slot = slots.acquire_owned() => match slot {
-                        Ok(slot) => slot,
-                        Err(_) => return,
-                    },
-                    () = waiting.expired() => return refuse_busy(stream).await,
+                // its own header deadline ends the wait with a 503.
+                // While it waits, each `EVICTION_RETRY` another silent
+                // connection gives way, so the wait ends even when the
+                // evicted one's slot went to a peer queued earlier.
+                None => loop {
+                    tokio::select! {
+                        slot = slots.clone().acquire_owned() => match slot {
+                            Ok(slot) => {
+                                waiting.got_slot();
+                                break slot;
+                            }
+                            Err(_) => return,
+                        },
+                        () = waiting.expired() => return refuse_busy(stream).await,
+                        _ = tokio::time::sleep(EVICTION_RETRY) => {
+                            pending.evict_oldest();
+                        }
+                    }
                 },
             };
             let _open = gateway.drain.enter();
@@ -199,7 +213,7 @@ where
 {
     let slot = Arc::new(tokio::sync::Semaphore::new(1)).try_acquire_owned().expect("a new semaphore has a permit");
     let deadline = tokio::time::Instant::now() + Duration::from_millis(gateway.config.server.header_timeout_ms);
-    let waiting = Arc::new(pending::Pending::default()).admit(deadline);
+    let waiting = Arc::new(pending::Pending::default()).admit(deadline, true);
     serve_connection(gateway, peer, IdleIo::new(stream, slot), waiting).await
 }
 
