@@ -93,50 +93,60 @@ pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener, tls: Option<Arc
         // Admitted here, not in the task: once it has its slot, a peer is
         // evictable at once, whether or not its task has run yet.
         let waiting = pending.admit(deadline, slot.is_some());
-        let gateway = gateway.clone();
-        let tls = tls.clone();
-        let slots = slots.clone();
-        let pending = pending.clone();
-        tokio::spawn(async move {
-            let slot = match slot {
-                Some(slot) => slot,
-                // Until the slot of the connection it evicted comes free, or
-                // its own header deadline ends the wait with a 503.
-                // While it waits, each `EVICTION_RETRY` another silent
-                // connection gives way, so the wait ends even when the
-                // evicted one's slot went to a peer queued earlier.
-                None => loop {
-                    tokio::select! {
-                        slot = slots.clone().acquire_owned() => match slot {
-                            Ok(slot) => {
-                                waiting.got_slot();
-                                break slot;
-                            }
-                            Err(_) => return,
-                        },
-                        () = waiting.expired() => return refuse_busy(stream).await,
-                        _ = tokio::time::sleep(EVICTION_RETRY) => {
-                            pending.evict_oldest();
-                        }
+        tokio::spawn(accepted(gateway.clone(), tls.clone(), slots.clone(), pending.clone(), stream, peer, slot, waiting));
+    }
+}
+
+/// One accepted peer: its slot (now, or once one comes free), its TLS
+/// handshake if any, then its connection.
+#[allow(clippy::too_many_arguments)]
+async fn accepted(
+    gateway: Arc<Gateway>,
+    tls: Option<Arc<tls::Tls>>,
+    slots: Arc<tokio::sync::Semaphore>,
+    pending: Arc<pending::Pending>,
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    slot: Option<tokio::sync::OwnedSemaphorePermit>,
+    waiting: Arc<pending::Waiting>,
+) {
+    let slot = match slot {
+        Some(slot) => slot,
+        // Until the slot of the connection it evicted comes free, or
+        // its own header deadline ends the wait with a 503.
+        // While it waits, each `EVICTION_RETRY` another silent
+        // connection gives way, so the wait ends even when the
+        // evicted one's slot went to a peer queued earlier.
+        None => loop {
+            tokio::select! {
+                slot = slots.clone().acquire_owned() => match slot {
+                    Ok(slot) => {
+                        waiting.got_slot();
+                        break slot;
                     }
+                    Err(_) => return,
                 },
-            };
-            let _open = gateway.drain.enter();
-            let _counted = crate::metrics::connection("http");
-            match tls {
-                None => serve_connection(gateway, peer, IdleIo::new(stream, slot), waiting).await,
-                Some(tls) => {
-                    let handshake = tokio::select! {
-                        r = tls.acceptor().accept(stream) => r,
-                        _ = waiting.expired() => return tracing::debug!(%peer, "no TLS handshake and request head within the header timeout"),
-                    };
-                    match handshake {
-                        Ok(stream) => serve_connection(gateway, peer, IdleIo::new(stream, slot), waiting).await,
-                        Err(e) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
-                    }
+                () = waiting.expired() => return refuse_busy(stream).await,
+                _ = tokio::time::sleep(EVICTION_RETRY) => {
+                    pending.evict_oldest();
                 }
             }
-        });
+        },
+    };
+    let _open = gateway.drain.enter();
+    let _counted = crate::metrics::connection("http");
+    match tls {
+        None => serve_connection(gateway, peer, IdleIo::new(stream, slot), waiting).await,
+        Some(tls) => {
+            let handshake = tokio::select! {
+                r = tls.acceptor().accept(stream) => r,
+                _ = waiting.expired() => return tracing::debug!(%peer, "no TLS handshake and request head within the header timeout"),
+            };
+            match handshake {
+                Ok(stream) => serve_connection(gateway, peer, IdleIo::new(stream, slot), waiting).await,
+                Err(e) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+            }
+        }
     }
 }
 
