@@ -326,10 +326,11 @@ impl Offers {
         let listed = |list: &str, key: &str, want: &str| {
             descriptor.and_then(|d| d.get(list)).and_then(Value::as_array).is_some_and(|items| items.iter().any(|i| i.get(key).and_then(Value::as_str) == Some(want)))
         };
-        let tags: Vec<&str> = descriptor.and_then(|d| d.get("tags")).and_then(Value::as_array).map(|t| t.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+        // Read under the directory lock for every agent a listing walks: no allocation.
+        let tagged = |want: &str| descriptor.and_then(|d| d.get("tags")).and_then(Value::as_array).is_some_and(|t| t.iter().any(|x| x.as_str() == Some(want)));
         self.capability_id.as_deref().is_none_or(|id| listed("capabilities", "id", id))
             && self.accepts.as_deref().is_none_or(|ct| listed("accepts", "contentType", ct))
-            && self.tags.iter().all(|t| tags.contains(&t.as_str()))
+            && self.tags.iter().all(|t| tagged(t))
     }
 }
 
