@@ -705,3 +705,42 @@ pub fn id_set(v: &Value) -> std::collections::BTreeSet<String> {
         .map(|a| a.iter().filter_map(|x| x.as_str().or_else(|| x["id"].as_str()).or_else(|| x["agentId"].as_str()).map(String::from)).collect())
         .unwrap_or_default()
 }
+
+// ---------------------------------------------------------------------------
+// Singleton plugins: which node holds a (tenant, plugin) lease
+
+impl Node {
+    /// This node's `GET /admin/plugins` entry for (tenant, plugin), if it lists one.
+    pub async fn plugin_entry(&self, tenant: &str, plugin: &str) -> Option<Value> {
+        let r = http(&self.gw.addr(), "GET", "/admin/plugins", &[], b"").await;
+        assert_eq!(r.status, 200, "node {}: GET /admin/plugins answered {} {}\n{}", self.name, r.status, r.text(), self.log_tail());
+        let listed = r.json();
+        listed["tenants"].as_array().and_then(|ts| ts.iter().find(|t| t["tenant"] == tenant && t["plugin"] == plugin).cloned())
+    }
+}
+
+/// Poll the nodes named (running ones) until exactly one of them says it
+/// holds the lease of (tenant, plugin) (`"lease": {"held": true, "token"}`
+/// in `/admin/plugins`), at most `within`: that node's name and the token.
+pub async fn lease_holder(cluster: &Cluster, nodes: &[&str], tenant: &str, plugin: &str, within: Duration) -> (String, u64) {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let mut holders = Vec::new();
+        let mut entries = Vec::new();
+        for name in nodes {
+            let entry = cluster.node(name).plugin_entry(tenant, plugin).await;
+            let lease = entry.as_ref().map(|e| e["lease"].clone()).unwrap_or(Value::Null);
+            if lease["held"] == true {
+                holders.push((name.to_string(), lease["token"].as_u64().unwrap_or_else(|| panic!("node {name}: a held lease without an integer token: {lease}"))));
+            }
+            entries.push(format!("{name}: {}", entry.map_or("not listed".to_string(), |e| e.to_string())));
+        }
+        if holders.len() == 1 {
+            return holders.remove(0);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            panic!("not exactly one holder of {plugin}'s lease for tenant {tenant} among {nodes:?} within {within:?} (holders {holders:?}); /admin/plugins entries:\n{}", entries.join("\n"));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
