@@ -1,8 +1,8 @@
-//! `map-bench cluster`: what cluster mode costs `map/send`. One run starts a
-//! two-node cluster (nodes `a` and `b` on one NATS server with JetStream and
-//! one PostgreSQL database) and, for reference, a single gateway with the
-//! embedded default (no `[cluster]`, SQLite), then measures in alternating
-//! rounds:
+//! `map-bench cluster`: what cluster mode costs. One run starts a two-node
+//! cluster (nodes `a` and `b` on one NATS server with JetStream and one
+//! PostgreSQL database) and, for reference, a single gateway with the
+//! embedded default (no `[cluster]`, SQLite), then measures `map/send` in
+//! alternating rounds:
 //!
 //! - embedded: sender and receiver on the single gateway;
 //! - same-node: sender and receiver both on node `a`;
@@ -11,6 +11,10 @@
 //! The load is the 1:1 `map/send` scenario of `scenarios::send`. The CPU
 //! columns of the cluster rows count both nodes (node `b` reads back the
 //! event log of a same-node run too); the NATS server's CPU is not counted.
+//!
+//! Then, on a three-node cluster of its own, a singleton plugin: its calls
+//! on the owner and through another node, and its failover after a kill -9
+//! of the owner (`singletons`).
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -22,6 +26,7 @@ use tokio::net::TcpStream;
 use crate::report;
 use crate::scenarios::{self, Load, Outcome, Timing};
 use crate::servers::{Paths, Server, Target};
+use crate::singletons;
 
 pub const DEFAULT_POSTGRES: &str = "postgres://root@127.0.0.1:5432/test";
 pub const DEFAULT_NATS: &str = "nats://127.0.0.1:4222";
@@ -41,6 +46,26 @@ pub struct Settings {
     pub per: u64,
     pub timing: Timing,
     pub rounds: usize,
+    /// Where the singleton part finds `uap.wasm` and `uap.toml`.
+    pub singleton_plugins: PathBuf,
+    /// `cluster.singleton_lease_ms` of the singleton part's nodes.
+    pub lease_ms: u64,
+    /// Kills of the singleton's owner in the failover part.
+    pub kills: usize,
+    /// Parts left out: `send`, `singleton`, `failover`.
+    pub skip: Vec<String>,
+}
+
+impl Settings {
+    pub fn skips(&self, part: &str) -> bool {
+        self.skip.iter().any(|s| s == part)
+    }
+}
+
+/// A cluster name of this run's own: its JetStream streams are `<name>_…`.
+pub fn cluster_name(suffix: &str) -> String {
+    let millis = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
+    format!("bench-{}-{millis}{suffix}", std::process::id())
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -95,13 +120,30 @@ impl Gateways {
     }
 }
 
-/// Start the gateways, run every setup `rounds` times in alternation, stop
-/// the gateways and delete the cluster's JetStream streams. Returns the
-/// tables (markdown).
+/// Check NATS and PostgreSQL, then run the parts not skipped: `map/send`
+/// across nodes, then the singleton plugin. Returns the tables (markdown).
 pub async fn run(p: &Paths, s: &Settings) -> Result<String, String> {
     check_nats(&s.nats).await?;
     check_postgres(&s.postgres).await?;
+    let mut out = String::new();
+    if !s.skips("send") {
+        out.push_str(&send(p, s).await?);
+    }
+    if !s.skips("singleton") || !s.skips("failover") {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str(&singletons::run(p, s).await?);
+    }
+    if out.is_empty() {
+        return Err("--skip left no part of the cluster benchmark (send, singleton, failover)".into());
+    }
+    Ok(out)
+}
 
+/// Start the gateways, run every `map/send` setup `rounds` times in
+/// alternation, stop the gateways and delete the cluster's JetStream streams.
+async fn send(p: &Paths, s: &Settings) -> Result<String, String> {
     let plugin_dir = match &s.plugin_dir {
         Some(d) => d.clone(),
         None => {
@@ -110,8 +152,7 @@ pub async fn run(p: &Paths, s: &Settings) -> Result<String, String> {
             d
         }
     };
-    let millis = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
-    let name = format!("bench-{}-{millis}", std::process::id());
+    let name = cluster_name("");
     // Each gateway gets a scratch folder of its own: config, data_dir, log.
     let paths_for = |sub: &str| Paths { scratch: p.scratch.join(sub), plugin_dir: plugin_dir.clone(), ..p.clone() };
     let node = |n: &str| {
@@ -289,8 +330,139 @@ async fn check_postgres(url: &str) -> Result<(), String> {
     }
 }
 
+/// How long CREATE DATABASE and DROP DATABASE may take.
+const DDL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `url` naming database `db` instead of its own (the query string kept).
+pub fn with_database(url: &str, db: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("postgres", url));
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let query = rest.find('?').map_or("", |i| &rest[i..]);
+    format!("{scheme}://{}/{db}{query}", &rest[..end])
+}
+
+/// User, password and database of a PostgreSQL URL (percent-escapes are
+/// not decoded; no user: `$USER`, as libpq does; no database: the user's).
+fn pg_login(url: &str) -> (String, Option<String>, String) {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (user, password) = match rest[..end].rsplit_once('@') {
+        Some((info, _)) => match info.split_once(':') {
+            Some((u, p)) => (u.to_string(), Some(p.to_string())),
+            None => (info.to_string(), None),
+        },
+        None => (String::new(), None),
+    };
+    let user = if user.is_empty() { std::env::var("USER").unwrap_or_else(|_| "postgres".into()) } else { user };
+    let db = rest[end..].strip_prefix('/').unwrap_or("").split('?').next().unwrap_or("");
+    let db = if db.is_empty() { user.clone() } else { db.to_string() };
+    (user, password, db)
+}
+
+/// One message of the PostgreSQL protocol: its type and body.
+async fn pg_read(s: &mut TcpStream) -> std::io::Result<(u8, Vec<u8>)> {
+    let mut head = [0u8; 5];
+    s.read_exact(&mut head).await?;
+    let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+    let mut body = vec![0u8; len.saturating_sub(4)];
+    s.read_exact(&mut body).await?;
+    Ok((head[0], body))
+}
+
+/// The message (`M`) and code (`C`) fields of an ErrorResponse.
+fn pg_error(body: &[u8]) -> String {
+    let (mut message, mut code) = (String::new(), String::new());
+    for field in body.split(|&b| b == 0).filter(|f| !f.is_empty()) {
+        let text = String::from_utf8_lossy(&field[1..]).into_owned();
+        match field[0] {
+            b'M' => message = text,
+            b'C' => code = text,
+            _ => {}
+        }
+    }
+    format!("{message} (SQLSTATE {code})")
+}
+
+/// A session on the server of `url` (its database), after the server is
+/// ready for a query. Speaks trust and cleartext-password authentication
+/// only: enough for the local servers this benchmark runs against.
+async fn pg_session(url: &str) -> Result<TcpStream, String> {
+    let mut s = tcp("PostgreSQL", url, 5432).await?;
+    let (user, password, db) = pg_login(url);
+    let mut params = Vec::new();
+    for x in ["user", &user, "database", &db] {
+        params.extend_from_slice(x.as_bytes());
+        params.push(0);
+    }
+    params.push(0);
+    let mut startup = ((params.len() + 8) as u32).to_be_bytes().to_vec();
+    startup.extend_from_slice(&196_608u32.to_be_bytes()); // protocol 3.0
+    startup.extend_from_slice(&params);
+    let io = |e: std::io::Error| format!("PostgreSQL at {url}: {e}");
+    s.write_all(&startup).await.map_err(io)?;
+    loop {
+        let (kind, body) = pg_read(&mut s).await.map_err(io)?;
+        match kind {
+            b'R' => match body.get(..4).map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]])) {
+                Some(0) => {}
+                Some(3) => {
+                    let pw = password.clone().ok_or_else(|| format!("PostgreSQL at {url} asks for a password and the URL has none"))?;
+                    let mut m = vec![b'p'];
+                    m.extend_from_slice(&((pw.len() + 5) as u32).to_be_bytes());
+                    m.extend_from_slice(pw.as_bytes());
+                    m.push(0);
+                    s.write_all(&m).await.map_err(io)?;
+                }
+                other => return Err(format!("PostgreSQL at {url} asks for authentication method {other:?}; map-bench speaks trust and cleartext passwords only")),
+            },
+            b'E' => return Err(format!("PostgreSQL at {url}: {}", pg_error(&body))),
+            b'Z' => return Ok(s),
+            _ => {}
+        }
+    }
+}
+
+/// One statement over the simple-query protocol.
+async fn pg_exec(s: &mut TcpStream, sql: &str) -> Result<(), String> {
+    let mut m = vec![b'Q'];
+    m.extend_from_slice(&((sql.len() + 5) as u32).to_be_bytes());
+    m.extend_from_slice(sql.as_bytes());
+    m.push(0);
+    s.write_all(&m).await.map_err(|e| e.to_string())?;
+    let mut failed = None;
+    loop {
+        let (kind, body) = pg_read(s).await.map_err(|e| e.to_string())?;
+        match kind {
+            b'E' => failed = Some(pg_error(&body)),
+            b'Z' => return failed.map_or(Ok(()), Err),
+            _ => {}
+        }
+    }
+}
+
+async fn pg_statement(url: &str, sql: &str) -> Result<(), String> {
+    let run = async {
+        let mut s = pg_session(url).await?;
+        pg_exec(&mut s, sql).await.map_err(|e| format!("{sql} on {url}: {e}"))
+    };
+    tokio::time::timeout(DDL_TIMEOUT, run).await.map_err(|_| format!("{sql} on {url}: no answer in {DDL_TIMEOUT:?}"))?
+}
+
+/// Create database `name` on the server `url` points at.
+pub async fn create_database(url: &str, name: &str) -> Result<(), String> {
+    pg_statement(url, &format!("CREATE DATABASE \"{name}\"")).await
+}
+
+/// Drop a database made by `create_database` (its connections too); a failure is only reported.
+pub async fn drop_database(url: &str, name: &str) {
+    match pg_statement(url, &format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)")).await {
+        Ok(()) => eprintln!("# dropped the database {name}"),
+        Err(e) => eprintln!("# WARNING: could not drop the database {name}: {e}"),
+    }
+}
+
 /// Delete the cluster's streams (`<name>_events`, `<name>_dir`); a failure is only reported.
-async fn cleanup_streams(nats: &str, name: &str) {
+pub async fn cleanup_streams(nats: &str, name: &str) {
     let streams = [format!("{name}_events"), format!("{name}_dir")];
     match tokio::time::timeout(NET_TIMEOUT, delete_streams(nats, &streams)).await {
         Ok(Ok(())) => eprintln!("# deleted the JetStream streams {}", streams.join(", ")),
@@ -350,7 +522,7 @@ async fn delete_streams(url: &str, streams: &[String]) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::authority;
+    use super::{authority, pg_login, with_database};
 
     #[test]
     fn authorities() {
@@ -361,5 +533,15 @@ mod tests {
         assert_eq!(authority("postgres://root:secret@db/test?sslmode=disable", 5432).unwrap(), "db:5432");
         assert_eq!(authority("postgres://[::1]:6543/x", 5432).unwrap(), "[::1]:6543");
         assert!(authority("postgres:///test?host=/run/postgresql", 5432).is_err());
+    }
+
+    #[test]
+    fn databases_and_logins() {
+        assert_eq!(with_database("postgres://root@127.0.0.1:5432/test", "x"), "postgres://root@127.0.0.1:5432/x");
+        assert_eq!(with_database("postgres://u:p@db/test?sslmode=disable", "x"), "postgres://u:p@db/x?sslmode=disable");
+        assert_eq!(with_database("postgres://db:5432", "x"), "postgres://db:5432/x");
+        assert_eq!(pg_login("postgres://root@127.0.0.1:5432/test"), ("root".into(), None, "test".into()));
+        assert_eq!(pg_login("postgres://u:secret@db/app?sslmode=disable"), ("u".into(), Some("secret".into()), "app".into()));
+        assert_eq!(pg_login("postgres://u@db"), ("u".into(), None, "u".into()));
     }
 }

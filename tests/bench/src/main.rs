@@ -13,6 +13,7 @@ mod overhead;
 mod report;
 mod scenarios;
 mod servers;
+mod singletons;
 mod stats;
 
 use std::path::{Path, PathBuf};
@@ -32,7 +33,10 @@ usage:
   map-bench cluster [options]              map/send in cluster mode, sender on node a and receiver on node b
                                            (cross-node) vs both on node a (same-node), and the single-node
                                            embedded default (SQLite) for reference, in alternating rounds;
-                                           needs NATS with JetStream (--nats) and PostgreSQL (--postgres)
+                                           then a singleton plugin (the UAP hub) on three nodes: uap/agents
+                                           on its owner vs through another node, and the failover time after
+                                           kill -9 of the owner; needs NATS with JetStream (--nats) and
+                                           PostgreSQL (--postgres)
 
 scenarios: send, fanout, watch, mail, idle, startup
 targets:   reference, gateway, ceiling
@@ -45,17 +49,23 @@ options:
   --members N         scope members for fanout (default 10)
   --sessions N        idle sessions (default 10000)
   --targets a,b       all: only these targets (default reference,gateway,ceiling)
-  --skip a,b          all: leave out these scenario keys (send1,send100,fanout10,fanout100,watch,mail,idle)
+  --skip a,b          all: leave out these scenario keys (send1,send100,fanout10,fanout100,watch,mail,idle);
+                      cluster: leave out these parts (send,singleton,failover)
   --url ws://…        single scenario: use this running server instead of starting one
   --pid PID           with --url: the server's pid (VmRSS, CPU)
   --gateway-bin P     gateway binary (default target/release/map-gateway, built by cargo first)
-  --plugin-dir P      gateway plugin_dir (default plugins/dist of the workspace; cluster: an empty folder)
+  --plugin-dir P      gateway plugin_dir (default plugins/dist of the workspace; cluster: an empty folder
+                      for map/send, and uap.wasm + uap.toml copied from here for the singleton part)
   --reference-dir P   reference server folder (default tests/bench/reference of the workspace)
   --rounds N          overhead, cluster: rounds per variant (default 3; the median is reported)
   --postgres URL      cluster: storage.url of both nodes (default postgres://root@127.0.0.1:5432/test;
-                      the database must exist, map/send writes nothing to it)
+                      the database must exist, map/send writes nothing to it); the singleton part creates
+                      a database of its own next to it and drops it after (falls back to this one when it
+                      cannot: trust or cleartext-password authentication only)
   --nats URL          cluster: NATS server with JetStream (default nats://127.0.0.1:4222); each run uses
                       a cluster name of its own and deletes its streams <name>_events and <name>_dir after
+  --lease-ms N        cluster: singleton_lease_ms of the singleton part's nodes (default 2000, at least 400)
+  --kills N           cluster: kill -9s of the singleton's owner in the failover part (default 10)
   --no-build          do not run `cargo build --release -p map-gateway` (and map-ceiling) first
 ";
 
@@ -79,6 +89,8 @@ struct Opts {
     rounds: usize,
     postgres: String,
     nats: String,
+    lease_ms: u64,
+    kills: usize,
 }
 
 fn parse() -> Result<Opts, String> {
@@ -105,6 +117,8 @@ fn parse() -> Result<Opts, String> {
         rounds: 3,
         postgres: cluster::DEFAULT_POSTGRES.into(),
         nats: cluster::DEFAULT_NATS.into(),
+        lease_ms: 2000,
+        kills: 10,
     };
     while let Some(a) = args.next() {
         let mut val = || args.next().ok_or(format!("{a} needs a value"));
@@ -128,12 +142,17 @@ fn parse() -> Result<Opts, String> {
             "--rounds" => o.rounds = (num(val()?)? as usize).max(1),
             "--postgres" => o.postgres = val()?,
             "--nats" => o.nats = val()?,
+            "--lease-ms" => o.lease_ms = num(val()?)? as u64,
+            "--kills" => o.kills = num(val()?)? as usize,
             "-h" | "--help" => return Err(String::new()),
             _ => return Err(format!("unknown option {a}")),
         }
     }
     if o.inflight == 0 || o.secs <= 0.0 || o.members == 0 {
         return Err("--inflight, --secs and --members must be positive".into());
+    }
+    if o.lease_ms < 400 {
+        return Err("--lease-ms must be at least 400 (the gateway's minimum)".into());
     }
     Ok(o)
 }
@@ -410,6 +429,10 @@ fn main() {
                 per,
                 timing: timing(&o),
                 rounds: o.rounds,
+                singleton_plugins: p.plugin_dir.clone(),
+                lease_ms: o.lease_ms,
+                kills: o.kills,
+                skip: o.skip.clone(),
             };
             rt.block_on(cluster::run(&p, &settings))
         };

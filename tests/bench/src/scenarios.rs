@@ -528,7 +528,7 @@ pub async fn fanout(server: &Server, members: usize, window: u64, timing: Timing
     }
 }
 
-// ---------------------------------------------------------------- requests (mail)
+// ---------------------------------------------------------------- requests (mail/turn, any method)
 
 /// Keep `window` requests in flight on one socket; latency is request to answer.
 async fn drive_requests(c: Conn, window: u64, clock: Clock, make: impl Fn(u64) -> String) -> Tally {
@@ -669,21 +669,68 @@ pub async fn mail(server: &Server, sockets: usize, window: u64, timing: Timing) 
             }))
         })
         .collect();
+    let mut load = measure_requests(&[server], tasks, clock, timing).await;
+    load.note = format!("{sockets} sockets x {window} in flight, latency = request to answer");
+    Outcome::Load(load)
+}
+
+/// Sample the CPU of `cpu_of` over the measured window of `clock`, then
+/// collect the request loops' tallies.
+async fn measure_requests(cpu_of: &[&Server], tasks: Vec<JoinHandle<Tally>>, clock: Clock, timing: Timing) -> Load {
     tokio::time::sleep_until(clock.measure_from.into()).await;
-    let cpu = CpuWindow::start(&[server]);
+    let cpu = CpuWindow::start(cpu_of);
     tokio::time::sleep_until(clock.end.into()).await;
     let mut cores = Load::default();
-    cpu.finish(&[server], &mut cores);
+    cpu.finish(cpu_of, &mut cores);
     let mut tallies = Vec::new();
     for task in tasks {
-        if let Ok(t) = task.await {
-            tallies.push(t);
+        match task.await {
+            Ok(t) => tallies.push(t),
+            Err(e) => tallies.push(Tally { errors: 1, first_error: Some(format!("task: {e}")), ..Tally::default() }),
         }
     }
     let mut load = summarize(tallies, timing.secs.as_secs_f64());
     load.server_cores = cores.server_cores;
     load.generator_cores = cores.generator_cores;
-    load.note = format!("{sockets} sockets x {window} in flight, latency = request to answer");
+    load
+}
+
+/// `method` with `params` (JSON text) from `sockets` client sessions on
+/// `server`, each keeping `window` calls in flight; the CPU columns count
+/// `cpu_of` together (the nodes of a cluster). Rate counts answers, error
+/// answers included (they are also counted as errors); latency is request
+/// to answer.
+pub async fn calls(server: &Server, cpu_of: &[&Server], method: &str, params: &str, sockets: usize, window: u64, timing: Timing) -> Outcome {
+    let url = server.client_url();
+    let value: Value = match serde_json::from_str(params) {
+        Ok(v) => v,
+        Err(e) => return Outcome::Failed(format!("params {params}: {e}")),
+    };
+    let mut conns = Vec::with_capacity(sockets);
+    for _ in 0..sockets {
+        let setup = async {
+            let mut c = client::open(&url, false).await?;
+            c.connect("client").await?;
+            // One call outside the load: the first may find the plugin cold.
+            c.call(method, value.clone()).await?;
+            Ok::<_, String>(c)
+        };
+        match setup.await {
+            Ok(c) => conns.push(c),
+            Err(e) => return Outcome::Failed(format!("setup: {e}")),
+        }
+    }
+    let clock = Clock::new(timing);
+    let method = serde_json::to_string(method).expect("string");
+    let tasks: Vec<JoinHandle<Tally>> = conns
+        .into_iter()
+        .map(|c| {
+            let (method, params) = (method.clone(), params.to_string());
+            tokio::spawn(drive_requests(c, window, clock, move |id| format!(r#"{{"jsonrpc":"2.0","id":{id},"method":{method},"params":{params}}}"#)))
+        })
+        .collect();
+    let mut load = measure_requests(cpu_of, tasks, clock, timing).await;
+    load.note = format!("{sockets} socket(s) x {window} in flight");
     Outcome::Load(load)
 }
 

@@ -175,6 +175,14 @@ impl Server {
         cpu_of(&format!("/proc/{}/stat", self.pid?))
     }
 
+    /// SIGKILL, as a crash would end it: no graceful stop, nothing released.
+    pub fn kill9(mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
     pub fn stop(mut self) {
         if let Some(mut child) = self.child.take() {
             // SAFETY: kill(2) on our own child's pid.
