@@ -70,7 +70,7 @@ peers = {{ "peer.example" = {{ url = "http://127.0.0.1:{peer_port}", key = "peer
 }
 
 // ---------------------------------------------------------------------------
-// A Python helper process
+// A Python script run beside the test
 
 /// A script under the repository: its stdout lines with the time each was
 /// read, and commands written to its stdin. Killed on drop.
