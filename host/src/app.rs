@@ -21,9 +21,10 @@ pub async fn start(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
     }
     std::fs::create_dir_all(&config.server.data_dir).map_err(|e| anyhow::anyhow!("creating the data directory {}: {e}", config.server.data_dir.display()))?;
     let db = Store::open(&config.storage_url(), config.storage.sync == "full", config.storage.cache_mb << 20).await?;
-    let host = PluginHost::new(&config, db)?;
+    let mut host = PluginHost::new(&config, db)?;
     if config.cluster.enabled() {
         let cluster = Cluster::connect(&config).await?;
+        host.join_cluster(cluster.singletons(), &cluster.node, Duration::from_millis(config.cluster.singleton_lease_ms));
         let tenants = Gateway::tenants_with(&config, |id| cluster.fabric_for(id))?;
         host.apply(&config, &tenants).await?;
         let host: Arc<dyn ExtensionHost> = Arc::new(host);

@@ -126,6 +126,11 @@ fn os_random_u128() -> u128 {
     u128::from_le_bytes(b)
 }
 
+/// 64 bits from the operating system's CSPRNG.
+pub fn random_u64() -> u64 {
+    os_random_u128() as u64
+}
+
 /// A secret token (resume tokens): 256 bits from the CSPRNG, hex.
 pub fn secret() -> String {
     format!("{:032x}{:032x}", os_random_u128(), os_random_u128())

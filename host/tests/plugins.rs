@@ -150,6 +150,33 @@ async fn a_pending_timer_fires_on_the_version_a_reload_binds() {
     assert_eq!(ws.call_ok("state/fired", json!({})).await, json!({"fired": ["across"]}));
 }
 
+/// Timers are stored: one armed before a kill -9 fires once after the
+/// restart, at its time; one that fell due while the gateway was down
+/// fires late, when it starts again.
+#[tokio::test]
+async fn timers_survive_a_kill_9_and_fire_once_after_the_restart() {
+    let mut gw = Gateway::start_with(1 << 20, &stateful("singleton"));
+    let (mut ws, _) = gw.ws_connected("client", None).await;
+    let delay = Duration::from_secs(3);
+    let scheduled = Instant::now();
+    ws.call_ok("state/timer", json!({"delayMs": 1, "tag": "before"})).await;
+    ws.call_ok("state/timer", json!({"delayMs": 150, "tag": "while-down"})).await;
+    ws.call_ok("state/timer", json!({"delayMs": delay.as_millis() as u64, "tag": "after"})).await;
+    drop(ws);
+    gw.kill9();
+    let gw = gw.restart();
+    assert!(scheduled.elapsed() < delay, "the restart took longer than the timer's delay: nothing was checked");
+    let (mut ws, _) = gw.ws_connected("client", None).await;
+    ws.call_ok("map/subscribe", json!({"filter": {"eventTypes": ["state.timer"]}})).await;
+    let (event, _) = ws.notification_where(delay + WAIT, |n| n["method"] == "map/event" && n["params"]["event"]["data"]["tag"] == "after").await;
+    event.expect("the timer armed before the kill fires after the restart");
+    let fired = ws.call_ok("state/fired", json!({})).await;
+    let tags: Vec<&str> = fired["fired"].as_array().unwrap().iter().filter_map(|t| t.as_str()).collect();
+    for tag in ["before", "while-down", "after"] {
+        assert_eq!(tags.iter().filter(|t| **t == tag).count(), 1, "{tag} fired once: {fired}");
+    }
+}
+
 #[tokio::test]
 async fn an_instance_that_broke_the_contract_is_discarded() {
     let gw = Gateway::start_with(1 << 20, &config(&misbehave_and_echo(), r#"["bad"]"#, r#"["echo"]"#, ""));

@@ -21,6 +21,7 @@ mod event_log;
 mod follow;
 mod nats_fabric;
 mod presence;
+pub mod singletons;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -164,6 +164,10 @@ pub struct ClusterConfig {
     /// How often subscription positions are saved for a resume on another
     /// node (a resumed subscription starts from its next-to-last save).
     pub checkpoint_ms: u64,
+    /// A singleton plugin's owner holds a lease for this long and renews it
+    /// every quarter of it; when the owner dies, another node takes over
+    /// within about 1.25 times this (README: Running a cluster).
+    pub singleton_lease_ms: u64,
 }
 
 impl ClusterConfig {

@@ -108,6 +108,9 @@ impl Config {
         if self.cluster.presence_timeout_ms < 100 || self.cluster.checkpoint_ms == 0 {
             bail!("cluster.presence_timeout_ms must be at least 100 and cluster.checkpoint_ms positive");
         }
+        if self.cluster.singleton_lease_ms < 400 {
+            bail!("cluster.singleton_lease_ms must be at least 400");
+        }
         Ok(())
     }
 

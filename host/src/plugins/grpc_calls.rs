@@ -46,8 +46,9 @@ pub struct GrpcCalls {
 pub struct Response {
     pub messages: mpsc::Receiver<Vec<u8>>,
     pub status: oneshot::Receiver<Status>,
-    /// Ends the call (CANCELLED) when the response is dropped: the client went away.
-    pub guard: CallGuard,
+    /// Ends the call (CANCELLED) when the response is dropped: the client
+    /// went away (a `CallGuard`, or a relayed call's end).
+    pub guard: Box<dyn Send>,
 }
 
 pub struct CallGuard {
@@ -69,7 +70,7 @@ impl GrpcCalls {
         let (status_tx, status_rx) = oneshot::channel();
         let ended = Arc::new(Notify::new());
         self.open.lock().insert(id, Open { messages: tx, status: status_tx, ended: ended.clone() });
-        (id, Response { messages: rx, status: status_rx, guard: CallGuard { calls: self.clone(), id } }, ended)
+        (id, Response { messages: rx, status: status_rx, guard: Box::new(CallGuard { calls: self.clone(), id }) }, ended)
     }
 
     /// Queue one message, waiting for the client until `deadline` when the queue is full.

@@ -24,6 +24,15 @@ fn store_err(e: StoreError) -> store::StoreError {
     }
 }
 
+/// A collection the plugin may use: names starting with `$` are the host's
+/// (timers are kept in `$timers`).
+fn own(collection: &str) -> Result<(), store::StoreError> {
+    match collection.starts_with('$') {
+        true => Err(store::StoreError::Invalid(format!("collection {collection:?}: names starting with $ are the host's"))),
+        false => Ok(()),
+    }
+}
+
 fn item(i: Item) -> store::Item {
     store::Item { value: i.value, version: i.version }
 }
@@ -47,39 +56,63 @@ impl PluginState {
 
 impl store::Host for PluginState {
     async fn get(&mut self, collection: String, key: String) -> Wt<Result<Option<String>, store::StoreError>> {
+        if let Err(e) = own(&collection) {
+            return Ok(Err(e));
+        }
         Ok(self.ctx.db.get(&self.ctx.scope, &collection, &key).await.map_err(store_err))
     }
 
     async fn put(&mut self, collection: String, key: String, value: String) -> Wt<Result<(), store::StoreError>> {
+        if let Err(e) = own(&collection) {
+            return Ok(Err(e));
+        }
         Ok(self.ctx.db.put(&self.ctx.scope, &collection, &key, &value).await.map_err(store_err))
     }
 
     async fn delete(&mut self, collection: String, key: String) -> Wt<Result<bool, store::StoreError>> {
+        if let Err(e) = own(&collection) {
+            return Ok(Err(e));
+        }
         Ok(self.ctx.db.delete(&self.ctx.scope, &collection, &key).await.map_err(store_err))
     }
 
     async fn scan(&mut self, collection: String, o: store::ScanOptions) -> Wt<Result<Vec<store::Entry>, store::StoreError>> {
+        if let Err(e) = own(&collection) {
+            return Ok(Err(e));
+        }
         let opts = ScanOptions { prefix: o.prefix, after: o.after, before: o.before, limit: o.limit, reverse: o.reverse };
         let rows = self.ctx.db.scan(&self.ctx.scope, &collection, &opts, self.read_budget()).await.map_err(store_err);
         Ok(rows.map(|rows| rows.into_iter().map(|(key, value)| store::Entry { key, value }).collect()))
     }
 
     async fn count(&mut self, collection: String, prefix: String) -> Wt<Result<u64, store::StoreError>> {
+        if let Err(e) = own(&collection) {
+            return Ok(Err(e));
+        }
         Ok(self.ctx.db.count(&self.ctx.scope, &collection, &prefix).await.map_err(store_err))
     }
 
     async fn batch(&mut self, writes: Vec<store::Write>) -> Wt<Result<(), store::StoreError>> {
+        if let Some(e) = writes.iter().find_map(|w| own(&w.collection).err()) {
+            return Ok(Err(e));
+        }
         let writes = writes.into_iter().map(|w| Write { collection: w.collection, key: w.key, value: w.value }).collect();
         Ok(self.ctx.db.batch(&self.ctx.scope, writes).await.map_err(store_err))
     }
 
     async fn get_many(&mut self, keys: Vec<store::KeyRef>) -> Wt<Result<Vec<Option<store::Item>>, store::StoreError>> {
+        if let Some(e) = keys.iter().find_map(|k| own(&k.collection).err()) {
+            return Ok(Err(e));
+        }
         let keys: Vec<(String, String)> = keys.into_iter().map(|k| (k.collection, k.key)).collect();
         let found = self.ctx.db.get_many(&self.ctx.scope, &keys, self.read_budget()).await;
         Ok(found.map(|items| items.into_iter().map(|i| i.map(item)).collect()).map_err(store_err))
     }
 
     async fn scan_page(&mut self, collection: String, o: store::PageOptions) -> Wt<Result<store::Page, store::StoreError>> {
+        if let Err(e) = own(&collection) {
+            return Ok(Err(e));
+        }
         let opts = ScanOptions { prefix: o.prefix, after: o.after, before: o.before, limit: o.limit, reverse: o.reverse };
         let hard = self.read_budget();
         let soft = if o.max_bytes == 0 { hard } else { (o.max_bytes as usize).min(hard) };
@@ -91,7 +124,11 @@ impl store::Host for PluginState {
     }
 
     async fn commit(&mut self, ops: Vec<store::Op>) -> Wt<Result<store::Outcome, store::StoreError>> {
-        let outcome = self.ctx.db.commit(&self.ctx.scope, ops.into_iter().map(op).collect()).await.map_err(store_err);
+        let ops: Vec<Op> = ops.into_iter().map(op).collect();
+        if let Some(e) = ops.iter().find_map(|o| own(o.collection()).err()) {
+            return Ok(Err(e));
+        }
+        let outcome = self.ctx.db.commit(&self.ctx.scope, ops).await.map_err(store_err);
         Ok(outcome.map(|o| match o {
             Outcome::Committed { version, counters, .. } => store::Outcome::Committed(store::Committed { version, counters }),
             Outcome::Conflict(i) => store::Outcome::Conflict(i),
@@ -287,11 +324,11 @@ impl timers::Host for PluginState {
         if !self.ctx.receives_timers {
             return Ok(Err("the plugin does not export map-gateway:plugin/lifecycle, so it cannot receive timers".into()));
         }
-        Ok(self.ctx.timers.schedule(delay_ms, tag))
+        Ok(self.ctx.timers.schedule(delay_ms, tag).await)
     }
 
     async fn cancel(&mut self, timer: u64) -> Wt<bool> {
-        Ok(self.ctx.timers.cancel(timer))
+        Ok(self.ctx.timers.cancel(timer).await)
     }
 }
 

@@ -29,6 +29,7 @@ mod limiter;
 mod outbound;
 mod outcome;
 mod output;
+mod ownership;
 mod plugin;
 mod pool;
 mod set;
@@ -58,8 +59,12 @@ pub use set::TenantPlugins;
 
 use crate::config::{Config, PluginConfig};
 use timers::{OnTimer, Timers};
+use crate::cluster::singletons::Singletons;
+use crate::config::InstanceMode;
 use crate::core::Active;
-use crate::store::{Scope, Store};
+use crate::store::{Fence, Scope, Store};
+use calls::Placement;
+use ownership::Ownership;
 use crate::core::extensions::ExtensionHost;
 use futures_util::future::BoxFuture;
 use crate::core::{Tenant, Tenants};
@@ -104,9 +109,26 @@ pub struct PluginHost {
     last_error: Mutex<Option<String>>,
     /// Each tenant's plugins as the last reload bound them, for `status`.
     bound: Mutex<Vec<(String, Arc<TenantPlugin>)>>,
-    /// Timers by (tenant, plugin): they outlive versions of the plugin.
-    timers: Mutex<HashMap<(String, String), Arc<Timers>>>,
+    /// What each (tenant, plugin) keeps across versions of the plugin.
+    homes: Mutex<HashMap<(String, String), Home>>,
+    /// In a cluster: how singleton plugins find their owner.
+    cluster: Option<ClusterLink>,
     runtime: tokio::runtime::Handle,
+}
+
+/// What a (tenant, plugin) keeps across versions: its timers, and in a
+/// cluster, for a singleton, its fence and the lease it follows.
+struct Home {
+    timers: Arc<Timers>,
+    fence: Option<Arc<Fence>>,
+    /// Alive while a version of the plugin runs for the tenant.
+    ownership: Weak<Ownership>,
+}
+
+struct ClusterLink {
+    link: Arc<Singletons>,
+    node: String,
+    lease: Duration,
 }
 
 /// The threads plugin code runs on, apart from the connection workers.
@@ -145,18 +167,58 @@ impl PluginHost {
             scratch: Arc::new(Tenant::new("~loader", &crate::config::LimitsConfig { replay_events: 1, ..Default::default() })),
             last_error: Mutex::new(None),
             bound: Mutex::new(Vec::new()),
-            timers: Mutex::new(HashMap::new()),
+            homes: Mutex::new(HashMap::new()),
+            cluster: None,
             runtime: plugin_runtime(config.server.plugin_threads)?,
         })
     }
 
+    /// Run singleton plugins cluster-wide: each on the node that holds its
+    /// lease, reached from the others through `link`.
+    pub fn join_cluster(&mut self, link: Arc<Singletons>, node: &str, lease: Duration) {
+        self.cluster = Some(ClusterLink { link, node: node.to_string(), lease });
+    }
+
+    /// Where a (tenant, plugin) runs: `None` unless it is a singleton in a cluster.
+    fn placement(&self, tenant: &str, plugin: &str, settings: &PluginConfig) -> Option<Placement> {
+        let cluster = self.cluster.as_ref().filter(|_| settings.mode == InstanceMode::Singleton)?;
+        let leases = self.db.leases()?;
+        let mut homes = self.homes.lock();
+        let home = homes.get_mut(&(tenant.to_string(), plugin.to_string()))?;
+        let fence = home.fence.clone()?;
+        let ownership = match home.ownership.upgrade() {
+            Some(o) => o,
+            None => {
+                let o = Ownership::start(fence, leases, cluster.lease, self.runtime.clone());
+                home.ownership = Arc::downgrade(&o);
+                o
+            }
+        };
+        Some(Placement { ownership, link: cluster.link.clone() })
+    }
+
+    /// The context of a (tenant, plugin)'s instances. A singleton in a
+    /// cluster writes through its fence: only while this node holds its lease.
     fn context(&self, tenant: Arc<Tenant>, plugin: &str, config: Value, settings: &PluginConfig, receives_timers: bool, outbound: outbound::Policy) -> Arc<Context> {
-        let timers = self.timers.lock().entry((tenant.id.clone(), plugin.to_string())).or_insert_with(|| Timers::new(&tenant.id, plugin, self.runtime.clone())).clone();
+        let scope = Scope { tenant: tenant.id.clone(), plugin: plugin.to_string() };
+        let fenced = self.cluster.is_some() && settings.mode == InstanceMode::Singleton && self.db.leases().is_some() && !Arc::ptr_eq(&tenant, &self.scratch);
+        let (timers, db) = {
+            let mut homes = self.homes.lock();
+            let home = homes.entry((tenant.id.clone(), plugin.to_string())).or_insert_with(|| {
+                let fence = fenced.then(|| Arc::new(Fence::new(&tenant.id, plugin, &self.cluster.as_ref().map_or(String::new(), |c| c.node.clone()))));
+                let db = fence.as_ref().map_or_else(|| self.db.clone(), |f| self.db.fenced(f.clone()));
+                // A cluster singleton's timers wait until this node owns it.
+                let timers = Timers::new(scope.clone(), db, self.runtime.clone(), fence.is_none());
+                Home { timers, fence, ownership: Weak::new() }
+            });
+            let db = home.fence.as_ref().map_or_else(|| self.db.clone(), |f| self.db.fenced(f.clone()));
+            (home.timers.clone(), db)
+        };
         Arc::new(Context {
-            scope: Scope { tenant: tenant.id.clone(), plugin: plugin.to_string() },
+            scope,
             tenant,
             plugin: plugin.to_string(),
-            db: self.db.clone(),
+            db,
             config: Arc::new(config),
             timers,
             grpc: Default::default(),
@@ -237,7 +299,8 @@ impl PluginHost {
                     Some(tp) => tp,
                     None => {
                         let ctx = self.context(tenant.clone(), &name, cfg, &l.settings, l.plugin.exports.lifecycle(), outbound);
-                        TenantPlugin::new(l.plugin.clone(), ctx, self.runtime.clone()).await.with_context(|| format!("plugin {name} for tenant {}", t.id))?
+                        let placement = self.placement(&t.id, &name, &l.settings);
+                        TenantPlugin::new(l.plugin.clone(), ctx, self.runtime.clone(), placement).await.with_context(|| format!("plugin {name} for tenant {}", t.id))?
                     }
                 };
                 list.push((tp, prefix));
@@ -264,10 +327,16 @@ impl PluginHost {
         Ok(())
     }
 
-    /// A tenant's due timers go to the versions of its plugins `set` runs.
+    /// A tenant's due timers go to the versions of its plugins `set` runs;
+    /// timers stored before (a restart) are armed where this node delivers them.
     fn aim_timers(&self, tenant: &str, set: &TenantPlugins) {
-        for ((_, plugin), timers) in self.timers.lock().iter().filter(|((t, _), _)| t == tenant) {
-            timers.aim(set.named(plugin).map(|tp| Arc::downgrade(&tp) as Weak<dyn OnTimer>));
+        for ((_, plugin), home) in self.homes.lock().iter().filter(|((t, _), _)| t == tenant) {
+            let target = set.named(plugin);
+            home.timers.aim(target.as_ref().map(|tp| Arc::downgrade(tp) as Weak<dyn OnTimer>));
+            if target.is_some_and(|tp| tp.plugin.exports.lifecycle()) && home.fence.is_none() {
+                let timers = home.timers.clone();
+                self.runtime.spawn(async move { timers.activate(true).await });
+            }
         }
     }
 

@@ -166,6 +166,17 @@ impl Pool {
         }
     }
 
+    /// Drop the singleton's instance once its current call is over (the
+    /// plugin moved to another node); the next owner starts afresh.
+    pub async fn reset(&self) {
+        if let Pool::Singleton(cell) = self {
+            let mut s = cell.lock().await;
+            s.instance = None;
+            s.failures = 0;
+            s.retry_at = None;
+        }
+    }
+
     /// Instances ready and in use: `{idle, busy, max}`.
     pub fn instances(&self, plugin: &Plugin) -> serde_json::Value {
         match self {

@@ -31,6 +31,20 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
          ALTER TABLE plugin_kv ALTER COLUMN version DROP DEFAULT;
          CREATE SEQUENCE kv_clock START 2;",
     ),
+    (
+        // Leases of singleton plugins in a cluster: one holder per (tenant,
+        // plugin), a fencing token bumped at every takeover. Only PostgreSQL
+        // uses it; SQLite serves one process, which holds every lease.
+        3,
+        "CREATE TABLE plugin_leases (
+            tenant TEXT NOT NULL, plugin TEXT NOT NULL, holder TEXT NOT NULL,
+            token INTEGER NOT NULL, expires_at INTEGER NOT NULL,
+            PRIMARY KEY (tenant, plugin))",
+        "CREATE TABLE plugin_leases (
+            tenant TEXT NOT NULL, plugin TEXT NOT NULL, holder TEXT NOT NULL,
+            token BIGINT NOT NULL, expires_at TIMESTAMPTZ NOT NULL,
+            PRIMARY KEY (tenant, plugin))",
+    ),
 ];
 
 pub const CREATE_LEDGER: &str = "CREATE TABLE IF NOT EXISTS gateway_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)";

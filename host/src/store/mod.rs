@@ -12,6 +12,7 @@
 
 mod cache;
 mod group_commit;
+mod leases;
 mod migrations;
 mod ops;
 mod postgres;
@@ -23,6 +24,7 @@ use std::sync::Arc;
 
 use tracing::Instrument;
 
+pub use self::leases::{Fence, Leases};
 pub use self::ops::{Item, Op, Outcome};
 use self::ops::{check_key, check_ops, over_budget, ManyFill, PageFill, MAX_PAGE};
 use self::postgres::Postgres;
@@ -38,6 +40,9 @@ enum Backend {
 #[derive(Clone)]
 pub struct Store {
     backend: Backend,
+    /// Writes through this handle need the lease this fence holds (a
+    /// singleton plugin in a cluster); checked inside each write's transaction.
+    fence: Option<Arc<Fence>>,
 }
 
 /// Which plugin of which tenant a storage call is for.
@@ -104,7 +109,21 @@ impl Store {
         } else {
             anyhow::bail!("storage url must start with sqlite: or postgres: (got {})", redact(url));
         };
-        Ok(Store { backend })
+        Ok(Store { backend, fence: None })
+    }
+
+    /// This database, for a writer whose every write needs `fence`'s lease
+    /// (PostgreSQL; on SQLite one process holds every lease).
+    pub fn fenced(&self, fence: Arc<Fence>) -> Store {
+        Store { backend: self.backend.clone(), fence: Some(fence) }
+    }
+
+    /// Singleton leases, when other processes share the database (PostgreSQL).
+    pub fn leases(&self) -> Option<Leases> {
+        match &self.backend {
+            Backend::Sqlite(_) => None,
+            Backend::Postgres(db) => Some(db.leases()),
+        }
     }
 
     /// Whether the database answers a trivial query now (readiness).
@@ -185,7 +204,7 @@ impl Store {
         let done = async {
             match &self.backend {
                 Backend::Sqlite(db) => db.commit(scope, ops).await,
-                Backend::Postgres(db) => db.commit(scope, &ops).await,
+                Backend::Postgres(db) => db.commit(scope, &ops, self.fence.as_deref()).await,
             }
         };
         let done = done.instrument(crate::telemetry::store_op("commit", self.backend_name())).await;

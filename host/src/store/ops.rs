@@ -40,6 +40,10 @@ impl Op {
         }
     }
 
+    pub fn collection(&self) -> &str {
+        self.target().0
+    }
+
     pub fn is_condition(&self) -> bool {
         matches!(self, Op::ExpectVersion { .. } | Op::ExpectValue { .. })
     }

@@ -9,6 +9,7 @@ use anyhow::Context;
 use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
 use sqlx::Row;
 
+use super::leases::{self, Fence, Leases};
 use super::migrations;
 use super::ops::{add_to_counter, bounds, ManyFill, Op, Outcome, PageFill, PREFIX_END};
 use super::{redact, Item, Page, ScanOptions, Scope, StoreError};
@@ -34,6 +35,10 @@ pub struct Postgres {
 }
 
 impl Postgres {
+    pub fn leases(&self) -> Leases {
+        Leases { pool: self.pool.clone() }
+    }
+
     /// A trivial query, given two seconds.
     pub async fn ping(&self) -> Result<(), StoreError> {
         let query = sqlx::query("SELECT 1").execute(&self.pool);
@@ -131,8 +136,9 @@ impl Postgres {
         Ok(n as u64)
     }
 
-    /// One transaction, run again when it loses to a concurrent one.
-    pub async fn commit(&self, scope: &Scope, ops: &[Op]) -> Result<Outcome, StoreError> {
+    /// One transaction, run again when it loses to a concurrent one; with a
+    /// fence, only while its lease holds.
+    pub async fn commit(&self, scope: &Scope, ops: &[Op], fence: Option<&Fence>) -> Result<Outcome, StoreError> {
         let first_condition = ops.iter().position(Op::is_condition);
         let mut attempt = 0;
         loop {
@@ -140,6 +146,9 @@ impl Postgres {
                 let mut tx = self.pool.begin().await?;
                 if first_condition.is_some() {
                     sqlx::query("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE").execute(&mut *tx).await?;
+                }
+                if let Some(fence) = fence {
+                    leases::check(&mut tx, fence).await?;
                 }
                 let version: i64 = sqlx::query_scalar("SELECT nextval('kv_clock')").fetch_one(&mut *tx).await?;
                 let outcome = apply(&mut tx, scope, ops, version).await?;

@@ -109,7 +109,7 @@ impl StreamingService<Bytes> for Call {
                     }
                 }
             });
-            let response = plugin.grpc_call(path, metadata, principal, timeout, rx);
+            let response = plugin.grpc_call(path, metadata, principal, timeout, rx).await;
             replies(response).await
         })
     }

@@ -228,20 +228,24 @@ pub fn retry(tag: &str) {
     }
 }
 
-/// A new instance (after a restart, timers are gone): every pending delivery
-/// gets a timer again. A duplicate attempt is harmless: peers answer a
-/// repeated `message_id` without delivering it twice.
+/// Timer ids below this were given by gateways that kept timers in memory
+/// only (ids counted from 1); the host now stores timers and makes their
+/// ids from the due time, far above it.
+const STORED_TIMER_IDS: u64 = 1 << 40;
+
+/// A new instance: a pending delivery whose retry timer was lost with an
+/// older gateway's memory gets one again. Stored timers need nothing: they
+/// fire once, on whichever node (or after whichever restart) is first.
 pub fn resume() -> std::result::Result<(), String> {
     let settings = Settings::load();
-    let mut pending = Vec::new();
+    let mut lost = Vec::new();
     PENDING.all().each(|e| {
-        pending.push((e.key, e.value));
+        if e.value.timer.is_none_or(|t| t < STORED_TIMER_IDS) {
+            lost.push((e.key, e.value));
+        }
         Ok(true)
     }).map_err(|e| e.message().to_string())?;
-    for (id, mut p) in pending {
-        if let Some(old) = p.timer {
-            timers::cancel(old);
-        }
+    for (id, mut p) in lost {
         p.timer = timers::schedule(settings.retry_base_ms, &format!("{TIMER_PREFIX}{id}")).ok();
         PENDING.put(&id, &p).map_err(|e| e.message().to_string())?;
     }

@@ -77,6 +77,13 @@ impl TenantPlugin {
 
     /// An instance for one call; a refusal is the call's error.
     async fn lease(&self, started: Instant) -> Result<Lease, RpcError> {
+        // A cluster singleton runs only on its owner (its calls are forwarded
+        // there); what reaches it here anyway (an observed send) is refused.
+        if self.elsewhere().is_some() {
+            let why = "another node of the cluster runs it".to_string();
+            self.stats.record(&self.plugin.name, CallOutcome::Busy, started.elapsed(), Some(&why));
+            return Err(RpcError::new(codes::RESOURCE_EXHAUSTED, format!("Plugin {} cannot take the call here: {why}", self.plugin.name)));
+        }
         match self.pool.acquire(&self.plugin, &self.ctx).await {
             Ok(lease) => Ok(lease),
             Err(Refused::Busy { retry_after, why }) => {

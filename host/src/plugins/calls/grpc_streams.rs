@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use super::TenantPlugin;
+use crate::cluster::singletons::GrpcOpen;
 use crate::plugins::exports::{CallInfo, Invocation, Returned};
 use crate::plugins::grpc_calls::{code, status, Response, Status};
 use crate::rpc::codes;
@@ -27,8 +28,25 @@ impl TenantPlugin {
 
     /// Start a gRPC call: the plugin's callbacks run in order on the plugin
     /// threads as request messages arrive on `requests` (its end is the
-    /// client's half-close). The response carries messages, then the status.
-    pub fn grpc_call(
+    /// client's half-close). The response carries messages, then the
+    /// status. A cluster singleton that runs on another node is relayed there.
+    pub async fn grpc_call(
+        self: &Arc<Self>,
+        path: String,
+        metadata: Vec<(String, String)>,
+        principal: String,
+        timeout: Option<Duration>,
+        requests: mpsc::Receiver<Result<Vec<u8>, Status>>,
+    ) -> Response {
+        if let Some(owner) = self.elsewhere() {
+            let open = GrpcOpen { path, metadata, principal, timeout_ms: timeout.map(|t| t.as_millis() as u64) };
+            return self.relay_grpc(owner, open, requests).await;
+        }
+        self.start_grpc(path, metadata, principal, timeout, requests)
+    }
+
+    /// Start a gRPC call on this node.
+    pub(super) fn start_grpc(
         self: &Arc<Self>,
         path: String,
         metadata: Vec<(String, String)>,

@@ -9,6 +9,9 @@ use crate::rpc::RpcError;
 impl TenantPlugin {
     /// Call `http-handler.handle`. Failures are the caller's to turn into a 5xx.
     pub async fn call_http(self: &Arc<Self>, req: HttpRequest) -> Result<HttpResponse, RpcError> {
+        if let Some(owner) = self.elsewhere() {
+            return self.forward_http(owner, req).await;
+        }
         let (response, _) = self
             .run(None, 0, Invocation::Http(req), |tp, returned| match returned {
                 Returned::Http(r) if r.body.len() <= tp.plugin.limits.max_result_bytes => Ok(r),

@@ -14,7 +14,9 @@ mod http_requests;
 mod json_rpc;
 mod observer;
 mod on_timer;
+mod placement;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -23,6 +25,7 @@ use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
 pub use observer::MAX_OBSERVER_HOPS;
+pub use placement::Placement;
 
 use crate::config::InstanceMode;
 use crate::plugins::exports::Service;
@@ -51,11 +54,18 @@ pub struct TenantPlugin {
     /// Plugin output reaches the log at most once a second.
     output: LogThrottle,
     stats: CallStats,
+    /// A cluster singleton: where it runs and the way there.
+    placement: Option<Placement>,
+    /// While this node runs the cluster singleton: its subscriptions for calls from other nodes.
+    served: parking_lot::Mutex<Option<crate::cluster::singletons::Served>>,
+    /// A newer version replaced this one.
+    retired: AtomicBool,
 }
 
 impl TenantPlugin {
-    /// Bind a plugin to a tenant, asking it what it serves there.
-    pub async fn new(plugin: Arc<Plugin>, ctx: Arc<Context>, runtime: Handle) -> anyhow::Result<Arc<TenantPlugin>> {
+    /// Bind a plugin to a tenant, asking it what it serves there. With a
+    /// placement (a cluster singleton) it runs only while this node holds its lease.
+    pub async fn new(plugin: Arc<Plugin>, ctx: Arc<Context>, runtime: Handle, placement: Option<Placement>) -> anyhow::Result<Arc<TenantPlugin>> {
         let declared = plugin.declarations(ctx.clone()).await?;
         let (tx, rx) = declared.interest.as_ref().map(|_| observer::queue()).unzip();
         let pool = Pool::new(&plugin);
@@ -71,12 +81,17 @@ impl TenantPlugin {
             dropped: LogThrottle::new(),
             output: LogThrottle::new(),
             stats: CallStats::default(),
+            placement,
+            served: parking_lot::Mutex::new(None),
+            retired: AtomicBool::new(false),
         });
         if let Some(rx) = rx {
             // One worker per tenant plugin keeps messages in send order.
             runtime.spawn(observer::observe_loop(Arc::downgrade(&tp), rx));
         }
-        if tp.plugin.exports.lifecycle() {
+        if let Some(p) = &tp.placement {
+            runtime.spawn(placement::follow(Arc::downgrade(&tp), p.ownership.watch()));
+        } else if tp.plugin.exports.lifecycle() {
             // `init` runs now, not at the first call: it may have timers to re-arm.
             runtime.spawn(start_one(Arc::downgrade(&tp)));
         }
@@ -122,13 +137,19 @@ impl TenantPlugin {
             InstanceMode::Pooled => "pooled",
             InstanceMode::Singleton => "singleton",
         };
-        json!({"tenant": tenant, "plugin": self.plugin.name, "version": self.plugin.version(), "mode": mode,
-               "calls": calls, "instances": self.pool.instances(&self.plugin), "health": self.pool.health(), "recentFailures": recent})
+        let mut view = json!({"tenant": tenant, "plugin": self.plugin.name, "version": self.plugin.version(), "mode": mode,
+               "calls": calls, "instances": self.pool.instances(&self.plugin), "health": self.pool.health(), "recentFailures": recent});
+        if let Some(lease) = self.lease_view() {
+            view["lease"] = lease;
+        }
+        view
     }
 
     /// This version was replaced by a hot swap: its gRPC calls end with
     /// UNAVAILABLE so that clients reconnect to the new one.
     pub fn retire(&self) {
+        self.retired.store(true, Ordering::Release);
+        self.served.lock().take();
         self.ctx.grpc.end_all(status(code::UNAVAILABLE, format!("plugin {} was replaced; reconnect", self.plugin.name)));
     }
 
