@@ -13,135 +13,26 @@
 //! `SILENT_AFTER`, ends the call (UNAVAILABLE for the client, CANCELLED for
 //! the plugin), so a client whose owner died reconnects.
 
+mod relay;
+mod wire;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::{HeaderMap, Subject};
 use bytes::Bytes;
-use futures_util::future::BoxFuture;
 use futures_util::StreamExt;
-use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
+use serde::Deserialize;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+pub use self::wire::{Caller, GrpcEnd, GrpcOpen, GrpcStream, HttpCall, HttpReply, RpcCall, RpcReply, Serve, Unanswered};
+use self::wire::{header, headers, unavailable, META};
 use super::{token, Cluster};
 
 /// Pause before asking again when no node serves the plugin.
 const RETRY_EVERY: Duration = Duration::from_millis(100);
-/// A relayed call's sides ping each other this often...
-const PING_EVERY: Duration = Duration::from_secs(1);
-/// ...and end the call after this long without a word from the other side.
-const SILENT_AFTER: Duration = Duration::from_millis(4_500);
-/// Response messages a relaying node holds for a client that reads slowly.
-const RELAY_QUEUE: usize = 64;
-
-const META: &str = "Map-Meta";
-const KIND: &str = "Map-Kind";
-const SEQ: &str = "Map-Seq";
-
-/// Who made a forwarded call: the session's identity (the session itself
-/// lives on the calling node; the owner sees it in the mirrored directory).
-#[derive(Clone, Serialize, Deserialize)]
-pub struct Caller {
-    pub session_id: String,
-    pub participant_id: String,
-    pub participant_type: String,
-    pub principal: String,
-}
-
-#[derive(Serialize, Deserialize)]
-pub struct RpcCall {
-    pub caller: Caller,
-    pub method: String,
-    pub params: Box<RawValue>,
-    pub hops: u8,
-}
-
-/// The owner's answer to a JSON-RPC call.
-#[derive(Serialize, Deserialize)]
-pub enum RpcReply {
-    /// The result, and notifications for the caller to write after it.
-    Ok { result: Box<RawValue>, deferred: Vec<String> },
-    Err { code: i64, message: String, data: Option<serde_json::Value> },
-    /// The node no longer holds the lease: ask again.
-    NotOwner,
-}
-
-#[derive(Serialize, Deserialize)]
-pub struct HttpCall {
-    pub method: String,
-    pub path: String,
-    pub query: String,
-    pub headers: Vec<(String, String)>,
-    #[serde(skip)]
-    pub body: Vec<u8>,
-}
-
-#[derive(Serialize, Deserialize)]
-pub enum HttpReply {
-    Ok {
-        status: u16,
-        headers: Vec<(String, String)>,
-        #[serde(skip)]
-        body: Vec<u8>,
-    },
-    /// The plugin failed; the message says how (the caller answers 5xx).
-    Failed { code: i64, message: String },
-    NotOwner,
-}
-
-/// A gRPC status (code and message), as it ends a call.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct GrpcEnd {
-    pub code: u32,
-    pub message: String,
-}
-
-const UNAVAILABLE: u32 = 14;
-const CANCELLED: u32 = 1;
-
-fn unavailable(message: impl Into<String>) -> GrpcEnd {
-    GrpcEnd { code: UNAVAILABLE, message: message.into() }
-}
-
-#[derive(Serialize, Deserialize)]
-pub struct GrpcOpen {
-    pub path: String,
-    pub metadata: Vec<(String, String)>,
-    pub principal: String,
-    pub timeout_ms: Option<u64>,
-}
-
-/// One gRPC call's answer: messages, then a status. Dropping `guard` ends
-/// the call (the client went away).
-pub struct GrpcStream {
-    pub messages: mpsc::Receiver<Vec<u8>>,
-    pub status: oneshot::Receiver<GrpcEnd>,
-    pub guard: Box<dyn Send>,
-}
-
-/// What the owner of a singleton runs forwarded calls on: the plugin bound
-/// to the tenant on this node.
-pub trait Serve: Send + Sync + 'static {
-    fn rpc(self: Arc<Self>, call: RpcCall) -> BoxFuture<'static, RpcReply>;
-    fn http(self: Arc<Self>, call: HttpCall) -> BoxFuture<'static, HttpReply>;
-    /// Start a call; `Err`: refused at once (the status, or `None` when
-    /// this node no longer owns the plugin).
-    fn grpc(self: Arc<Self>, open: GrpcOpen, requests: mpsc::Receiver<Result<Vec<u8>, GrpcEnd>>) -> Result<GrpcStream, Option<GrpcEnd>>;
-}
-
-/// Why a forwarded call got no answer.
-#[derive(Debug)]
-pub enum Unanswered {
-    /// No node served the plugin before the deadline (the lease is moving).
-    NoOwner,
-    /// The owner took the call but did not answer before the deadline.
-    TimedOut,
-    Failed(String),
-}
 
 static NEXT_RELAY: AtomicU64 = AtomicU64::new(1);
 
@@ -174,17 +65,6 @@ impl Cluster {
     }
 }
 
-fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-    let mut h = HeaderMap::new();
-    for (k, v) in pairs {
-        h.insert(*k, *v);
-    }
-    h
-}
-
-fn header<'a>(h: Option<&'a HeaderMap>, key: &str) -> Option<&'a str> {
-    h?.get(key).map(|v| v.as_str())
-}
 
 fn decode<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, Unanswered> {
     serde_json::from_slice(bytes).map_err(|e| Unanswered::Failed(format!("an undecodable answer from the owner: {e}")))
@@ -274,10 +154,10 @@ impl Singletons {
                 Err(None) => tokio::time::sleep(RETRY_EVERY).await,
             }
         };
-        let (messages_tx, messages) = mpsc::channel(RELAY_QUEUE);
+        let (messages_tx, messages) = mpsc::channel(relay::RELAY_QUEUE);
         let (status_tx, status) = oneshot::channel();
         let (gone_tx, gone) = oneshot::channel::<()>();
-        tokio::spawn(relay(self.client.clone(), up, down, requests, messages_tx, status_tx, gone));
+        tokio::spawn(relay::relay(self.client.clone(), up, down, requests, messages_tx, status_tx, gone));
         Ok(GrpcStream { messages, status, guard: Box::new(gone_tx) })
     }
 }
@@ -338,173 +218,11 @@ async fn serve_grpc(link: Arc<Singletons>, mut sub: async_nats::Subscriber, hand
                 let up = link.client.subscribe(inbox.clone()).await.map_err(|e| Some(unavailable(format!("the cluster's bus failed: {e}"))))?;
                 let (requests_tx, requests) = mpsc::channel(4);
                 let stream = handler.grpc(req.open, requests)?;
-                tokio::spawn(own(link.client.clone(), req.inbox, up, requests_tx, stream));
+                tokio::spawn(relay::own(link.client.clone(), req.inbox, up, requests_tx, stream));
                 Ok(inbox)
             }
             .await;
             let _ = link.client.publish(reply, serde_json::to_vec(&answer).unwrap_or_default().into()).await;
         });
     }
-}
-
-/// Numbers what one side of a relayed call sends.
-struct Sender {
-    client: async_nats::Client,
-    to: Subject,
-    seq: u64,
-}
-
-impl Sender {
-    async fn send(&mut self, kind: &str, body: Bytes) -> bool {
-        self.seq += 1;
-        let seq = self.seq.to_string();
-        self.client.publish_with_headers(self.to.clone(), headers(&[(KIND, kind), (SEQ, &seq)]), body).await.is_ok()
-    }
-
-    async fn ping(&self) {
-        let _ = self.client.publish_with_headers(self.to.clone(), headers(&[(KIND, "ping")]), Bytes::new()).await;
-    }
-}
-
-/// What one side of a relayed call heard from the other.
-enum Heard {
-    Message(Bytes),
-    HalfClose,
-    End(GrpcEnd),
-    Cancel,
-    /// A message went missing, or the other side fell silent.
-    Lost(&'static str),
-}
-
-/// Reads the other side's messages in order, answering pings' silence.
-struct Receiver {
-    sub: async_nats::Subscriber,
-    seq: u64,
-    heard_at: Instant,
-}
-
-impl Receiver {
-    fn new(sub: async_nats::Subscriber) -> Receiver {
-        Receiver { sub, seq: 0, heard_at: Instant::now() }
-    }
-
-    async fn next(&mut self) -> Heard {
-        loop {
-            let silent_until = self.heard_at + SILENT_AFTER;
-            let m = match tokio::time::timeout_at(silent_until, self.sub.next()).await {
-                Err(_) => return Heard::Lost("the other node fell silent"),
-                Ok(None) => return Heard::Lost("the cluster's bus closed"),
-                Ok(Some(m)) => m,
-            };
-            self.heard_at = Instant::now();
-            let kind = header(m.headers.as_ref(), KIND).unwrap_or_default().to_string();
-            if kind == "ping" {
-                continue;
-            }
-            let seq: u64 = header(m.headers.as_ref(), SEQ).and_then(|s| s.parse().ok()).unwrap_or(0);
-            if seq != self.seq + 1 {
-                return Heard::Lost("a relayed message went missing");
-            }
-            self.seq = seq;
-            return match kind.as_str() {
-                "msg" => Heard::Message(m.payload),
-                "half" => Heard::HalfClose,
-                "end" => Heard::End(serde_json::from_slice(&m.payload).unwrap_or_else(|_| unavailable("an undecodable status"))),
-                "cancel" => Heard::Cancel,
-                _ => Heard::Lost("an unknown relay message"),
-            };
-        }
-    }
-}
-
-/// The relaying node's side: the client's messages go up, the owner's come down.
-async fn relay(
-    client: async_nats::Client,
-    up: String,
-    down: async_nats::Subscriber,
-    mut requests: mpsc::Receiver<Result<Vec<u8>, GrpcEnd>>,
-    messages: mpsc::Sender<Vec<u8>>,
-    status: oneshot::Sender<GrpcEnd>,
-    mut gone: oneshot::Receiver<()>,
-) {
-    let mut out = Sender { client, to: Subject::from(up), seq: 0 };
-    let mut input = Receiver::new(down);
-    let mut ping = tokio::time::interval(PING_EVERY);
-    let mut half_closed = false;
-    let end = loop {
-        tokio::select! {
-            _ = &mut gone => {
-                out.send("cancel", Bytes::new()).await;
-                return;
-            }
-            _ = ping.tick() => out.ping().await,
-            next = requests.recv(), if !half_closed => match next {
-                Some(Ok(body)) => { out.send("msg", body.into()).await; }
-                Some(Err(e)) => {
-                    out.send("cancel", Bytes::new()).await;
-                    break e;
-                }
-                None => {
-                    half_closed = true;
-                    out.send("half", Bytes::new()).await;
-                }
-            },
-            heard = input.next() => match heard {
-                Heard::Message(body) => {
-                    // A client that reads slowly holds up this call only.
-                    if messages.send(body.to_vec()).await.is_err() {
-                        out.send("cancel", Bytes::new()).await;
-                        return;
-                    }
-                }
-                Heard::End(end) => break end,
-                Heard::Lost(why) => {
-                    out.send("cancel", Bytes::new()).await;
-                    break unavailable(format!("the call's relay to the plugin's owner broke ({why}); reconnect"));
-                }
-                Heard::HalfClose | Heard::Cancel => break unavailable("the plugin's owner ended the call; reconnect"),
-            },
-        }
-    };
-    let _ = status.send(end);
-}
-
-/// The owner's side: the plugin's messages and status go down, the client's come up.
-async fn own(client: async_nats::Client, down: String, up: async_nats::Subscriber, requests: mpsc::Sender<Result<Vec<u8>, GrpcEnd>>, stream: GrpcStream) {
-    let GrpcStream { mut messages, mut status, guard } = stream;
-    let mut out = Sender { client, to: Subject::from(down), seq: 0 };
-    let mut input = Receiver::new(up);
-    let mut ping = tokio::time::interval(PING_EVERY);
-    let mut requests = Some(requests);
-    let mut messages_done = false;
-    loop {
-        tokio::select! {
-            _ = ping.tick() => out.ping().await,
-            m = messages.recv(), if !messages_done => match m {
-                Some(body) => { out.send("msg", body.into()).await; }
-                None => messages_done = true,
-            },
-            // The status follows every message queued before it.
-            s = &mut status, if messages_done => {
-                let end = s.unwrap_or_else(|_| unavailable("the plugin call ended without a status"));
-                out.send("end", serde_json::to_vec(&end).unwrap_or_default().into()).await;
-                break;
-            }
-            heard = input.next() => match heard {
-                Heard::Message(body) => {
-                    if let Some(tx) = &requests {
-                        let _ = tx.send(Ok(body.to_vec())).await;
-                    }
-                }
-                Heard::HalfClose => requests = None,
-                Heard::Cancel | Heard::Lost(_) | Heard::End(_) => {
-                    if let Some(tx) = requests.take() {
-                        let _ = tx.send(Err(GrpcEnd { code: CANCELLED, message: "the client went away".into() })).await;
-                    }
-                    break;
-                }
-            },
-        }
-    }
-    drop(guard);
 }
