@@ -13,6 +13,8 @@
 //!   scopes and sessions (with their serving node and resume-token hash),
 //!   and subscription checkpoints; every node reads it and mirrors it.
 //! - Plugin state is in PostgreSQL (`storage.url`), shared by every node.
+//! - A singleton plugin's calls go to the node holding its lease over NATS
+//!   core (`<name>.sg.…`, `singletons`).
 
 mod checkpoints;
 mod deliveries;

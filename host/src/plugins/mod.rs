@@ -11,7 +11,8 @@
 //! (how a call ended), `stats` (calls by outcome, for the admin API),
 //! `imports`/`imports_0_1` (the host side of the imports, of the current and
 //! the 0.1 contract), `output` (the plugin's stdout and stderr, for the
-//! log), `log_throttle`, `timers`, `grpc_calls` (open gRPC calls), `outbound`
+//! log), `log_throttle`, `timers` (stored), `ownership` (a cluster
+//! singleton's lease), `grpc_calls` (open gRPC calls), `outbound`
 //! (outbound HTTP), `set` (a tenant's plugins), `state` (what an
 //! instance's store holds).
 

@@ -6,7 +6,8 @@
 //! Writes on SQLite go through one writer thread with group commit
 //! (`group_commit`), which keeps a read cache (`cache`) current; on PostgreSQL,
 //! which other gateways may write too, each write call is its own
-//! transaction and every read goes to the database. Either
+//! transaction and every read goes to the database; a cluster singleton's
+//! writes also check its lease's fencing token there (`leases`). Either
 //! way a key's version comes from one clock per database, ticked once per
 //! transaction, so versions never repeat.
 

@@ -6,7 +6,8 @@
 //!
 //! `driver` runs one call of any kind; `json_rpc`, `http_requests`,
 //! `observer` (its queue and loop), `on_timer` and `grpc_streams` are the
-//! calls of each kind.
+//! calls of each kind; `placement` sends a cluster singleton's calls to the
+//! node that runs it.
 
 mod driver;
 mod grpc_streams;
