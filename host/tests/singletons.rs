@@ -455,6 +455,11 @@ async fn a_delivery_waiting_for_a_retry_survives_the_kill_of_its_node(bridge: Br
 
     // The peer is down: the first attempt fails, a retry timer tries again.
     let mut alice = cluster.node(&sender).agent("alice", json!({})).await;
+    // Known everywhere first: this test is about the kill, not about a call
+    // racing the registration (every_node_answers_… covers that).
+    for n in NODES {
+        cluster.node(n).connect("client").await.wait_for_agent("alice").await;
+    }
     let sent = alice.ok("mamp/send", json!({"to": "agent://peer.example/bob", "content": "across the kill"})).await;
     assert_eq!(sent["status"], "queued", "{sent}");
     let id = sent["messageId"].as_str().unwrap_or_else(|| panic!("mamp/send without messageId: {sent}")).to_string();
@@ -642,5 +647,18 @@ async fn every_node_answers_a_singletons_calls_as_its_owner_does() {
     }
     if let Some(twice) = alice.note(Duration::from_millis(500), |n| n["method"] == "map/message").await {
         panic!("a repeated message_id was delivered again: {twice}");
+    }
+
+    // An agent's call right after its registration: the bridge knows the
+    // caller's agents on every node (here it gets as far as the unknown
+    // conversation, 15000), as it does on the owner.
+    for n in NODES {
+        for k in 0..5 {
+            let me = format!("fresh-{n}-{k}");
+            let mut fresh = cluster.node(n).agent(&me, json!({})).await;
+            let params = json!({"conversationId": "none", "content": "x", "from": format!("agent://gw.example/{me}")});
+            let r = fresh.call("mamp/send", params.clone()).await;
+            assert_eq!(r["error"]["code"], 15000, "mamp/send {params} by {me} right after it registered on node {n} (the bridge's owner is {mamp_owner}): {r}");
+        }
     }
 }
