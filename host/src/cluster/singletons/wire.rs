@@ -14,14 +14,18 @@ pub(super) const META: &str = "Map-Meta";
 pub(super) const KIND: &str = "Map-Kind";
 pub(super) const SEQ: &str = "Map-Seq";
 
-/// Who made a forwarded call: the session's identity (the session itself
-/// lives on the calling node; the owner sees it in the mirrored directory).
+/// Who made a forwarded call: the session's identity, and its agents and
+/// capabilities as its own node knows them now (the owner's mirror of the
+/// directory may not have caught up with a registration just made).
 #[derive(Clone, Serialize, Deserialize)]
 pub struct Caller {
     pub session_id: String,
     pub participant_id: String,
     pub participant_type: String,
     pub principal: String,
+    pub agent_ids: Vec<String>,
+    /// JSON text.
+    pub capabilities: String,
 }
 
 #[derive(Serialize, Deserialize)]

@@ -19,7 +19,7 @@ impl TenantPlugin {
     /// `hops`: how many plugin calls (router calls, observer hops) this one is nested in.
     pub async fn call_rpc(self: &Arc<Self>, active: &Active, caller: Caller, method: &str, params: &str, hops: u8) -> Result<(Box<RawValue>, Vec<Frame>), RpcError> {
         if let Some(owner) = self.elsewhere() {
-            return self.forward_rpc(owner, active, method, params, hops).await;
+            return self.forward_rpc(owner, active, caller, method, params, hops).await;
         }
         let invocation = Invocation::Rpc { caller, method: method.to_string(), params: params.to_string() };
         let (answer, deferred) = self

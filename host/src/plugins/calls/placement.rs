@@ -18,6 +18,7 @@ use super::TenantPlugin;
 use crate::cluster::singletons::{self, GrpcEnd, GrpcOpen, GrpcStream, HttpCall, HttpReply, RpcCall, RpcReply, Serve, Singletons, Unanswered};
 use crate::core::outbox::{Frame, Outbox};
 use crate::core::Active;
+use crate::plugins::bindings::Caller;
 use crate::plugins::exports::{HttpRequest, HttpResponse};
 use crate::plugins::grpc_calls::{code, status, Response, Status};
 use crate::plugins::ownership::Ownership;
@@ -25,6 +26,9 @@ use crate::rpc::{codes, RpcError};
 
 /// Extra time a forwarded call may take over the plugin's own deadline (the hops between nodes).
 const FORWARDING: Duration = Duration::from_millis(500);
+
+/// Longest wait for the directory mirror to show a forwarded caller's agents.
+const MIRROR_WAIT: Duration = Duration::from_secs(1);
 
 /// Notifications a forwarded call may send its caller (written after the answer, on the caller's node).
 const FORWARDED_NOTIFICATIONS: usize = 256;
@@ -62,13 +66,15 @@ impl TenantPlugin {
         }
     }
 
-    pub(super) async fn forward_rpc(&self, to: &Placement, active: &Active, method: &str, params: &str, hops: u8) -> Result<(Box<RawValue>, Vec<Frame>), RpcError> {
+    pub(super) async fn forward_rpc(&self, to: &Placement, active: &Active, caller: Caller, method: &str, params: &str, hops: u8) -> Result<(Box<RawValue>, Vec<Frame>), RpcError> {
         let params = RawValue::from_string(params.to_string()).map_err(|e| RpcError::invalid_params(e.to_string()))?;
         let caller = singletons::Caller {
             session_id: active.session_id.clone(),
             participant_id: active.participant_id.clone(),
             participant_type: active.participant_type.clone(),
             principal: active.principal.to_string(),
+            agent_ids: caller.agent_ids,
+            capabilities: caller.capabilities,
         };
         let call = RpcCall { caller, method: method.to_string(), params, hops };
         match to.link.rpc(&self.ctx.scope.tenant, &self.plugin.name, &call, self.forward_deadline()).await {
@@ -116,6 +122,23 @@ impl TenantPlugin {
         }
     }
 
+    /// Wait (briefly) until this node's mirror of the directory holds the
+    /// caller's agents as the caller's node saw them: what the plugin does
+    /// as the caller (router calls, events it emits) then sees them too.
+    async fn catch_up(&self, caller: &singletons::Caller) {
+        let deadline = Instant::now() + MIRROR_WAIT;
+        loop {
+            let current = {
+                let reg = self.ctx.tenant.registry.lock();
+                reg.sessions.get(&caller.session_id).is_some_and(|s| caller.agent_ids.iter().all(|a| s.agents.contains(a)))
+            };
+            if current || Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     /// This version no longer takes forwarded calls (replaced, or the lease moved).
     fn serves_forwarded(&self) -> bool {
         !self.retired.load(Ordering::Acquire) && self.placement.as_ref().is_some_and(|p| p.ownership.held())
@@ -151,8 +174,17 @@ impl Serve for TenantPlugin {
             if !self.serves_forwarded() {
                 return RpcReply::NotOwner;
             }
+            // The caller record as the caller's node made it (its agents are current there).
+            let caller = Caller {
+                tenant: self.ctx.scope.tenant.clone(),
+                participant_id: call.caller.participant_id.clone(),
+                participant_type: call.caller.participant_type.clone(),
+                session_id: call.caller.session_id.clone(),
+                agent_ids: call.caller.agent_ids.clone(),
+                capabilities: call.caller.capabilities.clone(),
+            };
+            self.catch_up(&call.caller).await;
             let active = self.forwarded_actor(call.caller);
-            let caller = crate::plugins::caller_of(&active);
             match self.call_rpc(&active, caller, &call.method, call.params.get(), call.hops).await {
                 Ok((result, deferred)) => RpcReply::Ok { result, deferred: deferred.iter().map(|f| f.as_str().to_string()).collect() },
                 Err(e) => RpcReply::Err { code: e.code, message: e.message, data: e.data },
