@@ -21,7 +21,7 @@ pub async fn start(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
     }
     std::fs::create_dir_all(&config.server.data_dir).map_err(|e| anyhow::anyhow!("creating the data directory {}: {e}", config.server.data_dir.display()))?;
     let db = Store::open(&config.storage_url(), config.storage.sync == "full", config.storage.cache_mb << 20).await?;
-    let mut host = PluginHost::new(&config, db)?;
+    let mut host = PluginHost::new(&config, db.clone())?;
     if config.cluster.enabled() {
         let cluster = Cluster::connect(&config).await?;
         host.join_cluster(cluster.singletons(), &cluster.node, Duration::from_millis(config.cluster.singleton_lease_ms));
@@ -30,6 +30,7 @@ pub async fn start(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
         let host: Arc<dyn ExtensionHost> = Arc::new(host);
         let gateway = Arc::new(Gateway::assemble(config, tenants, Some(host), config_path));
         cluster.start(&gateway).await?;
+        crate::federation::start(&gateway, &db).await?;
         sample_log_sizes(&gateway);
         return Ok(gateway);
     }
@@ -56,6 +57,7 @@ pub async fn start(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
     let host: Arc<dyn ExtensionHost> = Arc::new(host);
     let gateway = Arc::new(Gateway::assemble(config, tenants, Some(host), config_path));
     gateway.at_stop(move || journal.flush());
+    crate::federation::start(&gateway, &db).await?;
     sample_log_sizes(&gateway);
     Ok(gateway)
 }

@@ -3,7 +3,8 @@
 //! Modules, each depending only on those after it (a test in
 //! `host/tests/layers.rs` keeps it so): `fuzzing` (every decoder of
 //! untrusted bytes as a fuzz target) → `app` (the composition root) →
-//! `transport` (bytes ↔ JSON-RPC, HTTP/2 gRPC) → `acp` (editors' ACP
+//! `transport` (bytes ↔ JSON-RPC, HTTP/2 gRPC) → `federation` (MAP
+//! between systems: peers, routing, their links) → `acp` (editors' ACP
 //! bridged to MAP agents) → `plugins` (Wasm components
 //! serving extensions) → `cluster` (several gateways as one, over NATS) →
 //! `journal` (the embedded default's durable event log) → `core` (MAP: sessions, agents, scopes, routing,
@@ -20,6 +21,7 @@ pub mod app;
 mod cluster;
 pub mod config;
 pub mod core;
+mod federation;
 // Every decoder of untrusted bytes as a fuzz target (`fuzz/`, tests/fuzz_smoke.rs).
 #[doc(hidden)]
 pub mod fuzzing;

@@ -26,6 +26,73 @@ pub struct TenantConfig {
     /// Hosts each plugin may reach over HTTP for this tenant, besides the
     /// plugin's own `outbound_hosts` (same form).
     pub outbound_hosts: BTreeMap<String, Vec<String>>,
+    /// MAP federation: this tenant as a system, and the systems it connects to.
+    pub federation: Option<FederationConfig>,
+}
+
+/// A tenant as a system of a federation (README: Federation).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FederationConfig {
+    /// This system's id as peers know it (no `:`).
+    pub system_id: String,
+    /// Where peers reach this gateway (`ws://…/map`), told to them at connect.
+    pub endpoint: String,
+    /// A routed message that has made this many hops is refused (5011).
+    pub max_hops: u32,
+    /// Messages held for one peer while it is unreachable, by count and bytes;
+    /// beyond either, new messages are refused (5000).
+    pub buffer_messages: usize,
+    pub buffer_bytes: usize,
+    /// A held message older than this is dropped and reported (`federation_message_expired`).
+    pub buffer_ttl_secs: u64,
+    pub peers: Vec<PeerConfig>,
+}
+
+impl Default for FederationConfig {
+    fn default() -> Self {
+        FederationConfig { system_id: String::new(), endpoint: String::new(), max_hops: 10, buffer_messages: 1000, buffer_bytes: 10 << 20, buffer_ttl_secs: 3600, peers: Vec::new() }
+    }
+}
+
+/// Another system this tenant federates with.
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct PeerConfig {
+    pub system_id: String,
+    /// Where this gateway connects to reach it (`ws://…/map`); empty: the
+    /// peer connects here, and messages to it wait for that.
+    pub endpoint: String,
+    /// What this gateway presents to the peer: `map/connect` and
+    /// `map/federation/connect` `auth` (`{method, credential}`).
+    pub auth: Option<serde_json::Value>,
+    /// The principal the peer must authenticate as here (a credential of
+    /// this tenant names it); empty: any principal of this tenant.
+    pub principal: String,
+    /// What this system shows the peer.
+    pub expose: ExposeConfig,
+    /// Event types of the peer's that this system subscribes to and re-emits
+    /// to its own subscribers (with `system` in their data).
+    pub import_events: Vec<String>,
+}
+
+/// What one peer may see and reach: agents (`none`, `tagged`, `all`) and
+/// event types; nothing else leaves the tenant.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ExposeConfig {
+    pub agents: String,
+    /// With `agents = "tagged"`: agents whose `capabilityDescriptor.tags` or
+    /// `metadata.tags` hold one of these.
+    pub tags: Vec<String>,
+    /// Event types the peer may subscribe to (exact, or `prefix.*`).
+    pub events: Vec<String>,
+}
+
+impl Default for ExposeConfig {
+    fn default() -> Self {
+        ExposeConfig { agents: "none".into(), tags: Vec::new(), events: Vec::new() }
+    }
 }
 
 /// How a tenant checks JWT bearer tokens: signature, expiry, audience, issuer.

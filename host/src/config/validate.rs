@@ -17,7 +17,36 @@ impl Config {
         self.check_server()?;
         self.check_tls_and_acp()?;
         self.check_cluster()?;
+        self.check_federation()?;
         self.check_telemetry()
+    }
+
+    /// Every federating tenant names itself and its peers, once each, with ids
+    /// that can be part of an address (`<system>:agent:<id>`).
+    fn check_federation(&self) -> anyhow::Result<()> {
+        let id_ok = |s: &str| !s.is_empty() && !s.contains(':') && !s.chars().any(char::is_whitespace);
+        for t in &self.tenants {
+            let Some(f) = &t.federation else { continue };
+            if !id_ok(&f.system_id) {
+                bail!("tenant {:?}: federation.system_id must be non-empty, without ':' or spaces", t.id);
+            }
+            let mut seen = HashSet::new();
+            for p in &f.peers {
+                if !id_ok(&p.system_id) || p.system_id == f.system_id || !seen.insert(p.system_id.as_str()) {
+                    bail!("tenant {:?}: each federation peer needs its own system_id (not this system's, without ':'), got {:?}", t.id, p.system_id);
+                }
+                if !p.endpoint.is_empty() && !p.endpoint.starts_with("ws://") {
+                    bail!("tenant {:?}: peer {} endpoint must be a ws:// URL (put a TLS proxy's plain side here)", t.id, p.system_id);
+                }
+                if !matches!(p.expose.agents.as_str(), "none" | "tagged" | "all") {
+                    bail!("tenant {:?}: peer {} expose.agents must be none, tagged or all", t.id, p.system_id);
+                }
+            }
+            if f.max_hops == 0 || f.buffer_messages == 0 {
+                bail!("tenant {:?}: federation.max_hops and buffer_messages must be positive", t.id);
+            }
+        }
+        Ok(())
     }
 
     /// Unique tenants and credentials, one tenant for `none`, and an

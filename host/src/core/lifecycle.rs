@@ -298,6 +298,9 @@ impl Gateway {
             participant_event("participant_disconnected", info, json!({}))
         };
         active.tenant.fabric.publish(event);
+        if let Some(fed) = active.tenant.federation() {
+            fed.session_closed(&active.session_id);
+        }
         self.schedule_expiry(&active.session_id, &live);
         Some(live.resume_token)
     }

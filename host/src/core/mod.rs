@@ -9,6 +9,7 @@ pub mod drain;
 pub mod events;
 pub mod extensions;
 pub mod fabric;
+pub mod federation;
 pub mod model;
 pub mod outbox;
 pub mod registry;

@@ -11,6 +11,7 @@ use futures_util::future::BoxFuture;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
+use super::federation::Outbound;
 use super::address::{self, Address, Sender};
 use super::events::{Facets, NewEvent, Source};
 use super::fabric::Delivery;
@@ -29,6 +30,9 @@ pub struct Outgoing<'a> {
     pub from: Option<&'a str>,
     /// Nested observer calls this send comes from (0 for a client's).
     pub hops: u8,
+    /// A message routed in from another system: its sender there,
+    /// `<system>:agent:<id>` (the session is that system's gateway).
+    pub remote_from: Option<&'a str>,
 }
 
 /// A send's result as JSON text: now, or once recipients on other cluster
@@ -84,10 +88,13 @@ fn route(active: &Active, addr: &Address, from: Option<&str>) -> Result<Routing,
 /// JSON text: `{"messageId": …, "delivered": […], "failed"?: […]}`, later
 /// when a recipient's node must confirm it took the message.
 pub fn send_message(active: &Active, msg: Outgoing) -> Result<Sent, RpcError> {
-    let addr = Address::from_json(msg.to)?;
+    let mut addr = Address::from_json(msg.to)?;
+    if let Some((system, agent)) = federated_target(active, &mut addr)? {
+        return send_to_system(active, system, agent, msg);
+    }
     let routing = route(active, &addr, msg.from)?;
     let meta = msg.meta.filter(|m| !m.is_empty());
-    let from = routing.agent.as_deref().unwrap_or(&active.participant_id);
+    let from = msg.remote_from.or(routing.agent.as_deref()).unwrap_or(&active.participant_id);
     let (message_id, timestamp) = ids::prefixed_at("msg");
     let payload = msg.payload.map(RawValue::get);
     let (frame, sent) = message_frame(&message_id, from, msg.to.get(), timestamp, payload, meta.as_ref());
@@ -105,6 +112,48 @@ pub fn send_message(active: &Active, msg: Outgoing) -> Result<Sent, RpcError> {
         }
         done.finish(&active, &refused)
     })))
+}
+
+/// An address of an agent of another system (`{system, agent}`, or
+/// `<system>:agent:<id>` when the tenant federates): that system and agent.
+/// `{system, agent}` naming this system is its local agent.
+fn federated_target(active: &Active, addr: &mut Address) -> Result<Option<(String, String)>, RpcError> {
+    let own = active.tenant.federation().map(|f| f.system_id().to_string());
+    let target = match &*addr {
+        Address::Federated { system, agent } if Some(system) == own.as_ref() => {
+            *addr = Address::Agent(agent.clone());
+            return Ok(None);
+        }
+        Address::Federated { system, agent } => (system.clone(), agent.clone()),
+        Address::Bare(s) => match (own.as_ref(), s.split_once(":agent:")) {
+            (Some(own), Some((system, agent))) if system != own && !system.is_empty() && !agent.is_empty() => (system.to_string(), agent.to_string()),
+            _ => return Ok(None),
+        },
+        Address::Many(items) if items.iter().any(|a| matches!(a, Address::Federated { .. })) => {
+            return Err(RpcError::invalid_params("Invalid address: an agent of another system is addressed on its own, not in a list"));
+        }
+        _ => return Ok(None),
+    };
+    Ok(Some(target))
+}
+
+/// `map/send` to an agent of another system: the federation carries it.
+fn send_to_system(active: &Active, system: String, agent: String, msg: Outgoing) -> Result<Sent, RpcError> {
+    let Some(fed) = active.tenant.federation() else {
+        return Err(RpcError::new(codes::FEDERATION_UNAVAILABLE, format!("Federation is not configured: system {system:?} is unreachable")));
+    };
+    let from = {
+        let reg = active.tenant.registry.lock();
+        match msg.from {
+            Some(a) if reg.agents.get(a).is_some_and(|x| x.session == active.session_id) => a.to_string(),
+            Some(a) => return Err(RpcError::new(codes::PERMISSION_DENIED, format!("Agent {a} is not owned by this session"))),
+            None => reg.sessions.get(&active.session_id).and_then(|s| s.agents.first().cloned()).unwrap_or_else(|| active.participant_id.clone()),
+        }
+    };
+    let payload = msg.payload.map(|p| serde_json::from_str(p.get())).transpose().map_err(|e| RpcError::invalid_params(e.to_string()))?;
+    let (message_id, timestamp) = ids::prefixed_at("msg");
+    let carried = fed.send(Outbound { message_id, from, system, agent, payload, meta: msg.meta, timestamp });
+    Ok(Sent::Later(Box::pin(async move { carried.await.map(|v| v.to_string()) })))
 }
 
 /// The `map/message` frame recipients get, written once from the request's

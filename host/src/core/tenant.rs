@@ -9,6 +9,7 @@ use parking_lot::RwLock;
 
 use super::events::NewEvent;
 use super::extensions::{Extensions, NoExtensions};
+use super::federation::Federation;
 use super::send::{self, Outgoing, Sent};
 use super::outbox::{Frame, Outbox};
 use super::Active;
@@ -22,6 +23,8 @@ pub struct Tenant {
     pub registry: Directory,
     pub fabric: Arc<dyn Fabric>,
     extensions: RwLock<Arc<dyn Extensions>>,
+    /// This tenant as a system of a federation, if it is one.
+    federation: RwLock<Option<Arc<dyn Federation>>>,
     /// Which sends the observers may want (see `may_observe`), kept beside
     /// the set so a send without interest skips the lock.
     observed: AtomicU8,
@@ -43,6 +46,7 @@ impl Tenant {
             registry: Directory::default(),
             fabric,
             extensions: RwLock::new(Arc::new(NoExtensions)),
+            federation: RwLock::new(None),
             observed: AtomicU8::new(OBSERVE_NONE),
         }
     }
@@ -50,6 +54,14 @@ impl Tenant {
     /// The tenant's current extensions (a snapshot: a swap does not affect it).
     pub fn extensions(&self) -> Arc<dyn Extensions> {
         self.extensions.read().clone()
+    }
+
+    pub fn federation(&self) -> Option<Arc<dyn Federation>> {
+        self.federation.read().clone()
+    }
+
+    pub fn set_federation(&self, federation: Arc<dyn Federation>) {
+        *self.federation.write() = Some(federation);
     }
 
     pub fn set_extensions(&self, set: Arc<dyn Extensions>) {

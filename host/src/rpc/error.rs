@@ -26,6 +26,11 @@ pub mod codes {
     pub const RESOURCE_EXHAUSTED: i64 = 4000;
 
     pub const FEDERATION_UNAVAILABLE: i64 = 5000;
+    pub const FEDERATION_SYSTEM_NOT_FOUND: i64 = 5001;
+    pub const FEDERATION_AUTH_FAILED: i64 = 5002;
+    pub const FEDERATION_ROUTE_REJECTED: i64 = 5003;
+    pub const FEDERATION_LOOP: i64 = 5010;
+    pub const FEDERATION_MAX_HOPS: i64 = 5011;
 
     pub const SESSION_NOT_FOUND: i64 = 16000;
     /// Another connection holds the session.

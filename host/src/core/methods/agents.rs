@@ -378,11 +378,15 @@ pub fn list(active: &Active, req: &Request) -> Result<Out, RpcError> {
     let limit = p.limit.unwrap_or(100).clamp(1, 1000);
     let from = p.cursor.as_deref().map(position).transpose()?;
     let active = active.clone();
+    // A federation peer's gateway sees what the tenant exposes to it.
+    let federation = active.tenant.federation();
+    let exposure = federation.as_ref().and_then(|f| f.exposure_for(&active.session_id));
     Ok(Out::Later(Box::pin(async move {
         let f = &p.filter;
         let viewer = active.viewer();
         let keep = |reg: &Registry, a: &Agent| {
-            reg.visible(a, &viewer)
+            exposure.as_ref().is_none_or(|e| e.admits(a))
+                && reg.visible(a, &viewer)
                 && (states.is_empty() || states.contains(&a.state))
                 && (roles.is_empty() || a.role.as_deref().is_some_and(|r| roles.iter().any(|want| want == r)))
                 && (scopes.is_empty() || a.scopes.iter().any(|s| scopes.contains(s)))
@@ -397,6 +401,14 @@ pub fn list(active: &Active, req: &Request) -> Result<Out, RpcError> {
         let more = agents.len() > limit;
         agents.truncate(limit);
         let mut result = json!({"agents": agents});
+        // Agents of other systems follow this system's, on the last page of
+        // an unfiltered list (never for a peer: nothing is passed on).
+        let unfiltered = states.is_empty() && roles.is_empty() && scopes.is_empty() && parent.is_none() && owner.is_none();
+        if let (Some(fed), None, false, true) = (&federation, &exposure, more, unfiltered) {
+            if let Some(list) = result["agents"].as_array_mut() {
+                list.extend(fed.remote_agents());
+            }
+        }
         if let Some(last) = agents.last().filter(|_| more) {
             result["nextCursor"] = json!(cursor_of(last));
         }

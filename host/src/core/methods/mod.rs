@@ -9,7 +9,8 @@ pub(crate) mod subscriptions;
 
 use std::sync::Arc;
 
-use super::{Conn, Gateway, Out};
+use super::{Active, Conn, Gateway, Out};
+use crate::rpc::codes;
 use crate::rpc::{Request, RpcError};
 
 /// A core method's answer, or `None` for a method outside `map/` (an
@@ -62,6 +63,19 @@ fn route(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out, RpcEr
         "map/subscriptions/resume" | "map/resume" => subscriptions::pause(conn.active()?, req, false),
         "map/replay" => subscriptions::replay(conn.active()?, req),
 
+        "map/federation/connect" | "map/federation/route" => federation(conn.active()?, req),
+
         other => Err(RpcError::method_not_found(other)),
     }
+}
+
+/// `map/federation/connect` and `/route`, for a tenant that is a system of a federation.
+fn federation(active: &Active, req: &Request) -> Result<Out, RpcError> {
+    let fed = active.tenant.federation().ok_or_else(|| RpcError::new(codes::FEDERATION_UNAVAILABLE, "Federation is not configured for this system"))?;
+    let params: serde_json::Value = req.params()?;
+    let answer = match &*req.method {
+        "map/federation/connect" => fed.connect(active, params),
+        _ => fed.route(active, params),
+    };
+    Ok(Out::Later(Box::pin(async move { answer.await.map(Out::Json) })))
 }

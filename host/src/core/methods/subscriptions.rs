@@ -26,7 +26,16 @@ pub fn subscribe(active: &Active, req: &Request) -> Result<Out, RpcError> {
         Some(_) => return Err(RpcError::invalid_params("replayFrom must be a timestamp or an event id")),
     };
     let extensions = active.tenant.extensions();
-    let filter = p.filter.unwrap_or_default().resolve(|key| extensions.data_filter(key)).map_err(RpcError::invalid_params)?;
+    let filter = p.filter.unwrap_or_default();
+    // A federation peer subscribes only to the event types exposed to it.
+    if let Some(allowed) = active.tenant.federation().and_then(|f| f.events_for(&active.session_id)) {
+        let covered = |t: &String| allowed.iter().any(|a| a == t || a.strip_suffix('*').is_some_and(|prefix| t.starts_with(prefix) && !t.ends_with('*')));
+        if filter.event_types.is_empty() || !filter.event_types.iter().all(covered) {
+            let why = format!("a federated system may subscribe only to the event types exposed to it ({})", allowed.join(", "));
+            return Err(RpcError::new(crate::rpc::codes::PERMISSION_DENIED, why));
+        }
+    }
+    let filter = filter.resolve(|key| extensions.data_filter(key)).map_err(RpcError::invalid_params)?;
     let id = active.tenant.fabric.subscribe(&active.session_id, filter, from);
     Ok(json!({"subscriptionId": id}).into())
 }

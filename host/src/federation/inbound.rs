@@ -1,0 +1,215 @@
+//! A peer's gateway session here: `map/federation/connect` and
+//! `map/federation/route`, in every form the specification and the SDK use.
+
+use std::sync::Arc;
+
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+
+use super::{Peer, System};
+use crate::core::send::{Outgoing, Sent};
+use crate::core::Active;
+use crate::rpc::{codes, RpcError};
+
+/// A challenge is good for this long (milliseconds).
+const CHALLENGE_TTL_MS: u64 = 5 * 60 * 1000;
+
+fn gateway_only(active: &Active, method: &str) -> Result<(), RpcError> {
+    match active.participant_type.as_str() {
+        "gateway" | "system" => Ok(()),
+        other => Err(RpcError::new(codes::PERMISSION_DENIED, format!("{method} is for gateway and system participants, not {other}"))),
+    }
+}
+
+fn text<'a>(params: &'a Value, key: &str) -> Option<&'a str> {
+    params.get(key).and_then(Value::as_str).filter(|s| !s.is_empty())
+}
+
+/// `map_chal_` and a ULID: its first ten characters are its time.
+fn challenge() -> String {
+    format!("map_chal_{}", crate::ids::ulid())
+}
+
+fn challenge_ok(c: &str) -> bool {
+    let Some(ulid) = c.strip_prefix("map_chal_").filter(|u| u.len() == 26) else { return false };
+    let at = ulid[..10].bytes().try_fold(0u64, |acc, b| {
+        let v = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ".iter().position(|x| *x == b.to_ascii_uppercase())? as u64;
+        Some(acc * 32 + v)
+    });
+    at.is_some_and(|at| at <= crate::ids::now_ms() && crate::ids::now_ms() - at <= CHALLENGE_TTL_MS)
+}
+
+/// The credential of an `auth` object: `credentials`, `credential` or `token`.
+fn credential(auth: &Value) -> Option<&str> {
+    ["credentials", "credential", "token"].iter().find_map(|k| auth.get(*k).and_then(Value::as_str))
+}
+
+/// `map/federation/connect`: the calling gateway is the peer `systemId`;
+/// it is connected once it has authenticated as a principal of this tenant
+/// (the one the peer's configuration names, if any).
+pub fn connect(system: &System, active: &Active, params: Value) -> Result<Value, RpcError> {
+    gateway_only(active, "map/federation/connect")?;
+    let (Some(system_id), Some(endpoint)) = (text(&params, "systemId"), text(&params, "endpoint")) else {
+        return Err(RpcError::invalid_params("systemId and endpoint are required"));
+    };
+    let peer = system.peer(system_id)?.clone();
+    let gateway = system.gateway.upgrade().ok_or_else(|| RpcError::new(codes::FEDERATION_UNAVAILABLE, "the gateway is stopping"))?;
+    let required = |why: Option<String>| {
+        let mut answer = json!({"connected": false, "status": "disconnected",
+            "authRequired": {"methods": gateway.tenants.offered_methods(), "challenge": challenge(), "required": true}});
+        if let Some(why) = why {
+            answer["error"] = json!({"code": codes::FEDERATION_AUTH_FAILED, "message": why});
+        }
+        Ok(answer)
+    };
+    let auth = params.get("auth").or_else(|| params.get("credentials")).filter(|a| a.is_object());
+    let Some(auth) = auth else { return required(None) };
+    if let Some(c) = params.pointer("/authContext/challenge").and_then(Value::as_str) {
+        if !challenge_ok(c) {
+            return required(Some("the challenge is not one of this system's, or is older than 5 minutes".into()));
+        }
+    }
+    let method = auth.get("method").and_then(Value::as_str).unwrap_or_default();
+    let who = match gateway.tenants.authenticate(method, credential(auth)) {
+        Ok(who) => who,
+        Err(e) => return required(Some(e.message)),
+    };
+    let principal_ok = peer.config.principal.is_empty() || *who.principal == *peer.config.principal;
+    if !Arc::ptr_eq(&who.tenant, &active.tenant) || !principal_ok {
+        return required(Some(format!("those credentials do not identify system {system_id} here")));
+    }
+    *peer.inbound.lock() = Some(active.session_id.clone());
+    let now = crate::ids::now_ms();
+    system.emit("federation_connected", json!({"systemId": system_id, "direction": "inbound", "endpoint": endpoint, "principal": &*who.principal}));
+    Ok(json!({
+        "connected": true,
+        "sessionId": active.session_id,
+        "principal": {"id": &*who.principal},
+        "systemInfo": {"name": system.config.system_id, "version": env!("CARGO_PKG_VERSION"), "endpoint": system.config.endpoint,
+                       "capabilities": {"federation": {"canFederate": true, "maxHops": system.config.max_hops}}},
+        "peer": {"systemId": system_id, "endpoint": endpoint, "status": "connected", "connectedAt": now, "lastActivity": now},
+    }))
+}
+
+/// The message and its routing, from any of the three request shapes.
+struct Routed {
+    message: Value,
+    source: Option<String>,
+    target: String,
+    hops: u64,
+    max_hops: u64,
+    path: Vec<String>,
+}
+
+fn parse_route(system: &System, params: &Value) -> Result<Routed, RpcError> {
+    let system_id = text(params, "systemId").ok_or_else(|| RpcError::invalid_params("systemId is required"))?.to_string();
+    let default_max = u64::from(system.config.max_hops);
+    if let Some(envelope) = params.get("envelope") {
+        let f = envelope.get("federation").ok_or_else(|| RpcError::invalid_params("envelope.federation is required"))?;
+        let (Some(source), Some(target), Some(hops)) = (text(f, "sourceSystem"), text(f, "targetSystem"), f.get("hopCount").and_then(Value::as_u64)) else {
+            return Err(RpcError::invalid_params("envelope.federation needs sourceSystem, targetSystem and a numeric hopCount"));
+        };
+        let path = f.get("path").and_then(Value::as_array).map(|p| p.iter().filter_map(|s| s.as_str().map(String::from)).collect()).unwrap_or_default();
+        let max_hops = f.get("maxHops").and_then(Value::as_u64).unwrap_or(default_max);
+        let message = envelope.get("payload").cloned().ok_or_else(|| RpcError::invalid_params("envelope.payload (the message) is required"))?;
+        return Ok(Routed { message, source: Some(source.into()), target: target.into(), hops, max_hops, path });
+    }
+    let (message, max_hops) = match (params.get("message"), params.get("payload")) {
+        (Some(m), _) => (m.clone(), default_max),
+        (None, Some(p)) => (p.clone(), params.get("maxHops").and_then(Value::as_u64).unwrap_or(default_max)),
+        (None, None) => return Err(RpcError::invalid_params("one of envelope, message or payload is required")),
+    };
+    Ok(Routed { message, source: None, target: system_id, hops: 0, max_hops, path: Vec::new() })
+}
+
+/// The peer this session speaks for, if it connected as one.
+fn peer_of<'a>(system: &'a System, active: &Active) -> Option<&'a Arc<Peer>> {
+    system.peers.values().find(|p| p.inbound.lock().as_deref() == Some(active.session_id.as_str()))
+}
+
+/// `map/federation/route`: deliver to an agent of this system, or carry on
+/// to the next system; loops and spoofed origins are refused.
+pub async fn route(system: &Arc<System>, active: &Active, params: Value) -> Result<Value, RpcError> {
+    gateway_only(active, "map/federation/route")?;
+    let r = parse_route(system, &params)?;
+    let own = system.config.system_id.as_str();
+    if r.hops >= r.max_hops {
+        return Err(RpcError::new(codes::FEDERATION_MAX_HOPS, format!("The message has made {} hops, the most allowed is {}", r.hops, r.max_hops)));
+    }
+    if r.path.iter().any(|p| p == own) || r.source.as_deref() == Some(own) && r.target != own {
+        return Err(RpcError::new(codes::FEDERATION_LOOP, format!("The message has passed through system {own} already")));
+    }
+    let from_peer = peer_of(system, active);
+    // A session may speak for the peer it connected as, not for another one.
+    if let (Some(source), Some(p)) = (r.source.as_deref(), from_peer) {
+        if source != p.config.system_id && system.peers.contains_key(source) {
+            return Err(RpcError::new(codes::FEDERATION_ROUTE_REJECTED, format!("This session speaks for system {}, not {source}", p.config.system_id)));
+        }
+    }
+    let message_id = r.message.get("id").and_then(Value::as_str).map(String::from).unwrap_or_else(|| crate::ids::prefixed_at("msg").0);
+    if r.target == own {
+        return deliver(system, active, from_peer, &r, message_id).await;
+    }
+    // On to the next system: its own hop, this system on the path.
+    let next = system.peer(&r.target)?.clone();
+    let mut path = r.path.clone();
+    path.push(own.to_string());
+    let envelope = json!({"payload": r.message, "federation": {
+        "sourceSystem": r.source.clone().unwrap_or_else(|| from_peer.map_or(own.to_string(), |p| p.config.system_id.clone())),
+        "targetSystem": r.target, "hopCount": r.hops + 1, "maxHops": r.max_hops, "path": path, "originTimestamp": crate::ids::now_ms(),
+    }});
+    let answer = system.carry(&next, message_id.clone(), envelope).await?;
+    Ok(json!({"routed": answer["routed"] == true, "messageId": message_id, "queued": answer["queued"] == true}))
+}
+
+/// Hand a routed message to the agent it names, if this system exposes that
+/// agent to the peer; the sender shows as `<system>:agent:<id>`.
+async fn deliver(system: &System, active: &Active, from_peer: Option<&Arc<Peer>>, r: &Routed, message_id: String) -> Result<Value, RpcError> {
+    let to = &r.message["to"];
+    let agent = to.get("agent").and_then(Value::as_str).or_else(|| to.as_str().map(|s| s.strip_prefix("agent:").unwrap_or(s))).unwrap_or_default();
+    let agent = agent.strip_prefix(&format!("{}:agent:", system.config.system_id)).unwrap_or(agent).to_string();
+    let source = r.source.clone().or_else(|| from_peer.map(|p| p.config.system_id.clone())).unwrap_or_else(|| active.participant_id.clone());
+    let not_here = || RpcError::new(codes::FEDERATION_ROUTE_REJECTED, format!("System {} has no agent {agent:?} that it shows to {source}", system.config.system_id));
+    if let Some(peer) = from_peer {
+        let tenant = &active.tenant;
+        let shown = tenant.registry.lock().agents.get(&agent).is_some_and(|a| peer.exposure.admits(a));
+        if !shown {
+            return Err(not_here());
+        }
+        if seen(peer, &message_id) {
+            return Ok(json!({"routed": true, "messageId": message_id, "duplicate": true}));
+        }
+    }
+    let from = r.message.get("from").and_then(Value::as_str).unwrap_or("gateway");
+    let remote_from = if from.contains(":agent:") { from.to_string() } else { format!("{source}:agent:{from}") };
+    let to_text = serde_json::to_string(&json!({"agent": agent})).expect("JSON");
+    let to_raw: Box<RawValue> = RawValue::from_string(to_text).expect("JSON");
+    let payload = r.message.get("payload").map(|p| RawValue::from_string(p.to_string()).expect("JSON"));
+    let meta = r.message.get("meta").and_then(Value::as_object).cloned();
+    let msg = Outgoing { to: &to_raw, payload: payload.as_deref(), meta, from: None, hops: 0, remote_from: Some(&remote_from) };
+    let sent = match active.tenant.send(active, msg) {
+        Ok(Sent::Now(text)) => text,
+        Ok(Sent::Later(later)) => later.await?,
+        Err(e) if e.code == codes::ADDRESS_NOT_FOUND => return Err(not_here()),
+        Err(e) => return Err(e),
+    };
+    if let Some(peer) = from_peer {
+        note(peer, &message_id);
+    }
+    let sent: Value = serde_json::from_str(&sent).unwrap_or(Value::Null);
+    Ok(json!({"routed": true, "messageId": message_id, "delivered": sent["delivered"]}))
+}
+
+/// Whether a message with this id from this peer was delivered lately.
+fn seen(peer: &Peer, id: &str) -> bool {
+    peer.seen.lock().iter().any(|s| s == id)
+}
+
+/// Remember a delivered message's id (the latest `SEEN` of them).
+fn note(peer: &Peer, id: &str) {
+    let mut seen = peer.seen.lock();
+    if seen.len() >= super::SEEN {
+        seen.pop_front();
+    }
+    seen.push_back(id.to_string());
+}

@@ -1,0 +1,212 @@
+//! MAP federation: a tenant is a *system* with an id, connected to peer
+//! systems (other gateways, other organisations) over MAP itself.
+//!
+//! - `inbound`: a peer's gateway session here: `map/federation/connect`
+//!   (authentication, in one request or after an `authRequired` challenge)
+//!   and `map/federation/route` (loop checks, delivery to an exposed agent,
+//!   or on to another peer).
+//! - `link`: this gateway's connection to each peer with an endpoint: a
+//!   `gateway` participant there, reconnected with backoff; it carries the
+//!   queued messages in order, mirrors the peer's exposed agents, and
+//!   re-emits the event types imported from it.
+//! - `outbox`: messages waiting for a peer, in the store (bounded).
+//!
+//! What a peer sees of this system is its `expose` setting, nothing else.
+
+mod inbound;
+mod link;
+mod outbox;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Weak};
+
+use futures_util::future::BoxFuture;
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+use tokio::sync::{oneshot, Notify};
+
+use crate::config::{FederationConfig, PeerConfig};
+use crate::core::events::{NewEvent, Source};
+use crate::core::federation::{Exposure, Federation, Outbound};
+use crate::core::{Active, Gateway, Tenant};
+use crate::rpc::{codes, RpcError};
+use crate::store::Store;
+use outbox::{Entry, Outbox};
+
+/// How long a send waits for the peer's answer before it reports `queued`.
+const ANSWER_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
+/// Message ids remembered per peer, so a message sent again after a
+/// reconnect is delivered once.
+const SEEN: usize = 10_000;
+
+/// One peer system, as this tenant knows it.
+struct Peer {
+    config: PeerConfig,
+    exposure: Exposure,
+    /// The peer's gateway session here, once it has connected.
+    inbound: Mutex<Option<String>>,
+    outbox: Outbox,
+    /// New messages were queued.
+    wake: Notify,
+    /// Sends waiting to hear the peer's answer, by message id.
+    waiting: Mutex<HashMap<String, oneshot::Sender<Result<Value, RpcError>>>>,
+    /// The peer's exposed agents, as this tenant lists them.
+    mirror: Mutex<Vec<Value>>,
+    /// Ids of messages from the peer delivered here lately.
+    seen: Mutex<VecDeque<String>>,
+    /// Whether the link to the peer is up.
+    linked: std::sync::atomic::AtomicBool,
+}
+
+/// A tenant as a system.
+pub struct System {
+    /// Itself, for the work it hands to tasks.
+    me: Weak<System>,
+    config: FederationConfig,
+    tenant: Weak<Tenant>,
+    gateway: Weak<Gateway>,
+    peers: HashMap<String, Arc<Peer>>,
+}
+
+fn exposure(p: &PeerConfig) -> Exposure {
+    match p.expose.agents.as_str() {
+        "all" => Exposure::All,
+        "tagged" => Exposure::Tagged(p.expose.tags.clone()),
+        _ => Exposure::Nothing,
+    }
+}
+
+/// Make every federating tenant a system and start its links to peers.
+pub async fn start(gateway: &Arc<Gateway>, db: &Store) -> anyhow::Result<()> {
+    for t in &gateway.config.tenants {
+        let Some(config) = &t.federation else { continue };
+        let tenant = gateway.tenants.get(&t.id).ok_or_else(|| anyhow::anyhow!("tenant {} is not running", t.id))?;
+        let mut peers = HashMap::new();
+        for p in &config.peers {
+            let outbox = Outbox::open(db.clone(), &t.id, &p.system_id, config.buffer_messages, config.buffer_bytes).await.map_err(|e| anyhow::anyhow!("reading the federation outbox of {}: {e}", p.system_id))?;
+            let peer = Peer {
+                config: p.clone(),
+                exposure: exposure(p),
+                inbound: Mutex::new(None),
+                outbox,
+                wake: Notify::new(),
+                waiting: Mutex::new(HashMap::new()),
+                mirror: Mutex::new(Vec::new()),
+                seen: Mutex::new(VecDeque::new()),
+                linked: Default::default(),
+            };
+            peers.insert(p.system_id.clone(), Arc::new(peer));
+        }
+        let system = Arc::new_cyclic(|me| System { me: me.clone(), config: config.clone(), tenant: Arc::downgrade(&tenant), gateway: Arc::downgrade(gateway), peers });
+        tenant.set_federation(system.clone());
+        for peer in system.peers.values().filter(|p| !p.config.endpoint.is_empty()) {
+            tokio::spawn(link::keep(Arc::downgrade(&system), peer.clone()));
+        }
+        tracing::info!(tenant = t.id, system = config.system_id, peers = system.peers.len(), "federation started");
+    }
+    Ok(())
+}
+
+impl System {
+    /// Record an event of the federation in this tenant.
+    fn emit(&self, event_type: &'static str, data: Value) {
+        if let Some(t) = self.tenant.upgrade() {
+            let source = Source { agent_id: None, participant_id: Some(format!("system:{}", self.config.system_id)), scope_id: None };
+            t.emit(NewEvent::new(event_type, source, data));
+        }
+    }
+
+    fn peer(&self, system: &str) -> Result<&Arc<Peer>, RpcError> {
+        self.peers.get(system).ok_or_else(|| RpcError::new(codes::FEDERATION_SYSTEM_NOT_FOUND, format!("System {system:?} is not a peer of system {}", self.config.system_id)))
+    }
+
+    /// Queue an envelope for a peer and wait (a while) for its answer:
+    /// `{routed, messageId, queued?}` plus what the peer said.
+    async fn carry(&self, peer: &Arc<Peer>, message_id: String, envelope: Value) -> Result<Value, RpcError> {
+        let (tx, rx) = oneshot::channel();
+        peer.waiting.lock().insert(message_id.clone(), tx);
+        let entry = Entry { envelope, queued_at: crate::ids::now_ms() };
+        if let Err(why) = peer.outbox.push(&entry).await {
+            peer.waiting.lock().remove(&message_id);
+            return Err(RpcError::new(codes::FEDERATION_UNAVAILABLE, format!("System {} cannot take more messages now: {why}", peer.config.system_id)));
+        }
+        peer.wake.notify_one();
+        let linked = peer.linked.load(std::sync::atomic::Ordering::Acquire);
+        match tokio::time::timeout(if linked { ANSWER_WITHIN } else { std::time::Duration::ZERO }, rx).await {
+            Ok(Ok(answer)) => answer,
+            _ => {
+                peer.waiting.lock().remove(&message_id);
+                Ok(json!({"routed": false, "messageId": message_id, "queued": true}))
+            }
+        }
+    }
+}
+
+impl Federation for System {
+    fn system_id(&self) -> &str {
+        &self.config.system_id
+    }
+
+    fn connect(&self, active: &Active, params: Value) -> BoxFuture<'static, Result<Value, RpcError>> {
+        let answer = inbound::connect(self, active, params);
+        Box::pin(async move { answer })
+    }
+
+    fn route(&self, active: &Active, params: Value) -> BoxFuture<'static, Result<Value, RpcError>> {
+        let (me, active) = (self.me.upgrade(), active.clone());
+        Box::pin(async move {
+            let me = me.ok_or_else(|| RpcError::new(codes::FEDERATION_UNAVAILABLE, "Federation is stopping"))?;
+            inbound::route(&me, &active, params).await
+        })
+    }
+
+    fn send(&self, m: Outbound) -> BoxFuture<'static, Result<Value, RpcError>> {
+        let me = self.me.upgrade();
+        Box::pin(async move {
+            let system = me.ok_or_else(|| RpcError::new(codes::FEDERATION_UNAVAILABLE, "Federation is stopping"))?;
+            let peer = system.peer(&m.system)?.clone();
+            let message = json!({"id": m.message_id, "from": m.from, "to": {"agent": m.agent}, "timestamp": m.timestamp, "payload": m.payload, "meta": m.meta});
+            let envelope = json!({"payload": message, "federation": {
+                "sourceSystem": system.config.system_id, "targetSystem": m.system, "hopCount": 0,
+                "maxHops": system.config.max_hops, "path": [system.config.system_id], "originTimestamp": m.timestamp,
+            }});
+            let answer = system.carry(&peer, m.message_id.clone(), envelope).await?;
+            let mut result = json!({"messageId": m.message_id, "delivered": []});
+            if answer["routed"] == true {
+                result["delivered"] = json!([format!("{}:agent:{}", m.system, m.agent)]);
+            } else if answer["queued"] == true {
+                result["queued"] = json!(true);
+            }
+            Ok(result)
+        })
+    }
+
+    fn exposure_for(&self, session: &str) -> Option<Exposure> {
+        self.peers.values().find(|p| p.inbound.lock().as_deref() == Some(session)).map(|p| p.exposure.clone())
+    }
+
+    fn events_for(&self, session: &str) -> Option<Vec<String>> {
+        let peer = self.peers.values().find(|p| p.inbound.lock().as_deref() == Some(session))?;
+        let mut types = peer.config.expose.events.clone();
+        // Agents' comings and goings, where every agent is shown anyway.
+        if peer.exposure == Exposure::All {
+            types.extend(["agent_registered", "agent_unregistered", "agent_updated"].map(String::from));
+        }
+        Some(types)
+    }
+
+    fn remote_agents(&self) -> Vec<Value> {
+        self.peers.values().flat_map(|p| p.mirror.lock().clone()).collect()
+    }
+
+    fn session_closed(&self, session: &str) {
+        for p in self.peers.values() {
+            let mut inbound = p.inbound.lock();
+            if inbound.as_deref() == Some(session) {
+                *inbound = None;
+                drop(inbound);
+                self.emit("federation_disconnected", json!({"systemId": p.config.system_id, "direction": "inbound", "reason": "its session closed"}));
+            }
+        }
+    }
+}
