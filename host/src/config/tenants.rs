@@ -46,12 +46,14 @@ pub struct FederationConfig {
     pub buffer_bytes: usize,
     /// A held message older than this is dropped and reported (`federation_message_expired`).
     pub buffer_ttl_secs: u64,
+    /// Routes one peer may make per second (a burst of as many); beyond: 4000 with `retryAfterMs`.
+    pub routes_per_second: u32,
     pub peers: Vec<PeerConfig>,
 }
 
 impl Default for FederationConfig {
     fn default() -> Self {
-        FederationConfig { system_id: String::new(), endpoint: String::new(), max_hops: 10, buffer_messages: 1000, buffer_bytes: 10 << 20, buffer_ttl_secs: 3600, peers: Vec::new() }
+        FederationConfig { system_id: String::new(), endpoint: String::new(), max_hops: 10, buffer_messages: 1000, buffer_bytes: 10 << 20, buffer_ttl_secs: 3600, routes_per_second: 500, peers: Vec::new() }
     }
 }
 

@@ -42,8 +42,8 @@ impl Config {
                     bail!("tenant {:?}: peer {} expose.agents must be none, tagged or all", t.id, p.system_id);
                 }
             }
-            if f.max_hops == 0 || f.buffer_messages == 0 {
-                bail!("tenant {:?}: federation.max_hops and buffer_messages must be positive", t.id);
+            if f.max_hops == 0 || f.buffer_messages == 0 || f.routes_per_second == 0 {
+                bail!("tenant {:?}: federation.max_hops, buffer_messages and routes_per_second must be positive", t.id);
             }
         }
         Ok(())

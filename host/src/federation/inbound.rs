@@ -140,6 +140,9 @@ pub async fn route(system: &Arc<System>, active: &Active, params: Value) -> Resu
         return Err(RpcError::new(codes::FEDERATION_LOOP, format!("The message has passed through system {own} already")));
     }
     let from_peer = peer_of(system, active);
+    if let Some(p) = from_peer {
+        throttle(p, system.config.routes_per_second)?;
+    }
     // A session may speak for the peer it connected as, not for another one.
     if let (Some(source), Some(p)) = (r.source.as_deref(), from_peer) {
         if source != p.config.system_id && system.peers.contains_key(source) {
@@ -212,4 +215,20 @@ fn note(peer: &Peer, id: &str) {
         seen.pop_front();
     }
     seen.push_back(id.to_string());
+}
+
+/// A token bucket per peer: `rate` routes a second, bursts of as many.
+fn throttle(peer: &Peer, rate: u32) -> Result<(), RpcError> {
+    let rate = f64::from(rate);
+    let mut bucket = peer.allowance.lock();
+    let now = std::time::Instant::now();
+    bucket.0 = (bucket.0 + now.duration_since(bucket.1).as_secs_f64() * rate).min(rate);
+    bucket.1 = now;
+    if bucket.0 >= 1.0 {
+        bucket.0 -= 1.0;
+        return Ok(());
+    }
+    let retry = ((1.0 - bucket.0) / rate * 1000.0).ceil() as u64;
+    Err(RpcError::new(codes::RESOURCE_EXHAUSTED, format!("System {} routes more than {rate} messages a second; slow down", peer.config.system_id))
+        .with_data(json!({"retryAfterMs": retry})))
 }

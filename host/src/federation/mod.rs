@@ -56,6 +56,8 @@ struct Peer {
     seen: Mutex<VecDeque<String>>,
     /// Whether the link to the peer is up.
     linked: std::sync::atomic::AtomicBool,
+    /// Routes the peer may still make now, and when that was counted.
+    allowance: Mutex<(f64, std::time::Instant)>,
 }
 
 /// A tenant as a system.
@@ -94,6 +96,7 @@ pub async fn start(gateway: &Arc<Gateway>, db: &Store) -> anyhow::Result<()> {
                 mirror: Mutex::new(Vec::new()),
                 seen: Mutex::new(VecDeque::new()),
                 linked: Default::default(),
+                allowance: Mutex::new((f64::from(config.routes_per_second), std::time::Instant::now())),
             };
             peers.insert(p.system_id.clone(), Arc::new(peer));
         }
