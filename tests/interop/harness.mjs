@@ -22,6 +22,7 @@ import {
   AgentConnection,
   ClientConnection,
   BaseConnection,
+  GatewayConnection,
   websocketStream,
   waitForOpen,
 } from '@multi-agent-protocol/sdk';
@@ -779,4 +780,32 @@ export function eventIdLess(a, b) {
 export function agentIds(listResult) {
   assert.ok(listResult && Array.isArray(listResult.agents), `map/agents/list must return {agents: [...]}, got ${JSON.stringify(listResult)}`);
   return listResult.agents.map((a) => a.id);
+}
+
+// ---------------------------------------------------------------------------
+// Federation: the SDK's GatewayConnection
+// ---------------------------------------------------------------------------
+
+/**
+ * Connect the SDK's GatewayConnection (map/connect with participantType gateway).
+ * opts: { name, auth, routing, path }. Every frame the SDK writes is kept in `sent`
+ * (parsed), so tests can check what the SDK itself put on the wire.
+ * Returns { conn, ws, tap, sent, connectResult, sessionId }.
+ */
+export async function connectGateway(gw, opts = {}) {
+  const ws = await openWs(gw, opts.path ?? '/map');
+  const tap = new FrameTap(ws);
+  const sent = [];
+  const send = ws.send.bind(ws);
+  ws.send = (data, ...rest) => {
+    try { sent.push(JSON.parse(String(data))); } catch { sent.push({ __unparsable: String(data) }); }
+    return send(data, ...rest);
+  };
+  const conn = new GatewayConnection(websocketStream(ws), {
+    name: opts.name,
+    routing: opts.routing,
+    defaultTimeout: RPC_TIMEOUT_MS,
+  });
+  const connectResult = await conn.connect({ auth: opts.auth });
+  return { conn, ws, tap, sent, connectResult, sessionId: connectResult.sessionId };
 }
