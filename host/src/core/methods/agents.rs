@@ -9,10 +9,9 @@ use crate::core::lifecycle::agent_event;
 use crate::core::model::{check_transition, Agent, Lifecycle, RegisterParams, Scope};
 use crate::core::registry::Registry;
 use crate::core::tracked::Position;
-use crate::core::outbox::Frame;
 use crate::core::{Active, Out};
 use crate::ids;
-use crate::rpc::{codes, encode_notification, Request, RpcError};
+use crate::rpc::{codes, Request, RpcError};
 
 fn publish(active: &Active, events: Vec<NewEvent>) {
     crate::core::lifecycle::publish_agent_events(&active.tenant, events);
@@ -414,47 +413,4 @@ pub fn list(active: &Active, req: &Request) -> Result<Out, RpcError> {
         }
         Ok(result.into())
     })))
-}
-
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase", default)]
-struct InjectParams {
-    agent_id: Option<String>,
-    content: Value,
-    delivery: Option<String>,
-}
-
-/// Steering: hand content to an agent as a `map/message` marked as injected.
-pub fn inject(active: &Active, req: &Request) -> Result<Out, RpcError> {
-    let p: InjectParams = req.params()?;
-    let id = p.agent_id.as_deref().ok_or_else(|| RpcError::invalid_params("agentId is required"))?;
-    if let Some(d) = p.delivery.as_deref() {
-        if !matches!(d, "interrupt" | "queue" | "best-effort") {
-            return Err(RpcError::invalid_params("delivery must be interrupt, queue or best-effort"));
-        }
-    }
-    let (session, from) = {
-        let reg = active.tenant.registry.lock();
-        let agent = reg.visible_agent(id, &active.viewer())?;
-        if agent.state == "stopped" {
-            return Err(RpcError::new(codes::AGENT_TERMINATED, format!("Agent {id} is stopped")));
-        }
-        let from = reg.sessions.get(&active.session_id).and_then(|s| s.agents.first().cloned()).unwrap_or_else(|| active.participant_id.clone());
-        (agent.session.clone(), from)
-    };
-    let message = json!({
-        "id": ids::prefixed("msg"),
-        "from": from,
-        "to": {"agent": id},
-        "timestamp": ids::now_ms(),
-        "payload": p.content,
-        "meta": {"injected": true, "delivery": p.delivery.as_deref().unwrap_or("queue")},
-    });
-    let frame = Frame::from(encode_notification("map/message", &json!({"message": message})));
-    active
-        .tenant
-        .fabric
-        .deliver(&session, frame)
-        .map_err(|_| RpcError::new(codes::DELIVERY_FAILED, format!("Agent {id} cannot take more messages right now")))?;
-    Ok(json!({"injected": true, "delivery": "message"}).into())
 }

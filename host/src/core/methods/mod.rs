@@ -1,6 +1,7 @@
 //! The method table: every MAP core method, by name.
 
 pub(crate) mod agents;
+mod inject;
 pub(crate) mod messaging;
 pub(crate) mod scopes;
 pub(crate) mod session;
@@ -42,7 +43,7 @@ fn route(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out, RpcEr
         "map/agents/list" => agents::list(conn.active()?, req),
         "map/agents/get" => structure::get(conn.active()?, req),
         "map/structure/graph" => structure::graph(conn.active()?, req),
-        "map/inject" => agents::inject(conn.active()?, req),
+        "map/inject" => inject::inject(conn.active()?, req),
 
         "map/scopes/create" => scopes::create(conn.active()?, req),
         "map/scopes/list" => scopes::list(conn.active()?, req),
