@@ -245,6 +245,20 @@ test('an envelope whose path holds "acme" already: refused by the gateway with 5
   await rejectsWithCode(g.conn.routeToSystem('globex', back), 5010, 'source acme, on to globex');
 });
 
+test('routeToSystem before connectToSystem: 5002, whoever the credential names; nothing delivered', async () => {
+  for (const auth of [GLOBEX_AUTH, INITECH_AUTH]) {
+    const g = await peerGateway({ routing: { systemId: 'globex' }, auth });
+    const m = message();
+    await rejectsWithCode(g.conn.routeToSystem('acme', m), 5002, 'a session that has not connected as a system');
+    await notReceived(m.payload.marker);
+  }
+});
+
+test('a peer routing to itself through acme: 5010', async () => {
+  const g = await peerGateway({ routing: { systemId: 'globex' }, peer: 'globex' });
+  await rejectsWithCode(g.conn.routeToSystem('globex', message()), 5010, 'globex → acme → globex');
+});
+
 test('map/federation/* from an agent session: 1003, only gateways federate', async () => {
   const m = message();
   await rejectsWithCode(agent.conn.callExtension('map/federation/route', { systemId: 'acme', message: m }), 1003, 'an agent routing');

@@ -110,13 +110,14 @@ fn parse_route(system: &System, params: &Value) -> Result<Routed, RpcError> {
             return Err(RpcError::invalid_params("envelope.federation needs sourceSystem, targetSystem and a numeric hopCount"));
         };
         let path = f.get("path").and_then(Value::as_array).map(|p| p.iter().filter_map(|s| s.as_str().map(String::from)).collect()).unwrap_or_default();
-        let max_hops = f.get("maxHops").and_then(Value::as_u64).unwrap_or(default_max);
+        // The envelope may lower the limit, not raise it.
+        let max_hops = f.get("maxHops").and_then(Value::as_u64).map_or(default_max, |m| m.min(default_max));
         let message = envelope.get("payload").cloned().ok_or_else(|| RpcError::invalid_params("envelope.payload (the message) is required"))?;
         return Ok(Routed { message, source: Some(source.into()), target: target.into(), hops, max_hops, path });
     }
     let (message, max_hops) = match (params.get("message"), params.get("payload")) {
         (Some(m), _) => (m.clone(), default_max),
-        (None, Some(p)) => (p.clone(), params.get("maxHops").and_then(Value::as_u64).unwrap_or(default_max)),
+        (None, Some(p)) => (p.clone(), params.get("maxHops").and_then(Value::as_u64).map_or(default_max, |m| m.min(default_max))),
         (None, None) => return Err(RpcError::invalid_params("one of envelope, message or payload is required")),
     };
     Ok(Routed { message, source: None, target: system_id, hops: 0, max_hops, path: Vec::new() })
@@ -139,26 +140,28 @@ pub async fn route(system: &Arc<System>, active: &Active, params: Value) -> Resu
     if r.path.iter().any(|p| p == own) || r.source.as_deref() == Some(own) && r.target != own {
         return Err(RpcError::new(codes::FEDERATION_LOOP, format!("The message has passed through system {own} already")));
     }
-    let from_peer = peer_of(system, active);
-    if let Some(p) = from_peer {
-        throttle(p, system.config.routes_per_second)?;
+    // Only a session that connected as a peer routes, as that peer.
+    let Some(peer) = peer_of(system, active) else {
+        return Err(RpcError::new(codes::FEDERATION_AUTH_FAILED, "This session has not connected as a system: call map/federation/connect first"));
+    };
+    throttle(peer, system.config.routes_per_second)?;
+    if r.target == peer.config.system_id {
+        return Err(RpcError::new(codes::FEDERATION_LOOP, format!("System {} routed a message to itself through {own}", peer.config.system_id)));
     }
     // A session may speak for the peer it connected as, not for another one.
-    if let (Some(source), Some(p)) = (r.source.as_deref(), from_peer) {
-        if source != p.config.system_id && system.peers.contains_key(source) {
-            return Err(RpcError::new(codes::FEDERATION_ROUTE_REJECTED, format!("This session speaks for system {}, not {source}", p.config.system_id)));
-        }
+    if let Some(source) = r.source.as_deref().filter(|s| *s != peer.config.system_id && system.peers.contains_key(*s)) {
+        return Err(RpcError::new(codes::FEDERATION_ROUTE_REJECTED, format!("This session speaks for system {}, not {source}", peer.config.system_id)));
     }
     let message_id = r.message.get("id").and_then(Value::as_str).map(String::from).unwrap_or_else(|| crate::ids::prefixed_at("msg").0);
     if r.target == own {
-        return deliver(system, active, from_peer, &r, message_id).await;
+        return deliver(system, active, peer, &r, message_id).await;
     }
     // On to the next system: its own hop, this system on the path.
     let next = system.peer(&r.target)?.clone();
     let mut path = r.path.clone();
     path.push(own.to_string());
     let envelope = json!({"payload": r.message, "federation": {
-        "sourceSystem": r.source.clone().unwrap_or_else(|| from_peer.map_or(own.to_string(), |p| p.config.system_id.clone())),
+        "sourceSystem": r.source.clone().unwrap_or_else(|| peer.config.system_id.clone()),
         "targetSystem": r.target, "hopCount": r.hops + 1, "maxHops": r.max_hops, "path": path, "originTimestamp": crate::ids::now_ms(),
     }});
     let answer = system.carry(&next, message_id.clone(), envelope).await?;
@@ -167,21 +170,18 @@ pub async fn route(system: &Arc<System>, active: &Active, params: Value) -> Resu
 
 /// Hand a routed message to the agent it names, if this system exposes that
 /// agent to the peer; the sender shows as `<system>:agent:<id>`.
-async fn deliver(system: &System, active: &Active, from_peer: Option<&Arc<Peer>>, r: &Routed, message_id: String) -> Result<Value, RpcError> {
+async fn deliver(system: &System, active: &Active, peer: &Arc<Peer>, r: &Routed, message_id: String) -> Result<Value, RpcError> {
     let to = &r.message["to"];
     let agent = to.get("agent").and_then(Value::as_str).or_else(|| to.as_str().map(|s| s.strip_prefix("agent:").unwrap_or(s))).unwrap_or_default();
     let agent = agent.strip_prefix(&format!("{}:agent:", system.config.system_id)).unwrap_or(agent).to_string();
-    let source = r.source.clone().or_else(|| from_peer.map(|p| p.config.system_id.clone())).unwrap_or_else(|| active.participant_id.clone());
+    let source = r.source.clone().unwrap_or_else(|| peer.config.system_id.clone());
     let not_here = || RpcError::new(codes::FEDERATION_ROUTE_REJECTED, format!("System {} has no agent {agent:?} that it shows to {source}", system.config.system_id));
-    if let Some(peer) = from_peer {
-        let tenant = &active.tenant;
-        let shown = tenant.registry.lock().agents.get(&agent).is_some_and(|a| peer.exposure.admits(a));
-        if !shown {
-            return Err(not_here());
-        }
-        if seen(peer, &message_id) {
-            return Ok(json!({"routed": true, "messageId": message_id, "duplicate": true}));
-        }
+    let shown = active.tenant.registry.lock().agents.get(&agent).is_some_and(|a| peer.exposure.admits(a));
+    if !shown {
+        return Err(not_here());
+    }
+    if seen(peer, &message_id) {
+        return Ok(json!({"routed": true, "messageId": message_id, "duplicate": true}));
     }
     let from = r.message.get("from").and_then(Value::as_str).unwrap_or("gateway");
     let remote_from = if from.contains(":agent:") { from.to_string() } else { format!("{source}:agent:{from}") };
@@ -196,9 +196,7 @@ async fn deliver(system: &System, active: &Active, from_peer: Option<&Arc<Peer>>
         Err(e) if e.code == codes::ADDRESS_NOT_FOUND => return Err(not_here()),
         Err(e) => return Err(e),
     };
-    if let Some(peer) = from_peer {
-        note(peer, &message_id);
-    }
+    note(peer, &message_id);
     let sent: Value = serde_json::from_str(&sent).unwrap_or(Value::Null);
     Ok(json!({"routed": true, "messageId": message_id, "delivered": sent["delivered"]}))
 }
