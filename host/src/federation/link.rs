@@ -58,20 +58,26 @@ fn error_text(e: &MapError) -> String {
     e.get("message").and_then(Value::as_str).unwrap_or("no message").to_string()
 }
 
-/// Join the peer as its `gateway` participant and as system `own`.
-async fn join(system: &System, peer: &Peer, link: &Link) -> Result<(), String> {
+/// Join the peer as its `gateway` participant and as system `own`; `true`
+/// when the session of an earlier link was resumed (its subscriptions too).
+async fn join(system: &System, peer: &Peer, link: &Link) -> Result<bool, String> {
     let own = &system.config.system_id;
     let auth = peer.config.auth.clone().unwrap_or(Value::Null);
     let mut connect = json!({"protocolVersion": 1, "participantType": "gateway", "name": own});
     if !auth.is_null() {
         connect["auth"] = auth.clone();
     }
-    link.call("map/connect", connect).await.map_err(|e| format!("map/connect: {}", error_text(&e)))?;
+    if let Some(token) = peer.resume.lock().clone() {
+        connect["resumeToken"] = json!(token);
+    }
+    let session = link.call("map/connect", connect).await.map_err(|e| format!("map/connect: {}", error_text(&e)))?;
+    *peer.resume.lock() = session["resumeToken"].as_str().map(String::from);
+    let resumed = session["reconnected"] == true;
     let mut params = json!({"systemId": own, "endpoint": system.config.endpoint, "systemInfo": {"name": own, "version": env!("CARGO_PKG_VERSION")}});
     for attempt in 0..2 {
         let answer = link.call("map/federation/connect", params.clone()).await.map_err(|e| format!("map/federation/connect: {}", error_text(&e)))?;
         if answer["connected"] == true {
-            return Ok(());
+            return Ok(resumed);
         }
         let challenge = answer.pointer("/authRequired/challenge").cloned();
         if attempt == 1 || auth.is_null() || challenge.is_none() {
@@ -89,12 +95,15 @@ async fn join(system: &System, peer: &Peer, link: &Link) -> Result<(), String> {
 async fn serve(system: &Weak<System>, peer: &Arc<Peer>, link: Link, mut notes: mpsc::Receiver<Value>, wait: &mut Duration) -> Result<(), String> {
     {
         let s = system.upgrade().ok_or("stopping")?;
-        join(&s, peer, &link).await?;
+        let resumed = join(&s, peer, &link).await?;
         // The agents' events where the peer shows them (it may not: then the
-        // mirror is read again every MIRROR_EVERY), and the imported types.
-        let agents = json!({"filter": {"eventTypes": AGENT_EVENTS}});
-        let _ = link.call("map/subscribe", agents).await;
-        if !peer.config.import_events.is_empty() {
+        // mirror is read again every MIRROR_EVERY), and the imported types;
+        // a resumed session has its subscriptions already.
+        if !resumed {
+            let agents = json!({"filter": {"eventTypes": AGENT_EVENTS}});
+            let _ = link.call("map/subscribe", agents).await;
+        }
+        if !resumed && !peer.config.import_events.is_empty() {
             let imports = json!({"filter": {"eventTypes": peer.config.import_events}});
             link.call("map/subscribe", imports).await.map_err(|e| format!("map/subscribe: {}", error_text(&e)))?;
         }

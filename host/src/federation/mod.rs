@@ -56,6 +56,9 @@ struct Peer {
     seen: Mutex<VecDeque<String>>,
     /// Whether the link to the peer is up.
     linked: std::sync::atomic::AtomicBool,
+    /// The resume token of this gateway's session at the peer: a new link
+    /// takes the session (and its subscriptions) up again.
+    resume: Mutex<Option<String>>,
     /// Routes the peer may still make now, and when that was counted.
     allowance: Mutex<(f64, std::time::Instant)>,
 }
@@ -96,6 +99,7 @@ pub async fn start(gateway: &Arc<Gateway>, db: &Store) -> anyhow::Result<()> {
                 mirror: Mutex::new(Vec::new()),
                 seen: Mutex::new(VecDeque::new()),
                 linked: Default::default(),
+                resume: Mutex::new(None),
                 allowance: Mutex::new((f64::from(config.routes_per_second), std::time::Instant::now())),
             };
             peers.insert(p.system_id.clone(), Arc::new(peer));
