@@ -402,7 +402,8 @@ pub fn list(active: &Active, req: &Request) -> Result<Out, RpcError> {
         let mut result = json!({"agents": agents});
         // Agents of other systems follow this system's, on the last page of
         // an unfiltered list (never for a peer: nothing is passed on).
-        let unfiltered = states.is_empty() && roles.is_empty() && scopes.is_empty() && parent.is_none() && owner.is_none();
+        let unfiltered = states.is_empty() && roles.is_empty() && scopes.is_empty() && parent.is_none() && owner.is_none()
+            && f.has_children.is_none() && f.connected.is_none() && offers.capability_id.is_none() && offers.tags.is_empty() && offers.accepts.is_none();
         if let (Some(fed), None, false, true) = (&federation, &exposure, more, unfiltered) {
             if let Some(list) = result["agents"].as_array_mut() {
                 list.extend(fed.remote_agents());
