@@ -718,6 +718,18 @@ async fn events_a_peer_exposes_reach_subscribers_of_the_system_that_imports_them
     alice.call_ok("map/scopes/create", json!({"scopeId": "local", "name": "local"})).await;
     let e = event(&mut news, "scope_created", json!({}), WAIT).await.expect("acme's own scope_created");
     assert!(e["data"].get("system").is_none(), "{e}");
+
+    // The link breaks and comes back (its session at globex resumed):
+    // the next event is imported once, not once per link.
+    let mut links = watcher(&pair.acme, "acme-key", &["federation_connected", "federation_disconnected"]).await;
+    pair.globex_door.shut();
+    event(&mut links, "federation_disconnected", json!({"systemId": "globex", "direction": "outbound"}), LINK).await.expect("acme's link to globex down");
+    pair.globex_door.open();
+    event(&mut links, "federation_connected", json!({"systemId": "globex", "direction": "outbound"}), LINK).await.expect("acme's link to globex back");
+    bob.call_ok("map/scopes/create", json!({"scopeId": "deals-2", "name": "deals-2"})).await;
+    let e = event(&mut news, "scope_created", json!({"system": "globex"}), ACROSS).await.unwrap_or_else(|| panic!("imported after the link came back; {}", pair.logs()));
+    assert!(e.to_string().contains("deals-2"), "{e}");
+    assert!(event(&mut news, "scope_created", json!({"system": "globex"}), QUIET).await.is_none(), "imported once");
 }
 
 // ---------------------------------------------------------------------------
