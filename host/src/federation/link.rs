@@ -24,6 +24,10 @@ const BACKOFF_LAST: Duration = Duration::from_secs(30);
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Messages sent per read of the outbox.
 const BATCH: u32 = 64;
+/// A held message refused for want of its agent is tried again this often...
+const REFUSED_RETRY: Duration = Duration::from_secs(1);
+/// ...for this long after the first refusal.
+const REFUSED_GRACE: Duration = Duration::from_secs(30);
 /// How often the mirror of the peer's agents is read again.
 const MIRROR_EVERY: Duration = Duration::from_secs(5);
 /// The peer's agents' lifecycle events, which change the mirror.
@@ -114,9 +118,10 @@ async fn serve(system: &Weak<System>, peer: &Arc<Peer>, link: Link, mut notes: m
     }
     let mut mirror_due = tokio::time::interval(MIRROR_EVERY);
     loop {
-        drain(system, peer, &link).await?;
+        let retry = drain(system, peer, &link).await?;
         tokio::select! {
             _ = peer.wake.notified() => {}
+            _ = tokio::time::sleep(retry.unwrap_or(MIRROR_EVERY)), if retry.is_some() => {}
             _ = mirror_due.tick() => refresh_mirror(peer, &link).await?,
             note = notes.recv() => match note {
                 None => return Ok(()),
@@ -137,38 +142,70 @@ async fn serve(system: &Weak<System>, peer: &Arc<Peer>, link: Link, mut notes: m
     }
 }
 
-/// Send what waits for the peer, oldest first; a message the peer refuses
-/// (or that waited too long) is dropped and its sender told.
-async fn drain(system: &Weak<System>, peer: &Peer, link: &Link) -> Result<(), String> {
+/// Send what waits for the peer, oldest first. A message the peer refuses
+/// while its sender waits for the answer is that sender's error. One that
+/// was held (its sender heard `queued`) and is refused because its agent
+/// is not there (yet: agents register again after a restart) is tried
+/// again for `REFUSED_GRACE`, holding back those behind it, then dropped
+/// with `federation_message_failed`. `Some(wait)`: try again after it.
+async fn drain(system: &Weak<System>, peer: &Peer, link: &Link) -> Result<Option<Duration>, String> {
     loop {
         let batch = peer.outbox.oldest(BATCH).await.map_err(|e| format!("reading the outbox: {e}"))?;
         if batch.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         let s = system.upgrade().ok_or("stopping")?;
-        let ttl_ms = s.config.buffer_ttl_secs.saturating_mul(1000);
         for (key, entry) in batch {
             let id = entry.envelope["payload"]["id"].as_str().unwrap_or_default().to_string();
-            let answer = if crate::ids::now_ms().saturating_sub(entry.queued_at) > ttl_ms {
-                s.emit("federation_message_expired", json!({"systemId": peer.config.system_id, "messageId": id, "to": entry.envelope["payload"]["to"], "queuedAt": entry.queued_at}));
-                Err(RpcError::new(codes::FEDERATION_UNAVAILABLE, format!("the message waited longer than {} s for system {}", s.config.buffer_ttl_secs, peer.config.system_id)))
-            } else {
-                let params = json!({"systemId": peer.config.system_id, "envelope": entry.envelope});
-                match link.call("map/federation/route", params).await {
-                    Ok(answer) => Ok(answer),
-                    // A refusal is the message's answer; a broken link is not.
-                    Err(e) if e.get("code").and_then(Value::as_i64).is_some_and(|c| c != -32603) => {
-                        Err(RpcError { code: e["code"].as_i64().unwrap_or(-32603), message: error_text(&e), data: e.get("data").cloned() })
-                    }
-                    Err(e) => return Err(format!("map/federation/route: {}", error_text(&e))),
-                }
+            let answer = match attempt(&s, peer, link, &entry, &id).await? {
+                Attempt::Answered(answer) => answer,
+                Attempt::Later => return Ok(Some(REFUSED_RETRY)),
             };
             peer.outbox.remove(&key).await.map_err(|e| format!("updating the outbox: {e}"))?;
+            peer.refused.lock().remove(&id);
             if let Some(waiter) = peer.waiting.lock().remove(&id) {
                 let _ = waiter.send(answer);
             }
         }
     }
+}
+
+enum Attempt {
+    /// The message's outcome: it leaves the outbox.
+    Answered(Result<Value, RpcError>),
+    /// Held back: try again later.
+    Later,
+}
+
+/// One message's route to the peer (or its expiry).
+async fn attempt(s: &System, peer: &Peer, link: &Link, entry: &super::outbox::Entry, id: &str) -> Result<Attempt, String> {
+    let now = crate::ids::now_ms();
+    let to = &entry.envelope["payload"]["to"];
+    if now.saturating_sub(entry.queued_at) > s.config.buffer_ttl_secs.saturating_mul(1000) {
+        s.emit("federation_message_expired", json!({"systemId": peer.config.system_id, "messageId": id, "to": to, "queuedAt": entry.queued_at}));
+        let why = format!("the message waited longer than {} s for system {}", s.config.buffer_ttl_secs, peer.config.system_id);
+        return Ok(Attempt::Answered(Err(RpcError::new(codes::FEDERATION_UNAVAILABLE, why))));
+    }
+    let params = json!({"systemId": peer.config.system_id, "envelope": entry.envelope});
+    let refusal = match link.call("map/federation/route", params).await {
+        Ok(answer) => return Ok(Attempt::Answered(Ok(answer))),
+        // A refusal is the message's answer; a broken link is not.
+        Err(e) if e.get("code").and_then(Value::as_i64).is_some_and(|c| c != -32603) => {
+            RpcError { code: e["code"].as_i64().unwrap_or(-32603), message: error_text(&e), data: e.get("data").cloned() }
+        }
+        Err(e) => return Err(format!("map/federation/route: {}", error_text(&e))),
+    };
+    let held = !peer.waiting.lock().contains_key(id);
+    if held && refusal.code == codes::FEDERATION_ROUTE_REJECTED {
+        let first = *peer.refused.lock().entry(id.to_string()).or_insert(now);
+        if now.saturating_sub(first) < REFUSED_GRACE.as_millis() as u64 {
+            return Ok(Attempt::Later);
+        }
+    }
+    if held {
+        s.emit("federation_message_failed", json!({"systemId": peer.config.system_id, "messageId": id, "to": to, "code": refusal.code, "reason": refusal.message}));
+    }
+    Ok(Attempt::Answered(Err(refusal)))
 }
 
 /// The agents the peer shows this system, listed here as `<peer>:agent:<id>`.

@@ -56,6 +56,8 @@ struct Peer {
     seen: Mutex<VecDeque<String>>,
     /// Whether the link to the peer is up.
     linked: std::sync::atomic::AtomicBool,
+    /// Held messages the peer refused for want of their agent, with when it first did.
+    refused: Mutex<HashMap<String, u64>>,
     /// The resume token of this gateway's session at the peer: a new link
     /// takes the session (and its subscriptions) up again.
     resume: Mutex<Option<String>>,
@@ -99,6 +101,7 @@ pub async fn start(gateway: &Arc<Gateway>, db: &Store) -> anyhow::Result<()> {
                 mirror: Mutex::new(Vec::new()),
                 seen: Mutex::new(VecDeque::new()),
                 linked: Default::default(),
+                refused: Mutex::new(HashMap::new()),
                 resume: Mutex::new(None),
                 allowance: Mutex::new((f64::from(config.routes_per_second), std::time::Instant::now())),
             };
