@@ -269,7 +269,7 @@ endpoint = "ws://acme.example/map"
 [[tenants.federation.peers]]
 system_id = "globex"
 principal = "globex"
-expose = { agents = "tagged", tags = ["partner"], events = ["scope_*"] }
+expose = { agents = "tagged", tags = ["partner"], scopes = ["shared"], events = ["scope_*"] }
 [[tenants.federation.peers]]
 system_id = "initech"
 principal = "initech"
@@ -445,6 +445,32 @@ async fn a_peer_sees_and_reaches_only_what_is_exposed_to_it() {
     }
     let r = initech.call("map/subscribe", json!({"filter": {"eventTypes": ["agent_registered"]}})).await;
     assert!(ok(&r)["subscriptionId"].is_string(), "{r}");
+
+    // A peer's principal is walled, connected as a system or not: it lists
+    // the scopes shown to it, and reaches nothing beyond federating and reading.
+    let mut owner = session(&gw, "client", "acme-key").await;
+    for id in ["shared", "private"] {
+        owner.call_ok("map/scopes/create", json!({"scopeId": id, "name": id})).await;
+    }
+    let scopes = globex.call_ok("map/scopes/list", json!({})).await;
+    let names: Vec<&str> = scopes["scopes"].as_array().unwrap().iter().filter_map(|s| s["id"].as_str()).collect();
+    assert_eq!(names, ["shared"], "{scopes}");
+    let mut plain = session(&gw, "client", "globex-at-acme").await;
+    for (method, params) in [
+        ("map/agents/get", json!({"agentId": "eve"})),
+        ("map/scopes/get", json!({"scopeId": "private"})),
+        ("map/send", json!({"to": {"agent": "eve"}, "payload": {}})),
+        ("map/agents/register", json!({"agentId": "mole"})),
+        ("map/replay", json!({})),
+        ("map/structure/graph", json!({})),
+    ] {
+        for ws in [&mut globex, &mut plain] {
+            let r = ws.call(method, params.clone()).await;
+            assert_eq!(err_code(&r), 1003, "{method}: {r}");
+        }
+    }
+    let listed_plain = ids(&listed(&mut plain).await);
+    assert!(!listed_plain.contains(&"eve".to_string()), "a walled session that never connected as a system lists the shown agents only: {listed_plain:?}");
 
     // Routes: to an exposed agent, in each form; from shows the peer's agent.
     let r = globex.call_ok("map/federation/route", json!({"systemId": "acme", "message": {"id": "m-1", "from": "gina", "to": {"agent": "bob"}, "payload": {"n": 1}}})).await;

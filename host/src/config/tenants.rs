@@ -68,8 +68,9 @@ pub struct PeerConfig {
     /// What this gateway presents to the peer: `map/connect` and
     /// `map/federation/connect` `auth` (`{method, credential}`).
     pub auth: Option<serde_json::Value>,
-    /// The principal the peer must authenticate as here (a credential of
-    /// this tenant names it); empty: any principal of this tenant.
+    /// The principal the peer authenticates as here (a credential of this
+    /// tenant names it). Its sessions are walled: they federate, and read
+    /// only what `expose` shows.
     pub principal: String,
     /// What this system shows the peer.
     pub expose: ExposeConfig,
@@ -87,13 +88,15 @@ pub struct ExposeConfig {
     /// With `agents = "tagged"`: agents whose `capabilityDescriptor.tags` or
     /// `metadata.tags` hold one of these.
     pub tags: Vec<String>,
+    /// Scope ids the peer may list.
+    pub scopes: Vec<String>,
     /// Event types the peer may subscribe to (exact, or `prefix.*`).
     pub events: Vec<String>,
 }
 
 impl Default for ExposeConfig {
     fn default() -> Self {
-        ExposeConfig { agents: "none".into(), tags: Vec::new(), events: Vec::new() }
+        ExposeConfig { agents: "none".into(), tags: Vec::new(), scopes: Vec::new(), events: Vec::new() }
     }
 }
 

@@ -35,6 +35,9 @@ impl Config {
                 if !id_ok(&p.system_id) || p.system_id == f.system_id || !seen.insert(p.system_id.as_str()) {
                     bail!("tenant {:?}: each federation peer needs its own system_id (not this system's, without ':'), got {:?}", t.id, p.system_id);
                 }
+                if p.principal.is_empty() {
+                    bail!("tenant {:?}: peer {} needs the principal it authenticates as here (its sessions are limited to what it is shown)", t.id, p.system_id);
+                }
                 if !p.endpoint.is_empty() && !p.endpoint.starts_with("ws://") {
                     bail!("tenant {:?}: peer {} endpoint must be a ws:// URL (put a TLS proxy's plain side here)", t.id, p.system_id);
                 }

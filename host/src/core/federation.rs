@@ -32,6 +32,24 @@ impl Exposure {
     }
 }
 
+/// What one peer system may see of this one.
+#[derive(Clone, Debug)]
+pub struct Shown {
+    pub agents: Exposure,
+    /// Scope ids it may list.
+    pub scopes: Vec<String>,
+    /// Event types (exact, or `prefix.*`) it may subscribe to.
+    pub events: Vec<String>,
+}
+
+/// The methods a peer system's sessions may call: federating, and reading
+/// what is shown to it. Anything else is 1003.
+pub const PEER_METHODS: &[&str] = &[
+    "map/connect", "map/initialize", "map/authenticate", "map/auth/refresh", "map/disconnect", "map/shutdown",
+    "map/federation/connect", "map/federation/route", "map/agents/list", "map/scopes/list",
+    "map/subscribe", "map/unsubscribe", "map/subscribe.ack", "map/subscriptions/pause", "map/subscriptions/resume", "map/pause", "map/resume",
+];
+
 /// A local agent's message for an agent of another system.
 pub struct Outbound {
     pub message_id: String,
@@ -59,13 +77,10 @@ pub trait Federation: Send + Sync + 'static {
     /// names what the peer accepted; `queued` when it waits for the peer).
     fn send(&self, message: Outbound) -> BoxFuture<'static, Result<Value, RpcError>>;
 
-    /// What the peer whose gateway session this is may see; `None`: the
-    /// session is not a federation peer's.
-    fn exposure_for(&self, session: &str) -> Option<Exposure>;
-
-    /// The event types (exact, or `prefix.*`) the peer whose gateway session
-    /// this is may subscribe to; `None`: not a peer's session.
-    fn events_for(&self, session: &str) -> Option<Vec<String>>;
+    /// What a peer system's principal is shown; `None`: the principal is
+    /// not a peer's. A peer's sessions reach only the methods `PEER_METHODS`
+    /// names, and see only this.
+    fn shown_to(&self, principal: &str) -> Option<Shown>;
 
     /// Agents of other systems, as this tenant lists them.
     fn remote_agents(&self) -> Vec<Value>;

@@ -74,7 +74,7 @@ pub fn connect(system: &System, active: &Active, params: Value) -> Result<Value,
         Ok(who) => who,
         Err(e) => return required(Some(e.message)),
     };
-    let principal_ok = peer.config.principal.is_empty() || *who.principal == *peer.config.principal;
+    let principal_ok = *who.principal == *peer.config.principal;
     if !Arc::ptr_eq(&who.tenant, &active.tenant) || !principal_ok {
         return required(Some(format!("those credentials do not identify system {system_id} here")));
     }

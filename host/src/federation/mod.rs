@@ -27,7 +27,7 @@ use tokio::sync::{oneshot, Notify};
 
 use crate::config::{FederationConfig, PeerConfig};
 use crate::core::events::{NewEvent, Source};
-use crate::core::federation::{Exposure, Federation, Outbound};
+use crate::core::federation::{Exposure, Federation, Outbound, Shown};
 use crate::core::{Active, Gateway, Tenant};
 use crate::rpc::{codes, RpcError};
 use crate::store::Store;
@@ -191,18 +191,14 @@ impl Federation for System {
         })
     }
 
-    fn exposure_for(&self, session: &str) -> Option<Exposure> {
-        self.peers.values().find(|p| p.inbound.lock().as_deref() == Some(session)).map(|p| p.exposure.clone())
-    }
-
-    fn events_for(&self, session: &str) -> Option<Vec<String>> {
-        let peer = self.peers.values().find(|p| p.inbound.lock().as_deref() == Some(session))?;
-        let mut types = peer.config.expose.events.clone();
+    fn shown_to(&self, principal: &str) -> Option<Shown> {
+        let peer = self.peers.values().find(|p| p.config.principal == principal)?;
+        let mut events = peer.config.expose.events.clone();
         // Agents' comings and goings, where every agent is shown anyway.
         if peer.exposure == Exposure::All {
-            types.extend(["agent_registered", "agent_unregistered", "agent_updated"].map(String::from));
+            events.extend(["agent_registered", "agent_unregistered", "agent_updated"].map(String::from));
         }
-        Some(types)
+        Some(Shown { agents: peer.exposure.clone(), scopes: peer.config.expose.scopes.clone(), events })
     }
 
     fn remote_agents(&self) -> Vec<Value> {

@@ -379,7 +379,7 @@ pub fn list(active: &Active, req: &Request) -> Result<Out, RpcError> {
     let active = active.clone();
     // A federation peer's gateway sees what the tenant exposes to it.
     let federation = active.tenant.federation();
-    let exposure = federation.as_ref().and_then(|f| f.exposure_for(&active.session_id));
+    let exposure = federation.as_ref().and_then(|f| f.shown_to(&active.principal)).map(|s| s.agents);
     Ok(Out::Later(Box::pin(async move {
         let f = &p.filter;
         let viewer = active.viewer();

@@ -11,6 +11,7 @@ pub(crate) mod subscriptions;
 use std::sync::Arc;
 
 use super::{Active, Conn, Gateway, Out};
+use crate::core::federation::PEER_METHODS;
 use crate::rpc::codes;
 use crate::rpc::{Request, RpcError};
 
@@ -21,6 +22,12 @@ pub(super) fn dispatch(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Opt
 }
 
 fn route(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out, RpcError> {
+    if let Ok(active) = conn.active() {
+        let walled = active.tenant.federation().is_some_and(|f| f.shown_to(&active.principal).is_some());
+        if walled && !PEER_METHODS.contains(&&*req.method) {
+            return Err(RpcError::new(codes::PERMISSION_DENIED, format!("{} is not available to a federated system", req.method)));
+        }
+    }
     match &*req.method {
         // The hot path first.
         "map/send" => messaging::send(conn.active()?, req),

@@ -99,8 +99,10 @@ fn visible(scope: &Scope, active: &Active) -> bool {
 pub fn list(active: &Active, req: &Request) -> Result<Out, RpcError> {
     let p: ScopeRef = req.params()?;
     let active = active.clone();
+    // A peer system lists the scopes shown to it.
+    let shown = active.tenant.federation().and_then(|f| f.shown_to(&active.principal)).map(|s| s.scopes);
     Ok(Out::Later(Box::pin(async move {
-        let keep = |s: &Scope| visible(s, &active) && (p.parent.is_none() || s.parent == p.parent);
+        let keep = |s: &Scope| shown.as_ref().is_none_or(|ids| ids.contains(&s.id)) && visible(s, &active) && (p.parent.is_none() || s.parent == p.parent);
         let scopes = active.tenant.registry.walk(|r| &r.scopes, None, usize::MAX, |_, s| keep(s).then(|| s.clone())).await;
         let text = tokio::task::spawn_blocking(move || serde_json::to_string(&json!({"scopes": scopes})).expect("scopes serialise"));
         text.await.map(Out::Text).map_err(|_| RpcError::internal("listing the scopes failed"))

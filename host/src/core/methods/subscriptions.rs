@@ -28,7 +28,7 @@ pub fn subscribe(active: &Active, req: &Request) -> Result<Out, RpcError> {
     let extensions = active.tenant.extensions();
     let filter = p.filter.unwrap_or_default();
     // A federation peer subscribes only to the event types exposed to it.
-    if let Some(allowed) = active.tenant.federation().and_then(|f| f.events_for(&active.session_id)) {
+    if let Some(allowed) = active.tenant.federation().and_then(|f| f.shown_to(&active.principal)).map(|s| s.events) {
         let covered = |t: &String| allowed.iter().any(|a| a == t || a.strip_suffix('*').is_some_and(|prefix| t.starts_with(prefix) && !t.ends_with('*')));
         if filter.event_types.is_empty() || !filter.event_types.iter().all(covered) {
             let why = format!("a federated system may subscribe only to the event types exposed to it ({})", allowed.join(", "));
