@@ -253,7 +253,7 @@ async fn send(ws: &mut Ws, to: Value, payload: Value) -> Value {
 // Inbound: map/federation/connect and what a peer's session may do
 
 /// One gateway, system `acme`, whose peers connect to it (no outbound
-/// links): globex by API key, initech by bearer token, umbrella by JWT.
+/// links): globex by API key, initech by bearer token, umbrella by the tenant's JWT, hooli by a federated JWT.
 /// A second tenant has a key naming a principal `globex` too.
 const INBOUND: &str = r#"
 [auth]
@@ -266,6 +266,10 @@ jwt = { secret = "acme-jwt-secret-0123456789", audience = "acme" }
 [tenants.federation]
 system_id = "acme"
 endpoint = "ws://acme.example/map"
+trusted_issuers = [{ issuer = "https://idp.hooli.example", secret = "hooli-issuer-secret-0123" }]
+[[tenants.federation.peers]]
+system_id = "hooli"
+principal = "hooli"
 [[tenants.federation.peers]]
 system_id = "globex"
 principal = "globex"
@@ -345,7 +349,7 @@ async fn connect_authenticates_the_peer_with_each_method_and_refuses_the_rest() 
     assert_eq!(err_code(&r), -32602, "no endpoint: {r}");
     let r = gateway.call("map/federation/connect", json!({"endpoint": "ws://globex.example/map"})).await;
     assert_eq!(err_code(&r), -32602, "no systemId: {r}");
-    let r = gateway.call("map/federation/connect", connect_params("hooli", Some(api_key("globex-at-acme")))).await;
+    let r = gateway.call("map/federation/connect", connect_params("nobody", Some(api_key("globex-at-acme")))).await;
     assert_eq!(err_code(&r), 5001, "not a peer: {r}");
 
     // Refused credentials: a wrong key, a key of this tenant for another
@@ -410,6 +414,38 @@ async fn connect_authenticates_the_peer_with_each_method_and_refuses_the_rest() 
     let e = event(&mut events, "federation_disconnected", json!({"systemId": "umbrella"}), WAIT).await.expect("federation_disconnected for umbrella");
     assert_eq!(e["data"]["direction"], "inbound", "{e}");
     assert!(e["data"]["reason"].is_string(), "{e}");
+}
+
+/// A federated JWT: signed by a trusted issuer, for this system, naming the peer.
+fn federated_jwt(iss: &str, aud: &str, sub: &str, hops: Option<(u64, u64)>) -> String {
+    use jsonwebtoken::{encode, EncodingKey, Header};
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let mut claims = json!({"iss": iss, "sub": sub, "aud": [aud], "exp": now + 600});
+    if let Some((hop_count, max_hops)) = hops {
+        claims["map:federation"] = json!({"originServer": "hooli", "hopCount": hop_count, "maxHops": max_hops});
+    }
+    encode(&Header::default(), &claims, &EncodingKey::from_secret(b"hooli-issuer-secret-0123")).unwrap()
+}
+
+#[tokio::test]
+async fn a_federated_jwt_from_a_trusted_issuer_connects_within_its_hop_limit() {
+    let gw = Gateway::start_with(65536, INBOUND);
+    let good = federated_jwt("https://idp.hooli.example", "acme", "hooli", Some((1, 3)));
+    let bearer = |t: &str| json!({"method": "bearer", "token": t});
+    let (mut hooli, _) = gw.ws_connected("gateway", Some(bearer(&good))).await;
+    let r = hooli.call_ok("map/federation/connect", connect_params("hooli", Some(json!({"method": "jwt", "credentials": good})))).await;
+    assert_eq!(r["connected"], true, "{r}");
+    assert_eq!(r["principal"]["id"], "hooli", "{r}");
+    for (what, token) in [
+        ("at its hop limit", federated_jwt("https://idp.hooli.example", "acme", "hooli", Some((3, 3)))),
+        ("past this system's limit of 10", federated_jwt("https://idp.hooli.example", "acme", "hooli", Some((10, 50)))),
+        ("for another system", federated_jwt("https://idp.hooli.example", "globex", "hooli", None)),
+        ("from an issuer not trusted", federated_jwt("https://idp.evil.example", "acme", "hooli", None)),
+        ("naming another peer's principal", federated_jwt("https://idp.hooli.example", "acme", "globex", None)),
+    ] {
+        let r = hooli.call("map/federation/connect", connect_params("hooli", Some(json!({"method": "bearer", "token": token})))).await;
+        assert_refused(&r, true, what);
+    }
 }
 
 #[tokio::test]

@@ -17,7 +17,7 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 pub use self::plugins::{InstanceMode, PluginConfig};
-pub use self::tenants::{Credential, ExposeConfig, FederationConfig, JwtConfig, PeerConfig, TenantConfig};
+pub use self::tenants::{Credential, ExposeConfig, FederationConfig, JwtConfig, PeerConfig, TenantConfig, TrustedIssuer};
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]

@@ -48,12 +48,31 @@ pub struct FederationConfig {
     pub buffer_ttl_secs: u64,
     /// Routes one peer may make per second (a burst of as many); beyond: 4000 with `retryAfterMs`.
     pub routes_per_second: u32,
+    /// Issuers of federated JWTs this system trusts (`map/federation/connect`
+    /// with `{method: "bearer" | "jwt", token}`): the token's `aud` must name
+    /// this system, its `sub` a peer's principal, and its `map:federation`
+    /// hop count must be under its (and this system's) hop limit.
+    pub trusted_issuers: Vec<TrustedIssuer>,
     pub peers: Vec<PeerConfig>,
+}
+
+/// An issuer of federated JWTs and the key its tokens are checked with.
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct TrustedIssuer {
+    /// The `iss` it signs as.
+    pub issuer: String,
+    /// `HS256` (default), `RS256`, `ES256`, `EdDSA`, …
+    pub algorithm: String,
+    /// HS*: the shared secret (at least 16 bytes).
+    pub secret: String,
+    /// Others: a PEM public key file.
+    pub public_key_file: std::path::PathBuf,
 }
 
 impl Default for FederationConfig {
     fn default() -> Self {
-        FederationConfig { system_id: String::new(), endpoint: String::new(), max_hops: 10, buffer_messages: 1000, buffer_bytes: 10 << 20, buffer_ttl_secs: 3600, routes_per_second: 500, peers: Vec::new() }
+        FederationConfig { system_id: String::new(), endpoint: String::new(), max_hops: 10, buffer_messages: 1000, buffer_bytes: 10 << 20, buffer_ttl_secs: 3600, routes_per_second: 500, trusted_issuers: Vec::new(), peers: Vec::new() }
     }
 }
 

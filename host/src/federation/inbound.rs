@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
-use super::{Peer, System};
+use super::{tokens, Peer, System};
 use crate::core::send::{Outgoing, Sent};
 use crate::core::Active;
 use crate::rpc::{codes, RpcError};
@@ -70,21 +70,26 @@ pub fn connect(system: &System, active: &Active, params: Value) -> Result<Value,
         }
     }
     let method = auth.get("method").and_then(Value::as_str).unwrap_or_default();
-    let who = match gateway.tenants.authenticate(method, credential(auth)) {
-        Ok(who) => who,
+    let secret = credential(auth);
+    let principal = match gateway.tenants.authenticate(if method == "jwt" { "bearer" } else { method }, secret) {
+        Ok(who) if Arc::ptr_eq(&who.tenant, &active.tenant) => who.principal,
+        Ok(_) => return required(Some(format!("those credentials do not identify system {system_id} here"))),
         Err(e) => return required(Some(e.message)),
     };
-    let principal_ok = *who.principal == *peer.config.principal;
-    if !Arc::ptr_eq(&who.tenant, &active.tenant) || !principal_ok {
+    // A federated token also carries its hop count.
+    if let Some(why) = secret.filter(|_| matches!(method, "bearer" | "jwt")).and_then(|t| tokens::hop_refusal(t, u64::from(system.config.max_hops))) {
+        return required(Some(why));
+    }
+    if *principal != *peer.config.principal {
         return required(Some(format!("those credentials do not identify system {system_id} here")));
     }
     *peer.inbound.lock() = Some(active.session_id.clone());
     let now = crate::ids::now_ms();
-    system.emit("federation_connected", json!({"systemId": system_id, "direction": "inbound", "endpoint": endpoint, "principal": &*who.principal}));
+    system.emit("federation_connected", json!({"systemId": system_id, "direction": "inbound", "endpoint": endpoint, "principal": &*principal}));
     Ok(json!({
         "connected": true,
         "sessionId": active.session_id,
-        "principal": {"id": &*who.principal},
+        "principal": {"id": &*principal},
         "systemInfo": {"name": system.config.system_id, "version": env!("CARGO_PKG_VERSION"), "endpoint": system.config.endpoint,
                        "capabilities": {"federation": {"canFederate": true, "maxHops": system.config.max_hops}}},
         "peer": {"systemId": system_id, "endpoint": endpoint, "status": "connected", "connectedAt": now, "lastActivity": now},

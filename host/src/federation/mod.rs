@@ -16,6 +16,7 @@
 mod inbound;
 mod link;
 mod outbox;
+mod tokens;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Weak};

@@ -90,7 +90,22 @@ impl Tokens {
             anyhow::ensure!(config.auth.token_secret.len() >= 16, "auth.token_secret must be at least 16 bytes");
             config.auth.token_secret.clone().into_bytes()
         };
-        let tenants = config.tenants.iter().filter_map(|t| t.jwt.as_ref().map(|j| tenant_key(&t.id, j))).collect::<anyhow::Result<_>>()?;
+        let mut tenants: Vec<TenantKey> = config.tenants.iter().filter_map(|t| t.jwt.as_ref().map(|j| tenant_key(&t.id, j))).collect::<anyhow::Result<_>>()?;
+        // Issuers of federated tokens: for this system (`aud`), as `sub`.
+        for t in &config.tenants {
+            let Some(f) = &t.federation else { continue };
+            for i in &f.trusted_issuers {
+                let j = JwtConfig {
+                    secret: i.secret.clone(),
+                    public_key_file: i.public_key_file.clone(),
+                    algorithm: i.algorithm.clone(),
+                    audience: f.system_id.clone(),
+                    issuer: i.issuer.clone(),
+                    principal_claim: "sub".into(),
+                };
+                tenants.push(tenant_key(&t.id, &j).with_context(|| format!("federation.trusted_issuers {}", i.issuer))?);
+            }
+        }
         Ok(Tokens { encoding: EncodingKey::from_secret(&secret), decoding: DecodingKey::from_secret(&secret), ttl_secs: config.auth.token_ttl_secs.max(1), tenants })
     }
 
