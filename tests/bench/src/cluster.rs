@@ -247,18 +247,7 @@ fn table(s: &Settings, name: &str, medians: &[Load]) -> String {
     }
     let get = |w: Setup| &medians[SETUPS.iter().position(|&x| x == w).expect("setup")];
     let (emb, same, cross) = (get(Setup::Embedded), get(Setup::SameNode), get(Setup::CrossNode));
-    t.push_str("\n| ratio | rate (higher is better) | p50 (lower is better) | p99 (lower is better) | server CPU per message (lower is better) |\n");
-    t.push_str("|---|---:|---:|---:|---:|\n");
-    for (label, x, y) in [("cross-node / same-node", cross, same), ("same-node / embedded", same, emb), ("cross-node / embedded", cross, emb)] {
-        let _ = writeln!(
-            t,
-            "| {label} | {} | {} | {} | {} |",
-            report::ratio(Some(x.rate), Some(y.rate)),
-            report::ratio(Some(x.lat.p50_us), Some(y.lat.p50_us)),
-            report::ratio(Some(x.lat.p99_us), Some(y.lat.p99_us)),
-            report::ratio(x.cpu_per_msg_us(), y.cpu_per_msg_us())
-        );
-    }
+    t.push_str(&report::ratio_table("message", &[("cross-node / same-node", cross, same), ("same-node / embedded", same, emb), ("cross-node / embedded", cross, emb)]));
     t.push_str(
         "\nRates count deliveries received per second; latency is send to delivery. All three gateways run during \
          the whole benchmark (the idle ones barely use CPU); the generator, both nodes and the NATS server share \

@@ -41,6 +41,24 @@ pub fn cores(x: Option<f64>, rate: f64) -> String {
     }
 }
 
+/// A table of ratios between pairs of loads: `(label, x, y)` gives x / y
+/// for rate, p50, p99 and server CPU per `unit`.
+pub fn ratio_table(unit: &str, rows: &[(&str, &Load, &Load)]) -> String {
+    let mut t = format!("\n| ratio | rate (higher is better) | p50 (lower is better) | p99 (lower is better) | server CPU per {unit} (lower is better) |\n");
+    t.push_str("|---|---:|---:|---:|---:|\n");
+    for (label, x, y) in rows {
+        let _ = writeln!(
+            t,
+            "| {label} | {} | {} | {} | {} |",
+            ratio(Some(x.rate), Some(y.rate)),
+            ratio(Some(x.lat.p50_us), Some(y.lat.p50_us)),
+            ratio(Some(x.lat.p99_us), Some(y.lat.p99_us)),
+            ratio(x.cpu_per_msg_us(), y.cpu_per_msg_us())
+        );
+    }
+    t
+}
+
 pub fn ratio(a: Option<f64>, b: Option<f64>) -> String {
     match (a, b) {
         (Some(a), Some(b)) if b > 0.0 => format!("{:.2}×", a / b),

@@ -384,18 +384,7 @@ async fn latency(nodes: &[Node], s: &Settings, name: &str, db_url: &str) -> Resu
             l.first_error.as_ref().map(|e| format!("; first error: {}", e.chars().take(120).collect::<String>())).unwrap_or_default()
         );
     }
-    t.push_str("\n| ratio | rate (higher is better) | p50 (lower is better) | p99 (lower is better) | server CPU per call (lower is better) |\n");
-    t.push_str("|---|---:|---:|---:|---:|\n");
-    for (label, x, y) in [("sequential: non-owner / owner", &medians[1], &medians[0]), ("concurrent: non-owner / owner", &medians[3], &medians[2])] {
-        let _ = writeln!(
-            t,
-            "| {label} | {} | {} | {} | {} |",
-            report::ratio(Some(x.rate), Some(y.rate)),
-            report::ratio(Some(x.lat.p50_us), Some(y.lat.p50_us)),
-            report::ratio(Some(x.lat.p99_us), Some(y.lat.p99_us)),
-            report::ratio(x.cpu_per_msg_us(), y.cpu_per_msg_us())
-        );
-    }
+    t.push_str(&report::ratio_table("call", &[("sequential: non-owner / owner", &medians[1], &medians[0]), ("concurrent: non-owner / owner", &medians[3], &medians[2])]));
     t.push_str(
         "\nRates count answers per second; latency is request to answer. The three nodes, the generator and the NATS \
          server share this machine's cores; the NATS server's and PostgreSQL's CPU are in no column.\n",
