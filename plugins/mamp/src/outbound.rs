@@ -148,13 +148,23 @@ fn attempt(mut p: Pending, settings: &Settings) -> Result<(&'static str, String)
     }
     let message_id = p.message["message_id"].as_str().unwrap_or_default().to_string();
     let result = post(&p, settings);
-    if let Some(t) = p.timer.take() {
+    // The timer that stands for this delivery goes only once its outcome is
+    // recorded: a process that dies in between leaves a retry, not nothing.
+    let previous = p.timer.take();
+    let outcome = record(p, settings, &message_id, result);
+    if let Some(t) = previous.filter(|_| outcome.is_ok()) {
         timers::cancel(t);
     }
+    outcome
+}
+
+/// Record one attempt's outcome: delivered, waiting for a retry (a new
+/// timer), or given up.
+fn record(mut p: Pending, settings: &Settings, message_id: &str, result: Result<String, Failure>) -> Result<(&'static str, String)> {
     match result {
         Ok(peer_conversation) => {
             let id = remember(&p, &peer_conversation)?;
-            PENDING.delete(&message_id)?;
+            PENDING.delete(message_id)?;
             metrics::count("mamp_sent_total", &[("result", "delivered")], 1);
             Ok(("sent", id))
         }
@@ -162,11 +172,11 @@ fn attempt(mut p: Pending, settings: &Settings) -> Result<(&'static str, String)
             p.last_error = why;
             let delay = settings.retry_base_ms.saturating_mul(1 << (p.attempts - 1).min(16)).min(60_000);
             p.timer = timers::schedule(delay, &format!("{TIMER_PREFIX}{message_id}")).map_err(|e| log::warn(&format!("no retry timer for {message_id}: {e}"))).ok();
-            PENDING.put(&message_id, &p)?;
+            PENDING.put(message_id, &p)?;
             Ok(("queued", current_id(&p)))
         }
         Err(Failure::Transient(why) | Failure::Refused(why)) => {
-            PENDING.delete(&message_id)?;
+            PENDING.delete(message_id)?;
             let data = json!({
                 "messageId": message_id,
                 "conversationId": current_id(&p),
