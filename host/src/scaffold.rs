@@ -307,7 +307,9 @@ dropping connections.
 ## Try it
 
 After `map/connect`, any MAP client calls the methods by name, e.g. with
-the TypeScript SDK: `await connection.request('@NAME@/put', { text: 'hello' })`.
+the TypeScript SDK (`@multi-agent-protocol/sdk`):
+`await connection.callExtension('@NAME@/put', { text: 'hello' })` on a
+`ClientConnection` or `AgentConnection`.
 `map/connect` lists the extension in `capabilities.extensions` and shows
 `capabilities.@NAME@`; `map/subscribe {filter: {eventTypes: ["@NAME@.put"]}}`
 receives its events.
