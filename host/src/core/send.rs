@@ -118,14 +118,14 @@ pub fn send_message(active: &Active, msg: Outgoing) -> Result<Sent, RpcError> {
 /// `<system>:agent:<id>` when the tenant federates): that system and agent.
 /// `{system, agent}` naming this system is its local agent.
 fn federated_target(active: &Active, addr: &mut Address) -> Result<Option<(String, String)>, RpcError> {
-    let own = active.tenant.federation().map(|f| f.system_id().to_string());
+    let own = active.tenant.federation().map(|f| f.system_id());
     let target = match &*addr {
-        Address::Federated { system, agent } if Some(system) == own.as_ref() => {
+        Address::Federated { system, agent } if Some(system.as_str()) == own => {
             *addr = Address::Agent(agent.clone());
             return Ok(None);
         }
         Address::Federated { system, agent } => (system.clone(), agent.clone()),
-        Address::Bare(s) => match (own.as_ref(), s.split_once(":agent:")) {
+        Address::Bare(s) => match (own, s.split_once(":agent:")) {
             (Some(own), Some((system, agent))) if system != own && !system.is_empty() && !agent.is_empty() => (system.to_string(), agent.to_string()),
             _ => return Ok(None),
         },

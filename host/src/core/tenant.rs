@@ -23,8 +23,9 @@ pub struct Tenant {
     pub registry: Directory,
     pub fabric: Arc<dyn Fabric>,
     extensions: RwLock<Arc<dyn Extensions>>,
-    /// This tenant as a system of a federation, if it is one.
-    federation: RwLock<Option<Arc<dyn Federation>>>,
+    /// This tenant as a system of a federation, if it is one: set once at
+    /// start (read on every request: a plain load, no lock).
+    federation: std::sync::OnceLock<Arc<dyn Federation>>,
     /// Which sends the observers may want (see `may_observe`), kept beside
     /// the set so a send without interest skips the lock.
     observed: AtomicU8,
@@ -46,7 +47,7 @@ impl Tenant {
             registry: Directory::default(),
             fabric,
             extensions: RwLock::new(Arc::new(NoExtensions)),
-            federation: RwLock::new(None),
+            federation: std::sync::OnceLock::new(),
             observed: AtomicU8::new(OBSERVE_NONE),
         }
     }
@@ -56,12 +57,13 @@ impl Tenant {
         self.extensions.read().clone()
     }
 
-    pub fn federation(&self) -> Option<Arc<dyn Federation>> {
-        self.federation.read().clone()
+    pub fn federation(&self) -> Option<&Arc<dyn Federation>> {
+        self.federation.get()
     }
 
+    /// Make the tenant a system (once; a later call changes nothing).
     pub fn set_federation(&self, federation: Arc<dyn Federation>) {
-        *self.federation.write() = Some(federation);
+        let _ = self.federation.set(federation);
     }
 
     pub fn set_extensions(&self, set: Arc<dyn Extensions>) {

@@ -378,7 +378,7 @@ pub fn list(active: &Active, req: &Request) -> Result<Out, RpcError> {
     let from = p.cursor.as_deref().map(position).transpose()?;
     let active = active.clone();
     // A federation peer's gateway sees what the tenant exposes to it.
-    let federation = active.tenant.federation();
+    let federation = active.tenant.federation().cloned();
     let exposure = federation.as_ref().and_then(|f| f.shown_to(&active.principal)).map(|s| s.agents);
     Ok(Out::Later(Box::pin(async move {
         let f = &p.filter;
