@@ -13,4 +13,5 @@ scripts/setup.sh
 scripts/build-plugins.sh
 echo "==> building the gateway"
 cargo build --locked -p map-gateway
+echo "==> starting $PWD/target/debug/map-gateway (the README's map-gateway commands: export PATH=\"$PWD/target/debug:\$PATH\")"
 exec target/debug/map-gateway serve "$@"
