@@ -307,9 +307,8 @@ dropping connections.
 ## Try it
 
 After `map/connect`, any MAP client calls the methods by name, e.g. with
-the TypeScript SDK (`@multi-agent-protocol/sdk`):
-`await connection.callExtension('@NAME@/put', { text: 'hello' })` on a
-`ClientConnection` or `AgentConnection`.
+the TypeScript SDK's `ClientConnection` or `AgentConnection`:
+`await connection.callExtension('@NAME@/put', { text: 'hello' })`.
 `map/connect` lists the extension in `capabilities.extensions` and shows
 `capabilities.@NAME@`; `map/subscribe {filter: {eventTypes: ["@NAME@.put"]}}`
 receives its events.
