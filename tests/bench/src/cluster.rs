@@ -232,15 +232,9 @@ fn table(s: &Settings, name: &str, medians: &[Load]) -> String {
     for (setup, l) in SETUPS.iter().zip(medians) {
         let _ = writeln!(
             t,
-            "| {} | {}/s | {} | {} | {} | {} | {} | {} | {}{} |",
+            "| {} | {} | {}{} |",
             setup.name(),
-            report::rate(l.rate),
-            report::us(l.lat.p50_us),
-            report::us(l.lat.p99_us),
-            report::us(l.lat.max_us),
-            l.errors,
-            report::cores(l.server_cores, l.rate),
-            report::cores(l.generator_cores, l.rate),
+            report::load_cells(&l),
             l.note,
             l.first_error.as_ref().map(|e| format!("; first error: {}", e.chars().take(120).collect::<String>())).unwrap_or_default()
         );

@@ -41,6 +41,20 @@ pub fn cores(x: Option<f64>, rate: f64) -> String {
     }
 }
 
+/// A load's cells from rate to generator CPU: `rate | p50 | p99 | max | errors | server CPU | generator CPU`.
+pub fn load_cells(l: &Load) -> String {
+    format!(
+        "{}/s | {} | {} | {} | {} | {} | {}",
+        rate(l.rate),
+        us(l.lat.p50_us),
+        us(l.lat.p99_us),
+        us(l.lat.max_us),
+        l.errors,
+        cores(l.server_cores, l.rate),
+        cores(l.generator_cores, l.rate)
+    )
+}
+
 /// A table of ratios between pairs of loads: `(label, x, y)` gives x / y
 /// for rate, p50, p99 and server CPU per `unit`.
 pub fn ratio_table(unit: &str, rows: &[(&str, &Load, &Load)]) -> String {

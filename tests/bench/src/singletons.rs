@@ -370,15 +370,9 @@ async fn latency(nodes: &[Node], s: &Settings, name: &str, db_url: &str) -> Resu
     for (&(sockets, to), l) in LOADS.iter().zip(&medians) {
         let _ = writeln!(
             t,
-            "| {} | {}/s | {} | {} | {} | {} | {} | {} | {}; {} calls{} |",
+            "| {} | {} | {}; {} calls{} |",
             load_name(sockets, to, on, via),
-            report::rate(l.rate),
-            report::us(l.lat.p50_us),
-            report::us(l.lat.p99_us),
-            report::us(l.lat.max_us),
-            l.errors,
-            report::cores(l.server_cores, l.rate),
-            report::cores(l.generator_cores, l.rate),
+            report::load_cells(l),
             l.note,
             l.lat.count,
             l.first_error.as_ref().map(|e| format!("; first error: {}", e.chars().take(120).collect::<String>())).unwrap_or_default()
