@@ -42,6 +42,9 @@ fn raise_file_limit() -> u64 {
 /// connection closes.
 const LINGER: Duration = Duration::from_secs(5);
 
+/// How long a peer waits for a slot to come free before it gets a 503.
+const SLOT_WAIT: Duration = Duration::from_secs(3);
+
 /// How often a peer waiting for a slot makes another silent connection give way.
 const EVICTION_RETRY: Duration = Duration::from_millis(100);
 
@@ -83,8 +86,10 @@ pub async fn serve(gateway: Arc<Gateway>, listener: TcpListener, tls: Option<Arc
         let _ = stream.set_nodelay(true);
         let slot = match slots.clone().try_acquire_owned() {
             Ok(slot) => Some(slot),
-            // Its slot comes free when the evicted connection's task ends.
-            Err(_) if pending.evict_oldest() == pending::Evicted::SlotHolder => None,
+            // A slot comes free when an evicted connection's task ends (one
+            // evicted just now, or earlier and not yet gone: evicting a
+            // connection still waiting for its slot frees a descriptor).
+            Err(_) if pending.evict_oldest() != pending::Evicted::Nobody => None,
             Err(_) => {
                 tokio::spawn(refuse_busy(stream));
                 continue;
@@ -112,26 +117,31 @@ async fn accepted(
 ) {
     let slot = match slot {
         Some(slot) => slot,
-        // Until the slot of the connection it evicted comes free, or
-        // its own header deadline ends the wait with a 503.
-        // While it waits, each `EVICTION_RETRY` another silent
-        // connection gives way, so the wait ends even when the
-        // evicted one's slot went to a peer queued earlier.
-        None => loop {
-            tokio::select! {
-                slot = slots.clone().acquire_owned() => match slot {
-                    Ok(slot) => {
-                        waiting.got_slot();
-                        break slot;
+        // Until the slot of a connection it evicted comes free; a 503 when
+        // its header deadline or `SLOT_WAIT` (every slot busy with
+        // requests) comes first. While it waits, each `EVICTION_RETRY`
+        // another silent connection gives way, so the wait ends even when
+        // the evicted one's slot went to a peer queued earlier.
+        None => {
+            let give_up = tokio::time::sleep(SLOT_WAIT);
+            tokio::pin!(give_up);
+            loop {
+                tokio::select! {
+                    slot = slots.clone().acquire_owned() => match slot {
+                        Ok(slot) => {
+                            waiting.got_slot();
+                            break slot;
+                        }
+                        Err(_) => return,
+                    },
+                    () = waiting.expired() => return refuse_busy(stream).await,
+                    () = &mut give_up => return refuse_busy(stream).await,
+                    _ = tokio::time::sleep(EVICTION_RETRY) => {
+                        pending.evict_oldest();
                     }
-                    Err(_) => return,
-                },
-                () = waiting.expired() => return refuse_busy(stream).await,
-                _ = tokio::time::sleep(EVICTION_RETRY) => {
-                    pending.evict_oldest();
                 }
             }
-        },
+        }
     };
     let _open = gateway.drain.enter();
     let _counted = crate::metrics::connection("http");
