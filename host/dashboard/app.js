@@ -10,6 +10,8 @@ const STORE = {
   adminToken: 'map-dashboard.admin-token',
   /** The MAP session's resume token: a reload or a dropped socket takes the same session up again. */
   resumeToken: 'map-dashboard.resume-token',
+  /** Signed in by itself once (on loopback, with no credentials): not again after a sign-out or a refusal. */
+  autoTried: 'map-dashboard.auto-tried',
 };
 const EVENT_ROWS = 200;
 const METRIC_SAMPLES = 60;
@@ -180,6 +182,8 @@ class MapSocket {
 
 const state = {
   signedIn: false,
+  /** The current sign-in is the automatic one (no credentials, on loopback). */
+  auto: false,
   /** Bumped at every sign-in and sign-out: answers to an older one are dropped. */
   epoch: 0,
   credential: '',
@@ -267,8 +271,20 @@ function authFailed(message) {
   stop();
   sessionStorage.removeItem(STORE.signedIn);
   sessionStorage.removeItem(STORE.resumeToken);
+  // The automatic attempt without credentials is no sign-in of the user's: just the form.
+  if (state.auto) {
+    state.auto = false;
+    setStatus('signed-out', 'signed out');
+    return showSignin();
+  }
   setStatus('refused', `sign-in refused: ${message}`);
   showSignin(message);
+}
+
+/** A page on this machine signs in by itself, without credentials (the
+ *  anonymous tenant and the admin API answer loopback peers), once. */
+function onLoopback() {
+  return ['127.0.0.1', 'localhost', '[::1]', '::1'].includes(location.hostname);
 }
 
 function resetView() {
@@ -354,6 +370,7 @@ async function connectMap() {
     return authFailed(result.error?.message ?? 'this gateway admits no anonymous peers: give a tenant credential');
   }
   state.retry = 0;
+  state.auto = false;
   if (result.resumeToken) sessionStorage.setItem(STORE.resumeToken, result.resumeToken);
   else sessionStorage.removeItem(STORE.resumeToken);
   state.sessionId = result.sessionId;
@@ -1267,7 +1284,14 @@ function init() {
     loadTenants().then(loadSessions).catch((e) => { if (e instanceof AdminDenied) adminUnavailable(e.message); });
   });
   if (sessionStorage.getItem(STORE.signedIn) === '1') start();
-  else {
+  else if (onLoopback() && sessionStorage.getItem(STORE.autoTried) !== '1') {
+    sessionStorage.setItem(STORE.autoTried, '1');
+    sessionStorage.setItem(STORE.credential, '');
+    sessionStorage.setItem(STORE.adminToken, '');
+    sessionStorage.setItem(STORE.signedIn, '1');
+    state.auto = true;
+    start();
+  } else {
     setStatus('signed-out', 'signed out');
     showSignin();
   }

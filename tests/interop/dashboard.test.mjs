@@ -62,6 +62,9 @@ async function openPage() {
 }
 
 async function signIn(page, { credential = '', adminToken = '' } = {}) {
+  // On loopback the page has signed in by itself (no credentials): sign out first.
+  await page.waitForSelector('#signin:visible, #signout:visible');
+  if (await page.isVisible('#signout')) await page.click('#signout');
   await page.waitForSelector('#signin', { state: 'visible' });
   await page.fill('#credential', credential);
   await page.fill('#admin-token', adminToken);
@@ -90,9 +93,9 @@ test('the dashboard follows agents, scopes, events, mail, trajectory, UAP, plugi
       assert.match(r.headers.get('content-type') ?? '', type, `${path} content-type`);
     }
 
-    // Empty credentials: the anonymous tenant on loopback, the admin API on loopback.
-    await signIn(page);
+    // On loopback the page signs in by itself: the anonymous tenant, the admin API.
     const status = await waitConnected(page);
+    assert.equal(await page.isVisible('#signin'), false, 'no sign-in form on loopback without credentials');
     assert.match(status, /tenant default/);
 
     // Two agents, the second a child of the first, both in one scope.
