@@ -189,6 +189,9 @@ async fn serve(config: Config, config_path: Option<PathBuf>, stdio: bool) -> any
         transport::stdio::serve(gateway).await?;
         return Ok(());
     }
+    // Listening for SIGTERM before the first connection is served: a signal
+    // sent right after an answer is a graceful stop, not the default kill.
+    let stop = shutdown_signal()?;
     let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("binding {listen}"))?;
     let addr = listener.local_addr()?;
     let scheme = if tls.is_some() { "https" } else { "http" };
@@ -201,7 +204,7 @@ async fn serve(config: Config, config_path: Option<PathBuf>, stdio: bool) -> any
     std::io::stdout().flush()?;
     tokio::select! {
         r = transport::serve(gateway.clone(), listener, tls) => r?,
-        _ = shutdown_signal() => {}
+        _ = stop => {}
     }
     // The listener is closed. Connections answer what is in flight and close.
     let drain = Duration::from_secs(gateway.config.server.drain_secs);
@@ -233,16 +236,22 @@ fn spawn_reload_on_hangup(gateway: std::sync::Arc<Gateway>, tls: Option<std::syn
     });
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// Resolves at Ctrl-C or SIGTERM; the handlers are installed by the time it returns.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     #[cfg(unix)]
     {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("signal handler");
-        tokio::select! {
-            _ = ctrl_c => {},
-            _ = term.recv() => {},
-        }
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+        let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+        Ok(async move {
+            tokio::select! {
+                _ = int.recv() => {},
+                _ = term.recv() => {},
+            }
+        })
     }
     #[cfg(not(unix))]
-    let _ = ctrl_c.await;
+    Ok(async move {
+        let _ = tokio::signal::ctrl_c().await;
+    })
 }
