@@ -108,16 +108,10 @@ impl Report<'_> {
             let _ = match &r.outcome {
                 Outcome::Load(l) => writeln!(
                     s,
-                    "| {} | {} | {}/s | {} | {} | {} | {} | {} | {} | {}{} |",
+                    "| {} | {} | {} | {}{} |",
                     r.label,
                     r.target.name(),
-                    rate(l.rate),
-                    us(l.lat.p50_us),
-                    us(l.lat.p99_us),
-                    us(l.lat.max_us),
-                    l.errors,
-                    cores(l.server_cores, l.rate),
-                    cores(l.generator_cores, l.rate),
+                    load_cells(l),
                     l.note,
                     l.first_error.as_ref().map(|e| format!("; first error: {}", e.chars().take(120).collect::<String>())).unwrap_or_default()
                 ),
