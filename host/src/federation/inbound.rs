@@ -185,7 +185,7 @@ async fn deliver(system: &System, active: &Active, peer: &Arc<Peer>, r: &Routed,
     if !shown {
         return Err(not_here());
     }
-    if seen(peer, &message_id) {
+    if peer.seen.lock().contains(&message_id) {
         return Ok(json!({"routed": true, "messageId": message_id, "duplicate": true}));
     }
     let from = r.message.get("from").and_then(Value::as_str).unwrap_or("gateway");
@@ -201,23 +201,9 @@ async fn deliver(system: &System, active: &Active, peer: &Arc<Peer>, r: &Routed,
         Err(e) if e.code == codes::ADDRESS_NOT_FOUND => return Err(not_here()),
         Err(e) => return Err(e),
     };
-    note(peer, &message_id);
+    peer.seen.lock().note(&message_id);
     let sent: Value = serde_json::from_str(&sent).unwrap_or(Value::Null);
     Ok(json!({"routed": true, "messageId": message_id, "delivered": sent["delivered"]}))
-}
-
-/// Whether a message with this id from this peer was delivered lately.
-fn seen(peer: &Peer, id: &str) -> bool {
-    peer.seen.lock().iter().any(|s| s == id)
-}
-
-/// Remember a delivered message's id (the latest `SEEN` of them).
-fn note(peer: &Peer, id: &str) {
-    let mut seen = peer.seen.lock();
-    if seen.len() >= super::SEEN {
-        seen.pop_front();
-    }
-    seen.push_back(id.to_string());
 }
 
 /// A token bucket per peer: `rate` routes a second, bursts of as many.

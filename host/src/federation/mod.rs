@@ -18,7 +18,7 @@ mod link;
 mod outbox;
 mod tokens;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Weak};
 
 use futures_util::future::BoxFuture;
@@ -40,6 +40,31 @@ const ANSWER_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
 /// reconnect is delivered once.
 const SEEN: usize = 10_000;
 
+/// The latest `SEEN` message ids: a set to look them up, their order to forget the oldest.
+#[derive(Default)]
+struct Recent {
+    ids: HashSet<String>,
+    order: VecDeque<String>,
+}
+
+impl Recent {
+    fn contains(&self, id: &str) -> bool {
+        self.ids.contains(id)
+    }
+
+    fn note(&mut self, id: &str) {
+        if !self.ids.insert(id.to_string()) {
+            return;
+        }
+        self.order.push_back(id.to_string());
+        if self.order.len() > SEEN {
+            if let Some(old) = self.order.pop_front() {
+                self.ids.remove(&old);
+            }
+        }
+    }
+}
+
 /// One peer system, as this tenant knows it.
 struct Peer {
     config: PeerConfig,
@@ -54,7 +79,7 @@ struct Peer {
     /// The peer's exposed agents, as this tenant lists them.
     mirror: Mutex<Vec<Value>>,
     /// Ids of messages from the peer delivered here lately.
-    seen: Mutex<VecDeque<String>>,
+    seen: Mutex<Recent>,
     /// Whether the link to the peer is up.
     linked: std::sync::atomic::AtomicBool,
     /// Held messages the peer refused for want of their agent, with when it first did.
@@ -100,7 +125,7 @@ pub async fn start(gateway: &Arc<Gateway>, db: &Store) -> anyhow::Result<()> {
                 wake: Notify::new(),
                 waiting: Mutex::new(HashMap::new()),
                 mirror: Mutex::new(Vec::new()),
-                seen: Mutex::new(VecDeque::new()),
+                seen: Mutex::new(Recent::default()),
                 linked: Default::default(),
                 refused: Mutex::new(HashMap::new()),
                 resume: Mutex::new(None),

@@ -3,6 +3,7 @@
 //! survive a restart and go out in order once the peer is reachable. Bounded
 //! by count and bytes; each entry remembers when it was queued.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
@@ -27,6 +28,8 @@ pub struct Outbox {
     next: AtomicU64,
     /// Entries and bytes held now.
     held: Mutex<(usize, usize)>,
+    /// The size of each held entry, by key (what `remove` gives back).
+    sizes: Mutex<HashMap<String, usize>>,
     max_messages: usize,
     max_bytes: usize,
 }
@@ -40,6 +43,7 @@ impl Outbox {
             prefix: format!("{peer}/"),
             next: AtomicU64::new(0),
             held: Mutex::new((0, 0)),
+            sizes: Mutex::new(HashMap::new()),
             max_messages,
             max_bytes,
         };
@@ -51,6 +55,7 @@ impl Outbox {
                 count += 1;
                 bytes += value.len();
                 last = last.max(outbox.sequence(key));
+                outbox.sizes.lock().insert(key.clone(), value.len());
             }
             match page.last() {
                 Some((key, _)) if page.len() == 500 => after = Some(key.clone()),
@@ -89,6 +94,7 @@ impl Outbox {
             held.1 -= text.len();
             return Err(e.to_string());
         }
+        self.sizes.lock().insert(key.clone(), text.len());
         Ok(key)
     }
 
@@ -100,11 +106,11 @@ impl Outbox {
 
     /// The message went out (or was refused, or expired): forget it.
     pub async fn remove(&self, key: &str) -> Result<(), StoreError> {
-        let text = self.db.get(&self.scope, COLLECTION, key).await?;
         if self.db.delete(&self.scope, COLLECTION, key).await? {
+            let size = self.sizes.lock().remove(key).unwrap_or(0);
             let mut held = self.held.lock();
             held.0 = held.0.saturating_sub(1);
-            held.1 = held.1.saturating_sub(text.map_or(0, |t| t.len()));
+            held.1 = held.1.saturating_sub(size);
         }
         Ok(())
     }

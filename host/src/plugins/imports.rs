@@ -352,3 +352,19 @@ impl grpc_stream::Host for PluginState {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::own;
+
+    /// The host keeps timers in `$timers`: a plugin may name no `$` collection.
+    #[test]
+    fn collections_starting_with_a_dollar_are_the_hosts() {
+        for name in ["$timers", "$", "$anything"] {
+            assert!(own(name).is_err(), "{name}");
+        }
+        for name in ["timers", "notes", "a$b"] {
+            assert!(own(name).is_ok(), "{name}");
+        }
+    }
+}
