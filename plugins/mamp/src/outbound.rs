@@ -170,8 +170,7 @@ fn record(mut p: Pending, settings: &Settings, message_id: &str, result: Result<
         }
         Err(Failure::Transient(why)) if p.attempts < settings.max_attempts => {
             p.last_error = why;
-            let delay = settings.retry_base_ms.saturating_mul(1 << (p.attempts - 1).min(16)).min(60_000);
-            p.timer = timers::schedule(delay, &format!("{TIMER_PREFIX}{message_id}")).map_err(|e| log::warn(&format!("no retry timer for {message_id}: {e}"))).ok();
+            p.timer = timers::schedule(retry_delay(settings, p.attempts), &format!("{TIMER_PREFIX}{message_id}")).map_err(|e| log::warn(&format!("no retry timer for {message_id}: {e}"))).ok();
             PENDING.put(message_id, &p)?;
             Ok(("queued", current_id(&p)))
         }
@@ -225,12 +224,23 @@ fn remember(p: &Pending, peer_conversation: &str) -> Result<String> {
     Ok(peer_conversation.to_string())
 }
 
-/// A retry timer fired.
+/// The wait before the next attempt, after `attempts` of them: doubling from `retryBaseMs`, at most a minute.
+fn retry_delay(settings: &Settings, attempts: u32) -> u64 {
+    settings.retry_base_ms.saturating_mul(1 << attempts.saturating_sub(1).min(16)).min(60_000)
+}
+
+/// A retry timer fired. The host claimed it before this call, so another
+/// timer stands for the delivery while the attempt runs: a process killed
+/// meanwhile leaves a retry, not nothing.
 pub fn retry(tag: &str) {
     let Some(message_id) = tag.strip_prefix(TIMER_PREFIX) else { return };
     let settings = Settings::load();
     let outcome = PENDING.get(message_id).and_then(|p| match p {
-        Some(p) => attempt(p, &settings).map(|_| ()),
+        Some(mut p) => {
+            p.timer = timers::schedule(retry_delay(&settings, p.attempts + 1), tag).map_err(|e| log::warn(&format!("no standby timer for {message_id}: {e}"))).ok();
+            PENDING.put(message_id, &p)?;
+            attempt(p, &settings).map(|_| ())
+        }
         None => Ok(()),
     });
     if let Err(e) = outcome {
