@@ -11,6 +11,7 @@ use map_gateway::config::Config;
 use map_gateway::core::Gateway;
 use map_gateway::transport;
 
+mod install;
 mod scaffold;
 
 // Frames are allocated on one thread and freed on another; glibc's arenas
@@ -105,6 +106,18 @@ enum PluginCommand {
         #[arg(long, value_enum, default_value = "rust")]
         lang: scaffold::Lang,
     },
+    /// Copy a built component into the plugin folder (`server.plugin_dir`) as
+    /// NAME.wasm; a running gateway loads it on `POST /admin/reload`.
+    Install {
+        /// The component (.wasm).
+        file: PathBuf,
+        /// The plugin's name (default: the file's name, `_` as `-`).
+        #[arg(long)]
+        name: Option<String>,
+        /// The gateway's configuration file (default: the embedded defaults, plugin_dir plugins/dist).
+        #[arg(long, value_name = "PATH")]
+        config: Option<PathBuf>,
+    },
 }
 
 fn load(path: Option<&PathBuf>) -> anyhow::Result<Config> {
@@ -119,6 +132,11 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Check { config } => {
             let config = load(config.as_ref())?;
+            // Its result is what it prints: warnings only (the scratch store it
+            // loads plugins on would log its migrations), unless asked for.
+            if std::env::var_os("MAP_GATEWAY_LOG").is_none() {
+                std::env::set_var("MAP_GATEWAY_LOG", "warn");
+            }
             // Its log format; no traces for a check.
             let logs = map_gateway::config::TelemetryConfig { otlp_endpoint: String::new(), ..config.telemetry.clone() };
             let _logs = map_gateway::telemetry::init(&logs)?;
@@ -153,6 +171,13 @@ fn main() -> anyhow::Result<()> {
             println!("created {} in {}", project.name, project.dir.display());
             println!("build it:  (cd {} && {})", project.dir.display(), project.build_command());
             println!("load it:   [plugins.{}] path = {:?}", project.name, project.wasm());
+            Ok(())
+        }
+        Command::Plugin { command: PluginCommand::Install { file, name, config } } => {
+            let config = load(config.as_ref())?;
+            let dest = install::install(&file, name, &config)?;
+            println!("installed {}", dest.display());
+            println!("a running gateway loads it with: curl -X POST 'http://127.0.0.1:4700/admin/reload?wait=true'");
             Ok(())
         }
         Command::Serve { config: config_path, listen, data_dir, stdio } => {

@@ -1,0 +1,286 @@
+// README.md's code blocks, run as a reader runs them, so they cannot drift.
+//
+// Every fenced block with a language has a marker on the line before it, an
+// HTML comment that the rendered page does not show:
+//   <!-- readme-test: run [NAME] -->     run here (NAME: with the setup below)
+//   <!-- readme-test: skip: REASON -->   not run here, and why
+// A block without one fails this test: a new snippet must be classified.
+//
+// The blocks run in README order against one gateway started as
+// scripts/run.sh starts it: `map-gateway serve` without --config, in a
+// temporary folder that stands for the checkout (plugins/dist copied in, data
+// under ./data), on a free port. `127.0.0.1:4700` and `localhost:4700` in a
+// block are rewritten to that port. A shell block runs in bash (set -e, curl
+// failing on an HTTP error) with target/debug first on PATH, in a folder that
+// carries over from block to block as in a terminal; a js block runs with
+// node; a toml block is checked with `map-gateway check --config`. Where a
+// block shows output (a `# {…}` comment under a command, `// → …` after a
+// console.log), what ran must have what it shows (… stands for anything).
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { createInterface } from 'node:readline';
+import { ACPAgentAdapter, ACP_PROTOCOL_VERSION } from '@multi-agent-protocol/sdk';
+import { GATEWAY_BIN, connectAgent, connectClient, rawParticipant, rejectsWithCode } from './harness.mjs';
+import {
+  fencedBlocks, looseJson, missingInOrder, outputsByCommand, separatedScript, shapeMismatch, shellCommands,
+} from './readme-blocks.mjs';
+
+const HERE = dirname(fileURLToPath(import.meta.url));
+const ROOT = join(HERE, '..', '..');
+const BLOCKS = fencedBlocks(readFileSync(join(ROOT, 'README.md'), 'utf8'));
+// A `plugin new` project builds into the target folder that scripts/test.sh
+// builds the generated sdk-example into (same SDK, same lock file), so its
+// dependencies are compiled once; `notes/target` points there, and the
+// README's paths hold.
+const SHARED_TARGET = join(ROOT, 'target', 'scaffold');
+const PRELUDE = 'set -eo pipefail\ncurl() { command curl --fail-with-body "$@"; }\n';
+
+let gw; // the gateway: { port, proc, work, wsUrl(), connections, stop() }
+let cwd; // the folder the shell blocks are in, carried over like a terminal's
+
+before(async () => {
+  const work = mkdtempSync(join(tmpdir(), 'map-readme-'));
+  mkdirSync(join(work, 'plugins'));
+  cpSync(join(ROOT, 'plugins', 'dist'), join(work, 'plugins', 'dist'), { recursive: true });
+  symlinkSync(join(HERE, 'node_modules'), join(work, 'node_modules')); // the SDK and ws for js blocks
+  gw = await serveLikeRunSh(work);
+  cwd = work;
+}, { timeout: 120_000 });
+
+after(async () => {
+  await gw?.stop();
+});
+
+test('every README block with a language is marked run or skip (with a reason)', () => {
+  const unmarked = BLOCKS.filter((b) => b.lang && !b.marker).map((b) => `README.md:${b.line} (${b.lang})`);
+  assert.deepEqual(unmarked, [], 'add <!-- readme-test: run --> or <!-- readme-test: skip: REASON --> before each');
+  const noReason = BLOCKS.filter((b) => b.marker?.kind === 'skip' && !b.marker.reason).map((b) => `README.md:${b.line}`);
+  assert.deepEqual(noReason, [], 'a skipped block says why');
+  const names = BLOCKS.filter((b) => b.marker?.name).map((b) => b.marker.name);
+  assert.deepEqual(names.filter((n) => !NAMED[n]), [], 'each run NAME has its setup in this file');
+  assert.deepEqual(Object.keys(NAMED).filter((n) => !names.includes(n)), [], "each setup in this file has its README block");
+});
+
+for (const block of BLOCKS.filter((b) => b.marker)) {
+  const title = `README.md:${block.line} ${block.lang}${block.marker.name ? ` (${block.marker.name})` : ''}`;
+  if (block.marker.kind === 'skip') {
+    test(title, { skip: block.marker.reason }, () => {});
+    continue;
+  }
+  test(title, { timeout: block.marker.name === 'plugin-new' ? 600_000 : 180_000 }, async () => {
+    const named = NAMED[block.marker.name] ?? {};
+    if (named.run) return named.run(block);
+    const state = await named.before?.();
+    const text = named.rewrite ? named.rewrite(block.text, state) : block.text;
+    if (block.lang === 'js') await runJs(block, text);
+    else if (block.lang === 'toml') await checkToml(block, text);
+    else await runShell(text);
+    await named.after?.(state);
+  });
+}
+
+// ---------------------------------------------------------------------------
+// The blocks that need more than the gateway: by the NAME of their marker
+// ---------------------------------------------------------------------------
+
+const NAMED = {
+  // An editor's agent command: a coding agent with the role `coder` on the
+  // MAP SDK's ACP adapter, and an editor's first two requests on stdin.
+  acp: { run: runAcp },
+  'plugin-new': {
+    after: () => symlinkSync(SHARED_TARGET, join(gw.work, 'notes', 'target')),
+  },
+  'plugin-loop': {},
+  // The README's extension as notes/src/lib.rs, in service through the loop.
+  'notes-extension': { run: runNotesExtension },
+  // The MAMP bridge delivers to an agent whose id is `alice`.
+  mamp: {
+    before: () => rawParticipant(gw, { participantType: 'agent', name: 'alice', register: { agentId: 'alice' } }),
+    after: async (alice) => {
+      const m = await alice.nextFrame((f) => f.method === 'map/message', 5000, 'the MAMP message at alice');
+      assert.deepEqual(m.params.message.payload.content, [{ type: 'text', text: 'hello' }]);
+      alice.close();
+    },
+  },
+  // Something to list: a session with two agents in a scope and a
+  // subscription. `sess-…` in the block becomes its id, and it is ended.
+  admin: {
+    before: async () => {
+      const s = await rawParticipant(gw, { participantType: 'agent', name: 'boss', register: { agentId: 'boss' } });
+      await s.call('map/agents/register', { agentId: 'worker' });
+      const { scope } = await s.call('map/scopes/create', { name: 'team' });
+      for (const agentId of ['boss', 'worker']) await s.call('map/scopes/join', { scopeId: scope.id, agentId });
+      await s.call('map/subscribe', { filter: { eventTypes: ['agent_registered'] } });
+      s.closed = new Promise((resolve) => s.ws.once('close', (code) => resolve(code)));
+      return s;
+    },
+    rewrite: (text, s) => text.replaceAll('/admin/sessions/sess-…', `/admin/sessions/${s.connectResult.sessionId}`),
+    after: async (s) => assert.equal(await s.closed, 1008, 'the session the block ended closes with 1008'),
+  },
+};
+
+async function runAcp(block) {
+  const coder = await connectAgent(gw, { name: 'coder', role: 'coder' });
+  new ACPAgentAdapter(coder.conn, {
+    initialize: async () => ({ protocolVersion: ACP_PROTOCOL_VERSION, agentCapabilities: { loadSession: false } }),
+    newSession: async () => ({ sessionId: 'sess-readme' }),
+    prompt: async () => ({ stopReason: 'end_turn' }),
+    cancel: async () => {},
+  });
+  const proc = spawn('bash', ['-c', PRELUDE + atPort(block.text)], { cwd, env: blockEnv(), stdio: ['pipe', 'pipe', 'pipe'] });
+  let stderr = '';
+  proc.stderr.setEncoding('utf8').on('data', (d) => { stderr += d; });
+  const exited = new Promise((resolve) => proc.once('exit', resolve));
+  const answers = createInterface({ input: proc.stdout })[Symbol.asyncIterator]();
+  const ask = async (id, method, params) => {
+    proc.stdin.write(`${JSON.stringify({ jsonrpc: '2.0', id, method, params })}\n`);
+    const line = await Promise.race([answers.next(), exited.then((code) => assert.fail(`the bridge exited (${code}): ${stderr}`))]);
+    const answer = JSON.parse(line.value);
+    assert.equal(answer.id, id);
+    assert.ok(answer.result, `${method}: ${line.value}\n${stderr}`);
+    return answer.result;
+  };
+  const init = await ask(1, 'initialize', { protocolVersion: ACP_PROTOCOL_VERSION, clientCapabilities: {} });
+  assert.equal(init.protocolVersion, ACP_PROTOCOL_VERSION);
+  assert.deepEqual(await ask(2, 'session/new', { cwd: '/tmp', mcpServers: [] }), { sessionId: 'sess-readme' });
+  proc.stdin.end();
+  assert.equal(await exited, 0, `the bridge ends with its editor's input: ${stderr}`);
+  await coder.conn.disconnect();
+}
+
+async function runNotesExtension(block) {
+  writeFileSync(join(gw.work, 'notes', 'src', 'lib.rs'), block.text);
+  const loop = BLOCKS.find((b) => b.marker?.name === 'plugin-loop');
+  await runShell(loop.text, { dir: join(gw.work, 'notes'), checkOutput: false }); // its output shows the generated plugin
+
+  const c = await connectClient(gw);
+  assert.ok(c.connectResult.capabilities.extensions.some((e) => e.uri === 'urn:map:ext:notes:1'), 'urn:map:ext:notes:1 is listed');
+  const sub = await c.conn.subscribe({ eventTypes: ['notes.put'] });
+  const note = await c.conn.callExtension('notes/put', { text: 'from the README' });
+  assert.match(note.id, /^note-/);
+  assert.equal(note.text, 'from the README');
+  const [ev] = await c.tap.waitForEvents(sub.id, (e) => e.type === 'notes.put', 1);
+  assert.equal(ev.event.data.noteId, note.id);
+  assert.deepEqual(await c.conn.callExtension('notes/get', { noteId: note.id }), note);
+  const missing = await rejectsWithCode(c.conn.callExtension('notes/get', { noteId: 'note-none' }), 20001, 'a missing note');
+  assert.equal(missing.message, 'No such note');
+  await rejectsWithCode(c.conn.callExtension('notes/put', { txt: 'typo' }), -32602, 'a missing field');
+  await c.conn.disconnect();
+}
+
+// ---------------------------------------------------------------------------
+// Running blocks
+// ---------------------------------------------------------------------------
+
+/** The gateway's port instead of 4700: each run takes a free port. */
+const atPort = (text) => text.replace(/\b(localhost|127\.0\.0\.1):4700\b/g, `$1:${gw.port}`);
+
+/** The blocks' environment: this build's map-gateway first on PATH, no credentials from outside. */
+function blockEnv() {
+  const env = { ...process.env, PATH: `${dirname(GATEWAY_BIN)}:${process.env.PATH}`, CARGO_TARGET_DIR: SHARED_TARGET };
+  for (const k of ['MAP_GATEWAY_API_KEY', 'MAP_GATEWAY_TOKEN', 'ADMIN_TOKEN', 'RUST_BACKTRACE']) delete env[k];
+  return env;
+}
+
+/** Run a shell block in `dir` (by default the carried-over folder) and check the output it shows. */
+async function runShell(text, { dir = cwd, checkOutput = true } = {}) {
+  const cmds = shellCommands(atPort(text));
+  const pwdFile = join(gw.work, '.readme-pwd');
+  const script = `${PRELUDE}${separatedScript(cmds)}\npwd > ${JSON.stringify(pwdFile)}\n`;
+  const r = await run('bash', ['-c', script], dir);
+  assert.equal(r.code, 0, `the block failed (exit ${r.code}):\n${text}\nstdout: ${r.stdout.slice(-3000)}\nstderr: ${r.stderr.slice(-3000)}\nthe gateway's log: ${gw.stderr().slice(-2000)}`);
+  if (dir === cwd) cwd = readFileSync(pwdFile, 'utf8').trim();
+  if (!checkOutput) return;
+  const outputs = outputsByCommand(r.stdout);
+  for (const [i, c] of cmds.entries()) {
+    // `# {a, b}` after a listing names the fields of its elements.
+    const fields = /^\{\s*(\w+(?:\s*,\s*\w+)*)\s*\}$/.exec(c.inline ?? '')?.[1].split(/\s*,\s*/);
+    if (!c.expect && !fields) continue;
+    const out = (outputs.get(i) ?? '').trim();
+    let actual;
+    try { actual = JSON.parse(out); } catch { assert.fail(`${c.text}\nprinted no JSON: ${out.slice(0, 2000)}`); }
+    if (c.expect) {
+      const miss = shapeMismatch(looseJson(c.expect), actual);
+      assert.equal(miss, null, `${c.text}\nshows ${c.expect}\nbut printed ${out.slice(0, 2000)}`);
+    }
+    if (fields) {
+      const lists = Object.values(actual).filter(Array.isArray);
+      assert.equal(lists.length, 1, `${c.text}\nprinted no listing: ${out.slice(0, 2000)}`);
+      const miss = shapeMismatch([Object.fromEntries(fields.map((f) => [f, null]))], lists[0]);
+      assert.equal(miss, null, `${c.text}\nshows elements {${fields.join(', ')}}\nbut printed ${out.slice(0, 2000)}`);
+    }
+  }
+}
+
+/** A js block as a module in the folder (where node_modules has the SDK and ws), run with node. */
+async function runJs(block, text) {
+  const file = join(gw.work, `readme-${block.line}.mjs`);
+  writeFileSync(file, atPort(text));
+  const r = await run('node', [file], gw.work);
+  assert.equal(r.code, 0, `node failed (exit ${r.code}):\n${r.stdout}\n${r.stderr}`);
+  const shown = [...text.matchAll(/^\s*\/\/ → (.*)$/gm)].map((m) => m[1]);
+  const printed = r.stdout.replace(/\s+/g, ' ');
+  assert.equal(missingInOrder(shown, printed), null, `the output shown is not what it printed:\n${r.stdout}`);
+}
+
+/** A toml block as a configuration file in a folder of its own beside plugins/, checked by `map-gateway check`. */
+async function checkToml(block, text) {
+  const dir = join(gw.work, `check-${block.line}`);
+  mkdirSync(dir);
+  symlinkSync(join(gw.work, 'plugins'), join(dir, 'plugins'));
+  writeFileSync(join(dir, 'gateway.toml'), text);
+  const r = await run(GATEWAY_BIN, ['check', '--config', join(dir, 'gateway.toml')], dir);
+  assert.equal(r.code, 0, `map-gateway check refused it: ${r.stderr.slice(-3000)}`);
+  assert.match(r.stdout, /configuration OK/);
+}
+
+/** Run a program to its end: { code, stdout, stderr }. */
+function run(program, args, dir) {
+  return new Promise((resolve, reject) => {
+    const proc = spawn(program, args, { cwd: dir, env: blockEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    proc.stdout.setEncoding('utf8').on('data', (d) => { stdout += d; });
+    proc.stderr.setEncoding('utf8').on('data', (d) => { stderr = (stderr + d).slice(-50_000); });
+    proc.on('error', reject);
+    proc.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+/** `map-gateway serve` as scripts/run.sh runs it (no --config), in `work`, on a free port. */
+async function serveLikeRunSh(work) {
+  const proc = spawn(GATEWAY_BIN, ['serve', '--listen', '127.0.0.1:0'], { cwd: work, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stderr = '';
+  proc.stderr.setEncoding('utf8').on('data', (d) => { stderr = (stderr + d).slice(-20_000); });
+  const port = await new Promise((resolve, reject) => {
+    let out = '';
+    proc.stdout.setEncoding('utf8').on('data', (d) => {
+      out += d;
+      const m = /map-gateway listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(out);
+      if (m) resolve(Number(m[1]));
+    });
+    proc.on('exit', (code) => reject(new Error(`the gateway exited (${code}) before it listened: ${stderr}`)));
+  });
+  const connections = new Set();
+  return {
+    port,
+    work,
+    connections,
+    stderr: () => stderr,
+    wsUrl: (path = '/map') => `ws://127.0.0.1:${port}${path}`,
+    async stop() {
+      for (const ws of connections) ws.terminate();
+      if (proc.exitCode === null && proc.signalCode === null) {
+        const exited = new Promise((r) => proc.once('exit', r));
+        proc.kill('SIGTERM');
+        await exited;
+      }
+      rmSync(work, { recursive: true, force: true });
+    },
+  };
+}
