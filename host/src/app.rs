@@ -86,6 +86,8 @@ pub async fn check(mut config: Config) -> anyhow::Result<String> {
         if config.tls.enabled() {
             crate::transport::tls::load(&config.tls.cert_file, &config.tls.key_file)?;
         }
+        let storage = crate::store::redact(&config.storage_url());
+        let plugin_dir = std::path::absolute(&config.server.plugin_dir).unwrap_or_else(|_| config.server.plugin_dir.clone());
         config.server.data_dir = scratch.clone();
         let db = Store::open(&format!("sqlite://{}", scratch.join("check.db").display()), false, 0).await?;
         let host = PluginHost::new(&config, db)?;
@@ -93,7 +95,8 @@ pub async fn check(mut config: Config) -> anyhow::Result<String> {
         host.apply(&config, &tenants).await?;
         let status = host.status().await;
         let plugins: Vec<String> = status["plugins"].as_array().into_iter().flatten().map(|p| format!("{} {}", p["name"].as_str().unwrap_or("?"), p["version"].as_str().unwrap_or("?"))).collect();
-        anyhow::Ok(format!("configuration OK: {} tenant(s); plugins: {}", config.tenants.len(), if plugins.is_empty() { "none".to_string() } else { plugins.join(", ") }))
+        let plugins = if plugins.is_empty() { format!("none (no component in {})", plugin_dir.display()) } else { plugins.join(", ") };
+        anyhow::Ok(format!("configuration OK: {} tenant(s); storage: {storage} (not contacted); plugins: {plugins}", config.tenants.len()))
     }
     .await;
     let _ = std::fs::remove_dir_all(&scratch);

@@ -82,7 +82,9 @@ impl Telemetry {
 /// Install the process's logger and, when configured, the trace exporter.
 /// Call outside any async runtime (the exporter runs its own thread).
 pub fn init(config: &TelemetryConfig) -> anyhow::Result<Telemetry> {
-    let filter = EnvFilter::try_from_env("MAP_GATEWAY_LOG").unwrap_or_else(|_| EnvFilter::new("info")).add_directive(format!("{TARGET}=off").parse()?);
+    // PostgreSQL's notices ("relation already exists, skipping" at each start)
+    // are not news to an operator: warnings only, unless asked for.
+    let filter = EnvFilter::try_from_env("MAP_GATEWAY_LOG").unwrap_or_else(|_| EnvFilter::new("info,sqlx::postgres::notice=warn")).add_directive(format!("{TARGET}=off").parse()?);
     let stderr_is_terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let logs = match config.log_format.as_str() {
         "json" => tracing_subscriber::fmt::layer().json().with_current_span(false).with_writer(std::io::stderr).boxed(),

@@ -49,7 +49,17 @@ async fn a_plugin_from_plugin_new_builds_loads_and_answers() {
     assert!(readme.contains("[plugins.scaffold-notes]"), "the README has the config stanza");
 
     let wasm = build(&dir, "scaffold_notes");
-    let gw = Gateway::start_with(65536, &format!("{TENANTS}\n[plugins.scaffold-notes]\npath = {:?}\n", wasm.to_string_lossy()));
+    // The plugin guide's loop: a gateway loading its plugin folder, then
+    // `plugin install` (into that folder) and a reload.
+    let plugin_dir = tmp.path().join("plugins");
+    let gw = Gateway::start_config(&format!("plugin_dir = {:?}", plugin_dir.to_string_lossy()), TENANTS);
+    let config = tmp.path().join("install.toml");
+    std::fs::write(&config, format!("[server]\nplugin_dir = {:?}\n", plugin_dir.to_string_lossy())).unwrap();
+    let out = Command::new(BIN).args(["plugin", "install"]).arg(&wasm).arg("--config").arg(&config).output().unwrap();
+    assert!(out.status.success(), "plugin install failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("scaffold-notes.wasm"), "{}", String::from_utf8_lossy(&out.stdout));
+    let reload = http(&gw.addr(), "POST", "/admin/reload?wait=true", &[], b"").await;
+    assert_eq!(reload.status, 200, "{}", reload.text());
 
     let (mut ws, connected) = gw.ws_connected("client", None).await;
     let ext = connected["capabilities"]["extensions"].as_array().unwrap().iter().find(|e| e["name"] == "scaffold-notes").cloned();
@@ -99,4 +109,29 @@ fn plugin_new_refuses_bad_names_taken_folders_and_a_missing_sdk() {
     }
     assert_eq!(std::fs::read_to_string(taken.join("keep.txt")).unwrap(), "mine", "nothing was overwritten");
     assert!(!tmp.path().join("a").exists() && !tmp.path().join("c").exists());
+}
+
+#[test]
+fn plugin_install_refuses_what_is_not_a_component_and_a_listed_config() {
+    let tmp = TempDir::new("install-refuse");
+    let file = |name: &str, bytes: &[u8]| {
+        let p = tmp.path().join(name);
+        std::fs::write(&p, bytes).unwrap();
+        p
+    };
+    let module = file("module.wasm", b"\0asm\x01\0\0\0");
+    let text = file("notes.wasm", b"hello");
+    let component = file("task_board.wasm", b"\0asm\x0d\0\x01\0");
+    let listed = file("listed.toml", b"[plugins.mail]\npath = \"mail.wasm\"\n");
+    let dir = file("dir.toml", format!("[server]\nplugin_dir = {:?}\n", tmp.path().join("pl").to_string_lossy()).as_bytes());
+    let install = |wasm: &Path, config: &Path| Command::new(BIN).args(["plugin", "install"]).arg(wasm).arg("--config").arg(config).output().unwrap();
+    for (wasm, config, says) in [(&module, &dir, "core Wasm module"), (&text, &dir, "not a Wasm component"), (&component, &listed, "[plugins.task-board]")] {
+        let out = install(wasm, config);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains(says), "{}: {stderr}", wasm.display());
+    }
+    assert!(!tmp.path().join("pl").exists(), "nothing was installed");
+    let out = install(&component, &dir);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(tmp.path().join("pl/task-board.wasm").exists(), "the crate's file name becomes the plugin's name");
 }

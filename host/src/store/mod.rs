@@ -257,7 +257,7 @@ pub fn digest_hex(bytes: &[u8]) -> String {
 }
 
 /// A URL without its password, for messages.
-fn redact(url: &str) -> String {
+pub fn redact(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(s), Some(at)) if at > s => format!("{}://…@{}", &url[..s], &url[at + 1..]),
         _ => url.to_string(),

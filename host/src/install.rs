@@ -1,0 +1,44 @@
+//! `map-gateway plugin install FILE`: a built component into the plugin
+//! folder a gateway without a `[plugins]` table loads from.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use map_gateway::config::Config;
+
+use crate::scaffold::check_name;
+
+/// The first eight bytes of a Wasm component (magic, then version 0x0d and layer 1).
+const COMPONENT: [u8; 8] = [0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00];
+/// A core module's: Wasm, but not something the gateway loads.
+const MODULE: [u8; 8] = [0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00];
+
+/// Copy `file` into `config`'s plugin folder as `NAME.wasm` (NAME: `name`, or
+/// the file's stem with `_` as `-`, as cargo names a crate's output) and return
+/// where it went. The copy is renamed into place, so a gateway reloading at
+/// that moment sees the old file or the new one, never half of one.
+pub fn install(file: &Path, name: Option<String>, config: &Config) -> anyhow::Result<PathBuf> {
+    let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+    match bytes.get(..8) {
+        Some(head) if head == COMPONENT => {}
+        Some(head) if head == MODULE => bail!("{} is a core Wasm module, not a component: build for wasm32-wasip2 (or wrap it with `wasm-tools component new`)", file.display()),
+        _ => bail!("{} is not a Wasm component", file.display()),
+    }
+    let name = match name {
+        Some(n) => n,
+        None => file.file_stem().and_then(|s| s.to_str()).unwrap_or_default().replace('_', "-"),
+    };
+    check_name(&name)?;
+    if let Some(listed) = &config.plugins {
+        if !listed.contains_key(&name) {
+            bail!("this configuration lists its plugins in a [plugins] table, so nothing loads from plugin_dir: add [plugins.{name}] path = {:?} instead", file.display().to_string());
+        }
+    }
+    let dir = &config.server.plugin_dir;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let dest = dir.join(format!("{name}.wasm"));
+    let tmp = dir.join(format!(".{name}.wasm.{}.tmp", std::process::id()));
+    std::fs::write(&tmp, &bytes).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, &dest).with_context(|| format!("moving into {}", dest.display()))?;
+    Ok(std::path::absolute(&dest).unwrap_or(dest))
+}
