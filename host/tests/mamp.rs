@@ -368,15 +368,15 @@ async fn map_agents_answer_and_start_conversations_with_external_agents() {
     assert!(data["reason"].as_str().unwrap().contains("503"), "{data}");
     assert!(data["conversationId"].is_string(), "{data}");
     assert_eq!(peer.requests_to(erin, 3).await.len(), 3);
-    // A refusal is final at once; bad params are -32602; another agent's conversation is 15001.
+    // A refusal is final at once; bad params are -32602; another agent's conversation is 92001.
     let refused = alice.call_ok("mamp/send", json!({"to": "agent://peer.example/refuse-frank", "content": "x"})).await;
     assert_eq!(refused["status"], "failed", "{refused}");
     assert_eq!(err_code(&alice.call("mamp/send", json!({"content": "no one"})).await), -32602);
     assert_eq!(err_code(&alice.call("mamp/send", json!({"to": "bob", "content": "x"})).await), -32602);
-    assert_eq!(err_code(&alice.call("mamp/send", json!({"conversationId": "nope", "content": "x"})).await), 15000);
+    assert_eq!(err_code(&alice.call("mamp/send", json!({"conversationId": "nope", "content": "x"})).await), 92000);
     let (mut zed, _) = gw.ws_connected("agent", Some(api_key("acme-key"))).await;
     zed.call_ok("map/agents/register", json!({"agentId": "zed"})).await;
-    assert_eq!(err_code(&zed.call("mamp/send", json!({"conversationId": conv, "content": "x"})).await), 15001);
+    assert_eq!(err_code(&zed.call("mamp/send", json!({"conversationId": conv, "content": "x"})).await), 92001);
     // The bridge's own counters, at the gateway's /metrics.
     let text = common::http(&gw.addr(), "GET", "/metrics", &[], b"").await.text();
     let value = |series: &str| text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse::<f64>().ok()).unwrap_or(0.0);
@@ -472,7 +472,7 @@ async fn connect_peer(gw: &Gateway, path: &PathBuf, domain: &str, token: &str, o
     let data_dir = data.lines().find(|l| l.starts_with("data_dir")).unwrap().to_string();
     let text = peer_config(domain, token, other, other_token, port).replace("[server]\n", &format!("[server]\n{data_dir}\n"));
     std::fs::write(path, text).unwrap();
-    let resp = common::http(&gw.addr(), "POST", "/admin/reload", &[], b"").await;
+    let resp = common::http(&gw.addr(), "POST", "/admin/reload?wait=true", &[], b"").await;
     assert_eq!(resp.status, 200, "reload: {}", String::from_utf8_lossy(&resp.body));
 }
 

@@ -437,7 +437,7 @@ async fn a_delivery_waiting_for_a_retry_survives_the_kill_of_its_node(bridge: Br
     let plugins = if bridge == Bridge::Singleton { singleton_bridge() } else { String::new() };
     let mut cluster = Cluster::start(&NODES, options(&format!("{}{plugins}", mamp_tenant(port)))).await;
     let mut first = cluster.node("a").connect("client").await;
-    first.wait_for("the MAMP bridge answering on node a", "mamp/conversation", json!({"conversationId": "none"}), |r| r["error"]["code"] == 15000).await;
+    first.wait_for("the MAMP bridge answering on node a", "mamp/conversation", json!({"conversationId": "none"}), |r| r["error"]["code"] == 92000).await;
     drop(first);
     let entry = cluster.node("a").plugin_entry(TENANT, "mamp").await.expect("mamp listed in /admin/plugins");
     let (doomed, token, sender) = match bridge {
@@ -584,7 +584,7 @@ async fn every_node_answers_a_singletons_calls_as_its_owner_does() {
     }
     let a = clients.get_mut("a").expect("node a");
     a.wait_for("the UAP hub answering on node a", "uap/list", json!({}), |r| r.get("result").is_some()).await;
-    a.wait_for("the MAMP bridge answering on node a", "mamp/conversation", json!({"conversationId": "none"}), |r| r["error"]["code"] == 15000).await;
+    a.wait_for("the MAMP bridge answering on node a", "mamp/conversation", json!({"conversationId": "none"}), |r| r["error"]["code"] == 92000).await;
     let (uap_owner, _) = lease_holder(&cluster, &NODES, TENANT, "uap", REPLICATION).await;
     let (mamp_owner, _) = lease_holder(&cluster, &NODES, TENANT, "mamp", REPLICATION).await;
 
@@ -598,7 +598,7 @@ async fn every_node_answers_a_singletons_calls_as_its_owner_does() {
         }
     }
     let missing = clients.get_mut(uap_owner.as_str()).expect("owner").call("uap/get", json!({"jobId": "job-missing"})).await;
-    assert_eq!(missing["error"]["code"], 14000, "{missing}");
+    assert_eq!(missing["error"]["code"], 91000, "{missing}");
     // A job submitted through a non-owner is the same job on every node.
     let (u1, _) = others(&uap_owner);
     let id = submit(clients.get_mut(u1).expect("node"), "nobody-runs-this", 0).await;
@@ -651,14 +651,14 @@ async fn every_node_answers_a_singletons_calls_as_its_owner_does() {
 
     // An agent's call right after its registration: the bridge knows the
     // caller's agents on every node (here it gets as far as the unknown
-    // conversation, 15000), as it does on the owner.
+    // conversation, 92000), as it does on the owner.
     for n in NODES {
         for k in 0..5 {
             let me = format!("fresh-{n}-{k}");
             let mut fresh = cluster.node(n).agent(&me, json!({})).await;
             let params = json!({"conversationId": "none", "content": "x", "from": format!("agent://gw.example/{me}")});
             let r = fresh.call("mamp/send", params.clone()).await;
-            assert_eq!(r["error"]["code"], 15000, "mamp/send {params} by {me} right after it registered on node {n} (the bridge's owner is {mamp_owner}): {r}");
+            assert_eq!(r["error"]["code"], 92000, "mamp/send {params} by {me} right after it registered on node {n} (the bridge's owner is {mamp_owner}): {r}");
         }
     }
 }

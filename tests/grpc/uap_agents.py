@@ -301,8 +301,8 @@ def late_agent_and_cancel(hub, creds, m):
     assert m.job(waiting["id"])["status"] == "queued"
     c = m.call("uap/cancel", {"jobId": cancelled["id"]})["job"]
     assert c["status"] == "cancelled", c
-    assert m.error("uap/cancel", {"jobId": cancelled["id"]})["code"] == 14001
-    assert m.error("uap/get", {"jobId": "job-nope"})["code"] == 14000
+    assert m.error("uap/cancel", {"jobId": cancelled["id"]})["code"] == 91001
+    assert m.error("uap/get", {"jobId": "job-nope"})["code"] == 91000
     late = Agent(hub, creds, "late", tests=["later", "never"])
     p = late.proposal()
     assert p.test.type == "later", p

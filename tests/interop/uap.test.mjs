@@ -57,8 +57,12 @@ const call = (h, method, params) => h.conn.callExtension(method, params);
 
 test('map/connect advertises the UAP hub', async () => {
   const c = await connectClient(gw, { auth: ACME });
-  assert.deepEqual(c.connectResult.capabilities.uap, { enabled: true, grpcService: 'uap.v1.AgentHub' });
+  assert.deepEqual(c.connectResult.capabilities['x-uap'], { enabled: true, grpcService: 'uap.v1.AgentHub' });
+  assert.equal(c.connectResult.capabilities.uap, undefined, 'the group is x-uap');
   const ext = c.connectResult.capabilities.extensions.find((e) => e.methods?.includes('uap/submit'));
+  // Experimental: an x- name and URI, never a urn:map:ext: one.
+  assert.equal(ext.uri, 'x-uap:1');
+  assert.equal(ext.name, 'x-uap');
   assert.deepEqual([...ext.methods].sort(), ['uap/agents', 'uap/cancel', 'uap/get', 'uap/list', 'uap/submit']);
 });
 
@@ -120,10 +124,10 @@ test('payload metadata reaches the agent as submitted, nulls and all, and comes 
 
 test('UAP errors: unknown job, finished job, bad params; another tenant sees nothing', async () => {
   const c = await connectClient(gw, { auth: ACME });
-  await rejectsWithCode(call(c, 'uap/get', { jobId: 'job-none' }), 14000, 'unknown job');
+  await rejectsWithCode(call(c, 'uap/get', { jobId: 'job-none' }), 91000, 'unknown job');
   const { job } = await call(c, 'uap/submit', { kind: 'test', type: 'nobody-runs-this' });
   assert.equal((await call(c, 'uap/cancel', { jobId: job.id })).job.status, 'cancelled');
-  await rejectsWithCode(call(c, 'uap/cancel', { jobId: job.id }), 14001, 'already cancelled');
+  await rejectsWithCode(call(c, 'uap/cancel', { jobId: job.id }), 91001, 'already cancelled');
   await rejectsWithCode(call(c, 'uap/submit', { kind: 'test' }), -32602, 'no type');
   const other = await connectClient(gw, { auth: GLOBEX });
   assert.deepEqual((await call(other, 'uap/list', {})).jobs, []);

@@ -7,6 +7,7 @@ mod operations;
 pub mod directory;
 pub mod drain;
 pub mod events;
+pub mod ext_registry;
 pub mod extensions;
 pub mod fabric;
 pub mod federation;

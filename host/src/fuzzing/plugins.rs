@@ -59,7 +59,7 @@ fn rpc_error(rest: &[u8]) {
         Some((m, d)) => (m.to_string(), Some(d.to_string())),
         None => (text.to_string(), None),
     };
-    let range = (15000, 15999);
+    let range = (92000, 92999);
     let Ok(err) = check_error(code, message.clone(), data, range, MAX) else { return };
     assert!((-32700..=-32600).contains(&code) || (range.0..=range.1).contains(&code), "kept code {code}");
     let answer: Value = serde_json::from_str(&encode_error(&json!(1), &err)).expect("the answer is JSON");

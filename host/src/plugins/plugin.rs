@@ -14,6 +14,7 @@ use super::instance::{classify, Instance};
 use super::state::{Context, PluginState};
 use crate::config::InstanceMode;
 use crate::core::events::DataFilterSpec;
+use crate::core::ext_registry::{self, Declared};
 
 /// Error codes a plugin may not claim: JSON-RPC's, and the MAP core's.
 const RESERVED_CODES: &[(i64, i64)] = &[(-32768, -32000), (1000, 9999), (16000, 16999)];
@@ -191,12 +192,15 @@ impl Plugin {
 
 fn check_descriptor(name: &str, d: Described) -> anyhow::Result<Descriptor> {
     let capabilities: Value = serde_json::from_str(&d.capabilities).map_err(|e| anyhow::anyhow!("plugin {name}: capabilities are not JSON: {e}"))?;
-    if let Some(bad) = d.methods.iter().find(|m| m.starts_with("map/") || m.is_empty()) {
-        anyhow::bail!("plugin {name} may not serve {bad:?}: map/ belongs to the core");
-    }
     let (lo, hi) = d.error_range;
     if lo > hi || RESERVED_CODES.iter().any(|&(a, b)| lo <= b && a <= hi) {
         anyhow::bail!("plugin {name} declares error range {lo}..={hi}, which is empty or overlaps codes reserved for JSON-RPC and the MAP core ({RESERVED_CODES:?})");
+    }
+    let declared = Declared { name: &d.name, uri: &d.uri, capability_group: &d.capability_group, methods: &d.methods, errors: d.error_range };
+    match ext_registry::check(&declared) {
+        Ok(None) => {}
+        Ok(Some(note)) => tracing::warn!(plugin = name, "{note}"),
+        Err(why) => anyhow::bail!("plugin {name} breaks the MAP extension registry: {why}"),
     }
     let mut event_filters = Vec::new();
     for (key, event_types, fields) in d.event_filters {

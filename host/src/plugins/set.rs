@@ -8,11 +8,13 @@ use std::sync::Arc;
 use serde_json::{json, Map, Value};
 
 use crate::core::events::DataFilterSpec;
+use crate::core::ext_registry::{self, Declared};
 use crate::core::extensions::{Answer, Extensions};
 use futures_util::future::BoxFuture;
 use crate::rpc::RpcError;
 
 use super::calls::TenantPlugin;
+use super::plugin::Descriptor;
 use crate::core::model::Observed;
 use crate::core::Active;
 
@@ -56,6 +58,12 @@ impl TenantPlugins {
                 for m in &d.methods {
                     if let Some(other) = set.methods.insert(m.clone(), tp.clone()) {
                         anyhow::bail!("method {m} is served by both {} and {}", other.name(), tp.name());
+                    }
+                }
+                let before = plugins.iter().take_while(|o| !Arc::ptr_eq(o, tp));
+                for (other, o) in before.filter_map(|o| Some((o, o.descriptor.as_ref()?))) {
+                    if let Some(why) = ext_registry::collide(&declared(d), &declared(o)) {
+                        anyhow::bail!("plugins {} and {}: {why}", other.name(), tp.name());
                     }
                 }
             }
@@ -137,6 +145,11 @@ impl TenantPlugins {
             }
         }
     }
+}
+
+/// What the registry checks of a descriptor.
+fn declared(d: &Descriptor) -> Declared<'_> {
+    Declared { name: &d.name, uri: &d.uri, capability_group: &d.capability_group, methods: &d.methods, errors: d.error_range }
 }
 
 /// A capability group as a participant of this type sees it: the group's

@@ -29,11 +29,12 @@ use serde_json::json;
 use reply::Refusal;
 use settings::Settings;
 
-const ERRORS: ErrorRange = ErrorRange::new(15000, 15999).with_storage_code(15999);
+/// An experimental extension's range (from 90000 up: MAMP is in no MAP registry).
+const ERRORS: ErrorRange = ErrorRange::new(92000, 92999).with_storage_code(92999);
 /// No MAMP conversation with that id (or mail conversation id).
-const CONVERSATION_NOT_FOUND: i64 = ERRORS.code(15000);
+const CONVERSATION_NOT_FOUND: i64 = ERRORS.code(92000);
 /// The conversation belongs to another MAP agent.
-const NOT_YOURS: i64 = ERRORS.code(15001);
+const NOT_YOURS: i64 = ERRORS.code(92001);
 
 struct Mamp;
 
@@ -101,7 +102,8 @@ impl Extension for Mamp {
     const METHODS: Methods = Methods::new(&[("mamp/send", outbound::send), ("mamp/conversation", conversation)]);
 
     fn describe() -> Describe {
-        Describe::new("mamp", env!("CARGO_PKG_VERSION")).capabilities(json!({"enabled": true, "domain": Settings::load().domain}))
+        // Experimental (in no MAP registry): `x-mamp`, URI `x-mamp:1`.
+        Describe::new("x-mamp", env!("CARGO_PKG_VERSION")).capabilities(json!({"enabled": true, "domain": Settings::load().domain}))
     }
 }
 

@@ -152,12 +152,18 @@ pub struct Describe {
 impl Describe {
     /// `name` (e.g. `notes`) at `version` (pass `env!("CARGO_PKG_VERSION")`),
     /// with the URI `urn:map:ext:<name>:1`, the capability group `<name>`
-    /// and the capabilities `{"enabled": true}`.
+    /// and the capabilities `{"enabled": true}`. An experimental extension
+    /// (a name with the `x-` prefix, e.g. `x-notes`) gets the URI
+    /// `x-notes:1` instead: `urn:map:ext:` URIs are for registered ones.
     pub fn new(name: &str, version: &str) -> Describe {
+        let uri = match name.starts_with("x-") {
+            true => format!("{name}:1"),
+            false => format!("urn:map:ext:{name}:1"),
+        };
         Describe {
             name: name.into(),
             version: version.into(),
-            uri: format!("urn:map:ext:{name}:1"),
+            uri,
             capability_group: name.into(),
             capabilities: serde_json::json!({ "enabled": true }),
             methods: Vec::new(),
@@ -293,6 +299,8 @@ mod tests {
         assert_eq!(d.capability_group, "notes");
         assert_eq!(d.capabilities, serde_json::json!({"enabled": true}));
         assert_eq!(d.event_filters[0].fields, [("noteId".to_string(), vec!["noteId".to_string(), "note.id".to_string()])]);
+        let x = Describe::new("x-notes", "1.0.0");
+        assert_eq!((x.uri.as_str(), x.capability_group.as_str()), ("x-notes:1", "x-notes"));
         let r = Reply::json(&std::collections::BTreeMap::from([("k", 1)])).unwrap();
         assert_eq!(r.as_str(), r#"{"k":1}"#);
     }

@@ -34,7 +34,8 @@ impl Extension for Uap {
     ]);
 
     fn describe() -> Describe {
-        Describe::new("uap", env!("CARGO_PKG_VERSION"))
+        // Experimental (in no MAP registry): `x-uap`, URI `x-uap:1`.
+        Describe::new("x-uap", env!("CARGO_PKG_VERSION"))
             .capabilities(serde_json::json!({"enabled": true, "grpcService": grpc::SERVICE}))
             // `map/subscribe {filter: {uap: {jobId}}}`.
             .event_filter(EventFilter::new("uap", "uap.*").field("jobId", &["jobId"]))

@@ -11,23 +11,39 @@ pub(crate) mod subscriptions;
 use std::sync::Arc;
 
 use super::{Active, Conn, Gateway, Out};
+use crate::core::ext_registry::plugin_namespace;
 use crate::core::federation::PEER_METHODS;
 use crate::rpc::codes;
 use crate::rpc::{Request, RpcError};
 
-/// A core method's answer, or `None` for a method outside `map/` (an
-/// extension's; plugins may not serve `map/` methods).
+/// A core method's answer, or `None` for an extension's method: one
+/// outside `map/`, or in the `map/` namespace of a registered extension
+/// (`map/tasks/`), which a plugin may serve (-32601 when none does).
 pub(super) fn dispatch(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Option<Result<Out, RpcError>> {
-    req.method.starts_with("map/").then(|| route(gw, conn, req))
+    if !req.method.starts_with("map/") {
+        return None;
+    }
+    if let Err(e) = walled(conn, req) {
+        return Some(Err(e));
+    }
+    match plugin_namespace(&req.method) {
+        Some(_) => None,
+        None => Some(route(gw, conn, req)),
+    }
 }
 
-fn route(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out, RpcError> {
+/// A federated system reaches only the peer methods of `map/`.
+fn walled(conn: &Conn, req: &Request) -> Result<(), RpcError> {
     if let Ok(active) = conn.active() {
         let walled = active.tenant.federation().is_some_and(|f| f.shown_to(&active.principal).is_some());
         if walled && !PEER_METHODS.contains(&&*req.method) {
             return Err(RpcError::new(codes::PERMISSION_DENIED, format!("{} is not available to a federated system", req.method)));
         }
     }
+    Ok(())
+}
+
+fn route(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out, RpcError> {
     match &*req.method {
         // The hot path first.
         "map/send" => messaging::send(conn.active()?, req),
