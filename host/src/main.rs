@@ -243,8 +243,8 @@ async fn serve(config: Config, config_path: Option<PathBuf>, stdio: bool) -> any
     Ok(())
 }
 
-/// SIGHUP re-reads the configuration and swaps plugins, like `POST /admin/reload`,
-/// and reads the TLS certificate and key again.
+/// SIGHUP re-reads the configuration and swaps plugins in the background,
+/// like `POST /admin/reload`, and reads the TLS certificate and key again.
 fn spawn_reload_on_hangup(gateway: std::sync::Arc<Gateway>, tls: Option<std::sync::Arc<transport::tls::Tls>>) {
     #[cfg(unix)]
     tokio::spawn(async move {
@@ -253,10 +253,9 @@ fn spawn_reload_on_hangup(gateway: std::sync::Arc<Gateway>, tls: Option<std::syn
             if let Some(Err(e)) = tls.as_ref().map(|t| t.reload()) {
                 tracing::error!(error = %format!("{e:#}"), "TLS reload failed; the previous certificate stays");
             }
-            match gateway.reload().await {
-                Ok(status) => tracing::info!(%status, "configuration reloaded"),
-                Err(e) => tracing::error!(error = %format!("{e:#}"), "reload failed; the previous plugins stay"),
-            }
+            // In the background, as `POST /admin/reload`; the reload logs how it ended.
+            let job = gateway.start_reload();
+            tracing::info!(reload = %job.id, "SIGHUP: reloading the configuration");
         }
     });
 }

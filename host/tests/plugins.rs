@@ -142,7 +142,7 @@ async fn a_pending_timer_fires_on_the_version_a_reload_binds() {
     // Other settings bind another version; the one that scheduled the timer is dropped.
     let text = std::fs::read_to_string(&gw.config).unwrap().replace("deadline_ms = 500", "deadline_ms = 600");
     std::fs::write(&gw.config, text).unwrap();
-    let reload = http(&gw.addr(), "POST", "/admin/reload", &[], b"").await;
+    let reload = http(&gw.addr(), "POST", "/admin/reload?wait=true", &[], b"").await;
     assert_eq!(reload.status, 200, "{}", reload.text());
     assert!(scheduled.elapsed() < delay, "the reload took longer than the timer's delay: nothing was checked");
     let (event, _) = ws.notification_where(delay + WAIT, |n| n["method"] == "map/event").await;
@@ -375,7 +375,7 @@ async fn hot_swap_keeps_connections_open() {
     assert_eq!(ws.call_ok("echo/version", json!({})).await, json!({"version": "1.0.0"}));
 
     std::fs::copy(fixture("echo-v2.wasm"), &live).unwrap();
-    let reload = admin(&gw, "POST", "/admin/reload").await;
+    let reload = admin(&gw, "POST", "/admin/reload?wait=true").await;
     assert_eq!(reload.status, 200, "{}", reload.text());
     assert!(reload.text().contains("2.0.0"), "{}", reload.text());
 
@@ -388,7 +388,7 @@ async fn hot_swap_keeps_connections_open() {
 
     // A broken file does not replace a working plugin.
     std::fs::write(&live, b"not a component").unwrap();
-    let failed = admin(&gw, "POST", "/admin/reload").await;
+    let failed = admin(&gw, "POST", "/admin/reload?wait=true").await;
     assert_eq!(failed.status, 422, "{}", failed.text());
     assert!(failed.text().contains("echo"), "{}", failed.text());
     assert_eq!(ws.call_ok("echo/version", json!({})).await, json!({"version": "2.0.0"}));
@@ -513,7 +513,7 @@ async fn the_admin_api_wants_its_token_when_one_is_set() {
     let listed = http(&addr, "GET", "/admin/plugins", &[("authorization", "Bearer s3cret")], b"").await;
     assert_eq!(listed.status, 200, "{}", listed.text());
     assert!(listed.text().contains(r#""name":"echo""#), "{}", listed.text());
-    assert_eq!(http(&addr, "POST", "/admin/reload", &[("authorization", "Bearer s3cret")], b"").await.status, 200);
+    assert_eq!(http(&addr, "POST", "/admin/reload?wait=true", &[("authorization", "Bearer s3cret")], b"").await.status, 200);
 }
 
 #[test]

@@ -153,7 +153,7 @@ def main():
     with open(config_path, "w") as f:
         f.write(text.replace('generation = "1"', 'generation = "2"'))
     conn = http.client.HTTPConnection(addr, timeout=30)
-    conn.request("POST", "/admin/reload", b"")
+    conn.request("POST", "/admin/reload?wait=true", b"")
     reload = conn.getresponse()
     assert reload.status == 200, (reload.status, reload.read())
     expect_error(grpc.StatusCode.UNAVAILABLE, lambda: next(responses), "replaced")

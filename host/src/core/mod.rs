@@ -14,6 +14,8 @@ pub mod federation;
 pub mod model;
 pub mod outbox;
 pub mod registry;
+mod reloads;
+pub use reloads::{Job as ReloadJob, State as ReloadState};
 pub mod send;
 mod tenant;
 pub mod tracked;
@@ -96,6 +98,8 @@ pub struct Gateway {
     finally: Mutex<Vec<Box<dyn FnOnce() + Send>>>,
     /// What else must hold for `/readyz` (the cluster's link, say): each says what is wrong.
     readiness: Mutex<Vec<ReadyCheck>>,
+    /// Reloads running, queued and recent.
+    reloads: reloads::Reloads,
 }
 
 /// Says what keeps the gateway from serving, if anything.
@@ -206,7 +210,7 @@ impl Gateway {
 
     /// A core whose tenants already hold what `extensions` gave them.
     pub fn assemble(config: Config, tenants: Tenants, extensions: Option<Arc<dyn ExtensionHost>>, config_path: Option<PathBuf>) -> Gateway {
-        Gateway { config, tenants, extensions, config_path, sessions: Mutex::new(HashMap::new()), resume_tokens: Mutex::new(HashMap::new()), drain: drain::Drain::new(), finally: Mutex::new(Vec::new()), readiness: Mutex::new(Vec::new()) }
+        Gateway { config, tenants, extensions, config_path, sessions: Mutex::new(HashMap::new()), resume_tokens: Mutex::new(HashMap::new()), drain: drain::Drain::new(), finally: Mutex::new(Vec::new()), readiness: Mutex::new(Vec::new()), reloads: Default::default() }
     }
 
     /// Run `f` at a graceful stop, after the connections have drained.
@@ -231,8 +235,9 @@ impl Gateway {
         }
     }
 
-    /// Re-read the configuration file and swap in its extensions. Connections
-    /// stay open; calls in flight finish on the extensions they started with.
+    /// Re-read the configuration file and swap in its extensions, now (see
+    /// `start_reload` for one in the background). Connections stay open;
+    /// calls in flight finish on the extensions they started with.
     pub async fn reload(&self) -> anyhow::Result<serde_json::Value> {
         let Some(host) = &self.extensions else { anyhow::bail!("this gateway runs without plugins") };
         let config = match &self.config_path {

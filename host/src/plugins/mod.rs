@@ -2,7 +2,8 @@
 //! sets, limits, hot swap. The contract is `wit/` (package
 //! `map-gateway:plugin@0.2.3`; components built against 0.1.0 and 0.2.0 still load).
 //!
-//! One job per file: `engine` (wasmtime and the artifact cache), `bindings`
+//! One job per file: `engine` (wasmtime), `artifacts` (compiled components:
+//! the disk cache, the cluster's shared store, the compiler), `bindings`
 //! (generated from `wit/`), `exports` (binding each exported interface),
 //! `plugin` (a loaded component), `instance` (one instance and failure
 //! classification), `limiter` (its memory and table caps), `budget` (the
@@ -16,6 +17,7 @@
 //! (outbound HTTP), `set` (a tenant's plugins), `state` (what an
 //! instance's store holds).
 
+mod artifacts;
 mod bindings;
 mod budget;
 mod calls;
@@ -90,10 +92,12 @@ pub fn caller_of(active: &Active) -> Caller {
     }
 }
 
+#[derive(Clone)]
 struct Loaded {
     digest: String,
     settings: PluginConfig,
     plugin: Arc<Plugin>,
+    origin: artifacts::Origin,
 }
 
 /// Compiles, caches and binds plugins; swaps tenant plugin sets on reload.
@@ -103,8 +107,13 @@ pub struct PluginHost {
     linker: Linker<PluginState>,
     db: Store,
     cache_dir: PathBuf,
+    /// Compiled plugins shared with the other gateways of the database.
+    shared: Option<crate::store::Artifacts>,
     max_result_bytes: usize,
-    loaded: tokio::sync::Mutex<HashMap<String, Loaded>>,
+    /// One `apply` at a time.
+    applying: tokio::sync::Mutex<()>,
+    /// What the last `apply` loaded; read by `status` while another runs.
+    loaded: Mutex<Arc<HashMap<String, Loaded>>>,
     /// A tenant no one connects to, for calls made while loading (`describe`).
     scratch: Arc<Tenant>,
     last_error: Mutex<Option<String>>,
@@ -161,10 +170,12 @@ impl PluginHost {
             engine,
             budget: budget::Budget::new(config.server.max_instances),
             linker,
+            shared: db.artifacts(),
             db,
             cache_dir: config.server.plugin_cache(),
             max_result_bytes: config.server.max_message_bytes,
-            loaded: tokio::sync::Mutex::new(HashMap::new()),
+            applying: tokio::sync::Mutex::new(()),
+            loaded: Mutex::new(Arc::new(HashMap::new())),
             scratch: Arc::new(Tenant::new("~loader", &crate::config::LimitsConfig { replay_events: 1, ..Default::default() })),
             last_error: Mutex::new(None),
             bound: Mutex::new(Vec::new()),
@@ -231,14 +242,11 @@ impl PluginHost {
         })
     }
 
-    async fn load(&self, name: &str, settings: &PluginConfig) -> anyhow::Result<(String, Arc<Plugin>)> {
+    async fn load(&self, name: &str, settings: &PluginConfig) -> anyhow::Result<Loaded> {
         let bytes = std::fs::read(&settings.path).with_context(|| format!("reading plugin {name} at {}", settings.path.display()))?;
         let digest = crate::store::digest_hex(&bytes);
-        let component = {
-            let (engine, path, cache, name) = (self.engine.clone(), settings.path.clone(), self.cache_dir.clone(), name.to_string());
-            // Compiling takes a while; keep it off the async workers.
-            tokio::task::spawn_blocking(move || engine::load_component(&engine, &path, &cache, &name)).await??
-        };
+        let source = artifacts::Source { engine: &self.engine, name, bytes, digest: &digest, cache_dir: &self.cache_dir, shared: self.shared.as_ref() };
+        let (component, origin) = artifacts::load(source).await.with_context(|| format!("compiling plugin {name} ({})", settings.path.display()))?;
         let limits = Limits {
             deadline: Duration::from_millis(settings.deadline_ms),
             memory_bytes: (settings.memory_mb as usize) << 20,
@@ -250,25 +258,23 @@ impl PluginHost {
         let none = outbound::Policy::new(&[], Duration::ZERO, 0, "~loader", name)?;
         let ctx = self.context(self.scratch.clone(), name, settings.config.clone(), settings, false, none);
         let plugin = Plugin::load(name, &component, &self.linker, self.budget.clone(), ctx, limits).await.with_context(|| format!("loading plugin {name}"))?;
-        tracing::info!(plugin = name, version = plugin.version(), "plugin loaded");
-        Ok((digest, Arc::new(plugin)))
+        tracing::info!(plugin = name, version = plugin.version(), artifact = origin.as_str(), "plugin loaded");
+        Ok(Loaded { digest, settings: settings.clone(), plugin: Arc::new(plugin), origin })
     }
 
     /// Load the configured plugins (reusing unchanged ones) and give every
     /// tenant its new set. Calls in flight finish on the set they started with.
     pub async fn apply(&self, config: &Config, tenants: &Tenants) -> anyhow::Result<()> {
         let wanted = config.plugin_settings()?;
-        let mut loaded = self.loaded.lock().await;
+        let _turn = self.applying.lock().await;
+        let loaded = self.loaded.lock().clone();
         let mut next: HashMap<String, Loaded> = HashMap::new();
         for (name, settings) in &wanted {
             let bytes_digest = std::fs::read(&settings.path).map(|b| crate::store::digest_hex(&b)).ok();
             let reuse = loaded.get(name).filter(|l| Some(&l.digest) == bytes_digest.as_ref() && &l.settings == settings);
             let entry = match reuse {
-                Some(l) => Loaded { digest: l.digest.clone(), settings: settings.clone(), plugin: l.plugin.clone() },
-                None => {
-                    let (digest, plugin) = self.load(name, settings).await?;
-                    Loaded { digest, settings: settings.clone(), plugin }
-                }
+                Some(l) => l.clone(),
+                None => self.load(name, settings).await?,
             };
             next.insert(name.clone(), entry);
         }
@@ -322,7 +328,7 @@ impl PluginHost {
                 }
             }
         }
-        *loaded = next;
+        *self.loaded.lock() = Arc::new(next);
         *self.bound.lock() = bound;
         *self.last_error.lock() = None;
         Ok(())
@@ -347,10 +353,10 @@ impl PluginHost {
 
     /// Versions of the loaded plugins, for the admin API.
     pub async fn status(&self) -> Value {
-        let loaded = self.loaded.lock().await;
+        let loaded = self.loaded.lock().clone();
         let mut plugins: Vec<Value> = loaded
             .iter()
-            .map(|(name, l)| serde_json::json!({"name": name, "version": l.plugin.version(), "digest": l.digest, "path": l.settings.path}))
+            .map(|(name, l)| serde_json::json!({"name": name, "version": l.plugin.version(), "digest": l.digest, "path": l.settings.path, "artifact": l.origin.as_str()}))
             .collect();
         plugins.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
         // Each plugin in each tenant: calls by outcome, instances, failures.

@@ -45,6 +45,20 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
             token BIGINT NOT NULL, expires_at TIMESTAMPTZ NOT NULL,
             PRIMARY KEY (tenant, plugin))",
     ),
+    (
+        // Compiled plugins shared by the gateways of one database, keyed by
+        // the component and the engine (`artifacts`). Only PostgreSQL uses it.
+        // Machine code compresses poorly: stored out of line, uncompressed.
+        4,
+        "CREATE TABLE plugin_artifacts (
+            key TEXT PRIMARY KEY, plugin TEXT NOT NULL, digest TEXT NOT NULL,
+            artifact BLOB NOT NULL, created_at INTEGER NOT NULL, used_at INTEGER NOT NULL)",
+        "CREATE TABLE plugin_artifacts (
+            key TEXT PRIMARY KEY, plugin TEXT NOT NULL, digest TEXT NOT NULL,
+            artifact BYTEA NOT NULL, created_at TIMESTAMPTZ NOT NULL, used_at TIMESTAMPTZ NOT NULL);
+         ALTER TABLE plugin_artifacts ALTER COLUMN artifact SET STORAGE EXTERNAL;
+         CREATE INDEX plugin_artifacts_by_plugin ON plugin_artifacts (plugin, used_at);",
+    ),
 ];
 
 pub const CREATE_LEDGER: &str = "CREATE TABLE IF NOT EXISTS gateway_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)";

@@ -7,10 +7,12 @@
 //! (`group_commit`), which keeps a read cache (`cache`) current; on PostgreSQL,
 //! which other gateways may write too, each write call is its own
 //! transaction and every read goes to the database; a cluster singleton's
-//! writes also check its lease's fencing token there (`leases`). Either
+//! writes also check its lease's fencing token there (`leases`), and the
+//! gateways share their compiled plugins there (`artifacts`). Either
 //! way a key's version comes from one clock per database, ticked once per
 //! transaction, so versions never repeat.
 
+mod artifacts;
 mod cache;
 mod group_commit;
 mod leases;
@@ -25,6 +27,7 @@ use std::sync::Arc;
 
 use tracing::Instrument;
 
+pub use self::artifacts::Artifacts;
 pub use self::leases::{Fence, Leases};
 pub use self::ops::{Item, Op, Outcome};
 use self::ops::{check_key, check_ops, over_budget, ManyFill, PageFill, MAX_PAGE};
@@ -124,6 +127,14 @@ impl Store {
         match &self.backend {
             Backend::Sqlite(_) => None,
             Backend::Postgres(db) => Some(db.leases()),
+        }
+    }
+
+    /// Compiled plugins shared with the other gateways on the database (PostgreSQL).
+    pub fn artifacts(&self) -> Option<Artifacts> {
+        match &self.backend {
+            Backend::Sqlite(_) => None,
+            Backend::Postgres(db) => Some(db.artifacts()),
         }
     }
 

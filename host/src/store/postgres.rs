@@ -9,6 +9,7 @@ use anyhow::Context;
 use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
 use sqlx::Row;
 
+use super::artifacts::Artifacts;
 use super::leases::{self, Fence, Leases};
 use super::migrations;
 use super::ops::{add_to_counter, bounds, ManyFill, Op, Outcome, PageFill, PREFIX_END};
@@ -37,6 +38,10 @@ pub struct Postgres {
 impl Postgres {
     pub fn leases(&self) -> Leases {
         Leases { pool: self.pool.clone() }
+    }
+
+    pub fn artifacts(&self) -> Artifacts {
+        Artifacts { pool: self.pool.clone() }
     }
 
     /// A trivial query, given two seconds.

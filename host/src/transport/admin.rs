@@ -7,7 +7,11 @@
 //! - `DELETE /admin/sessions/{id}`: end a session now.
 //! - `GET /admin/plugins`: loaded plugins, and per tenant their calls,
 //!   instances, health and recent failures.
-//! - `POST /admin/reload`: re-read the configuration and swap plugins.
+//! - `POST /admin/reload`: re-read the configuration and swap plugins, in
+//!   the background: 202 with `{"reload": {id, state}}` and a `Location` to
+//!   poll. `?wait=true` waits instead: 200 with the plugin status, or 422.
+//! - `GET /admin/reload[/{id}]`: the latest reload (or that one): `running`,
+//!   `done` with the plugin status, or `failed` with the error.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,7 +21,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
 
 use super::reply::{error_json, full, method_not_allowed, Body};
-use crate::core::Gateway;
+use crate::core::{Gateway, ReloadState};
 
 fn ok_json(v: Value) -> Response<Body> {
     full(StatusCode::OK, "application/json", v.to_string())
@@ -85,13 +89,39 @@ pub async fn route(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -
             Some(host) => ok_json(host.status().await),
             None => ok_json(json!({"plugins": [], "tenants": [], "lastError": null})),
         },
-        (&Method::POST, "/admin/reload") => match gw.reload().await {
-            Ok(status) => ok_json(status),
-            Err(e) => full(StatusCode::UNPROCESSABLE_ENTITY, "application/json", json!({"error": format!("{e:#}")}).to_string()),
-        },
+        (&Method::POST, "/admin/reload") => reload(&gw, &req).await,
+        (&Method::GET, "/admin/reload") => reload_job(&gw, None),
+        (&Method::GET, p) if p.starts_with("/admin/reload/") => reload_job(&gw, Some(&p["/admin/reload/".len()..])),
         (_, "/metrics" | "/admin/tenants" | "/admin/sessions" | "/admin/agents" | "/admin/scopes" | "/admin/subscriptions" | "/admin/plugins") => method_not_allowed("GET"),
-        (_, "/admin/reload") => method_not_allowed("POST"),
+        (_, "/admin/reload") => method_not_allowed("GET, POST"),
+        (_, p) if p.starts_with("/admin/reload/") => method_not_allowed("GET"),
         (_, p) if p.starts_with("/admin/sessions/") => method_not_allowed("DELETE"),
         _ => error_json(StatusCode::NOT_FOUND, "no such admin endpoint"),
+    }
+}
+
+/// Start a reload: 202 and where to follow it; with `?wait=true`, its end.
+async fn reload(gw: &Arc<Gateway>, req: &Request<Incoming>) -> Response<Body> {
+    let wait = req.uri().query().is_some_and(|q| form_urlencoded::parse(q.as_bytes()).any(|(k, v)| k == "wait" && (v == "true" || v == "1")));
+    let job = gw.start_reload();
+    if !wait {
+        let mut r = full(StatusCode::ACCEPTED, "application/json", json!({"reload": job.accepted()}).to_string());
+        if let Ok(at) = hyper::header::HeaderValue::from_str(&format!("/admin/reload/{}", job.id)) {
+            r.headers_mut().insert(hyper::header::LOCATION, at);
+        }
+        return r;
+    }
+    match job.ended().await {
+        ReloadState::Done { status, .. } => ok_json(status),
+        ReloadState::Failed { error, .. } => error_json(StatusCode::UNPROCESSABLE_ENTITY, &error),
+        ReloadState::Running => error_json(StatusCode::INTERNAL_SERVER_ERROR, "the reload did not end"),
+    }
+}
+
+fn reload_job(gw: &Gateway, id: Option<&str>) -> Response<Body> {
+    match gw.reload_job(id) {
+        Some(job) => ok_json(json!({"reload": job.view()})),
+        None if id.is_none() => error_json(StatusCode::NOT_FOUND, "no reload since the gateway started"),
+        None => error_json(StatusCode::NOT_FOUND, "no such reload (the latest 16 are kept)"),
     }
 }

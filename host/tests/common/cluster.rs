@@ -219,13 +219,15 @@ pub struct ClusterOptions {
     pub presence_timeout_ms: u64,
     /// More TOML appended to every node's config (sections after `[cluster]`).
     pub extra: String,
+    /// More `[server]` lines for every node (a `cache_dir` line replaces the tests' shared cache).
+    pub server: String,
     /// Nodes that reach NATS at another URL (a `Relay`'s), by name.
     pub nats_for: Vec<(String, String)>,
 }
 
 impl Default for ClusterOptions {
     fn default() -> Self {
-        ClusterOptions { resume_window_secs: 300, presence_timeout_ms: 2000, extra: String::new(), nats_for: Vec::new() }
+        ClusterOptions { resume_window_secs: 300, presence_timeout_ms: 2000, extra: String::new(), server: String::new(), nats_for: Vec::new() }
     }
 }
 
@@ -387,7 +389,7 @@ impl Cluster {
         let config = |node: &str| -> (TempDir, PathBuf) {
             let dir = TempDir::new(&format!("node-{node}"));
             let nats = options.nats_for.iter().find(|(n, _)| n == node).map_or(&nats, |(_, url)| url);
-            let server = format!("plugin_dir = {plugins:?}\nmax_message_bytes = 1048576\nresume_window_secs = {}", options.resume_window_secs);
+            let server = format!("plugin_dir = {plugins:?}\nmax_message_bytes = 1048576\nresume_window_secs = {}\n{}", options.resume_window_secs, options.server);
             let extra = format!(
                 "[storage]\nurl = {url:?}\n[cluster]\nnats = {nats:?}\nnode = {node:?}\nname = {name:?}\npresence_timeout_ms = {}\n{}",
                 options.presence_timeout_ms,
