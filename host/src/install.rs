@@ -35,7 +35,11 @@ pub fn install(file: &Path, name: Option<String>, config: &Config) -> anyhow::Re
         }
     }
     let dir = &config.server.plugin_dir;
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    // A relative default found from the wrong folder would make a folder no
+    // gateway reads: only an existing one is taken.
+    if !dir.is_dir() {
+        bail!("no plugin folder at {}: run this where the gateway runs (the checkout, for scripts/run.sh), or pass --plugin-dir or --config", std::path::absolute(dir).unwrap_or_else(|_| dir.clone()).display());
+    }
     let dest = dir.join(format!("{name}.wasm"));
     let tmp = dir.join(format!(".{name}.wasm.{}.tmp", std::process::id()));
     std::fs::write(&tmp, &bytes).with_context(|| format!("writing {}", tmp.display()))?;

@@ -117,6 +117,9 @@ enum PluginCommand {
         /// The gateway's configuration file (default: the embedded defaults, plugin_dir plugins/dist).
         #[arg(long, value_name = "PATH")]
         config: Option<PathBuf>,
+        /// The plugin folder, instead of the configuration's `plugin_dir`.
+        #[arg(long, value_name = "DIR")]
+        plugin_dir: Option<PathBuf>,
     },
 }
 
@@ -170,11 +173,14 @@ fn main() -> anyhow::Result<()> {
             let project = scaffold::create(&name, dir, sdk, lang)?;
             println!("created {} in {}", project.name, project.dir.display());
             println!("build it:  (cd {} && {})", project.dir.display(), project.build_command());
-            println!("load it:   [plugins.{}] path = {:?}", project.name, project.wasm());
+            println!("load it:   map-gateway plugin install {} --plugin-dir {}   (then POST /admin/reload?wait=true)", project.wasm().display(), project.dist().display());
             Ok(())
         }
-        Command::Plugin { command: PluginCommand::Install { file, name, config } } => {
-            let config = load(config.as_ref())?;
+        Command::Plugin { command: PluginCommand::Install { file, name, config, plugin_dir } } => {
+            let mut config = load(config.as_ref())?;
+            if let Some(dir) = plugin_dir {
+                config.server.plugin_dir = dir;
+            }
             let dest = install::install(&file, name, &config)?;
             println!("installed {}", dest.display());
             println!("a running gateway loads it with: curl -X POST 'http://127.0.0.1:4700/admin/reload?wait=true'");

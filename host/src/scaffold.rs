@@ -138,6 +138,11 @@ fn write(path: &Path, text: &str) -> anyhow::Result<()> {
 }
 
 impl Project {
+    /// The plugin folder of the checkout whose SDK the project uses (`run.sh` loads it).
+    pub fn dist(&self) -> PathBuf {
+        self.sdk.parent().map_or_else(|| self.sdk.join("../dist"), |plugins| plugins.join("dist"))
+    }
+
     /// The crate's library name (`-` becomes `_`), which names the `.wasm`.
     pub fn lib_name(&self) -> String {
         self.name.replace('-', "_")
@@ -163,6 +168,15 @@ impl Project {
 /// A TOML basic string.
 fn toml_str(s: &str) -> String {
     toml::Value::String(s.to_string()).to_string()
+}
+
+/// A path as one word for a POSIX shell: bare when it is plain, else in single quotes.
+fn shell_word(s: &str) -> String {
+    if s.chars().all(|c| c.is_ascii_alphanumeric() || "/._-+".contains(c)) {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
 }
 
 fn cargo_toml(p: &Project) -> String {
@@ -291,18 +305,26 @@ A map-gateway plugin made with `map-gateway plugin new`, @INTRO@. It serves two 
 
 ## Load
 
-Add the plugin to the gateway's configuration (a `[plugins]` table loads
-only the plugins it names: list the standard ones too if you want them):
+A gateway without a `[plugins]` table (`scripts/run.sh`'s, for one) loads
+every component in its plugin folder. Copy the build there and reload; a
+reload swaps the new version in without dropping connections, and the
+same two commands load each rebuild:
+
+```sh
+map-gateway plugin install @WASM_SH@ --plugin-dir @DIST@
+curl -X POST 'http://127.0.0.1:4700/admin/reload?wait=true'
+```
+
+(`@DIST@` is the folder of the checkout whose SDK this project uses;
+`--config FILE` installs into that configuration's `plugin_dir` instead.) A
+gateway whose configuration has a `[plugins]` table loads only the plugins
+it names, so name this one there too (and the standard ones, if you want them):
 
 ```toml
 [plugins.@NAME@]
 path = @WASM@
 # deadline_ms = 1000, memory_mb = 64, mode = "pooled", config = { … }: see the gateway's README
 ```
-
-and start it: `map-gateway serve --config gateway.toml`. After a rebuild,
-`POST /admin/reload` (or `SIGHUP`) swaps the new version in without
-dropping connections.
 
 ## Try it
 
@@ -342,6 +364,8 @@ receives its events.
         .replace("@LIB@", &p.lib_name())
         .replace("@SDK@", &p.sdk.to_string_lossy())
         .replace("@WASM@", &toml_str(&p.wasm().to_string_lossy()))
+        .replace("@WASM_SH@", &shell_word(&p.wasm().to_string_lossy()))
+        .replace("@DIST@", &shell_word(&p.dist().to_string_lossy()))
 }
 
 #[cfg(test)]

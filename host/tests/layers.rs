@@ -18,8 +18,9 @@ use syn::{Item, UseTree, Visibility};
 
 /// Top to bottom.
 /// `fuzzing` holds the fuzz targets, over every module below it.
-/// `scaffold` belongs to the binary (`plugin new`) and uses no other module.
-const LAYERS: &[&str] = &["fuzzing", "scaffold", "app", "transport", "federation", "acp", "plugins", "cluster", "journal", "core", "tenants", "store", "rpc", "ids", "metrics", "telemetry", "config", "memory"];
+/// `install` and `scaffold` belong to the binary (`plugin install`, `plugin new`);
+/// `install` uses `scaffold`'s name rule, `scaffold` no other module.
+const LAYERS: &[&str] = &["fuzzing", "install", "scaffold", "app", "transport", "federation", "acp", "plugins", "cluster", "journal", "core", "tenants", "store", "rpc", "ids", "metrics", "telemetry", "config", "memory"];
 
 /// Circles between files of one module that are tolerated for a while
 /// (none today): each entry is one circle's files exactly (a sub-directory

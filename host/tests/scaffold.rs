@@ -52,6 +52,7 @@ async fn a_plugin_from_plugin_new_builds_loads_and_answers() {
     // The plugin guide's loop: a gateway loading its plugin folder, then
     // `plugin install` (into that folder) and a reload.
     let plugin_dir = tmp.path().join("plugins");
+    std::fs::create_dir(&plugin_dir).unwrap();
     let gw = Gateway::start_config(&format!("plugin_dir = {:?}", plugin_dir.to_string_lossy()), TENANTS);
     let config = tmp.path().join("install.toml");
     std::fs::write(&config, format!("[server]\nplugin_dir = {:?}\n", plugin_dir.to_string_lossy())).unwrap();
@@ -130,7 +131,9 @@ fn plugin_install_refuses_what_is_not_a_component_and_a_listed_config() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success() && stderr.contains(says), "{}: {stderr}", wasm.display());
     }
-    assert!(!tmp.path().join("pl").exists(), "nothing was installed");
+    let out = install(&component, &dir);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("no plugin folder"), "a missing folder is not made");
+    std::fs::create_dir(tmp.path().join("pl")).unwrap();
     let out = install(&component, &dir);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(tmp.path().join("pl/task-board.wasm").exists(), "the crate's file name becomes the plugin's name");
