@@ -14,6 +14,8 @@ const STORE = {
   autoTried: 'map-dashboard.auto-tried',
 };
 const EVENT_ROWS = 200;
+/** How far back the events panel starts when the page opens. */
+const HISTORY_MS = 30 * 60 * 1000;
 const METRIC_SAMPLES = 60;
 const METRICS_EVERY_MS = 2000;
 const ADMIN_EVERY_MS = 3000;
@@ -385,6 +387,7 @@ async function connectMap() {
     // A resumed session keeps its subscription (and gets the events parked while away).
     if (!result.reconnected) await sock.request('map/subscribe', {});
     await loadSnapshot();
+    if (!result.reconnected) await loadRecentEvents();
   } catch (e) {
     if (live() && sock.isOpen) setStatus('connected', `connected · tenant ${state.tenant ?? '?'} · loading failed: ${e.message}`);
   }
@@ -428,7 +431,7 @@ async function loadSnapshot() {
 function onNotification(method, params) {
   if (method === 'map/event') {
     const ev = params.event ?? {};
-    addEventRow(ev);
+    addEventRow(ev, params.eventId);
     if (state.replaying) state.replaying.push(ev);
     applyToGraph(ev);
     scheduleGraph();
@@ -707,19 +710,49 @@ function eventMatches(li, needle) {
   return !needle || li.textContent.toLowerCase().includes(needle);
 }
 
-function addEventRow(ev) {
-  const list = $('#events');
+function eventRow(ev, eventId) {
   const type = String(ev.type ?? 'unknown');
   const msg = type === 'message_sent' || type === 'message_delivered';
-  const li = h('li', { class: `event-row${msg ? ' msg' : ''}${type.includes('failed') || type.includes('overflow') ? ' bad' : ''}`, 'data-event-type': type, 'data-event-id': ev.id },
+  const li = h('li', { class: `event-row${msg ? ' msg' : ''}${type.includes('failed') || type.includes('overflow') ? ' bad' : ''}`, 'data-event-type': type, 'data-event-id': eventId ?? ev.id },
     h('time', { datetime: Number.isFinite(ev.timestamp) ? new Date(ev.timestamp).toISOString() : undefined }, clock(ev.timestamp)),
     h('span', { class: 'type' }, type),
     h('span', { class: 'source', title: ev.source ?? '' }, clip(agentLabel(ev.source), 28)),
     h('span', { class: 'summary' }, summary(ev)));
   li.title = json(ev.data, 2000);
   li.hidden = !eventMatches(li, $('#event-filter').value.trim().toLowerCase());
-  list.prepend(li);
+  return li;
+}
+
+function addEventRow(ev, eventId) {
+  const list = $('#events');
+  list.prepend(eventRow(ev, eventId));
   while (list.children.length > EVENT_ROWS) list.lastElementChild.remove();
+}
+
+/**
+ * The events from before the page opened (the last 30 minutes the log
+ * still holds), below the live ones: a page opened after something
+ * happened shows it. Live rows that also came back from replay stay once.
+ */
+async function loadRecentEvents() {
+  const since = Date.now() - HISTORY_MS;
+  const past = [];
+  let after;
+  for (let pages = 0; pages < 10; pages += 1) {
+    const page = await rpc('map/replay', after ? { afterEventId: after, limit: 1000 } : { fromTimestamp: since, limit: 1000 });
+    past.push(...(page.events ?? []));
+    if (!page.hasMore || !page.events?.length) break;
+    after = page.events[page.events.length - 1].eventId;
+  }
+  const list = $('#events');
+  const shown = new Set([...list.children].map((li) => li.dataset.eventId));
+  const older = past.filter((e) => !shown.has(e.eventId)).slice(-EVENT_ROWS).reverse();
+  for (const e of older) {
+    if (list.children.length >= EVENT_ROWS) break;
+    const li = eventRow({ ...e.event, timestamp: e.event?.timestamp ?? e.timestamp }, e.eventId);
+    li.classList.add('past');
+    list.append(li);
+  }
 }
 
 function filterEvents() {

@@ -214,6 +214,30 @@ test('the dashboard follows agents, scopes, events, mail, trajectory, UAP, plugi
   }
 });
 
+test('a page opened after the fact shows the recent events from replay, once each, below the live ones', async () => {
+  const gw = await startGateway({});
+  const lead = await connectAgent(gw, { name: 'early-lead' });
+  await lead.conn.send({ agent: lead.id }, { text: 'before the page opened' });
+  const { page, context, problems } = await openPage();
+  try {
+    await page.goto(`${gw.baseUrl}/dashboard`);
+    await waitConnected(page);
+    const early = await page.waitForSelector('.event-row.past[data-event-type="message_sent"]');
+    assert.match(await early.textContent(), /before the page opened/);
+    await page.waitForSelector('.event-row.past[data-event-type="agent_registered"]');
+    await lead.conn.send({ agent: lead.id }, { text: 'after the page opened' });
+    const live = await page.waitForSelector('.event-row:not(.past)[data-event-type="message_sent"]');
+    assert.match(await live.textContent(), /after the page opened/);
+    const rows = await page.$$eval('.event-row', (els) => els.map((el) => ({ id: el.dataset.eventId, past: el.classList.contains('past') })));
+    assert.equal(new Set(rows.map((r) => r.id)).size, rows.length, 'each event shows once');
+    assert.ok(rows.findIndex((r) => r.past) > rows.findIndex((r) => !r.past), 'older events sit below the live ones');
+    assert.deepEqual(problems, [], 'the page logged no errors');
+  } finally {
+    await context.close();
+    await gw.stop();
+  }
+});
+
 test('an admin token and a tenant credential: refused admin keeps the MAP view, the right token opens it, one tenant only', async () => {
   const gw = await startGateway({
     tenants: [...DEFAULT_TENANTS, { id: 'idp', toml: `jwt = { secret = ${JSON.stringify(JWT_SECRET)} }` }],
