@@ -3,15 +3,24 @@
 # defaults: ws://127.0.0.1:4700, SQLite under ./data, tenant "default".
 # Extra arguments go to `map-gateway serve` (e.g. --config gateway.toml).
 #
-# It builds the same profile as scripts/test.sh (dependencies optimised, the
-# gateway's own crate not), so the two commands share one build. For
+# It builds the same profile as scripts/test.sh (dependencies optimised at
+# opt-level 1, the gateway's own crate not), so the two commands share one build. For
 # production and benchmarks build `cargo build --release -p map-gateway`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/setup.sh
-scripts/build-plugins.sh
-echo "==> building the gateway"
+# The plugins build beside the gateway (another target folder, so another
+# cargo lock): the gateway's build leaves a core idle for long stretches.
+mkdir -p target
+echo "==> building the standard plugins (log: target/build-plugins.log) and the gateway"
+scripts/build-plugins.sh >target/build-plugins.log 2>&1 &
+plugins=$!
 cargo build --locked -p map-gateway
-echo "==> starting $PWD/target/debug/map-gateway (the README's map-gateway commands: export PATH=\"$PWD/target/debug:\$PATH\")"
+if ! wait "$plugins"; then
+    cat target/build-plugins.log >&2
+    echo "building the plugins failed (above)" >&2
+    exit 1
+fi
+echo "==> starting $PWD/target/debug/map-gateway (scripts/install.sh puts it on PATH for the README's map-gateway commands)"
 exec target/debug/map-gateway serve "$@"

@@ -15,7 +15,7 @@
 
 use opentelemetry::propagation::{Extractor, TextMapPropagator};
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_otlp::{Protocol, WithExportConfig};
+use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
 use tracing::field::Empty;
@@ -116,10 +116,11 @@ fn provider(config: &TelemetryConfig, endpoint: &str) -> anyhow::Result<SdkTrace
     };
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
+        .with_http_client(OnOwnRuntime::start(EXPORT_TIMEOUT)?)
         .with_protocol(protocol)
         .with_endpoint(format!("{}/v1/traces", endpoint.trim_end_matches('/')))
         // A collector that is down delays nothing but its own export, and the exit by at most this.
-        .with_timeout(std::time::Duration::from_secs(3))
+        .with_timeout(EXPORT_TIMEOUT)
         .build()?;
     let resource = opentelemetry_sdk::Resource::builder().with_service_name(config.service_name.clone()).build();
     Ok(SdkTracerProvider::builder()
@@ -128,6 +129,37 @@ fn provider(config: &TelemetryConfig, endpoint: &str) -> anyhow::Result<SdkTrace
         .with_sampler(Sampler::AlwaysOn)
         .with_resource(resource)
         .build())
+}
+
+/// How long an export may take; a collector that is down delays nothing
+/// but its own export, and the exit by at most this.
+const EXPORT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// The exporter's HTTP client: hyper (already the gateway's HTTP stack) on
+/// a one-thread runtime of its own, because the batch exporter polls its
+/// futures on its own thread, outside any tokio runtime.
+#[derive(Debug)]
+struct OnOwnRuntime {
+    client: opentelemetry_http::hyper::HyperClient,
+    runtime: tokio::runtime::Handle,
+}
+
+impl OnOwnRuntime {
+    fn start(timeout: std::time::Duration) -> anyhow::Result<OnOwnRuntime> {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let handle = runtime.handle().clone();
+        // Lives as long as the process: its thread parks on a future that never ends.
+        std::thread::Builder::new().name("otlp-http".into()).spawn(move || runtime.block_on(std::future::pending::<()>()))?;
+        Ok(OnOwnRuntime { client: opentelemetry_http::hyper::HyperClient::with_default_connector(timeout, None), runtime: handle })
+    }
+}
+
+#[async_trait::async_trait]
+impl opentelemetry_http::HttpClient for OnOwnRuntime {
+    async fn send_bytes(&self, request: http::Request<bytes::Bytes>) -> Result<http::Response<bytes::Bytes>, opentelemetry_http::HttpError> {
+        let client = self.client.clone();
+        self.runtime.spawn(async move { client.send_bytes(request).await }).await?
+    }
 }
 
 /// A W3C `traceparent` (and `tracestate`) as the propagator reads them.
