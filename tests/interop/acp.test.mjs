@@ -304,7 +304,7 @@ test('ACP-compat methods answer from MAP for an ACP-only client', async () => {
   const broadcast = await call(6, '_map/broadcast', { payload: { hello: 'everyone' } });
   assert.ok(broadcast.result.delivered.length >= 2, JSON.stringify(broadcast));
   const tasks = await call(7, '_map/task.list', {});
-  assert.equal(tasks.error?.code, -32601, 'tasks are UAP jobs, and this gateway has no UAP plugin');
+  assert.equal(tasks.error?.code, -32601, 'this gateway loads neither the tasks extension nor the UAP hub');
   assert.match(tasks.error.message, /UAP/);
   assert.equal((await call(8, '_map/nothing', {})).error.code, -32601);
   await events.until(() => events.items.length >= 2);

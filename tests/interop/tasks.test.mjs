@@ -206,6 +206,46 @@ test('14003 and 14002: what the tenant does not grant, what a participant gave u
   assert.equal((await lockedBoss.conn.assignTask(locked.id, lockedAgent.id)).task.assignee, lockedAgent.id);
 });
 
+test('where the tenant runs the UAP hub, its jobs follow the tasks in the list, read-only, with the job under meta.uap', async () => {
+  const UAP_WASM = join(HERE, '..', '..', 'plugins', 'dist', 'uap.wasm');
+  const both = await startGateway({
+    tenants: [{ id: 'default' }, { id: 'nojobs', api_keys: ['nojobs-key'], toml: 'plugin_config = { tasks = { show_uap_jobs = false } }' }],
+    extraToml: `${extraToml}[plugins.uap]\npath = ${JSON.stringify(UAP_WASM)}\nmode = "singleton"\n`,
+  });
+  try {
+    const c = await connectClient(both);
+    const own = (await c.conn.createTask({ task: { title: 'ours', status: 'open' } })).task;
+    const { job } = await c.conn.callExtension('uap/submit', { kind: 'test', type: 'as-a-task' });
+    const all = await c.conn.listTasks();
+    assert.deepEqual(all.tasks.map((t) => t.id), [own.id, `uap:${job.id}`], JSON.stringify(all));
+    assert.equal(all.hasMore, false);
+    const shown = all.tasks[1];
+    assert.equal(shown.status, 'open', 'a queued job is an open task');
+    assert.deepEqual([shown.meta.uap.id, shown.meta.uap.status, shown.meta.uap.type], [job.id, 'queued', 'as-a-task']);
+
+    // Pages go on from the tasks into the jobs with cursors of their own.
+    const first = await c.conn.listTasks({ limit: 1 });
+    assert.deepEqual([first.tasks.map((t) => t.id), first.hasMore], [[own.id], true]);
+    const second = await c.conn.listTasks({ limit: 1, cursor: first.nextCursor });
+    assert.deepEqual(second, { tasks: [shown], hasMore: false });
+    // Filters apply to jobs as to tasks.
+    assert.deepEqual((await c.conn.listTasks({ filter: { status: 'completed' } })).tasks, []);
+    assert.deepEqual((await c.conn.listTasks({ filter: { status: 'open' } })).tasks.map((t) => t.id), [own.id, shown.id]);
+
+    // Read-only: the hub changes jobs; the uap: prefix is not for the tenant's own tasks.
+    await rejectsWithCode(c.conn.updateTask({ taskId: shown.id, status: 'completed' }), E.DENIED);
+    await rejectsWithCode(c.conn.assignTask(shown.id, 'someone'), E.DENIED);
+    await rejectsWithCode(c.conn.createTask({ task: { id: 'uap:mine' } }), E.INVALID_PARAMS);
+
+    // A tenant may leave them out.
+    const quiet = await connectClient(both, { auth: key('nojobs-key') });
+    await quiet.conn.callExtension('uap/submit', { kind: 'test', type: 'hidden' });
+    assert.deepEqual(await quiet.conn.listTasks(), { tasks: [], hasMore: false });
+  } finally {
+    await both.stop();
+  }
+});
+
 test('tasks survive a kill -9 of the gateway, and their cursors still page', async () => {
   const first = await startGateway({ extraToml });
   let second;

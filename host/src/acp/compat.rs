@@ -8,7 +8,7 @@
 //! | `_map/scope.list` | `map/scopes/list` |
 //! | `_map/send` | `map/send` |
 //! | `_map/broadcast` | `map/send` to `{broadcast: true}` |
-//! | `_map/task.list` | `uap/list`: tasks are the UAP hub's jobs (`{tasks: [...]}`) |
+//! | `_map/task.list` | `map/tasks/list` (the tenant's tasks, then the UAP hub's jobs), or `uap/list` where only the hub runs (`{tasks: [...]}`) |
 //! | `_map/subscribe` | `map/subscribe`; events come as `_map/event` notifications |
 
 use serde_json::{json, Value};
@@ -30,9 +30,13 @@ pub async fn call(link: &Link, method: &str, params: Value) -> Result<Value, Map
             }
             link.call("map/send", send).await
         }
-        "_map/task.list" => match link.call("uap/list", params).await {
-            Ok(r) => Ok(json!({"tasks": r["jobs"], "nextCursor": r.get("nextCursor")})),
-            Err(e) if e["code"] == -32601 => Err(json!({"code": -32601, "message": "Tasks are the UAP hub's jobs, and this tenant does not load the UAP plugin"})),
+        "_map/task.list" => match link.call("map/tasks/list", params.clone()).await {
+            Ok(r) => Ok(json!({"tasks": r["tasks"], "nextCursor": r.get("nextCursor")})),
+            Err(e) if e["code"] == -32601 => match link.call("uap/list", params).await {
+                Ok(r) => Ok(json!({"tasks": r["jobs"], "nextCursor": r.get("nextCursor")})),
+                Err(e) if e["code"] == -32601 => Err(json!({"code": -32601, "message": "This tenant loads neither the tasks extension nor the UAP hub"})),
+                Err(e) => Err(e),
+            },
             Err(e) => Err(e),
         },
         "_map/subscribe" => link.call("map/subscribe", params).await,

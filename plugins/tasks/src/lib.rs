@@ -13,6 +13,7 @@ mod model;
 mod params;
 mod repo;
 mod settings;
+mod uap_jobs;
 
 use map_plugin_sdk::{Call, Describe, ErrorRange, EventFilter, Extension, Methods, Reply, Result};
 

@@ -8,15 +8,24 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::access;
-use crate::error::{task_exists, task_not_found};
+use crate::error::{permission_denied, task_exists, task_not_found};
 use crate::events;
 use crate::model::{Record, Task};
 use crate::params::{self, Update};
 use crate::repo;
-use crate::settings::Flag;
+use crate::settings::{self, Flag};
+use crate::uap_jobs;
 
 fn task_reply(task: &Task) -> Result<Reply> {
     Reply::json(&json!({ "task": task }))
+}
+
+/// A UAP job listed as a task is the hub's to change.
+fn writable(id: &str, capability: &str) -> Result<()> {
+    if uap_jobs::is_job(id) {
+        return Err(permission_denied(format!("Task {id} is a UAP job, shown read-only: the hub changes it (uap/cancel ends it)"), capability));
+    }
+    Ok(())
 }
 
 /// `map/tasks/create`: the id given is kept, else one is made; only the
@@ -24,6 +33,9 @@ fn task_reply(task: &Task) -> Result<Reply> {
 pub fn create(call: &Call) -> Result<Reply> {
     access::require(call.caller, Flag::Create)?;
     let new = params::create(call.params)?;
+    if new.id.as_deref().is_some_and(uap_jobs::is_job) {
+        return Err(Error::invalid_params(format!("Task ids starting with {:?} name UAP jobs", uap_jobs::PREFIX)));
+    }
     if let Some(Some(agent)) = &new.assignee {
         access::assignable(new.id.as_deref(), agent)?;
     }
@@ -48,6 +60,7 @@ pub fn create(call: &Call) -> Result<Reply> {
 pub fn assign(call: &Call) -> Result<Reply> {
     access::require(call.caller, Flag::Assign)?;
     let (id, agent) = params::assign(call.params)?;
+    writable(&id, "tasks.canAssign")?;
     access::assignable(Some(&id), &agent)?;
     let assign = |r: &mut Record| {
         r.task.assignee = Some(Some(agent.clone()));
@@ -83,6 +96,7 @@ fn apply(p: &Update, task: &mut Task) {
 pub fn update(call: &Call) -> Result<Reply> {
     access::require(call.caller, Flag::Update)?;
     let p = params::update(call.params)?;
+    writable(&p.task_id, "tasks.canUpdate")?;
     if let Some(Some(agent)) = &p.assignee {
         access::assignable(Some(&p.task_id), agent)?;
     }
@@ -109,13 +123,34 @@ struct Page {
 
 /// `map/tasks/list`: creation order, filtered by assignee and status; the
 /// cursor is opaque (where the last page ended) and comes only with `hasMore`.
+/// After the tenant's own tasks come the UAP hub's jobs, if it runs one
+/// (`show_uap_jobs`), with cursors of their own (`uap:…`).
 pub fn list(call: &Call) -> Result<Reply> {
     access::require(call.caller, Flag::List)?;
     let req = params::list(call.params)?;
+    let (assignee, statuses, limit) = (req.assignee.as_deref(), req.statuses.as_deref(), req.limit as usize);
+    let jobs_page = |from: Option<String>, n: usize| -> Result<(Vec<Task>, Option<String>)> {
+        let (tasks, next) = uap_jobs::page(assignee, statuses, from, n)?;
+        Ok((tasks, next.map(|c| format!("{}{c}", uap_jobs::PREFIX))))
+    };
+    if let Some(from) = req.cursor.as_deref().and_then(|c| c.strip_prefix(uap_jobs::PREFIX)) {
+        let (tasks, next_cursor) = jobs_page(Some(from.to_string()).filter(|c| !c.is_empty()), limit)?;
+        return Reply::json(&Page { tasks, has_more: next_cursor.is_some(), next_cursor });
+    }
     if let Some(cursor) = req.cursor.as_deref().filter(|c| !repo::valid_cursor(c)) {
         return Err(Error::invalid_params(format!("Invalid cursor {cursor:?}: pass the nextCursor of a previous page")));
     }
-    let (records, has_more) = repo::page(req.assignee.as_deref(), req.statuses.as_deref(), req.cursor.as_deref(), req.limit as usize)?;
-    let next_cursor = if has_more { records.last().map(|r| r.order.clone()) } else { None };
-    Reply::json(&Page { tasks: records.into_iter().map(|r| r.task).collect(), has_more, next_cursor })
+    let (records, has_more) = repo::page(assignee, statuses, req.cursor.as_deref(), limit)?;
+    let mut next_cursor = if has_more { records.last().map(|r| r.order.clone()) } else { None };
+    let mut tasks: Vec<Task> = records.into_iter().map(|r| r.task).collect();
+    if !has_more && settings::show_uap_jobs() {
+        if tasks.len() < limit {
+            let (jobs, next) = jobs_page(None, limit - tasks.len())?;
+            tasks.extend(jobs);
+            next_cursor = next;
+        } else if !jobs_page(None, 1)?.0.is_empty() {
+            next_cursor = Some(uap_jobs::PREFIX.to_string());
+        }
+    }
+    Reply::json(&Page { tasks, has_more: next_cursor.is_some(), next_cursor })
 }

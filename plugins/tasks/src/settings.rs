@@ -69,6 +69,12 @@ pub fn registered_assignees() -> bool {
     config::get::<bool>("registered_assignees").unwrap_or(false)
 }
 
+/// `show_uap_jobs = false` leaves the UAP hub's jobs out of `map/tasks/list`;
+/// by default a tenant that runs the hub lists them after its own tasks.
+pub fn show_uap_jobs() -> bool {
+    config::get::<bool>("show_uap_jobs").unwrap_or(true)
+}
+
 /// The capability group: every flag false but for `enabled`, and each
 /// participant type's own grants under `byParticipantType`.
 pub fn capabilities() -> Value {
