@@ -26,8 +26,9 @@ cargo test --locked -p map-gateway -p map-bench
 echo "==> Rust tests: standard plugins"
 (cd plugins && cargo test --locked --target-dir ../target/plugins-host)
 
-echo "==> installing the two-agents example's npm packages"
+echo "==> installing the two-agents and workspace-agent examples' npm packages"
 (cd examples/two-agents && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+(cd examples/workspace-agent && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
 
 echo "==> interop suite (@multi-agent-protocol/sdk)"
 (cd tests/interop && GATEWAY_BIN="$PWD/../../target/debug/map-gateway" npm test)

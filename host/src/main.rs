@@ -171,7 +171,7 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Plugin { command: PluginCommand::New { name, dir, sdk, lang } } => {
             let project = scaffold::create(&name, dir, sdk, lang)?;
-            println!("created {} in {}", project.name, project.dir.display());
+            println!("created {} in {} (extension x-{}, error codes {}–{})", project.name, project.dir.display(), project.name, project.error_base(), project.error_base() + 999);
             println!("build it:  (cd {} && {})", project.dir.display(), project.build_command());
             println!("load it:   map-gateway plugin install {} --plugin-dir {}   (then POST /admin/reload?wait=true)", project.wasm().display(), project.dist().display());
             Ok(())

@@ -92,7 +92,7 @@ fn write_sources(p: &Project, files: &[(&str, &str)], ignore: &str) -> anyhow::R
     let version = contract_version(&wit)?;
     for (file, text) in files {
         let path = p.dir.join(file);
-        write(&path, &text.replace("@NAME@", &p.name).replace("@CONTRACT_VERSION@", &version))?;
+        write(&path, &p.fill(text, &version))?;
         if file.ends_with(".sh") {
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
@@ -138,6 +138,26 @@ fn write(path: &Path, text: &str) -> anyhow::Result<()> {
 }
 
 impl Project {
+    /// The first of the 1000 error codes the plugin starts with: from 90000
+    /// up, where the MAP registry puts extensions it does not list, at a
+    /// place drawn from the name (90000 + 1000 × (FNV-1a-32 of the name mod
+    /// 900)), so that two new plugins rarely share one; the gateway refuses
+    /// overlapping ranges in a tenant.
+    pub fn error_base(&self) -> i64 {
+        let hash = self.name.bytes().fold(0x811c_9dc5_u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193));
+        90_000 + 1000 * i64::from(hash % 900)
+    }
+
+    /// A template with the plugin's name, contract version and error codes filled in.
+    fn fill(&self, text: &str, contract_version: &str) -> String {
+        let base = self.error_base();
+        text.replace("@NAME@", &self.name)
+            .replace("@CONTRACT_VERSION@", contract_version)
+            .replace("@ERR_FIRST@", &base.to_string())
+            .replace("@ERR_NOT_FOUND@", &(base + 1).to_string())
+            .replace("@ERR_LAST@", &(base + 999).to_string())
+    }
+
     /// The plugin folder of the checkout whose SDK the project uses (`run.sh` loads it).
     pub fn dist(&self) -> PathBuf {
         self.sdk.parent().map_or_else(|| self.sdk.join("../dist"), |plugins| plugins.join("dist"))
@@ -221,11 +241,12 @@ use map_plugin_sdk::prelude::*;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-/// The error codes this extension answers with, besides JSON-RPC's. The
-/// gateway refuses ranges that overlap JSON-RPC's or the MAP core's codes,
-/// and the two extensions of a tenant should not share one.
-const ERRORS: ErrorRange = ErrorRange::new(20000, 20999);
-const ITEM_NOT_FOUND: i64 = ERRORS.code(20001);
+/// The error codes this extension answers with, besides JSON-RPC's: 1000
+/// from 90000 up, as the MAP registry asks of extensions it does not list.
+/// The gateway refuses a range that overlaps another extension's in a
+/// tenant (and says which): move it then.
+const ERRORS: ErrorRange = ErrorRange::new(@ERR_FIRST@, @ERR_LAST@);
+const ITEM_NOT_FOUND: i64 = ERRORS.code(@ERR_NOT_FOUND@);
 
 /// What is stored, as JSON, in the collection `items`, under its id.
 #[derive(Debug, Serialize, Deserialize)]
@@ -257,7 +278,7 @@ fn put(call: &Call) -> Result<Reply> {
     Reply::json(&item)
 }
 
-/// `@NAME@/get {itemId}`: the item, or error 20001.
+/// `@NAME@/get {itemId}`: the item, or error @ERR_NOT_FOUND@.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Get {
@@ -279,25 +300,29 @@ impl Extension for Plugin {
     const METHODS: Methods = Methods::new(&[("@NAME@/put", put), ("@NAME@/get", get)]);
 
     fn describe() -> Describe {
-        // URI urn:map:ext:@NAME@:1, capabilities {"enabled": true} under "@NAME@".
-        Describe::new("@NAME@", env!("CARGO_PKG_VERSION"))
+        // An extension outside the MAP registry: the name x-@NAME@, the URI
+        // x-@NAME@:1, capabilities {"enabled": true} under "x-@NAME@".
+        Describe::new("x-@NAME@", env!("CARGO_PKG_VERSION"))
     }
 }
 
 map_plugin_sdk::export_extension!(Plugin);
 "#;
-    TEMPLATE.replace("@NAME@", &p.name)
+    p.fill(TEMPLATE, "")
 }
 
 fn readme(p: &Project) -> String {
     const TEMPLATE: &str = r#"# @NAME@
 
-A map-gateway plugin made with `map-gateway plugin new`, @INTRO@. It serves two JSON-RPC methods:
+A map-gateway plugin made with `map-gateway plugin new`, @INTRO@. It is
+the extension `x-@NAME@` (URI `x-@NAME@:1`: the `x-` form the MAP registry
+asks of extensions it does not list), with the error codes @ERR_FIRST@–@ERR_LAST@,
+and serves two JSON-RPC methods:
 
 | method | params | result |
 |---|---|---|
 | `@NAME@/put` | `{"text": "…"}` | the stored item `{id, text, createdBy, createdAt}`; emits `@NAME@.put` |
-| `@NAME@/get` | `{"itemId": "…"}` | the item, or error 20001 |
+| `@NAME@/get` | `{"itemId": "…"}` | the item, or error @ERR_NOT_FOUND@ |
 
 ## Build
 
@@ -356,11 +381,8 @@ receives its events.
             "- `plugin.js`: add a function to `METHODS`.\n- `wit/` is a copy of the gateway's contract: every import (`store`, `events`,\n  `router`, `config`, `metrics`, …) and its guarantees are documented there.",
         ),
     };
-    TEMPLATE
-        .replace("@INTRO@", &intro)
-        .replace("@BUILD@", build)
-        .replace("@NEXT@", next)
-        .replace("@NAME@", &p.name)
+    let text = TEMPLATE.replace("@INTRO@", &intro).replace("@BUILD@", build).replace("@NEXT@", next);
+    p.fill(&text, "")
         .replace("@LIB@", &p.lib_name())
         .replace("@SDK@", &p.sdk.to_string_lossy())
         .replace("@WASM@", &toml_str(&p.wasm().to_string_lossy()))
@@ -391,5 +413,19 @@ mod tests {
         let readme = readme(&p);
         assert!(readme.contains(r#"path = "/tmp/tb/target/wasm32-wasip2/release/task_board.wasm""#), "{readme}");
         assert!(!readme.contains('@'));
+        let base = p.error_base();
+        assert!(lib.contains(&format!("ErrorRange::new({base}, {})", base + 999)) && lib.contains(&format!("ERRORS.code({})", base + 1)), "{lib}");
+        assert!(lib.contains(r#"Describe::new("x-task-board""#));
+    }
+
+    #[test]
+    fn error_ranges_are_drawn_from_the_name_above_90000() {
+        let base = |name: &str| Project { name: name.into(), dir: PathBuf::new(), sdk: PathBuf::new(), lang: Lang::Rust }.error_base();
+        // FNV-1a-32: stable across builds and platforms (the README names the rule).
+        assert_eq!(base("notes"), 496_000);
+        assert_ne!(base("notes"), base("todo"));
+        for name in ["a", "notes", "task-board", "zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz"] {
+            assert!((90_000..=989_000).contains(&base(name)) && base(name) % 1000 == 0, "{name}: {}", base(name));
+        }
     }
 }

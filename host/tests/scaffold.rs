@@ -63,11 +63,11 @@ async fn a_plugin_from_plugin_new_builds_loads_and_answers() {
     assert_eq!(reload.status, 200, "{}", reload.text());
 
     let (mut ws, connected) = gw.ws_connected("client", None).await;
-    let ext = connected["capabilities"]["extensions"].as_array().unwrap().iter().find(|e| e["name"] == "scaffold-notes").cloned();
+    let ext = connected["capabilities"]["extensions"].as_array().unwrap().iter().find(|e| e["name"] == "x-scaffold-notes").cloned();
     let ext = ext.unwrap_or_else(|| panic!("the plugin is listed: {connected}"));
-    assert_eq!(ext["uri"], "urn:map:ext:scaffold-notes:1");
+    assert_eq!(ext["uri"], "x-scaffold-notes:1", "outside the MAP registry: the x- form");
     assert_eq!(ext["methods"], json!(["scaffold-notes/put", "scaffold-notes/get"]));
-    assert_eq!(connected["capabilities"]["scaffold-notes"], json!({"enabled": true}));
+    assert_eq!(connected["capabilities"]["x-scaffold-notes"], json!({"enabled": true}));
 
     ws.call_ok("map/subscribe", json!({"filter": {"eventTypes": ["scaffold-notes.put"]}})).await;
     let item = ws.call_ok("scaffold-notes/put", json!({"text": "hello"})).await;
@@ -82,7 +82,8 @@ async fn a_plugin_from_plugin_new_builds_loads_and_answers() {
 
     assert_eq!(ws.call_ok("scaffold-notes/get", json!({"itemId": id})).await, item, "read back as stored");
     let missing = ws.call("scaffold-notes/get", json!({"itemId": "item-nope"})).await;
-    assert_eq!(err_code(&missing), 20001, "{missing}");
+    // 90000 + 1000 × (FNV-1a-32("scaffold-notes") mod 900), + 1
+    assert_eq!(err_code(&missing), 857_001, "{missing}");
     assert_eq!(err(&missing)["data"]["details"]["itemId"], "item-nope");
     let malformed = ws.call("scaffold-notes/put", json!({"txt": 1})).await;
     assert_eq!(err_code(&malformed), -32602, "{malformed}");

@@ -27,6 +27,8 @@ const BUILDS = {
   js: join(SCAFFOLD, 'sdk-example-js', 'sdk-example.wasm'),
 };
 const call = (h, method, params) => h.conn.callExtension(method, params);
+// `plugin new` draws the range from the name: 90000 + 1000 × (FNV-1a-32 mod 900).
+const NOT_FOUND = 622_001;
 
 for (const [lang, WASM] of Object.entries(BUILDS)) describe(`plugin new --lang ${lang}`, () => {
   let gw;
@@ -40,10 +42,11 @@ for (const [lang, WASM] of Object.entries(BUILDS)) describe(`plugin new --lang $
   test('map/connect lists the generated extension and its capabilities', async () => {
     const c = await connectClient(gw);
     const caps = c.connectResult.capabilities;
-    const ext = caps.extensions.find((e) => e.uri === 'urn:map:ext:sdk-example:1');
-    assert.ok(ext, `extensions list urn:map:ext:sdk-example:1: ${JSON.stringify(caps.extensions)}`);
+    const ext = caps.extensions.find((e) => e.uri === 'x-sdk-example:1');
+    assert.ok(ext, `extensions list x-sdk-example:1 (outside the registry: the x- form): ${JSON.stringify(caps.extensions)}`);
+    assert.equal(ext.name, 'x-sdk-example');
     assert.deepEqual(ext.methods, ['sdk-example/put', 'sdk-example/get']);
-    assert.deepEqual(caps['sdk-example'], { enabled: true });
+    assert.deepEqual(caps['x-sdk-example'], { enabled: true });
   });
 
   test('put stores an item and emits sdk-example.put; get reads it back', async () => {
@@ -67,7 +70,7 @@ for (const [lang, WASM] of Object.entries(BUILDS)) describe(`plugin new --lang $
 
   test('errors: the plugin range for a missing item, -32602 for bad params', async () => {
     const c = await connectClient(gw);
-    const missing = await rejectsWithCode(call(c, 'sdk-example/get', { itemId: 'item-none' }), 20001, 'missing item');
+    const missing = await rejectsWithCode(call(c, 'sdk-example/get', { itemId: 'item-none' }), NOT_FOUND, 'missing item');
     assert.equal(missing.data.details.itemId, 'item-none');
     const bad = await rejectsWithCode(call(c, 'sdk-example/put', { txt: 'typo' }), -32602, 'missing text');
     assert.match(bad.message, /missing field `text`/);
@@ -77,6 +80,6 @@ for (const [lang, WASM] of Object.entries(BUILDS)) describe(`plugin new --lang $
     const a = await connectAgent(gw, { name: 'acme-writer', auth: { method: 'api-key', credential: 'acme-key' } });
     const item = await call(a, 'sdk-example/put', { text: 'acme only' });
     const other = await connectClient(gw);
-    await rejectsWithCode(call(other, 'sdk-example/get', { itemId: item.id }), 20001, "another tenant's item");
+    await rejectsWithCode(call(other, 'sdk-example/get', { itemId: item.id }), NOT_FOUND, "another tenant's item");
   });
 });

@@ -159,7 +159,7 @@ async function runNotesExtension(block) {
   await runShell(loop.text, { dir: join(gw.work, 'notes'), checkOutput: false }); // its output shows the generated plugin
 
   const c = await connectClient(gw);
-  assert.ok(c.connectResult.capabilities.extensions.some((e) => e.uri === 'urn:map:ext:notes:1'), 'urn:map:ext:notes:1 is listed');
+  assert.ok(c.connectResult.capabilities.extensions.some((e) => e.uri === 'x-notes:1'), 'x-notes:1 is listed');
   const sub = await c.conn.subscribe({ eventTypes: ['notes.put'] });
   const note = await c.conn.callExtension('notes/put', { text: 'from the README' });
   assert.match(note.id, /^note-/);
@@ -167,7 +167,7 @@ async function runNotesExtension(block) {
   const [ev] = await c.tap.waitForEvents(sub.id, (e) => e.type === 'notes.put', 1);
   assert.equal(ev.event.data.noteId, note.id);
   assert.deepEqual(await c.conn.callExtension('notes/get', { noteId: note.id }), note);
-  const missing = await rejectsWithCode(c.conn.callExtension('notes/get', { noteId: 'note-none' }), 20001, 'a missing note');
+  const missing = await rejectsWithCode(c.conn.callExtension('notes/get', { noteId: 'note-none' }), 90001, 'a missing note');
   assert.equal(missing.message, 'No such note');
   await rejectsWithCode(c.conn.callExtension('notes/put', { txt: 'typo' }), -32602, 'a missing field');
   await c.conn.disconnect();

@@ -2,7 +2,8 @@
 //! one PostgreSQL behave as one.
 //!
 //! - NATS core carries deliveries to a session on another node
-//!   (`<name>.dl.<node>`, each answered with what that node took), live-only
+//!   (`<name>.dl.<node>`, each answered with what that node took), requests
+//!   to a participant there (`<name>.ask.<node>`, answered with its answer), live-only
 //!   events (`<name>.live.<tenant>`) and heartbeats (`<name>.hb`).
 //! - A JetStream stream (`<name>_events`) is the event log: every node
 //!   publishes its recorded events there and reads every tenant's subject
@@ -16,6 +17,7 @@
 //! - A singleton plugin's calls go to the node holding its lease over NATS
 //!   core (`<name>.sg.…`, `singletons`).
 
+mod asks;
 mod checkpoints;
 mod deliveries;
 mod directory;
@@ -142,6 +144,7 @@ impl Cluster {
             None => Err(Full::Closed),
         };
         deliveries::receive(self, deliver).await?;
+        asks::serve(self, gateway).await?;
         for (tenant, f) in &fabrics {
             f.spawn_log_reader(self, tenant).await?;
         }

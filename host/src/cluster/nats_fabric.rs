@@ -17,7 +17,10 @@ use super::event_log::{published_by, LogPublisher};
 use super::follow::follow;
 use super::presence::{Interest, Presence};
 use super::{checkpoints, token, Cluster};
+use crate::core::asks::{Answer, Ask, NOT_RESPONDING};
 use crate::core::events::{Filter, NewEvent, StoredEvent};
+use crate::rpc::RpcError;
+use futures_util::future::BoxFuture;
 use crate::core::fabric::{Delivery, Fabric, FabricView, LocalFabric, ParkedSubscription, ReplayFrom, ReplayPage, ReplayQuery};
 use crate::core::outbox::{Frame, Full, Outbox};
 use crate::ids::Ulid;
@@ -41,6 +44,8 @@ pub struct ClusterFabric {
     log: LogPublisher,
     /// Deliveries to other nodes.
     deliveries: Outgoing,
+    /// `<name>.ask.` (a node name follows): requests to participants on other nodes.
+    ask_prefix: String,
     /// What the directory's mirror keeps for this tenant: routes to other
     /// nodes' sessions, their subscriptions' checkpoints.
     mirrored: Arc<Mirrored>,
@@ -63,6 +68,7 @@ impl ClusterFabric {
             live_subject: cluster.subject("live", &t),
             log: LogPublisher::start(cluster.client.clone(), cluster.js.clone(), cluster.instance.clone()),
             deliveries: Outgoing::start(cluster.client.clone(), cluster.subject("dl", ""), t.clone()),
+            ask_prefix: cluster.subject("ask", ""),
             tenant_token: t,
             instance: cluster.instance.clone(),
             mirrored: Arc::default(),
@@ -292,6 +298,16 @@ impl Fabric for ClusterFabric {
     fn home_is_gone(&self, node: &str, session: &str) -> bool {
         // A session of this node's previous run is gone too.
         !self.presence.alive(node) || (node == &*self.node && !self.local.serves(session))
+    }
+
+    /// Through the node this node's copy of the directory names (`asks`).
+    fn ask_elsewhere(&self, session: &str, ask: Ask) -> BoxFuture<'static, Answer> {
+        let Some(node) = self.route(session).filter(|_| self.connected()) else {
+            let who = ask.who.clone();
+            return Box::pin(async move { Err(RpcError::new(NOT_RESPONDING, format!("{who} is not connected now"))) });
+        };
+        let subject = format!("{}{node}", self.ask_prefix);
+        Box::pin(super::asks::ask(self.client.clone(), subject, self.tenant_token.clone(), session.to_string(), ask))
     }
 
     fn parked_subscriptions(&self, session: &str) -> Vec<ParkedSubscription> {

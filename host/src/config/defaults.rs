@@ -52,6 +52,7 @@ impl Default for Config {
             tls: TlsConfig::default(),
             acp: AcpConfig::default(),
             cluster: ClusterConfig::default(),
+            workspace: Default::default(),
             plugins: None,
             tenants: vec![TenantConfig { id: "default".into(), ..Default::default() }],
         }

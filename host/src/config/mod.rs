@@ -8,6 +8,7 @@ mod plugins;
 mod redact;
 mod tenants;
 mod validate;
+mod workspace;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -17,6 +18,7 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 pub use self::plugins::{InstanceMode, PluginConfig};
+pub use self::workspace::WorkspaceConfig;
 pub use self::tenants::{Credential, ExposeConfig, FederationConfig, JwtConfig, PeerConfig, TenantConfig, TrustedIssuer};
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -31,6 +33,7 @@ pub struct Config {
     pub tls: TlsConfig,
     pub acp: AcpConfig,
     pub cluster: ClusterConfig,
+    pub workspace: WorkspaceConfig,
     /// Plugins by name. Absent: every `*.wasm` in `server.plugin_dir`, with default limits.
     pub plugins: Option<BTreeMap<String, PluginConfig>>,
     pub tenants: Vec<TenantConfig>,

@@ -18,6 +18,7 @@ impl Config {
         self.check_tls_and_acp()?;
         self.check_cluster()?;
         self.check_federation()?;
+        self.workspace.check()?;
         self.check_telemetry()
     }
 

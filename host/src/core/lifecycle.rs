@@ -298,6 +298,7 @@ impl Gateway {
             participant_event("participant_disconnected", info, json!({}))
         };
         active.tenant.fabric.publish(event);
+        active.tenant.asks.session_closed(&active.session_id);
         if let Some(fed) = active.tenant.federation() {
             fed.session_closed(&active.session_id);
         }
@@ -385,6 +386,7 @@ impl Gateway {
         live.session.outbox.close();
         let tenant = &live.session.tenant;
         tenant.fabric.leave(session_id);
+        tenant.asks.session_closed(session_id);
         tenant.end_session(session_id, reason);
     }
 }

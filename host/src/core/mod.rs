@@ -3,6 +3,7 @@
 //! transport calls.
 
 pub mod address;
+pub mod asks;
 mod operations;
 pub mod directory;
 pub mod drain;
@@ -210,6 +211,9 @@ impl Gateway {
 
     /// A core whose tenants already hold what `extensions` gave them.
     pub fn assemble(config: Config, tenants: Tenants, extensions: Option<Arc<dyn ExtensionHost>>, config_path: Option<PathBuf>) -> Gateway {
+        for tenant in tenants.all() {
+            tenant.set_workspace_config(config.workspace.clone());
+        }
         Gateway { config, tenants, extensions, config_path, sessions: Mutex::new(HashMap::new()), resume_tokens: Mutex::new(HashMap::new()), drain: drain::Drain::new(), finally: Mutex::new(Vec::new()), readiness: Mutex::new(Vec::new()), reloads: Default::default() }
     }
 
@@ -307,7 +311,13 @@ impl Gateway {
             Decoded::Single(Ok(req)) => self.start(conn, req),
             Decoded::Single(Err((id, err))) => Handled::Now(Some(rpc::encode_error(&id, &err))),
             Decoded::Invalid(err) => Handled::Now(Some(rpc::encode_error(&Value::Null, &err))),
-            Decoded::Ignored => Handled::Now(None),
+            Decoded::Ignored => {
+                // A response: perhaps a participant answering the gateway (`asks`).
+                if let Ok(active) = conn.active() {
+                    active.tenant.asks.answered(&active.session_id, bytes);
+                }
+                Handled::Now(None)
+            }
             Decoded::Batch(items) => {
                 let mut answers = Vec::with_capacity(items.len());
                 for item in items {

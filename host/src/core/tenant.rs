@@ -29,6 +29,10 @@ pub struct Tenant {
     /// Which sends the observers may want (see `may_observe`), kept beside
     /// the set so a send without interest skips the lock.
     observed: AtomicU8,
+    /// Requests the gateway made to participants, waiting for their answers.
+    pub asks: super::asks::Asks,
+    /// `[workspace]`, set once when the gateway is assembled (what `map/connect` advertises).
+    workspace: std::sync::OnceLock<crate::config::WorkspaceConfig>,
 }
 
 const OBSERVE_NONE: u8 = 0;
@@ -49,12 +53,24 @@ impl Tenant {
             extensions: RwLock::new(Arc::new(NoExtensions)),
             federation: std::sync::OnceLock::new(),
             observed: AtomicU8::new(OBSERVE_NONE),
+            asks: Default::default(),
+            workspace: std::sync::OnceLock::new(),
         }
     }
 
     /// The tenant's current extensions (a snapshot: a swap does not affect it).
     pub fn extensions(&self) -> Arc<dyn Extensions> {
         self.extensions.read().clone()
+    }
+
+    /// The workspace extension's settings (the defaults until the gateway sets them).
+    pub fn workspace_config(&self) -> crate::config::WorkspaceConfig {
+        self.workspace.get().cloned().unwrap_or_default()
+    }
+
+    /// Set the workspace extension's settings (once; a later call changes nothing).
+    pub fn set_workspace_config(&self, config: crate::config::WorkspaceConfig) {
+        let _ = self.workspace.set(config);
     }
 
     pub fn federation(&self) -> Option<&Arc<dyn Federation>> {

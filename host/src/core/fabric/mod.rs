@@ -12,6 +12,7 @@ use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
+use super::asks::{Answer, Ask, NOT_RESPONDING};
 use super::events::{Filter, NewEvent};
 use super::outbox::{Frame, Full, Outbox};
 use crate::ids::Ulid;
@@ -91,6 +92,12 @@ pub trait Fabric: Send + Sync {
     /// The subscriptions a session had on a node that died, as last checkpointed.
     fn parked_subscriptions(&self, _session: &str) -> Vec<ParkedSubscription> {
         Vec::new()
+    }
+    /// Send a request to a session another node serves and wait for the
+    /// participant's answer (see `asks`): that node writes the request on
+    /// the session and sends back what came. Only a cluster has other nodes.
+    fn ask_elsewhere(&self, _session: &str, _ask: Ask) -> BoxFuture<'static, Answer> {
+        Box::pin(async { Err(crate::rpc::RpcError::new(NOT_RESPONDING, "the participant's session is not served by this gateway")) })
     }
 }
 

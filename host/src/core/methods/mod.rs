@@ -7,6 +7,7 @@ pub(crate) mod scopes;
 pub(crate) mod session;
 mod structure;
 pub(crate) mod subscriptions;
+pub(crate) mod workspace;
 
 use std::sync::Arc;
 
@@ -20,6 +21,9 @@ use crate::rpc::{Request, RpcError};
 /// outside `map/`, or in the `map/` namespace of a registered extension
 /// (`map/tasks/`), which a plugin may serve (-32601 when none does).
 pub(super) fn dispatch(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Option<Result<Out, RpcError>> {
+    if workspace::serves(&gw.config.workspace, &req.method) {
+        return Some(workspace::call(gw, conn, req));
+    }
     if !req.method.starts_with("map/") {
         return None;
     }

@@ -11,8 +11,11 @@ import * as store from 'map-gateway:plugin/store@@CONTRACT_VERSION@';
 import { emit } from 'map-gateway:plugin/events@@CONTRACT_VERSION@';
 
 const NAME = '@NAME@';
-const ITEM_NOT_FOUND = 20001;
-const INTERNAL = 20999;
+// The error codes: 1000 from 90000 up, as the MAP registry asks of
+// extensions it does not list (the gateway refuses overlapping ranges).
+const ERROR_RANGE = [@ERR_FIRST@n, @ERR_LAST@n];
+const ITEM_NOT_FOUND = @ERR_NOT_FOUND@;
+const INTERNAL = @ERR_LAST@;
 const ITEMS = 'items';
 
 class RpcError extends Error {
@@ -70,13 +73,14 @@ const METHODS = {
 export const rpc = {
   describe() {
     return {
-      name: NAME,
+      // Outside the MAP registry: the x- form.
+      name: `x-${NAME}`,
       version: '0.1.0',
-      uri: `urn:map:ext:${NAME}:1`,
-      capabilityGroup: NAME,
+      uri: `x-${NAME}:1`,
+      capabilityGroup: `x-${NAME}`,
       capabilities: JSON.stringify({ enabled: true }),
       methods: Object.keys(METHODS),
-      errorRange: [20000n, 20999n],
+      errorRange: ERROR_RANGE,
       eventFilters: [],
     };
   },

@@ -20,10 +20,12 @@ from wit_world.imports import events, store
 from wit_world.imports.types import Caller, RpcError
 
 NAME = "@NAME@"
-# The error codes this extension answers with, besides JSON-RPC's.
-ERROR_RANGE = (20000, 20999)
-ITEM_NOT_FOUND = 20001
-INTERNAL = 20999
+# The error codes this extension answers with, besides JSON-RPC's: 1000
+# from 90000 up, as the MAP registry asks of extensions it does not list
+# (the gateway refuses overlapping ranges).
+ERROR_RANGE = (@ERR_FIRST@, @ERR_LAST@)
+ITEM_NOT_FOUND = @ERR_NOT_FOUND@
+INTERNAL = @ERR_LAST@
 ITEMS = "items"
 
 CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
@@ -75,7 +77,8 @@ METHODS = {f"{NAME}/put": put, f"{NAME}/get": get}
 class Rpc(exports.Rpc):
     def describe(self) -> rpc.Descriptor:
         return rpc.Descriptor(
-            name=NAME, version="0.1.0", uri=f"urn:map:ext:{NAME}:1", capability_group=NAME,
+            # Outside the MAP registry: the x- form.
+            name=f"x-{NAME}", version="0.1.0", uri=f"x-{NAME}:1", capability_group=f"x-{NAME}",
             capabilities=json.dumps({"enabled": True}), methods=list(METHODS),
             error_range=ERROR_RANGE, event_filters=[],
         )
