@@ -8,7 +8,8 @@
 //! bridged to MAP agents) → `plugins` (Wasm components
 //! serving extensions) → `cluster` (several gateways as one, over NATS) →
 //! `journal` (the embedded default's durable event log) → `core` (MAP: sessions, agents, scopes, routing,
-//! events; the traits it needs from extensions) → `tenants` (credentials
+//! events; the traits it needs from extensions) → `credentials` (a
+//! tenant's credentials broker: grants and providers) → `tenants` (credentials
 //! into tenants) → `store` (durable storage) → `rpc` (codec, errors) →
 //! `ids`, `metrics`, `telemetry` (logs and traces), `config`, `memory`
 //! (memory back to the system after a burst).
@@ -21,6 +22,7 @@ pub mod app;
 mod cluster;
 pub mod config;
 pub mod core;
+mod credentials;
 mod federation;
 // Every decoder of untrusted bytes as a fuzz target (`fuzz/`, tests/fuzz_smoke.rs).
 #[doc(hidden)]

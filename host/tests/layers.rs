@@ -20,7 +20,7 @@ use syn::{Item, UseTree, Visibility};
 /// `fuzzing` holds the fuzz targets, over every module below it.
 /// `install` and `scaffold` belong to the binary (`plugin install`, `plugin new`);
 /// `install` uses `scaffold`'s name rule, `scaffold` no other module.
-const LAYERS: &[&str] = &["fuzzing", "install", "scaffold", "app", "transport", "federation", "acp", "plugins", "cluster", "journal", "core", "tenants", "store", "rpc", "ids", "metrics", "telemetry", "config", "memory"];
+const LAYERS: &[&str] = &["fuzzing", "install", "scaffold", "app", "transport", "federation", "acp", "plugins", "cluster", "journal", "core", "credentials", "tenants", "store", "rpc", "ids", "metrics", "telemetry", "config", "memory"];
 
 /// Circles between files of one module that are tolerated for a while
 /// (none today): each entry is one circle's files exactly (a sub-directory

@@ -3,6 +3,7 @@
 //! their own, as do the checks a loaded file must pass (`validate`) and
 //! printing it without secrets (`redact`).
 
+mod credentials;
 mod defaults;
 mod plugins;
 mod redact;
@@ -17,6 +18,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
+pub use self::credentials::{pattern_matches, CredentialsConfig, GrantConfig, OAuth2Provider, ProviderConfig, Secret, StaticProvider, StaticSecret};
 pub use self::plugins::{InstanceMode, PluginConfig};
 pub use self::workspace::WorkspaceConfig;
 pub use self::tenants::{Credential, ExposeConfig, FederationConfig, JwtConfig, PeerConfig, TenantConfig, TrustedIssuer};

@@ -24,6 +24,9 @@ impl Config {
                 let principal = cred.principal().map(String::from);
                 *cred = Credential::WithPrincipal { secret: R.into(), principal };
             }
+            if let Some(credentials) = &mut t.credentials {
+                credentials.redact();
+            }
             if let Some(j) = &mut t.jwt {
                 if !j.secret.is_empty() {
                     j.secret = R.into();

@@ -28,6 +28,8 @@ pub struct TenantConfig {
     pub outbound_hosts: BTreeMap<String, Vec<String>>,
     /// MAP federation: this tenant as a system, and the systems it connects to.
     pub federation: Option<FederationConfig>,
+    /// The credentials broker (`cred/*`): providers and grants per principal.
+    pub credentials: Option<super::credentials::CredentialsConfig>,
 }
 
 /// A tenant as a system of a federation (README: Federation).

@@ -194,13 +194,17 @@ impl Conn {
 impl Gateway {
     /// The configured tenants, each a fresh wall.
     pub fn tenants_of(config: &Config) -> anyhow::Result<Tenants> {
-        Tenants::from_config(config, |t| Tenant::new(&t.id, &config.limits))
+        let tenants = Tenants::from_config(config, |t| Tenant::new(&t.id, &config.limits))?;
+        methods::credentials::Brokers::build(config)?.install(&tenants);
+        Ok(tenants)
     }
 
     /// The configured tenants, each with the fabric `fabric_for(id)` makes.
     pub fn tenants_with(config: &Config, fabric_for: impl FnMut(&str) -> Arc<dyn fabric::Fabric>) -> anyhow::Result<Tenants> {
         let fabric_for = std::cell::RefCell::new(fabric_for);
-        Tenants::from_config(config, |t| Tenant::with_fabric(&t.id, (fabric_for.borrow_mut())(&t.id)))
+        let tenants = Tenants::from_config(config, |t| Tenant::with_fabric(&t.id, (fabric_for.borrow_mut())(&t.id)))?;
+        methods::credentials::Brokers::build(config)?.install(&tenants);
+        Ok(tenants)
     }
 
     /// A core without extensions.
@@ -248,10 +252,12 @@ impl Gateway {
             Some(p) => Config::load(p)?,
             None => self.config.clone(),
         };
+        let brokers = methods::credentials::Brokers::build(&config).inspect_err(|e| host.note_error(e))?;
         if let Err(e) = host.apply(&config, &self.tenants).await {
             host.note_error(&e);
             return Err(e);
         }
+        brokers.install(&self.tenants);
         Ok(host.status().await)
     }
 

@@ -90,6 +90,7 @@ impl RpcError {
             4000..=4999 => "resource",
             5000..=5999 => "federation",
             10000..=10999 => "mail",
+            11000..=11999 => "credentials",
             12000..=12999 => "workspace",
             13000..=13999 => "trajectory",
             16000..=16999 => "session",

@@ -1,6 +1,7 @@
 //! The method table: every MAP core method, by name.
 
 pub(crate) mod agents;
+pub(crate) mod credentials;
 mod inject;
 pub(crate) mod messaging;
 pub(crate) mod scopes;
@@ -23,6 +24,9 @@ use crate::rpc::{Request, RpcError};
 pub(super) fn dispatch(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Option<Result<Out, RpcError>> {
     if workspace::serves(&gw.config.workspace, &req.method) {
         return Some(workspace::call(gw, conn, req));
+    }
+    if let Some(answer) = credentials::dispatch(conn, req) {
+        return Some(answer);
     }
     if !req.method.starts_with("map/") {
         return None;

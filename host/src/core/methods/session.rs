@@ -74,6 +74,7 @@ fn granted_capabilities() -> Value {
 fn capabilities(tenant: &Tenant, participant_type: &str) -> Value {
     let mut caps = granted_capabilities();
     tenant.extensions().advertise(&mut caps, participant_type);
+    super::credentials::advertise(tenant, &mut caps, participant_type);
     super::workspace::advertise(&tenant.workspace_config(), &mut caps, participant_type);
     caps
 }
