@@ -30,6 +30,10 @@ pub struct TenantConfig {
     pub federation: Option<FederationConfig>,
     /// The credentials broker (`cred/*`): providers and grants per principal.
     pub credentials: Option<super::credentials::CredentialsConfig>,
+    /// Principals that may call `map/permissions/update` whatever their
+    /// participant type (`system` participants always may).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub admin_principals: Vec<String>,
 }
 
 /// A tenant as a system of a federation (README: Federation).

@@ -160,7 +160,7 @@ impl Tenant {
 impl Gateway {
     /// Create a session in `tenant` for this connection and bind the connection to it.
     pub(crate) fn open_session(self: &Arc<Self>, conn: &mut Conn, who: Authenticated, info: SessionInfo) -> Active {
-        let Authenticated { tenant, principal } = who;
+        let Authenticated { tenant, principal, expires_at } = who;
         let outbox = Arc::new(Outbox::new(self.config.limits.outbox_frames, self.config.limits.outbox_bytes));
         if conn.streams {
             outbox.attach(conn.tx.clone());
@@ -171,7 +171,7 @@ impl Gateway {
         info.resume_hash = ids::secret_hash(&token);
         info.principal = principal;
         let event = participant_event("participant_connected", &info, json!({}));
-        let active = self.go_live(conn, &tenant, &info, outbox, token);
+        let active = self.go_live(conn, &tenant, &info, outbox, token, expires_at);
         {
             let mut reg = tenant.registry.lock();
             reg.participants.insert(info.participant_id.clone(), info.id.clone());
@@ -181,9 +181,9 @@ impl Gateway {
         active
     }
 
-    /// Make a session live in this process, with its outbox and resume
-    /// token, and bind the connection to it.
-    fn go_live(&self, conn: &mut Conn, tenant: &Arc<Tenant>, info: &SessionInfo, outbox: Arc<Outbox>, token: String) -> Active {
+    /// Make a session live in this process, with its outbox, resume token
+    /// and credential expiry, and bind the connection to it.
+    fn go_live(&self, conn: &mut Conn, tenant: &Arc<Tenant>, info: &SessionInfo, outbox: Arc<Outbox>, token: String, expires_at: Option<u64>) -> Active {
         let active = Active {
             tenant: tenant.clone(),
             session_id: info.id.clone(),
@@ -197,7 +197,9 @@ impl Gateway {
             generation: Arc::new(AtomicU64::new(1)),
             resume_token: token.clone(),
             disconnected: Arc::new(AtomicBool::new(false)),
+            expiry: Default::default(),
         };
+        conn.deferred.extend(live.expiry.arm(expires_at, &active.outbox));
         crate::metrics::session(&tenant.id, 1.0);
         self.sessions.lock().insert(info.id.clone(), live);
         self.resume_tokens.lock().insert(token, info.id.clone());
@@ -212,8 +214,9 @@ impl Gateway {
     }
 
     /// Rebind a connection to the session of a resume token, if it is still
-    /// live; the token is replaced by a fresh one.
-    pub(crate) fn resume_session(self: &Arc<Self>, conn: &mut Conn, token: &str) -> Option<(Active, String, Vec<String>)> {
+    /// live; the token is replaced by a fresh one. `expires_at`: of the
+    /// credential the session holds now.
+    pub(crate) fn resume_session(self: &Arc<Self>, conn: &mut Conn, token: &str, expires_at: Option<u64>) -> Option<(Active, String, Vec<String>)> {
         let session_id = self.resume_tokens.lock().remove(token)?;
         let new_token = ids::secret();
         let live = {
@@ -239,6 +242,7 @@ impl Gateway {
             (owned, participant_event("participant_connected", info, json!({"reconnected": true})))
         };
         live.session.tenant.fabric.publish(event);
+        conn.deferred.extend(live.expiry.arm(expires_at, &live.session.outbox));
         let active = live.session.clone();
         conn.state = ConnState::Active(active.clone());
         Some((active, new_token, owned))
@@ -279,7 +283,7 @@ impl Gateway {
                 tenant.fabric.adopt_subscription(&info.id, crate::core::fabric::ParkedSubscription { filter, ..sub });
             }
         }
-        let active = self.go_live(conn, &tenant, &info, outbox, new_token.clone());
+        let active = self.go_live(conn, &tenant, &info, outbox, new_token.clone(), who.expires_at);
         tenant.fabric.publish(event);
         Some((active, new_token, owned))
     }
@@ -366,6 +370,9 @@ impl Gateway {
             return Err(StreamRefused::InUse);
         }
         live.generation.fetch_add(1, Ordering::SeqCst);
+        if let Some(due) = live.expiry.arm(live.expiry.expires_at(), &live.session.outbox) {
+            let _ = live.session.outbox.push(due);
+        }
         Ok(())
     }
 
@@ -382,6 +389,7 @@ impl Gateway {
     pub(crate) fn expire(&self, session_id: &str, reason: &str) {
         let Some(live) = self.sessions.lock().remove(session_id) else { return };
         crate::metrics::session(&live.session.tenant.id, -1.0);
+        live.expiry.cancel();
         self.resume_tokens.lock().remove(&live.resume_token);
         live.session.outbox.close();
         let tenant = &live.session.tenant;

@@ -4,6 +4,7 @@
 
 pub mod address;
 pub mod asks;
+pub mod auth_expiry;
 mod operations;
 pub mod directory;
 pub mod drain;
@@ -14,6 +15,7 @@ pub mod fabric;
 pub mod federation;
 pub mod model;
 pub mod outbox;
+pub mod permissions;
 pub mod registry;
 mod reloads;
 pub use reloads::{Job as ReloadJob, State as ReloadState};
@@ -81,6 +83,8 @@ pub struct Live {
     /// The client said `map/disconnect`: the session id no longer admits
     /// HTTP requests or event streams (its resume token still resumes it).
     pub disconnected: Arc<AtomicBool>,
+    /// When its credential expires, and the `map/auth/expiring` timer.
+    pub expiry: Arc<auth_expiry::Expiry>,
 }
 
 pub struct Gateway {

@@ -33,6 +33,9 @@ pub struct SessionInfo {
     pub agent_behavior: String,
     #[serde(skip)]
     pub capabilities: Value,
+    /// What `map/permissions/update` changed of its grants (none: nothing).
+    #[serde(skip)]
+    pub permissions: Option<super::permissions::Granted>,
     /// Who opened it (a resume must come from the same principal).
     #[serde(skip)]
     pub principal: std::sync::Arc<str>,
@@ -283,6 +286,7 @@ mod tests {
             disconnected_at: None,
             agent_behavior: "grace-period".into(),
             capabilities,
+            permissions: None,
             principal: "p".into(),
             resume_hash: String::new(),
             home: None,

@@ -60,6 +60,7 @@ struct Routing {
 fn route(active: &Active, addr: &Address, from: Option<&str>) -> Result<Routing, RpcError> {
     let reg = active.tenant.registry.lock();
     let session = reg.sessions.get(&active.session_id);
+    super::permissions::may_send(session, addr)?;
     let agent = match from {
         // By the agent's owner, not the session's list (which may be very long).
         Some(a) if session.is_some() && reg.agents.get(a).is_some_and(|x| x.session == active.session_id) => Some(a.to_string()),
@@ -90,6 +91,7 @@ fn route(active: &Active, addr: &Address, from: Option<&str>) -> Result<Routing,
 pub fn send_message(active: &Active, msg: Outgoing) -> Result<Sent, RpcError> {
     let mut addr = Address::from_json(msg.to)?;
     if let Some((system, agent)) = federated_target(active, &mut addr)? {
+        super::permissions::check_flag(active, "messaging.canSend")?;
         return send_to_system(active, system, agent, msg);
     }
     let routing = route(active, &addr, msg.from)?;

@@ -35,6 +35,9 @@ pub struct Tenant {
     pub asks: super::asks::Asks,
     /// `[workspace]`, set once when the gateway is assembled (what `map/connect` advertises).
     workspace: std::sync::OnceLock<crate::config::WorkspaceConfig>,
+    /// Some session has had its permissions changed (`map/permissions/update`):
+    /// until then requests skip the check (see `permissions::check`).
+    pub(crate) restricted: std::sync::atomic::AtomicBool,
 }
 
 const OBSERVE_NONE: u8 = 0;
@@ -58,6 +61,7 @@ impl Tenant {
             credentials: RwLock::new(None),
             asks: Default::default(),
             workspace: std::sync::OnceLock::new(),
+            restricted: Default::default(),
         }
     }
 

@@ -82,6 +82,11 @@ fn rejected(e: jsonwebtoken::errors::Error) -> RpcError {
     }
 }
 
+/// A validated token's `exp` (seconds, required by the validation) in Unix ms.
+fn exp_ms(claims: &serde_json::Map<String, Value>) -> u64 {
+    claims.get("exp").and_then(Value::as_f64).map_or(0, |s| (s * 1000.0) as u64)
+}
+
 impl Tokens {
     pub fn from_config(config: &Config) -> anyhow::Result<Tokens> {
         let secret = if config.auth.token_secret.is_empty() {
@@ -117,16 +122,16 @@ impl Tokens {
         (token, claims.exp * 1000)
     }
 
-    /// The tenant and principal a JWT names, once its signature, expiry,
-    /// audience and issuer hold.
-    pub fn verify<T>(&self, token: &str, tenant_by_id: impl Fn(&str) -> Option<Arc<T>>) -> Result<(Arc<T>, String), RpcError> {
+    /// The tenant and principal a JWT names, and its `exp` in Unix ms, once
+    /// its signature, expiry, audience and issuer hold.
+    pub fn verify<T>(&self, token: &str, tenant_by_id: impl Fn(&str) -> Option<Arc<T>>) -> Result<(Arc<T>, String, u64), RpcError> {
         let mut own = Validation::new(Algorithm::HS256);
         own.set_issuer(&[ISSUER]);
         own.validate_aud = false;
         match jsonwebtoken::decode::<Issued>(token, &self.decoding, &own) {
             Ok(data) => {
                 let tenant = tenant_by_id(&data.claims.tenant).ok_or_else(|| RpcError::new(codes::AUTH_FAILED, "Invalid credential"))?;
-                return Ok((tenant, data.claims.sub));
+                return Ok((tenant, data.claims.sub, data.claims.exp * 1000));
             }
             Err(e) if matches!(e.kind(), jsonwebtoken::errors::ErrorKind::ExpiredSignature) => return Err(rejected(e)),
             Err(_) => {}
@@ -138,7 +143,7 @@ impl Tokens {
                     let principal = data.claims.get(&k.principal_claim).and_then(Value::as_str).filter(|p| !p.is_empty());
                     let principal = principal.ok_or_else(|| RpcError::new(codes::AUTH_FAILED, format!("The token has no {:?} claim", k.principal_claim)))?;
                     let tenant = tenant_by_id(&k.tenant).ok_or_else(|| RpcError::new(codes::AUTH_FAILED, "Invalid credential"))?;
-                    return Ok((tenant, principal.to_string()));
+                    return Ok((tenant, principal.to_string(), exp_ms(&data.claims)));
                 }
                 Err(e) => {
                     if matches!(e.kind(), jsonwebtoken::errors::ErrorKind::ExpiredSignature) {

@@ -30,11 +30,14 @@ pub struct Tenants<T> {
 pub struct Authenticated<T> {
     pub tenant: Arc<T>,
     pub principal: Arc<str>,
+    /// When the credential stops being accepted (Unix ms): a JWT's `exp`;
+    /// none for keys and tokens that do not expire.
+    pub expires_at: Option<u64>,
 }
 
 impl<T> Clone for Authenticated<T> {
     fn clone(&self) -> Self {
-        Authenticated { tenant: self.tenant.clone(), principal: self.principal.clone() }
+        Authenticated { tenant: self.tenant.clone(), principal: self.principal.clone(), expires_at: self.expires_at }
     }
 }
 
@@ -59,12 +62,12 @@ impl<T> Tenants<T> {
             let tenant = Arc::new(make(t));
             by_id.insert(t.id.clone(), tenant.clone());
             if let Some(principal) = &t.none_principal {
-                none = Some(Authenticated { tenant: tenant.clone(), principal: principal.as_str().into() });
+                none = Some(Authenticated { tenant: tenant.clone(), principal: principal.as_str().into(), expires_at: None });
             }
             for (method, list) in [("api-key", &t.api_keys), ("bearer", &t.bearer_tokens)] {
                 for (i, c) in list.iter().enumerate() {
                     let principal: Arc<str> = c.principal().map(Into::into).unwrap_or_else(|| format!("{}/{method}/{i}", t.id).into());
-                    credentials.insert((method, digest(c.secret())), Authenticated { tenant: tenant.clone(), principal });
+                    credentials.insert((method, digest(c.secret())), Authenticated { tenant: tenant.clone(), principal, expires_at: None });
                 }
             }
         }
@@ -92,7 +95,7 @@ impl<T> Tenants<T> {
     pub fn anonymous(&self, loopback: bool) -> Option<Authenticated<T>> {
         if loopback || self.anonymous_remote {
             let tenant = self.anonymous.as_deref().and_then(|t| self.get(t))?;
-            Some(Authenticated { tenant, principal: ANONYMOUS.into() })
+            Some(Authenticated { tenant, principal: ANONYMOUS.into(), expires_at: None })
         } else {
             None
         }
@@ -134,8 +137,8 @@ impl<T> Tenants<T> {
             return Ok(found.clone());
         }
         if key == "bearer" && jwt::looks_like_jwt(credential) {
-            let (tenant, principal) = self.tokens.verify(credential, |id| self.get(id))?;
-            return Ok(Authenticated { tenant, principal: principal.into() });
+            let (tenant, principal, expires_at) = self.tokens.verify(credential, |id| self.get(id))?;
+            return Ok(Authenticated { tenant, principal: principal.into(), expires_at: Some(expires_at) });
         }
         Err(RpcError::new(codes::AUTH_FAILED, "Invalid credential"))
     }

@@ -9,6 +9,7 @@ use super::records::{essence, AgentRecord, Checkpoint, ScopeRecord, SessionRecor
 use super::{served_here, Mirrored, MirroredTenant, AGENT, SCOPE, SESSION, SUBSCRIPTION};
 use crate::cluster::untoken;
 use crate::core::model::Agent;
+use crate::core::permissions::Granted;
 use crate::core::registry::Registry;
 
 /// Bring one directory entry into its tenant's directory. `body` is none
@@ -22,6 +23,9 @@ pub(super) fn apply(node: &str, tenants: &foldhash::HashMap<String, MirroredTena
         return;
     }
     let body = (value.get("gone") != Some(&Value::Bool(true))).then_some(value);
+    if kind == SESSION && body.as_ref().is_some_and(|b| b.get("permissions").is_some_and(|p| !p.is_null())) {
+        t.tenant.restricted.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
     let mut reg = t.tenant.registry.lock();
     match kind {
         AGENT => apply_agent(&mut reg, &t.mirrored, id, body),
@@ -80,6 +84,7 @@ fn apply_session(reg: &mut Registry, mirrored: &Mirrored, id: String, body: Opti
         Some(v) => {
             let Ok(r) = serde_json::from_value::<SessionRecord>(v) else { return };
             if served_here(reg, &id) {
+                take_permissions(reg, &id, r.permissions);
                 return;
             }
             let info = r.into_info();
@@ -100,6 +105,17 @@ fn apply_session(reg: &mut Registry, mirrored: &Mirrored, id: String, body: Opti
             mirrored.routes.write().remove(&id);
             mirrored.parked.lock().remove(&id);
         }
+    }
+}
+
+/// Permissions another node changed for a session served here: kept when
+/// newer than this node's, and so written back as this node's record, which
+/// tells the other node they apply here now.
+fn take_permissions(reg: &mut Registry, id: &str, theirs: Option<Granted>) {
+    let Some(theirs) = theirs else { return };
+    let newer = reg.sessions.get(id).is_some_and(|s| s.permissions.as_ref().is_none_or(|mine| mine.rev < theirs.rev));
+    if let Some(s) = reg.sessions.get_mut(id).filter(|_| newer) {
+        s.permissions = Some(Granted { confirmed: true, ..theirs });
     }
 }
 

@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use crate::core::events::Filter;
 use crate::core::model::{Agent, Scope};
+use crate::core::permissions::Granted;
 use crate::core::registry::SessionInfo;
 
 #[derive(Serialize, Deserialize)]
@@ -48,6 +49,9 @@ pub(super) struct SessionRecord {
     agent_behavior: String,
     #[serde(default)]
     capabilities: Value,
+    /// Changed by `map/permissions/update` (on any node; the serving node keeps the newest).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permissions: Option<Granted>,
     principal: String,
     resume_hash: String,
 }
@@ -68,12 +72,15 @@ impl SessionRecord {
             disconnected_at: s.disconnected_at,
             agent_behavior: s.agent_behavior.clone(),
             capabilities: s.capabilities.clone(),
+            permissions: s.permissions.clone(),
             principal: s.principal.to_string(),
             resume_hash: s.resume_hash.clone(),
         }
     }
 
     pub fn into_info(self) -> SessionInfo {
+        // Written by the serving node itself: it has the change.
+        let confirmed = self.origin == self.home;
         SessionInfo {
             id: self.id,
             participant_id: self.participant_id,
@@ -86,6 +93,7 @@ impl SessionRecord {
             disconnected_at: self.disconnected_at,
             agent_behavior: self.agent_behavior,
             capabilities: self.capabilities,
+            permissions: self.permissions.map(|p| Granted { confirmed, ..p }),
             principal: self.principal.into(),
             resume_hash: self.resume_hash,
             home: Some(self.home.into()),

@@ -4,6 +4,8 @@ pub(crate) mod agents;
 pub(crate) mod credentials;
 mod inject;
 pub(crate) mod messaging;
+mod permissions;
+mod refresh;
 pub(crate) mod scopes;
 pub(crate) mod session;
 mod structure;
@@ -22,6 +24,10 @@ use crate::rpc::{Request, RpcError};
 /// outside `map/`, or in the `map/` namespace of a registered extension
 /// (`map/tasks/`), which a plugin may serve (-32601 when none does).
 pub(super) fn dispatch(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Option<Result<Out, RpcError>> {
+    // A flag revoked by map/permissions/update refuses core and extension methods alike.
+    if let Err(e) = conn.active().map_or(Ok(()), |active| crate::core::permissions::check(active, &req.method)) {
+        return Some(Err(e));
+    }
     if workspace::serves(&gw.config.workspace, &req.method) {
         return Some(workspace::call(gw, conn, req));
     }
@@ -58,7 +64,8 @@ fn route(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out, RpcEr
 
         "map/connect" | "map/initialize" => session::connect(gw, conn, req),
         "map/authenticate" => session::authenticate(gw, conn, req),
-        "map/auth/refresh" => session::refresh(gw, conn, req),
+        "map/auth/refresh" => refresh::refresh(gw, conn, req),
+        "map/permissions/update" => permissions::update(gw, conn.active()?, req),
         "map/disconnect" | "map/shutdown" => session::disconnect(gw, conn, req),
         "map/session/list" => session::list(conn),
         "map/session/load" => session::load(gw, conn, req),

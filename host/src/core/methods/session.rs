@@ -71,16 +71,27 @@ fn granted_capabilities() -> Value {
 }
 
 /// What a participant of this type gets: the core's grants plus each plugin's.
-fn capabilities(tenant: &Tenant, participant_type: &str) -> Value {
+pub(crate) fn capabilities(tenant: &Tenant, participant_type: &str) -> Value {
     let mut caps = granted_capabilities();
     tenant.extensions().advertise(&mut caps, participant_type);
-    super::credentials::advertise(tenant, &mut caps, participant_type);
     super::workspace::advertise(&tenant.workspace_config(), &mut caps, participant_type);
+    super::credentials::advertise(tenant, &mut caps, participant_type);
     caps
 }
 
-fn principal(active: &Active) -> Value {
-    json!({"id": &*active.principal, "issuer": crate::tenants::jwt::ISSUER, "claims": {"tenant": active.tenant.id, "participantId": active.participant_id}})
+/// `capabilities` with what `map/permissions/update` changed for the session.
+fn effective_capabilities(active: &Active) -> Value {
+    let granted = capabilities(&active.tenant, &active.participant_type);
+    crate::core::permissions::effective(granted, active.tenant.registry.lock().sessions.get(&active.session_id))
+}
+
+/// Who the session is; `expiresAt` (Unix ms) when its credential expires.
+pub(crate) fn principal(gw: &Gateway, active: &Active) -> Value {
+    let mut p = json!({"id": &*active.principal, "issuer": crate::tenants::jwt::ISSUER, "claims": {"tenant": active.tenant.id, "participantId": active.participant_id}});
+    if let Some(at) = gw.live(&active.session_id).and_then(|l| l.expiry.expires_at()) {
+        p["expiresAt"] = json!(at);
+    }
+    p
 }
 
 /// Who the connection's credentials say it is: `Ok(None)` means none were
@@ -97,12 +108,12 @@ fn caller_for(gw: &Gateway, conn: &mut Conn, auth: Option<&AuthParams>) -> Resul
 }
 
 /// A credential was refused (rather than malformed, or the address throttled).
-fn refused(e: &RpcError) -> bool {
+pub(crate) fn refused(e: &RpcError) -> bool {
     matches!(e.code, codes::AUTH_FAILED | codes::TOKEN_EXPIRED)
 }
 
 /// A refusal as the SDK's `AuthError {code, message}`.
-fn auth_error(gw: &Gateway, method: &str, e: &RpcError) -> Value {
+pub(crate) fn auth_error(gw: &Gateway, method: &str, e: &RpcError) -> Value {
     let code = if e.code == codes::TOKEN_EXPIRED {
         "expired"
     } else if !gw.tenants.offered_methods().contains(&method) {
@@ -169,7 +180,7 @@ pub fn connect(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out,
             caller.as_ref().is_some_and(|c| Arc::ptr_eq(&c.tenant, &live.session.tenant) && ids::secrets_equal(&c.principal, &live.session.principal))
         });
         let (resumed, adopted) = match resumable {
-            Some(_) => (gw.resume_session(conn, token), false),
+            Some(_) => (gw.resume_session(conn, token, caller.as_ref().and_then(|c| c.expires_at)), false),
             // Not here: perhaps a session of a cluster node that has died.
             None => (caller.as_ref().and_then(|c| gw.adopt_session(conn, c, token)), true),
         };
@@ -269,6 +280,7 @@ fn start_session(gw: &Arc<Gateway>, conn: &mut Conn, caller: Authenticated, p: &
         disconnected_at: None,
         agent_behavior: behavior,
         capabilities: p.capabilities.clone().unwrap_or(Value::Null),
+        permissions: None,
         principal: caller.principal.clone(),
         resume_hash: String::new(),
         home: None,
@@ -281,9 +293,9 @@ fn connect_result(gw: &Gateway, active: &Active, draft: bool, p: &ConnectParams)
         "protocolVersion": PROTOCOL_VERSION,
         "sessionId": active.session_id,
         "participantId": active.participant_id,
-        "capabilities": capabilities(&active.tenant, &active.participant_type),
+        "capabilities": effective_capabilities(active),
         "systemInfo": {"name": gw.config.server.name, "version": env!("CARGO_PKG_VERSION")},
-        "principal": principal(active),
+        "principal": principal(gw, active),
     });
     if draft {
         result["mode"] = json!(p.mode.clone().unwrap_or_else(|| "full".into()));
@@ -310,18 +322,22 @@ pub fn authenticate(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result
                 "success": true,
                 "sessionId": active.session_id,
                 "participantId": active.participant_id,
-                "principal": principal(&active),
+                "principal": principal(gw, &active),
                 "resumeToken": token,
             })
             .into())
         }
         ConnState::Active(active) => {
             let same = Arc::ptr_eq(&active.tenant, &caller.tenant) && ids::secrets_equal(&active.principal, &caller.principal);
+            if same {
+                // The same principal's credential again: its expiry is the session's now.
+                super::refresh::credential_renewed(gw, conn, &active, caller.expires_at);
+            }
             let result = json!({
                 "success": true,
                 "sessionId": active.session_id,
                 "participantId": active.participant_id,
-                "principal": principal(&active),
+                "principal": principal(gw, &active),
             });
             conn.state = ConnState::Active(active);
             if !same {
@@ -331,40 +347,6 @@ pub fn authenticate(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result
         }
         ConnState::Fresh => Err(RpcError::new(codes::AUTH_REQUIRED, "Not connected: call map/connect first")),
     }
-}
-
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase", default)]
-struct RefreshParams {
-    refresh_token: Option<String>,
-    method: Option<String>,
-    credential: Option<String>,
-}
-
-/// Issue a fresh access token (a JWT signed by this gateway, with an
-/// expiry) for the session's principal: `{success: true, principal,
-/// accessToken, …}`. A credential given here must be the same principal's,
-/// else `{success: false, error}`; the answer never contains it.
-pub fn refresh(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out, RpcError> {
-    let active = conn.active()?.clone();
-    let p: RefreshParams = req.params()?;
-    if let Some(presented) = p.refresh_token.or(p.credential) {
-        let method = p.method.as_deref().unwrap_or("bearer");
-        let who = match gw.authenticate(conn, method, Some(&presented)) {
-            Ok(who) => who,
-            Err(e) if refused(&e) => return Ok(json!({"success": false, "error": auth_error(gw, method, &e)}).into()),
-            Err(e) => return Err(e),
-        };
-        if !Arc::ptr_eq(&who.tenant, &active.tenant) || !ids::secrets_equal(&who.principal, &active.principal) {
-            let error = json!({"code": "invalid_credentials", "message": "The credential belongs to another principal than this session's"});
-            return Ok(json!({"success": false, "error": error}).into());
-        }
-    }
-    if &*active.principal == crate::tenants::ANONYMOUS {
-        return Err(RpcError::new(codes::PERMISSION_DENIED, "Anonymous sessions get no access token: connect with a credential"));
-    }
-    let (token, expires_at) = gw.tenants.tokens.issue(&active.tenant.id, &active.principal);
-    Ok(json!({"success": true, "accessToken": token, "tokenType": "Bearer", "expiresAt": expires_at, "principal": principal(&active)}).into())
 }
 
 #[derive(Deserialize, Default)]
@@ -425,11 +407,13 @@ pub fn load(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out, Rp
     if active.tenant.registry.lock().sessions.get(&id).is_none_or(|s| s.connected) {
         return Err(RpcError::new(codes::SESSION_IN_USE, format!("Session {id} is in use by another connection")));
     }
-    // Leave the current (empty-handed) session, then resume the old one.
+    // Leave the current (empty-handed) session, then resume the old one
+    // with the current one's credential.
     let current = active.session_id.clone();
+    let expires_at = gw.live(&current).and_then(|l| l.expiry.expires_at());
     gw.connection_closed(conn);
     gw.expire(&current, "replaced by map/session/load");
-    gw.resume_session(conn, &live.resume_token).ok_or_else(|| not_found(&id))?;
+    gw.resume_session(conn, &live.resume_token, expires_at).ok_or_else(|| not_found(&id))?;
     Ok(json!({"sessionId": id, "restored": true}).into())
 }
 
