@@ -107,6 +107,11 @@ test('an admin principal of the tenant may call it through the SDK client; other
   const update = { clientId: target.participantId, permissions: { scopes: { canCreateScopes: false } } };
 
   await rejectsWithCode(plain.conn.callExtension('map/permissions/update', update), 1003, 'a client that is no admin');
+  // A tenant that names its admins gives the right to them alone: claiming
+  // to be a system participant is not enough there.
+  const claimed = await connectSystem(gw, ACME);
+  const refused = await rejectsWithCode(claimed.call('map/permissions/update', update), 1003, 'a system participant that is no admin');
+  assert.match(refused.message, /admin principals/);
   const r = await admin.conn.callExtension('map/permissions/update', update);
   assert.equal(r.success, true);
   assert.equal(r.effectivePermissions.scopes.canCreateScopes, false);

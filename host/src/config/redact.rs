@@ -32,6 +32,17 @@ impl Config {
                     j.secret = R.into();
                 }
             }
+            if let Some(f) = &mut t.federation {
+                for issuer in f.trusted_issuers.iter_mut().filter(|i| !i.secret.is_empty()) {
+                    issuer.secret = R.into();
+                }
+                // What this gateway presents to a peer: its method stays, every other field goes.
+                for auth in f.peers.iter_mut().filter_map(|p| p.auth.as_mut()).filter_map(|a| a.as_object_mut()) {
+                    for (key, value) in auth.iter_mut().filter(|(k, _)| k.as_str() != "method") {
+                        *value = serde_json::Value::String(format!("{R} ({key})"));
+                    }
+                }
+            }
         }
         Ok(toml::to_string(&c)?)
     }
@@ -50,6 +61,15 @@ mod tests {
         let text = c.to_redacted_toml().unwrap();
         for secret in ["adm1n", "pw@", "k1", "k2", "s3cr3t"] {
             assert!(!text.contains(secret), "{secret} in {text}");
+        }
+        let federated: Config = toml::from_str(
+            "[[tenants]]\nid=\"a\"\n[tenants.federation]\nsystem_id=\"sys-a\"\ntrusted_issuers=[{issuer=\"idp\", secret=\"issuer-secret-0123456789\"}]\n[[tenants.federation.peers]]\nsystem_id=\"sys-b\"\nprincipal=\"peer-b\"\nauth={method=\"api-key\", credential=\"peer-credential\"}",
+        )
+        .unwrap();
+        let shown = federated.to_redacted_toml().unwrap();
+        assert!(shown.contains("api-key") && shown.contains("idp"), "{shown}");
+        for secret in ["issuer-secret-0123456789", "peer-credential"] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
         }
         assert!(text.contains("bob") && text.contains("postgres://u:<redacted>@h/db"), "{text}");
         let back: Config = toml::from_str(&text).unwrap();

@@ -30,8 +30,9 @@ pub struct TenantConfig {
     pub federation: Option<FederationConfig>,
     /// The credentials broker (`cred/*`): providers and grants per principal.
     pub credentials: Option<super::credentials::CredentialsConfig>,
-    /// Principals that may call `map/permissions/update` whatever their
-    /// participant type (`system` participants always may).
+    /// The principals that may call `map/permissions/update`, whatever their
+    /// participant type; empty: any `system` participant may (a claim the
+    /// caller makes at `map/connect`, so name them where that matters).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub admin_principals: Vec<String>,
 }
