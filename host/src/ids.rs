@@ -16,6 +16,23 @@ pub fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
+/// Unix milliseconds as ISO 8601 in UTC, to the millisecond
+/// (`2026-01-02T03:04:05.678Z`), the calendar from the day count.
+pub fn iso8601(ms: u64) -> String {
+    let (days, rest) = ((ms / 86_400_000) as i64, ms % 86_400_000);
+    // Days since 0000-03-01 in 400-year eras (H. Hinnant's civil_from_days).
+    let z = days + 719_468;
+    let (era, doe) = (z.div_euclid(146_097), z.rem_euclid(146_097));
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (h, m, s, milli) = (rest / 3_600_000, rest / 60_000 % 60, rest / 1000 % 60, rest % 1000);
+    format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}.{milli:03}Z")
+}
+
 /// A monotonic ULID source: ids it makes in the same millisecond still sort
 /// in creation order. The fabric keeps its own, under its lock, so event ids
 /// follow the order of its log without a second lock.
@@ -162,6 +179,14 @@ pub fn secrets_equal(a: &str, b: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn iso8601_writes_utc_to_the_millisecond() {
+        assert_eq!(super::iso8601(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(super::iso8601(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(super::iso8601(1_767_323_045_678), "2026-01-02T03:04:05.678Z");
+        assert_eq!(super::iso8601(4_102_444_799_999), "2099-12-31T23:59:59.999Z");
+    }
+
     use super::*;
 
     #[test]

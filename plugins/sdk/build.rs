@@ -22,6 +22,7 @@ const WORLDS: &[(&str, &str)] = &[
     ("http-extension", "HTTP_EXTENSION"),
     ("http-service", "HTTP_SERVICE"),
     ("grpc-extension", "GRPC_EXTENSION"),
+    ("resources-provider", "RESOURCES_PROVIDER"),
 ];
 
 fn main() {

@@ -20,10 +20,10 @@
 // result's `err` is thrown as an object with an own `payload` property. Any
 // other exception traps the instance, so nothing else may escape.
 
-import * as store from 'map-gateway:plugin/store@0.2.3';
-import { emit } from 'map-gateway:plugin/events@0.2.3';
-import { log } from 'map-gateway:plugin/log@0.2.3';
-import { counterAdd } from 'map-gateway:plugin/metrics@0.2.3';
+import * as store from 'map-gateway:plugin/store@0.2.4';
+import { emit } from 'map-gateway:plugin/events@0.2.4';
+import { log } from 'map-gateway:plugin/log@0.2.4';
+import { counterAdd } from 'map-gateway:plugin/metrics@0.2.4';
 
 const VERSION = '1.0.0';
 const ERROR_RANGE = [22000, 22099];

@@ -13,8 +13,9 @@
 pub struct Registered {
     /// The `<name>` of its URI, which is also its capability group.
     pub name: &'static str,
-    /// The `map/` namespace a plugin may serve for it (federation's and
-    /// sessions' are the core's own).
+    /// The `map/` namespace a plugin may serve for it (federation's,
+    /// sessions' and resources' are the core's own: a plugin provides
+    /// resource types through its `resources` export instead).
     pub map_namespace: Option<&'static str>,
     /// Its error range, inclusive.
     pub errors: Option<(i64, i64)>,
@@ -32,7 +33,7 @@ pub const REGISTRY: &[Registered] = &[
     ext("workspace", None, Some((12000, 12999))),
     ext("trajectory", None, Some((13000, 13999))),
     ext("tasks", Some("map/tasks/"), Some((14000, 14999))),
-    ext("resources", Some("map/resources/"), Some((15000, 15999))),
+    ext("resources", None, Some((15000, 15999))),
     ext("sessions", None, Some((16000, 16999))),
     ext("acp-tunnel", None, None),
     ext("identity", None, None),
@@ -208,5 +209,6 @@ mod tests {
         assert_eq!(plugin_namespace("map/tasks/create"), Some("map/tasks/"));
         assert_eq!(plugin_namespace("map/agents/list"), None);
         assert_eq!(plugin_namespace("map/federation/route"), None, "the core's");
+        assert_eq!(plugin_namespace("map/resources/list"), None, "the core's too");
     }
 }

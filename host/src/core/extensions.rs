@@ -6,6 +6,7 @@ use std::any::Any;
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
@@ -18,6 +19,23 @@ use crate::rpc::RpcError;
 
 /// A result, and notifications for the caller to write right after it.
 pub type Answer = (Box<RawValue>, Vec<Frame>);
+
+/// A call of the resources extension for the extension that provides the type.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "lowercase")]
+pub enum ResourceCall {
+    /// `filter` is a JSON object's text; `limit` 1..=500.
+    List { kind: String, filter: String, cursor: Option<String>, limit: u32 },
+    Get { kind: String, id: String },
+}
+
+impl ResourceCall {
+    pub fn kind(&self) -> &str {
+        match self {
+            ResourceCall::List { kind, .. } | ResourceCall::Get { kind, .. } => kind,
+        }
+    }
+}
 
 /// One tenant's extensions.
 pub trait Extensions: Send + Sync + 'static {
@@ -46,6 +64,17 @@ pub trait Extensions: Send + Sync + 'static {
 
     /// The subscription filter key an extension declared over its events' data.
     fn data_filter(&self, key: &str) -> Option<DataFilterSpec>;
+
+    /// The resource types the extensions provide, in order.
+    fn resource_kinds(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// A resources call for `active`, answered by the extension providing its
+    /// type: the page `{resources, cursor, total?}`, or the resource or `null`.
+    fn resources<'a>(&'a self, _active: &'a Active, call: &'a ResourceCall) -> BoxFuture<'a, Result<Box<RawValue>, RpcError>> {
+        Box::pin(async move { Err(RpcError::new(-32001, format!("Unknown resource type: {}", call.kind()))) })
+    }
 
     /// The concrete set, for the layer that built it.
     fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;

@@ -8,6 +8,7 @@ use super::bindings::{guest, map_gateway::plugin::grpc_types, contract_0_1, Call
 use super::state::PluginState;
 
 pub use grpc_types::{CallInfo, Service, Status};
+pub use guest::resources::{Item as ResourceItem, Page as ResourcePage};
 pub use guest::send_observer::SentMessage;
 
 /// Interfaces of the contract a component may export, by version.
@@ -59,19 +60,23 @@ pub enum Invocation {
     GrpcMessage(u64, Vec<u8>),
     GrpcHalfClose(u64),
     GrpcClosed(u64),
+    ResourceKinds,
+    ResourceList { caller: Caller, kind: String, filter: String, cursor: Option<String>, limit: u32 },
+    ResourceGet { caller: Caller, kind: String, id: String },
 }
 
 impl Invocation {
     /// What kind of call this is, for its trace span.
     pub fn kind(&self) -> &'static str {
         match self {
-            Invocation::Describe | Invocation::Interest | Invocation::Services => "describe",
+            Invocation::Describe | Invocation::Interest | Invocation::Services | Invocation::ResourceKinds => "describe",
             Invocation::Init => "init",
             Invocation::Rpc { .. } => "rpc",
             Invocation::Observe { .. } => "observe",
             Invocation::Http(_) => "http",
             Invocation::Timer { .. } => "timer",
             Invocation::GrpcOpen(_) | Invocation::GrpcMessage(..) | Invocation::GrpcHalfClose(_) | Invocation::GrpcClosed(_) => "grpc",
+            Invocation::ResourceList { .. } | Invocation::ResourceGet { .. } => "resources",
         }
     }
 
@@ -94,6 +99,9 @@ pub enum Returned {
     Rpc(Result<String, RpcError>),
     Http(HttpResponse),
     Grpc(Result<(), Status>),
+    Kinds(Vec<String>),
+    ResourcePage(Result<ResourcePage, RpcError>),
+    Resource(Result<Option<ResourceItem>, RpcError>),
     Done,
 }
 
@@ -110,6 +118,7 @@ pub struct Exports {
     http: Option<Versioned<guest::http_handler::GuestIndices, contract_0_1::http::exports::map_gateway::plugin::http_handler::GuestIndices>>,
     grpc: Option<guest::grpc_handler::GuestIndices>,
     lifecycle: Option<guest::lifecycle::GuestIndices>,
+    resources: Option<guest::resources::GuestIndices>,
 }
 
 /// The exports loaded from one instance.
@@ -119,6 +128,7 @@ pub struct Bound {
     http: Option<Versioned<guest::http_handler::Guest, contract_0_1::http::exports::map_gateway::plugin::http_handler::Guest>>,
     grpc: Option<guest::grpc_handler::Guest>,
     lifecycle: Option<guest::lifecycle::Guest>,
+    resources: Option<guest::resources::Guest>,
 }
 
 macro_rules! load {
@@ -136,7 +146,7 @@ impl Exports {
     /// export of the package that is unknown, or that does not have the
     /// functions its interface names, is an error: nothing is ignored.
     pub fn find(pre: &InstancePre<PluginState>) -> anyhow::Result<Exports> {
-        let mut exports = Exports { rpc: None, observer: None, http: None, grpc: None, lifecycle: None };
+        let mut exports = Exports { rpc: None, observer: None, http: None, grpc: None, lifecycle: None, resources: None };
         let component = pre.component();
         let names: Vec<String> = component.component_type().exports(component.engine()).map(|(name, _)| name.to_string()).collect();
         for name in names {
@@ -156,11 +166,12 @@ impl Exports {
                 }
                 ("grpc-handler", true, _) => exports.grpc = Some(guest::grpc_handler::GuestIndices::new(pre).map_err(bad)?),
                 ("lifecycle", true, _) => exports.lifecycle = Some(guest::lifecycle::GuestIndices::new(pre).map_err(bad)?),
+                ("resources", true, _) => exports.resources = Some(guest::resources::GuestIndices::new(pre).map_err(bad)?),
                 _ => anyhow::bail!("the component exports {name}, which this gateway does not know (it serves map-gateway:plugin 0.1 and 0.2)"),
             }
         }
-        if exports.rpc.is_none() && exports.observer.is_none() && exports.http.is_none() && exports.grpc.is_none() {
-            anyhow::bail!("the component exports none of map-gateway:plugin/rpc, send-observer, http-handler or grpc-handler");
+        if exports.rpc.is_none() && exports.observer.is_none() && exports.http.is_none() && exports.grpc.is_none() && exports.resources.is_none() {
+            anyhow::bail!("the component exports none of map-gateway:plugin/rpc, send-observer, http-handler, grpc-handler or resources");
         }
         Ok(exports)
     }
@@ -172,6 +183,7 @@ impl Exports {
             http: load!(self.http, store, instance),
             grpc: self.grpc.as_ref().map(|i| i.load(&mut *store, instance)).transpose()?,
             lifecycle: self.lifecycle.as_ref().map(|i| i.load(&mut *store, instance)).transpose()?,
+            resources: self.resources.as_ref().map(|i| i.load(&mut *store, instance)).transpose()?,
         })
     }
 
@@ -190,6 +202,9 @@ impl Exports {
     pub fn lifecycle(&self) -> bool {
         self.lifecycle.is_some()
     }
+    pub fn resources(&self) -> bool {
+        self.resources.is_some()
+    }
 
     /// The interfaces found, for logs (`rpc@0.2`, `interceptor@0.1`, …).
     pub fn names(&self) -> Vec<&'static str> {
@@ -204,6 +219,7 @@ impl Exports {
         push(self.http.is_some(), matches!(self.http, Some(Versioned::Contract0_1(_))), "http-handler@0.2", "http-handler@0.1");
         push(self.grpc.is_some(), false, "grpc-handler@0.2", "");
         push(self.lifecycle.is_some(), false, "lifecycle@0.2", "");
+        push(self.resources.is_some(), false, "resources@0.2", "");
         names
     }
 }
@@ -270,6 +286,11 @@ impl Bound {
                 self.grpc()?.call_closed(&mut *store, call).await?;
                 Returned::Done
             }
+            I::ResourceKinds => Returned::Kinds(self.resources()?.call_kinds(&mut *store).await?),
+            I::ResourceList { caller, kind, filter, cursor, limit } => {
+                Returned::ResourcePage(self.resources()?.call_list(&mut *store, &caller, &kind, &filter, cursor.as_deref(), limit).await?)
+            }
+            I::ResourceGet { caller, kind, id } => Returned::Resource(self.resources()?.call_get(&mut *store, &caller, &kind, &id).await?),
         })
     }
 
@@ -335,6 +356,10 @@ impl Bound {
 
     fn lifecycle(&self) -> wasmtime::Result<&guest::lifecycle::Guest> {
         self.lifecycle.as_ref().ok_or_else(|| NotExported("lifecycle").into())
+    }
+
+    fn resources(&self) -> wasmtime::Result<&guest::resources::Guest> {
+        self.resources.as_ref().ok_or_else(|| NotExported("resources").into())
     }
 }
 

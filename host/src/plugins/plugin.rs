@@ -65,6 +65,8 @@ pub struct Declarations {
     pub interest: Option<Vec<String>>,
     /// gRPC services (`None`: no `grpc-handler` export).
     pub services: Option<Vec<Service>>,
+    /// Resource types (`None`: no `resources` export).
+    pub kinds: Option<Vec<String>>,
 }
 
 /// A compiled component and what it serves.
@@ -88,7 +90,7 @@ impl Plugin {
             name: name.to_string(),
             exports,
             limits,
-            declared: Declarations { descriptor: None, interest: None, services: None },
+            declared: Declarations { descriptor: None, interest: None, services: None, kinds: None },
             engine: component.engine().clone(),
             pre,
             budget,
@@ -173,7 +175,14 @@ impl Plugin {
                 _ => unreachable!("services answers services"),
             },
         };
-        Ok(Declarations { descriptor, interest, services })
+        let kinds = match self.exports.resources() {
+            false => None,
+            true => match self.ask(&mut inst, Invocation::ResourceKinds).await? {
+                Returned::Kinds(kinds) => Some(check_kinds(name, kinds)?),
+                _ => unreachable!("kinds answers types"),
+            },
+        };
+        Ok(Declarations { descriptor, interest, services, kinds })
     }
 
     async fn ask(&self, inst: &mut Instance, what: Invocation) -> anyhow::Result<Returned> {
@@ -220,6 +229,21 @@ fn check_descriptor(name: &str, d: Described) -> anyhow::Result<Descriptor> {
         error_range: d.error_range,
         event_filters,
     })
+}
+
+/// Resource types are `<namespace>/<name>`, outside MAP's reserved `map/`.
+fn check_kinds(name: &str, kinds: Vec<String>) -> anyhow::Result<Vec<String>> {
+    let word = |w: &str| !w.is_empty() && w.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    for kind in &kinds {
+        let valid = kind.len() <= 128 && kind.split_once('/').is_some_and(|(ns, rest)| word(ns) && rest.split('/').all(word) && ns != "map");
+        if !valid {
+            anyhow::bail!("plugin {name} declares the resource type {kind:?}: a type is <namespace>/<name> (letters, digits, -, _, .), outside map/");
+        }
+    }
+    if let Some(twice) = kinds.iter().enumerate().find(|(i, k)| kinds[..*i].contains(k)) {
+        anyhow::bail!("plugin {name} declares the resource type {} twice", twice.1);
+    }
+    Ok(kinds)
 }
 
 fn check_services(name: &str, services: Vec<Service>) -> anyhow::Result<Vec<Service>> {

@@ -9,7 +9,7 @@ use serde_json::{json, Map, Value};
 
 use crate::core::events::DataFilterSpec;
 use crate::core::ext_registry::{self, Declared};
-use crate::core::extensions::{Answer, Extensions};
+use crate::core::extensions::{Answer, Extensions, ResourceCall};
 use futures_util::future::BoxFuture;
 use crate::rpc::RpcError;
 
@@ -27,6 +27,8 @@ pub struct TenantPlugins {
     http: Vec<(String, Arc<TenantPlugin>)>,
     /// gRPC plugins (each path is served by one).
     grpc: Vec<Arc<TenantPlugin>>,
+    /// Resource types and the plugin providing each, in declaration order.
+    kinds: Vec<(String, Arc<TenantPlugin>)>,
     /// Some observer wants every message.
     observe_all: bool,
     observe_keys: Vec<String>,
@@ -74,6 +76,12 @@ impl TenantPlugins {
                     }
                 }
                 set.grpc.push(tp.clone());
+            }
+            for kind in tp.kinds.iter().flatten() {
+                if let Some((_, other)) = set.kinds.iter().find(|(k, _)| k == kind) {
+                    anyhow::bail!("resource type {kind} is provided by both {} and {}", other.name(), tp.name());
+                }
+                set.kinds.push((kind.clone(), tp.clone()));
             }
             if let Some(interest) = &tp.interest {
                 set.observers.push(tp.clone());
@@ -208,6 +216,19 @@ impl Extensions for TenantPlugins {
 
     fn data_filter(&self, key: &str) -> Option<DataFilterSpec> {
         self.plugins.iter().filter_map(|tp| tp.descriptor.as_ref()).flat_map(|d| &d.event_filters).find(|f| f.key == key).cloned()
+    }
+
+    fn resource_kinds(&self) -> Vec<String> {
+        self.kinds.iter().map(|(kind, _)| kind.clone()).collect()
+    }
+
+    fn resources<'a>(&'a self, active: &'a Active, call: &'a ResourceCall) -> BoxFuture<'a, Result<Box<serde_json::value::RawValue>, RpcError>> {
+        Box::pin(async move {
+            let Some((_, plugin)) = self.kinds.iter().find(|(kind, _)| kind == call.kind()) else {
+                return Err(RpcError::new(-32001, format!("Unknown resource type: {}", call.kind())));
+            };
+            plugin.call_resources(active, call).await
+        })
     }
 
     fn into_any(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync> {

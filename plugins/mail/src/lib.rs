@@ -1,8 +1,10 @@
 //! The MAP mail extension as a gateway plugin (world `intercepting-extension`):
 //! persistent conversations, participants, turns and threads on the host's
 //! storage, the fifteen `mail/*` methods, `mail.*` events, turns recorded
-//! from `map/send` messages that carry `meta.mail`, and observer clients
-//! (`capabilities.mail.canObserve`) that watch without taking part.
+//! from `map/send` messages that carry `meta.mail`, observer clients
+//! (`capabilities.mail.canObserve`) that watch without taking part, and
+//! conversations as resources of the type `x-mail/conversation`
+//! (`map/resources/*`, `resources`).
 
 mod access;
 mod conversations;
@@ -14,6 +16,7 @@ mod model;
 mod params;
 mod participants;
 mod repo;
+mod resources;
 mod settings;
 mod summary;
 mod threads;
@@ -88,4 +91,7 @@ impl Observer for Mail {
     }
 }
 
+use resources::ConversationResources;
+
 map_plugin_sdk::export_intercepting_extension!(Mail);
+map_plugin_sdk::export_resources!(ConversationResources);

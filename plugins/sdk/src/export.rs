@@ -8,6 +8,7 @@
 //! | [`Lifecycle`] | `lifecycle` | `init` in every new instance, `on-timer` for due timers |
 //! | [`HttpHandler`] | `http-handler` | `handle` for each request under the plugin's prefix |
 //! | [`GrpcHandler`] | `grpc-handler` | `services`, then `open`/`message`/`half-close`/`closed` per call |
+//! | [`Resources`](crate::resources::Resources) | `resources` | `kinds`, then `list` and `get` for `map/resources/*` |
 //!
 //! | macro | world | traits the type implements |
 //! |---|---|---|
@@ -18,6 +19,7 @@
 //! | [`export_http_extension!`](crate::export_http_extension) | `http-extension` | `HttpHandler` |
 //! | [`export_http_service!`](crate::export_http_service) | `http-service` | `HttpHandler`, `Extension`, `Lifecycle` |
 //! | [`export_grpc_extension!`](crate::export_grpc_extension) | `grpc-extension` | `GrpcHandler`, `Extension`, `Lifecycle` |
+//! | [`export_resources!`](crate::export_resources) | `resources-provider` | `Resources`, beside one of the others |
 
 use crate::bindings::map_gateway::plugin::grpc_types::{CallInfo, Service, Status};
 use crate::bindings::map_gateway::plugin::types::{Caller, RpcError};
@@ -334,5 +336,28 @@ macro_rules! export_http_service {
 macro_rules! export_grpc_extension {
     ($ty:ident) => {
         $crate::__export_world!($ty, "component-type:map-plugin-sdk:grpc-extension", GRPC_EXTENSION, [grpc_handler, rpc, lifecycle]);
+    };
+}
+
+/// Export a type implementing [`Resources`](crate::resources::Resources)
+/// (world `resources-provider`), beside the export of another world:
+/// `export_extension!(Tasks); export_resources!(Tasks);`. Its component
+/// type goes in a section of its own, which the component's linker merges
+/// with the other world's.
+#[macro_export]
+macro_rules! export_resources {
+    ($ty:ident) => {
+        $crate::__export_interface!(resources, $ty);
+        #[cfg(not(target_arch = "wasm32"))]
+        #[doc(hidden)]
+        pub fn __map_plugin_sdk_native_resources() {
+            let _ = (<$ty as $crate::resources::Resources>::kinds, <$ty as $crate::resources::Resources>::list, <$ty as $crate::resources::Resources>::get);
+        }
+        const _: () = {
+            #[cfg(target_arch = "wasm32")]
+            #[unsafe(link_section = "component-type:map-plugin-sdk:resources-provider")]
+            #[doc(hidden)]
+            pub static __MAP_PLUGIN_SDK_RESOURCES_TYPE: [u8; $crate::bindings::worlds::RESOURCES_PROVIDER.len()] = $crate::bindings::worlds::RESOURCES_PROVIDER;
+        };
     };
 }

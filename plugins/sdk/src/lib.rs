@@ -17,7 +17,8 @@
 //! - [`ids`]: time-ordered `prefix-<ULID>` ids and the clock;
 //! - [`events`], [`log`], [`config`], [`router`], [`timers`], [`grpc`],
 //!   [`metrics`]: the other imports, with JSON handled;
-//! - [`http`]: a JSON POST to an allowed host through `wasi:http`.
+//! - [`http`]: a JSON POST to an allowed host through `wasi:http`;
+//! - [`resources`]: resource types for `map/resources/list` and `get`.
 //!
 //! A whole extension:
 //!
@@ -67,6 +68,7 @@ pub mod ids;
 pub mod log;
 pub mod metrics;
 pub mod params;
+pub mod resources;
 pub mod router;
 pub mod rpc;
 pub mod store;

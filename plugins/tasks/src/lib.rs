@@ -1,7 +1,8 @@
 //! The MAP tasks extension (`urn:map:ext:tasks:1`) as a gateway plugin
 //! (world `extension`): `map/tasks/create`, `assign`, `update` and `list`
 //! over the host's store, announced as `task.created`, `task.assigned`,
-//! `task.status` and `task.completed` events. The host lets this plugin
+//! `task.status` and `task.completed` events, and tasks as resources of the
+//! type `x-tasks/task` (`map/resources/*`, `resources`). The host lets this plugin
 //! serve the `map/tasks/` namespace because it declares the registered
 //! tasks URI and its error range 14000–14999.
 
@@ -12,6 +13,7 @@ mod methods;
 mod model;
 mod params;
 mod repo;
+mod resources;
 mod settings;
 mod uap_jobs;
 
@@ -46,4 +48,7 @@ impl Extension for Tasks {
     }
 }
 
+use resources::TaskResources;
+
 map_plugin_sdk::export_extension!(Tasks);
+map_plugin_sdk::export_resources!(TaskResources);

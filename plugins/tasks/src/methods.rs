@@ -47,7 +47,7 @@ pub fn create(call: &Call) -> Result<Reply> {
         description: new.description,
         meta: new.meta,
     };
-    let record = Record { task, created_by: access::creator(call.caller), order: ids::ulid() };
+    let record = Record { task, created_by: access::creator(call.caller), order: ids::ulid(), updated_at: None };
     if !repo::create(&record)? {
         return Err(task_exists(&record.task.id));
     }

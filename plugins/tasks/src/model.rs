@@ -45,14 +45,19 @@ impl Task {
     }
 }
 
-/// What the store keeps: the task, who created it, and where it sits in
-/// creation order (the key of its `order` entry, a ULID).
+/// What the store keeps: the task, who created it, where it sits in
+/// creation order (the key of its `order` entry, a ULID, which also tells
+/// when it was made) and when it last changed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Record {
     pub task: Task,
     pub created_by: String,
     pub order: String,
+    /// Unix milliseconds of the last change (absent: never changed, or
+    /// stored before this was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<u64>,
 }
 
 #[cfg(test)]

@@ -61,6 +61,7 @@ pub fn modify(id: &str, mut change: impl FnMut(&mut Record) -> Result<()>) -> Re
         let Some(before) = current.value else { return Ok(Attempt::Done(None)) };
         let mut after = before.clone();
         change(&mut after)?;
+        after.updated_at = Some(map_plugin_sdk::ids::now_ms());
         let mut batch = Batch::new();
         batch.expect_version(&TASKS, id, current.version).put(&TASKS, id, &after);
         let (was, is) = (before.task.assigned_to(), after.task.assigned_to());

@@ -6,6 +6,7 @@ mod inject;
 pub(crate) mod messaging;
 mod permissions;
 mod refresh;
+pub(crate) mod resources;
 pub(crate) mod scopes;
 pub(crate) mod session;
 mod structure;
@@ -101,6 +102,9 @@ fn route(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out, RpcEr
         "map/subscriptions/pause" | "map/pause" => subscriptions::pause(conn.active()?, req, true),
         "map/subscriptions/resume" | "map/resume" => subscriptions::pause(conn.active()?, req, false),
         "map/replay" => subscriptions::replay(conn.active()?, req),
+
+        "map/resources/list" => resources::list(conn.active()?, req),
+        "map/resources/get" => resources::get(conn.active()?, req),
 
         "map/federation/connect" | "map/federation/route" => federation(conn.active()?, req),
 

@@ -75,6 +75,7 @@ pub(crate) fn capabilities(tenant: &Tenant, participant_type: &str) -> Value {
     let mut caps = granted_capabilities();
     tenant.extensions().advertise(&mut caps, participant_type);
     super::workspace::advertise(&tenant.workspace_config(), &mut caps, participant_type);
+    super::resources::advertise(tenant.extensions().resource_kinds(), &mut caps);
     super::credentials::advertise(tenant, &mut caps, participant_type);
     caps
 }

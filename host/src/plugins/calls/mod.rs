@@ -5,8 +5,8 @@
 //! never used again.
 //!
 //! `driver` runs one call of any kind; `json_rpc`, `http_requests`,
-//! `observer` (its queue and loop), `on_timer` and `grpc_streams` are the
-//! calls of each kind; `placement` sends a cluster singleton's calls to the
+//! `observer` (its queue and loop), `on_timer`, `grpc_streams` and
+//! `resources` are the calls of each kind; `placement` sends a cluster singleton's calls to the
 //! node that runs it.
 
 mod driver;
@@ -16,6 +16,7 @@ mod json_rpc;
 mod observer;
 mod on_timer;
 mod placement;
+mod resources;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
@@ -27,6 +28,7 @@ use tokio::sync::mpsc;
 
 pub use observer::MAX_OBSERVER_HOPS;
 pub use placement::Placement;
+pub use resources::RESOURCES_PREFIX;
 
 use crate::config::InstanceMode;
 use crate::plugins::exports::Service;
@@ -47,6 +49,8 @@ pub struct TenantPlugin {
     pub descriptor: Option<Descriptor>,
     pub interest: Option<Vec<String>>,
     pub services: Option<Vec<Service>>,
+    /// Resource types it provides in this tenant (`None`: no `resources` export).
+    pub kinds: Option<Vec<String>>,
     ctx: Arc<Context>,
     pool: Pool,
     runtime: Handle,
@@ -75,6 +79,7 @@ impl TenantPlugin {
             descriptor: declared.descriptor,
             interest: declared.interest,
             services: declared.services,
+            kinds: declared.kinds,
             ctx,
             pool,
             runtime: runtime.clone(),

@@ -185,7 +185,11 @@ impl Serve for TenantPlugin {
             };
             self.catch_up(&call.caller).await;
             let active = self.forwarded_actor(call.caller);
-            match self.call_rpc(&active, caller, &call.method, call.params.get(), call.hops).await {
+            let answer = match call.method.starts_with(super::RESOURCES_PREFIX) {
+                true => self.forwarded_resources(&active, caller, call.params.get()).await.map(|result| (result, Vec::new())),
+                false => self.call_rpc(&active, caller, &call.method, call.params.get(), call.hops).await,
+            };
+            match answer {
                 Ok((result, deferred)) => RpcReply::Ok { result, deferred: deferred.iter().map(|f| f.as_str().to_string()).collect() },
                 Err(e) => RpcReply::Err { code: e.code, message: e.message, data: e.data },
             }
