@@ -18,10 +18,10 @@ impl Config {
         self.check_tls_and_acp()?;
         self.check_cluster()?;
         self.check_federation()?;
+        self.workspace.check()?;
         for t in &self.tenants {
             t.credentials.as_ref().map_or(Ok(()), |c| c.check(&t.id))?;
         }
-        self.workspace.check()?;
         self.check_telemetry()
     }
 

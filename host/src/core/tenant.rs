@@ -29,12 +29,12 @@ pub struct Tenant {
     /// Which sends the observers may want (see `may_observe`), kept beside
     /// the set so a send without interest skips the lock.
     observed: AtomicU8,
-    /// The credentials broker (`cred/*`), where the tenant configures one; swapped on reload.
-    credentials: RwLock<Option<Arc<crate::credentials::Broker>>>,
     /// Requests the gateway made to participants, waiting for their answers.
     pub asks: super::asks::Asks,
     /// `[workspace]`, set once when the gateway is assembled (what `map/connect` advertises).
     workspace: std::sync::OnceLock<crate::config::WorkspaceConfig>,
+    /// The credentials broker (`cred/*`), where the tenant configures one; swapped on reload.
+    credentials: RwLock<Option<Arc<crate::credentials::Broker>>>,
     /// Some session has had its permissions changed (`map/permissions/update`):
     /// until then requests skip the check (see `permissions::check`).
     pub(crate) restricted: std::sync::atomic::AtomicBool,
@@ -58,9 +58,9 @@ impl Tenant {
             extensions: RwLock::new(Arc::new(NoExtensions)),
             federation: std::sync::OnceLock::new(),
             observed: AtomicU8::new(OBSERVE_NONE),
-            credentials: RwLock::new(None),
             asks: Default::default(),
             workspace: std::sync::OnceLock::new(),
+            credentials: RwLock::new(None),
             restricted: Default::default(),
         }
     }
@@ -68,6 +68,15 @@ impl Tenant {
     /// The tenant's current extensions (a snapshot: a swap does not affect it).
     pub fn extensions(&self) -> Arc<dyn Extensions> {
         self.extensions.read().clone()
+    }
+
+    /// The tenant's credentials broker, if it has one.
+    pub fn credentials(&self) -> Option<Arc<crate::credentials::Broker>> {
+        self.credentials.read().clone()
+    }
+
+    pub fn set_credentials(&self, broker: Option<Arc<crate::credentials::Broker>>) {
+        *self.credentials.write() = broker;
     }
 
     /// The workspace extension's settings (the defaults until the gateway sets them).
@@ -78,15 +87,6 @@ impl Tenant {
     /// Set the workspace extension's settings (once; a later call changes nothing).
     pub fn set_workspace_config(&self, config: crate::config::WorkspaceConfig) {
         let _ = self.workspace.set(config);
-    }
-
-    /// The tenant's credentials broker, if it has one.
-    pub fn credentials(&self) -> Option<Arc<crate::credentials::Broker>> {
-        self.credentials.read().clone()
-    }
-
-    pub fn set_credentials(&self, broker: Option<Arc<crate::credentials::Broker>>) {
-        *self.credentials.write() = broker;
     }
 
     pub fn federation(&self) -> Option<&Arc<dyn Federation>> {

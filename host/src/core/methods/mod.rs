@@ -5,8 +5,8 @@ pub(crate) mod credentials;
 mod inject;
 pub(crate) mod messaging;
 mod permissions;
-mod refresh;
 pub(crate) mod resources;
+mod refresh;
 pub(crate) mod scopes;
 pub(crate) mod session;
 mod structure;
@@ -29,11 +29,11 @@ pub(super) fn dispatch(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Opt
     if let Err(e) = conn.active().map_or(Ok(()), |active| crate::core::permissions::check(active, &req.method)) {
         return Some(Err(e));
     }
-    if workspace::serves(&gw.config.workspace, &req.method) {
-        return Some(workspace::call(gw, conn, req));
-    }
     if let Some(answer) = credentials::dispatch(conn, req) {
         return Some(answer);
+    }
+    if workspace::serves(&gw.config.workspace, &req.method) {
+        return Some(workspace::call(gw, conn, req));
     }
     if !req.method.starts_with("map/") {
         return None;
