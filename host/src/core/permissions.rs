@@ -7,26 +7,12 @@
 
 use std::sync::atomic::Ordering;
 
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::address::Address;
 use super::registry::SessionInfo;
 use super::Active;
 use crate::rpc::{codes, RpcError};
-
-/// What `map/permissions/update` changed for one session.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Granted {
-    /// Capability group → flag → value, over the participant type's grants.
-    pub overrides: Map<String, Value>,
-    /// Counts the updates; in a cluster the serving node keeps the highest.
-    pub rev: u64,
-    /// The node serving the session has this change (always so there); on
-    /// another node that made it, not until the serving node writes it back.
-    #[serde(skip, default)]
-    pub confirmed: bool,
-}
 
 /// The capability flag a method needs, as the SDK's `CAPABILITY_REQUIREMENTS`
 /// names it (`map/send` is checked while it routes: see `may_send`).

@@ -2,8 +2,8 @@
 
 use foldhash::HashMap;
 
-use serde::Serialize;
-use serde_json::Value;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 
 use super::model::{Agent, Scope};
 use super::tracked::{Created, Tracked};
@@ -35,7 +35,7 @@ pub struct SessionInfo {
     pub capabilities: Value,
     /// What `map/permissions/update` changed of its grants (none: nothing).
     #[serde(skip)]
-    pub permissions: Option<super::permissions::Granted>,
+    pub permissions: Option<Granted>,
     /// Who opened it (a resume must come from the same principal).
     #[serde(skip)]
     pub principal: std::sync::Arc<str>,
@@ -265,6 +265,19 @@ impl Registry {
         }
         Some(agent)
     }
+}
+
+/// What `map/permissions/update` changed for one session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Granted {
+    /// Capability group → flag → value, over the participant type's grants.
+    pub overrides: Map<String, Value>,
+    /// Counts the updates; in a cluster the serving node keeps the highest.
+    pub rev: u64,
+    /// The node serving the session has this change (always so there); on
+    /// another node that made it, not until the serving node writes it back.
+    #[serde(skip, default)]
+    pub confirmed: bool,
 }
 
 #[cfg(test)]

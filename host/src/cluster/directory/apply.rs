@@ -9,7 +9,7 @@ use super::records::{essence, AgentRecord, Checkpoint, ScopeRecord, SessionRecor
 use super::{served_here, Mirrored, MirroredTenant, AGENT, SCOPE, SESSION, SUBSCRIPTION};
 use crate::cluster::untoken;
 use crate::core::model::Agent;
-use crate::core::permissions::Granted;
+use crate::core::registry::Granted;
 use crate::core::registry::Registry;
 
 /// Bring one directory entry into its tenant's directory. `body` is none

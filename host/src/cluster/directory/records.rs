@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use crate::core::events::Filter;
 use crate::core::model::{Agent, Scope};
-use crate::core::permissions::Granted;
+use crate::core::registry::Granted;
 use crate::core::registry::SessionInfo;
 
 #[derive(Serialize, Deserialize)]

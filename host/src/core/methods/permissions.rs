@@ -11,7 +11,8 @@ use serde_json::{json, Map, Value};
 
 use super::session::capabilities;
 use crate::core::events::{NewEvent, Source};
-use crate::core::permissions::{effective, holds, merge, Granted};
+use crate::core::permissions::{effective, holds, merge};
+use crate::core::registry::Granted;
 use crate::core::{Active, Gateway, Out, Tenant};
 use crate::rpc::{codes, Request, RpcError};
 

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::session::{auth_error, principal, refused};
-use crate::core::{Active, Conn, Gateway, Out};
+use super::session::{auth_error, credential_renewed, principal, refused};
+use crate::core::{Conn, Gateway, Out};
 use crate::ids;
 use crate::rpc::{codes, Request, RpcError};
 
@@ -50,12 +50,4 @@ pub fn refresh(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out,
     let renewed = renewed.unwrap_or_else(|| gw.live(&active.session_id).and_then(|l| l.expiry.expires_at()).map(|_| expires_at));
     credential_renewed(gw, conn, &active, renewed);
     Ok(json!({"success": true, "accessToken": token, "tokenType": "Bearer", "expiresAt": expires_at, "principal": principal(gw, &active)}).into())
-}
-
-/// The session holds a credential expiring at `expires_at` now: a changed
-/// expiry is announced anew (a notice due at once follows the answer).
-pub(super) fn credential_renewed(gw: &Gateway, conn: &mut Conn, active: &Active, expires_at: Option<u64>) {
-    if let Some(live) = gw.live(&active.session_id) {
-        conn.deferred.extend(live.expiry.refreshed(expires_at, &active.outbox));
-    }
 }

@@ -332,7 +332,7 @@ pub fn authenticate(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result
             let same = Arc::ptr_eq(&active.tenant, &caller.tenant) && ids::secrets_equal(&active.principal, &caller.principal);
             if same {
                 // The same principal's credential again: its expiry is the session's now.
-                super::refresh::credential_renewed(gw, conn, &active, caller.expires_at);
+                credential_renewed(gw, conn, &active, caller.expires_at);
             }
             let result = json!({
                 "success": true,
@@ -430,4 +430,12 @@ pub fn close(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out, R
     session["connected"] = json!(false);
     session["closedAt"] = json!(ids::now_ms());
     Ok(json!({"session": session}).into())
+}
+
+/// The session holds a credential expiring at `expires_at` now: a changed
+/// expiry is announced anew (a notice due at once follows the answer).
+pub(super) fn credential_renewed(gw: &Gateway, conn: &mut Conn, active: &Active, expires_at: Option<u64>) {
+    if let Some(live) = gw.live(&active.session_id) {
+        conn.deferred.extend(live.expiry.refreshed(expires_at, &active.outbox));
+    }
 }
