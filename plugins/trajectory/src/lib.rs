@@ -3,6 +3,8 @@
 //! artifacts; clients and agents list, fetch and download them. Large
 //! artifacts are stored in chunks and streamed back as
 //! `trajectory/content.chunk` notifications, one chunk in memory at a time.
+//! Checkpoints are also resources of the type `x-trajectory/checkpoint`
+//! (`map/resources/*`, `resources`).
 //!
 //! Everything lives in the host's store, scoped to (tenant, plugin), so it
 //! survives restarts; see `keys` for the layout.
@@ -17,6 +19,7 @@ mod params;
 mod query;
 mod repo;
 mod report;
+mod resources;
 mod settings;
 
 use map_plugin_sdk::{Call, Describe, ErrorRange, EventFilter, Extension, Methods, Reply, Result};
@@ -61,4 +64,7 @@ impl Extension for Trajectory {
     }
 }
 
+use resources::CheckpointResources;
+
 map_plugin_sdk::export_extension!(Trajectory);
+map_plugin_sdk::export_resources!(CheckpointResources);

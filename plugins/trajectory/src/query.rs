@@ -7,7 +7,7 @@ use crate::access::{self, Capability};
 use crate::error::checkpoint_not_found;
 use crate::keys::Index;
 use crate::model::Checkpoint;
-use crate::params::{Get, List};
+use crate::params::{Get, List, ListFilter};
 use crate::repo;
 
 #[derive(Serialize)]
@@ -27,10 +27,16 @@ pub fn list(call: &Call) -> Result<Reply> {
     let req: List = call.params()?;
     let limit = req.page_size()?;
     let filter = req.filter.unwrap_or_default();
-    let index = Index::for_filter(filter.agent_id.as_deref(), filter.session_id.as_deref());
+    let (checkpoints, next_cursor) = page(&filter, req.cursor.as_deref(), limit)?;
+    Reply::json(&Page { checkpoints, has_more: next_cursor.is_some(), next_cursor })
+}
 
+/// Up to `limit` checkpoints that `filter` keeps, newest first, below the
+/// checkpoint named by `cursor`, and the cursor of the next page when more follow.
+pub fn page(filter: &ListFilter, cursor: Option<&str>, limit: u32) -> Result<(Vec<Checkpoint>, Option<String>)> {
+    let index = Index::for_filter(filter.agent_id.as_deref(), filter.session_id.as_deref());
     let mut before = filter.before_timestamp.map(|t| index.before_time(t));
-    if let Some(cursor) = &req.cursor {
+    if let Some(cursor) = cursor {
         let record = repo::load(cursor)?.ok_or_else(|| Error::invalid_params(format!("Unknown cursor {cursor}: no such checkpoint")))?;
         let below = repo::key_in(&index, &record);
         before = Some(match before {
@@ -47,8 +53,7 @@ pub fn list(call: &Call) -> Result<Reply> {
     // Index keys hash the ids; compare the real ones too.
     checkpoints
         .retain(|c| filter.agent_id.as_ref().is_none_or(|a| &c.agent_id == a) && filter.session_id.as_ref().is_none_or(|s| c.session_id.as_ref() == Some(s)));
-    let page = Page { checkpoints, has_more, next_cursor };
-    Reply::json(&page)
+    Ok((checkpoints, next_cursor))
 }
 
 pub fn get(call: &Call) -> Result<Reply> {

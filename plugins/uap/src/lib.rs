@@ -1,8 +1,9 @@
 //! The UAP v1 hub as a gateway plugin (world `grpc-extension`, run as a
 //! singleton): execution agents connect over gRPC (`uap.v1.AgentHub`), MAP
 //! participants submit test and translation jobs with `uap/*` methods and
-//! watch them as `uap.*` events. Jobs, their history and registered agents
-//! live in the tenant's store and survive restarts.
+//! watch them as `uap.*` events, and list and read them as resources of the
+//! type `x-uap/job` (`map/resources/*`, `resources`). Jobs, their history
+//! and registered agents live in the tenant's store and survive restarts.
 
 mod error;
 // UAP decoding as a fuzz target (`fuzz/`), native only.
@@ -15,6 +16,7 @@ mod methods;
 mod model;
 mod proto;
 mod repo;
+mod resources;
 mod settings;
 mod values;
 
@@ -82,4 +84,7 @@ impl GrpcHandler for Uap {
     }
 }
 
+use resources::JobResources;
+
 map_plugin_sdk::export_grpc_extension!(Uap);
+map_plugin_sdk::export_resources!(JobResources);

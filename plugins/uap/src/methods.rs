@@ -94,23 +94,10 @@ pub fn list(call: &Call) -> Result<Reply> {
         return Err(Error::invalid_params(format!("limit must be between 1 and {MAX_LIMIT}")));
     }
     hub::with(|_| ())?;
-    let mut jobs = Vec::new();
-    let mut last = None;
-    let mut has_more = false;
-    JOBS.all().reverse().resume(p.cursor).each(|e| {
-        if jobs.len() == limit as usize {
-            has_more = true;
-            return Ok(false);
-        }
-        last = Some(e.key);
-        if p.status.is_none_or(|s| s == e.value.status) {
-            jobs.push(e.value);
-        }
-        Ok(true)
-    })?;
-    let mut out = json!({ "jobs": jobs, "hasMore": has_more });
-    if has_more {
-        out["nextCursor"] = json!(last);
+    let (jobs, next) = repo::newest_first(|job| p.status.is_none_or(|s| s == job.status), p.cursor, limit as usize)?;
+    let mut out = json!({ "jobs": jobs, "hasMore": next.is_some() });
+    if let Some(cursor) = next {
+        out["nextCursor"] = json!(cursor);
     }
     Reply::json(&out)
 }

@@ -40,6 +40,27 @@ pub fn save_with(job: &Job, entry: HistoryEntry, mut batch: Batch) -> Result<()>
     Ok(())
 }
 
+/// Up to `limit` jobs that `wanted` keeps, newest first, after `cursor`
+/// (the id of the last job of the previous page), and the cursor of the
+/// next page when more follow.
+pub fn newest_first(wanted: impl Fn(&Job) -> bool, cursor: Option<String>, limit: usize) -> Result<(Vec<Job>, Option<String>)> {
+    let mut jobs = Vec::new();
+    let mut last = None;
+    let mut more = false;
+    JOBS.all().reverse().resume(cursor).each(|e| {
+        if jobs.len() == limit {
+            more = true;
+            return Ok(false);
+        }
+        last = Some(e.key);
+        if wanted(&e.value) {
+            jobs.push(e.value);
+        }
+        Ok(true)
+    })?;
+    Ok((jobs, last.filter(|_| more)))
+}
+
 /// A history entry about the job as it now is.
 pub fn entry(job: &Job, message: Option<String>) -> HistoryEntry {
     HistoryEntry { at: now(), status: job.status, agent: job.agent.clone(), message, state: None, telemetry: None }
