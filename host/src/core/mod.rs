@@ -5,6 +5,7 @@
 pub mod address;
 pub mod asks;
 pub mod auth_expiry;
+mod answers;
 mod operations;
 pub mod directory;
 pub mod drain;
@@ -25,6 +26,7 @@ pub mod tracked;
 pub use tenant::Tenant;
 
 mod lifecycle;
+use answers::{answer, record, record_code};
 pub use lifecycle::StreamRefused;
 mod methods;
 
@@ -415,34 +417,6 @@ pub enum Handled {
     Now(Option<String>),
     /// A call still running: its answer, and notifications to write after it.
     Later(BoxFuture<'static, (Option<String>, Vec<Frame>)>),
-}
-
-/// The method label of requests nobody serves (labels stay bounded).
-const UNKNOWN_METHOD: &str = "unknown";
-
-/// Count a request; a method not found is `unknown` whatever its name
-/// (nobody serves it, so its name would be an unbounded label).
-fn record(method: &str, result: &Result<Out, RpcError>, started: Instant, span: &tracing::Span) {
-    record_code(method, result.as_ref().err().map_or(0, |e| e.code), started, span);
-}
-
-fn record_code(method: &str, code: i64, started: Instant, span: &tracing::Span) {
-    let method = if code == crate::rpc::codes::METHOD_NOT_FOUND { UNKNOWN_METHOD } else { method };
-    crate::metrics::request(method, code, started.elapsed());
-    crate::telemetry::answered(span, code);
-}
-
-/// A request's answer; notifications (no id) get none.
-fn answer(id: Option<Value>, result: Result<Out, RpcError>) -> Option<String> {
-    let id = id?;
-    Some(match result {
-        Ok(Out::Json(v)) => rpc::encode_result(&id, &v),
-        Ok(Out::Raw(raw)) => rpc::encode_result_json(&id, raw.get()),
-        Ok(Out::Text(text)) => rpc::encode_result_json(&id, &text),
-        // Awaited before it comes here (`start`).
-        Ok(Out::Later(_)) => rpc::encode_error(&id, &RpcError::internal("an answer was not awaited")),
-        Err(e) => rpc::encode_error(&id, &e),
-    })
 }
 
 /// The session an extension method is called for, and its params as an
