@@ -52,11 +52,8 @@ impl Resources for TaskResources {
     const ERRORS: ErrorRange = error::ERRORS;
 
     fn kinds() -> Vec<String> {
-        if settings::enabled() {
-            vec![KIND.into()]
-        } else {
-            Vec::new()
-        }
+        // Off for the tenant: no kind to advertise.
+        settings::enabled().then(|| vec![KIND.into()]).unwrap_or_default()
     }
 
     fn list(caller: &Caller, query: &Query) -> Result<Page> {

@@ -93,7 +93,7 @@ fn get(active: &Active, broker: Arc<Broker>, req: &Request) -> Result<Out, RpcEr
         };
         match broker.get(&active.principal, &scope, &resource).await {
             Ok(issued) => {
-                let expires_at = issued.expires_at.and_then(iso8601);
+                let expires_at = issued.expires_at.map(crate::ids::iso8601);
                 let mut data = json!({"agentId": agent_id, "scope": scope, "resource": resource, "credentialType": issued.credential_type});
                 if let Some(at) = &expires_at {
                     data["expiresAt"] = json!(at);
@@ -117,12 +117,6 @@ fn answer(issued: Issued, expires_at: Option<String>) -> Value {
         result["expiresAt"] = json!(at);
     }
     result
-}
-
-/// Unix milliseconds as ISO 8601 (UTC, whole seconds).
-fn iso8601(ms: u64) -> Option<String> {
-    let at = time::OffsetDateTime::from_unix_timestamp((ms / 1000) as i64).ok()?;
-    at.format(&time::format_description::well_known::Rfc3339).ok()
 }
 
 fn list(active: &Active, broker: &Broker) -> Result<Out, RpcError> {
@@ -167,13 +161,5 @@ impl Brokers {
                 tenant.set_credentials(broker);
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn expiry_is_iso_8601() {
-        assert_eq!(super::iso8601(1_700_000_000_123).as_deref(), Some("2023-11-14T22:13:20Z"));
     }
 }
