@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 pub use self::credentials::{pattern_matches, CredentialsConfig, GrantConfig, OAuth2Provider, ProviderConfig, Secret, StaticProvider, StaticSecret};
 pub use self::plugins::{InstanceMode, PluginConfig};
 pub use self::workspace::WorkspaceConfig;
-pub use self::tenants::{Credential, ExposeConfig, FederationConfig, JwtConfig, PeerConfig, TenantConfig, TrustedIssuer};
+pub use self::tenants::{AgentPermissionsConfig, Credential, ExposeConfig, FederationConfig, JwtConfig, PeerConfig, TenantConfig, TrustedIssuer};
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]

@@ -35,6 +35,20 @@ pub struct TenantConfig {
     /// caller makes at `map/connect`, so name them where that matters).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub admin_principals: Vec<String>,
+    /// Agent-level permission templates (MAP's `AgentPermissions`): what
+    /// every agent, and agents of each role, may see, message and accept.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_permissions: Option<AgentPermissionsConfig>,
+}
+
+/// `[tenants.agent_permissions]`: `default` and `roles.<role>` in the SDK's
+/// `AgentPermissions` shape (`canSee`, `canMessage`, `acceptsFrom`).
+/// Keys set here are the operator's: only an admin may override them on an agent.
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentPermissionsConfig {
+    pub default: serde_json::Value,
+    pub roles: BTreeMap<String, serde_json::Value>,
 }
 
 /// A tenant as a system of a federation (README: Federation).

@@ -4,6 +4,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use super::agent_permissions::{self, Party};
 use super::registry::{Registry, Viewer};
 use crate::rpc::{codes, RpcError};
 
@@ -127,6 +128,23 @@ pub struct Sender<'a> {
     pub agent: Option<&'a str>,
     /// The sending session's participant type (agent visibility depends on it).
     pub participant_type: &'a str,
+    pub participant_id: &'a str,
+    /// For a message routed in from another system: that system's id.
+    pub remote_system: Option<&'a str>,
+}
+
+impl Sender<'_> {
+    /// The sender as agents' `acceptsFrom` rules tell senders apart.
+    fn party<'r>(&'r self, reg: &'r Registry) -> Party<'r> {
+        if let Some(system) = self.remote_system {
+            return Party::System(system);
+        }
+        match self.agent.and_then(|a| reg.agents.get(a)) {
+            Some(agent) => Party::Agent(agent),
+            None if matches!(self.participant_type, "system" | "gateway") => Party::System(self.participant_id),
+            None => Party::Client(self.participant_id),
+        }
+    }
 }
 
 /// One resolved recipient: the id reported in `delivered`, the session to deliver to.
@@ -166,6 +184,9 @@ impl Resolver<'_> {
         if !self.reg.sessions.contains_key(&agent.session) {
             return Err(RpcError::new(codes::DELIVERY_FAILED, format!("Agent {id} has no connected owner")));
         }
+        if let Some(why) = agent_permissions::refuses_message(self.reg, &self.sender.party(self.reg), agent) {
+            return Err(RpcError::new(codes::PERMISSION_DENIED, why));
+        }
         let session = &agent.session;
         push(&mut self.out, id, session);
         Ok(())
@@ -183,6 +204,9 @@ impl Resolver<'_> {
             if agent.state == "stopped" || !self.reg.sessions.contains_key(&agent.session) || !self.reg.visible(agent, &self.viewer()) {
                 continue;
             }
+            if agent_permissions::refuses_message(self.reg, &self.sender.party(self.reg), agent).is_some() {
+                continue;
+            }
             push(&mut self.out, id, &agent.session);
         }
     }
@@ -195,6 +219,9 @@ impl Resolver<'_> {
         let scope = self.reg.scope(id)?;
         if scope.send_policy == "members" && !self.sender.agent.is_some_and(|a| scope.members.iter().any(|m| m == a)) {
             return Err(RpcError::new(codes::PERMISSION_DENIED, format!("Only members may send to scope {id}")));
+        }
+        if let Some(why) = agent_permissions::refuses_scope(self.reg, &self.sender.party(self.reg), scope) {
+            return Err(RpcError::new(codes::PERMISSION_DENIED, why));
         }
         self.group(scope.members.iter());
         Ok(())

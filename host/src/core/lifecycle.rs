@@ -61,12 +61,16 @@ pub(crate) fn participant_event(kind: &'static str, s: &SessionInfo, extra: Valu
 
 /// Publish events about agents: those about a hidden agent go only to the
 /// sessions that may see it now. Never call with the registry locked.
+/// Where agent-level rules are in use, every event about a current agent
+/// goes only to the sessions whose agents may see it.
 pub(crate) fn publish_agent_events(tenant: &Tenant, mut events: Vec<NewEvent>) {
-    if events.iter().any(|e| e.hidden_agent.is_some()) {
+    {
         let reg = tenant.registry.lock();
         for e in &mut events {
             if let Some(agent) = e.hidden_agent.take() {
                 e.audience = Some(reg.audience_of(&agent));
+            } else if let Some(agent) = e.source.agent_id.as_deref().filter(|_| reg.agent_rules && e.audience.is_none()).and_then(|id| reg.agents.get(id)) {
+                e.audience = Some(reg.audience_of(agent));
             }
         }
     }

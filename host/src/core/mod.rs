@@ -3,6 +3,7 @@
 //! transport calls.
 
 pub mod address;
+pub mod agent_permissions;
 pub mod asks;
 pub mod auth_expiry;
 mod answers;
@@ -202,6 +203,7 @@ impl Gateway {
     pub fn tenants_of(config: &Config) -> anyhow::Result<Tenants> {
         let tenants = Tenants::from_config(config, |t| Tenant::new(&t.id, &config.limits))?;
         methods::credentials::Brokers::build(config)?.install(&tenants);
+        agent_permissions::Policies::build(config)?.install(&tenants);
         Ok(tenants)
     }
 
@@ -210,6 +212,7 @@ impl Gateway {
         let fabric_for = std::cell::RefCell::new(fabric_for);
         let tenants = Tenants::from_config(config, |t| Tenant::with_fabric(&t.id, (fabric_for.borrow_mut())(&t.id)))?;
         methods::credentials::Brokers::build(config)?.install(&tenants);
+        agent_permissions::Policies::build(config)?.install(&tenants);
         Ok(tenants)
     }
 
@@ -259,11 +262,13 @@ impl Gateway {
             None => self.config.clone(),
         };
         let brokers = methods::credentials::Brokers::build(&config).inspect_err(|e| host.note_error(e))?;
+        let policies = agent_permissions::Policies::build(&config).inspect_err(|e| host.note_error(e))?;
         if let Err(e) = host.apply(&config, &self.tenants).await {
             host.note_error(&e);
             return Err(e);
         }
         brokers.install(&self.tenants);
+        policies.install(&self.tenants);
         Ok(host.status().await)
     }
 

@@ -29,6 +29,9 @@ pub struct Agent {
     pub scopes: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub visibility: Option<String>,
+    /// Its own agent-level rules (see `agent_permissions`), merged per section.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permission_overrides: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub capabilities: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -131,6 +134,7 @@ pub struct RegisterParams {
     pub environment: Option<Value>,
     pub capability_descriptor: Option<Value>,
     pub state: Option<String>,
+    pub permission_overrides: Option<Value>,
 }
 
 /// A delivered message, as observers see it.

@@ -93,6 +93,12 @@ pub struct Registry {
     pub scopes: Tracked<Scope>,
     /// participant id → the principal that first used it; nobody else may claim it.
     pub participant_owners: HashMap<String, std::sync::Arc<str>>,
+    /// The tenant's agent-level templates (`[tenants.agent_permissions]`).
+    pub agent_policy: std::sync::Arc<super::agent_permissions::Policy>,
+    /// Agent-level rules are in use (a template narrows something, or some
+    /// agent has overrides or a non-public visibility): until then the
+    /// checks of `agent_permissions` cost one load. Never turns off.
+    pub agent_rules: bool,
 }
 
 impl Registry {
@@ -117,18 +123,20 @@ impl Registry {
     /// its parent; `scope` sessions owning an agent in one of its scopes;
     /// `system` system and gateway participants. The owner and system
     /// participants always see it.
+    /// The viewer's own agents' `canSee.agents` narrows this further (see `agent_permissions`).
     pub fn visible(&self, agent: &Agent, viewer: &Viewer) -> bool {
-        let rule = agent.visibility.as_deref().unwrap_or("public");
-        if rule == "public" || agent.session == viewer.session || matches!(viewer.participant_type, "system" | "gateway") {
+        if agent.session == viewer.session || matches!(viewer.participant_type, "system" | "gateway") {
             return true;
         }
-        match rule {
+        let exposed = match agent.visibility.as_deref().unwrap_or("public") {
+            "public" => true,
             "parent-only" => agent.parent.as_ref().and_then(|p| self.agents.get(p)).is_some_and(|p| p.session == viewer.session),
             "scope" => self.sessions.get(viewer.session).is_some_and(|s| {
                 s.agents.iter().filter_map(|a| self.agents.get(a)).any(|mine| mine.scopes.iter().any(|sc| agent.scopes.contains(sc)))
             }),
             _ => false,
-        }
+        };
+        exposed && super::agent_permissions::sees_agent(self, viewer.session, agent)
     }
 
     /// The sessions that may see an agent now (its events' audience).
@@ -318,6 +326,7 @@ mod tests {
             state: "active".into(),
             scopes: Vec::new(),
             visibility: None,
+            permission_overrides: None,
             capabilities: None,
             metadata: None,
             environment: None,

@@ -57,7 +57,7 @@ struct Routing {
     scopes: Vec<String>,
 }
 
-fn route(active: &Active, addr: &Address, from: Option<&str>) -> Result<Routing, RpcError> {
+fn route(active: &Active, addr: &Address, from: Option<&str>, remote_from: Option<&str>) -> Result<Routing, RpcError> {
     let reg = active.tenant.registry.lock();
     let session = reg.sessions.get(&active.session_id);
     super::permissions::may_send(session, addr)?;
@@ -67,7 +67,8 @@ fn route(active: &Active, addr: &Address, from: Option<&str>) -> Result<Routing,
         Some(a) => return Err(RpcError::new(codes::PERMISSION_DENIED, format!("Agent {a} is not owned by this session"))),
         None => session.and_then(|s| s.agents.first().cloned()),
     };
-    let sender = Sender { session: &active.session_id, agent: agent.as_deref(), participant_type: &active.participant_type };
+    let remote_system = remote_from.and_then(|f| f.split_once(":agent:")).map(|(system, _)| system);
+    let sender = Sender { session: &active.session_id, agent: agent.as_deref(), participant_type: &active.participant_type, participant_id: &active.participant_id, remote_system };
     let recipients = address::resolve(&reg, addr, &sender)?;
     let me = agent.as_ref().and_then(|a| reg.agents.get(a));
     let role = me.and_then(|a| a.role.clone());
@@ -94,7 +95,7 @@ pub fn send_message(active: &Active, msg: Outgoing) -> Result<Sent, RpcError> {
         super::permissions::check_flag(active, "messaging.canSend")?;
         return send_to_system(active, system, agent, msg);
     }
-    let routing = route(active, &addr, msg.from)?;
+    let routing = route(active, &addr, msg.from, msg.remote_from)?;
     let meta = msg.meta.filter(|m| !m.is_empty());
     let from = msg.remote_from.or(routing.agent.as_deref()).unwrap_or(&active.participant_id);
     let (message_id, timestamp) = ids::prefixed_at("msg");

@@ -147,6 +147,7 @@ fn apply_subscription(reg: &Registry, mirrored: &Mirrored, id: String, body: Opt
 /// members to one agent or scope at once, but each agent's record is
 /// written by one node.
 fn put_agent(reg: &mut Registry, mut agent: Agent) {
+    reg.agent_rules |= crate::core::agent_permissions::uses_rules(&agent);
     let id = agent.id.clone();
     let old = reg.agents.get(&id).map(|a| (a.parent.clone(), a.scopes.clone(), a.children.clone()));
     let (old_parent, old_scopes) = match old {

@@ -4,6 +4,7 @@
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
+use crate::core::agent_permissions;
 use crate::core::events::NewEvent;
 use crate::core::lifecycle::agent_event;
 use crate::core::model::{check_transition, Agent, Lifecycle, RegisterParams, Scope};
@@ -26,13 +27,18 @@ fn scope_event(kind: &'static str, scope: &str, agent: &Agent) -> NewEvent {
 }
 
 pub fn register(active: &Active, req: &Request, spawn: bool) -> Result<Out, RpcError> {
-    let p: RegisterParams = req.params()?;
+    let mut p: RegisterParams = req.params()?;
     check_registration(&p)?;
+    let overrides = p.permission_overrides.take().map(|v| agent_permissions::parse(&v, false)).transpose().map_err(RpcError::invalid_params)?;
     let mut events = Vec::new();
     let agent = {
         let mut reg = active.tenant.registry.lock();
         let id = p.agent_id.clone().unwrap_or_else(|| ids::prefixed("agent"));
         check_placement(&reg, active, &id, p.parent.as_deref(), spawn)?;
+        if let Some(o) = &overrides {
+            may_override(&reg, active, p.role.as_deref(), o)?;
+        }
+        p.permission_overrides = overrides.filter(|o| !o.is_empty()).map(Value::Object);
         // Scopes that do not exist yet are created with the default policy.
         for s in &p.scopes {
             if !reg.scopes.contains_key(s) {
@@ -47,11 +53,19 @@ pub fn register(active: &Active, req: &Request, spawn: bool) -> Result<Out, RpcE
         for s in &agent.scopes {
             events.push(scope_event("scope_member_joined", s, &agent));
         }
+        reg.agent_rules |= agent_permissions::uses_rules(&agent);
         reg.agents.insert(agent.id.clone(), agent.clone());
         agent
     };
     publish(active, events);
     Ok(json!({"agent": agent}).into())
+}
+
+/// Overrides of what the tenant's templates set are for admins only.
+fn may_override(reg: &Registry, active: &Active, role: Option<&str>, changes: &Map<String, Value>) -> Result<(), RpcError> {
+    let policy = &reg.agent_policy;
+    let admin = policy.is_admin(&active.participant_type, &active.principal);
+    policy.check_overrides(role, changes, admin).map_err(|e| RpcError::new(codes::PERMISSION_DENIED, e))
 }
 
 /// What can be checked of a registration before the directory is locked.
@@ -101,6 +115,7 @@ fn new_agent(active: &Active, id: String, p: RegisterParams) -> Agent {
         state: p.state.unwrap_or_else(|| "registered".into()),
         scopes: dedup(p.scopes),
         visibility: p.visibility,
+        permission_overrides: p.permission_overrides,
         capabilities: p.capabilities,
         metadata: p.metadata,
         environment: p.environment,
@@ -176,6 +191,7 @@ struct UpdateParams {
     capabilities: Option<Value>,
     environment: Option<Map<String, Value>>,
     capability_descriptor: Option<Map<String, Value>>,
+    permission_overrides: Option<Value>,
 }
 
 fn state_event(agent: &Agent, previous: &str, reason: Option<&str>) -> NewEvent {
@@ -189,9 +205,16 @@ fn state_event(agent: &Agent, previous: &str, reason: Option<&str>) -> NewEvent 
 pub fn update(active: &Active, req: &Request) -> Result<Out, RpcError> {
     let p: UpdateParams = req.params()?;
     let id = p.agent_id.as_deref().ok_or_else(|| RpcError::invalid_params("agentId is required"))?;
+    let overrides = p.permission_overrides.as_ref().map(|v| agent_permissions::parse(v, true)).transpose().map_err(RpcError::invalid_params)?;
     let mut events = Vec::new();
     let agent = {
         let mut reg = active.tenant.registry.lock();
+        if let Some(changes) = &overrides {
+            let role = owned(&mut reg, active, id)?.role.clone();
+            may_override(&reg, active, p.role.as_deref().or(role.as_deref()), changes)?;
+            reg.agent_rules = true;
+        }
+        let policy = reg.agent_policy.clone();
         let agent = owned(&mut reg, active, id)?;
         if let Some(state) = &p.state {
             check_transition(agent, state)?;
@@ -230,6 +253,13 @@ pub fn update(active: &Active, req: &Request) -> Result<Out, RpcError> {
             agent.state = state;
             agent.lifecycle.last_state_change = ids::now_ms();
             events.push(state_event(agent, &previous, None));
+        }
+        if let Some(changes) = overrides {
+            let mut merged = agent.permission_overrides.take().and_then(|m| m.as_object().cloned()).unwrap_or_default();
+            agent_permissions::merge(&mut merged, &changes);
+            agent.permission_overrides = (!merged.is_empty()).then_some(Value::Object(merged));
+            let data = json!({"agentId": agent.id, "changes": changes, "effectivePermissions": policy.effective(agent), "updatedBy": active.participant_id});
+            events.push(agent_event("permissions_agent_updated", agent, data));
         }
         agent.clone()
     };

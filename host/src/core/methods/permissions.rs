@@ -36,10 +36,8 @@ const CONFIRM_POLL: Duration = Duration::from_millis(5);
 
 pub fn update(gw: &Arc<Gateway>, active: &Active, req: &Request) -> Result<Out, RpcError> {
     let admins = admin_principals(gw, &active.tenant.id);
-    // Being `system` is the caller's own claim at map/connect: a tenant that
-    // names its admins gives the right to them alone.
-    let allowed = if admins.is_empty() { active.participant_type == "system" } else { admins.iter().any(|a| **a == *active.principal) };
-    if !allowed {
+    let policy = active.tenant.registry.lock().agent_policy.clone();
+    if !policy.is_admin(&active.participant_type, &active.principal) {
         let who = if admins.is_empty() { "system participants" } else { "the tenant's admin principals" };
         return Err(RpcError::new(codes::PERMISSION_DENIED, format!("Only {who} may update permissions")));
     }

@@ -5,7 +5,9 @@ use serde_json::{json, Value};
 
 use crate::core::events::{NewEvent, Source};
 use crate::core::lifecycle::agent_event;
+use crate::core::agent_permissions;
 use crate::core::model::Scope;
+use crate::core::registry::Registry;
 use crate::core::{Active, Out};
 use crate::ids;
 use crate::rpc::{codes, Request, RpcError};
@@ -89,9 +91,16 @@ fn scope_id(p: &ScopeRef) -> Result<&str, RpcError> {
     p.scope_id.as_deref().ok_or_else(|| RpcError::invalid_params("scopeId is required"))
 }
 
-/// Private scopes are listed only to their creator.
-fn visible(scope: &Scope, active: &Active) -> bool {
-    scope.visibility == "public" || scope.created_by.as_deref() == Some(active.participant_id.as_str())
+/// Private scopes are listed only to their creator, and an agent's
+/// `canSee.scopes` narrows what its session sees.
+fn visible(reg: &Registry, scope: &Scope, active: &Active) -> bool {
+    (scope.visibility == "public" || scope.created_by.as_deref() == Some(active.participant_id.as_str())) && agent_permissions::sees_scope(reg, &active.session_id, scope)
+}
+
+/// A scope the caller's agents may see (by id, private ones too); a hidden
+/// one is "not found" (2002).
+fn seen<'a>(reg: &'a Registry, active: &Active, id: &str) -> Result<&'a Scope, RpcError> {
+    reg.scope(id).ok().filter(|s| agent_permissions::sees_scope(reg, &active.session_id, s)).ok_or_else(|| RpcError::new(codes::SCOPE_NOT_FOUND, format!("Scope not found: {id}")))
 }
 
 /// Read a piece at a time and written out on a blocking thread: a tenant
@@ -102,8 +111,8 @@ pub fn list(active: &Active, req: &Request) -> Result<Out, RpcError> {
     // A peer system lists the scopes shown to it.
     let shown = active.tenant.federation().and_then(|f| f.shown_to(&active.principal)).map(|s| s.scopes);
     Ok(Out::Later(Box::pin(async move {
-        let keep = |s: &Scope| shown.as_ref().is_none_or(|ids| ids.contains(&s.id)) && visible(s, &active) && (p.parent.is_none() || s.parent == p.parent);
-        let scopes = active.tenant.registry.walk(|r| &r.scopes, None, usize::MAX, |_, s| keep(s).then(|| s.clone())).await;
+        let keep = |reg: &Registry, s: &Scope| shown.as_ref().is_none_or(|ids| ids.contains(&s.id)) && visible(reg, s, &active) && (p.parent.is_none() || s.parent == p.parent);
+        let scopes = active.tenant.registry.walk(|r| &r.scopes, None, usize::MAX, |reg, s| keep(reg, s).then(|| s.clone())).await;
         let text = tokio::task::spawn_blocking(move || serde_json::to_string(&json!({"scopes": scopes})).expect("scopes serialise"));
         text.await.map(Out::Text).map_err(|_| RpcError::internal("listing the scopes failed"))
     })))
@@ -112,7 +121,7 @@ pub fn list(active: &Active, req: &Request) -> Result<Out, RpcError> {
 pub fn get(active: &Active, req: &Request) -> Result<Out, RpcError> {
     let p: ScopeRef = req.params()?;
     let reg = active.tenant.registry.lock();
-    let scope = reg.scope(scope_id(&p)?)?;
+    let scope = seen(&reg, active, scope_id(&p)?)?;
     Ok(json!({"scope": scope, "memberCount": scope.members.len()}).into())
 }
 
@@ -193,7 +202,7 @@ pub fn join(active: &Active, req: &Request, joining: bool) -> Result<Out, RpcErr
 pub fn members(active: &Active, req: &Request) -> Result<Out, RpcError> {
     let p: ScopeRef = req.params()?;
     let reg = active.tenant.registry.lock();
-    let scope = reg.scope(scope_id(&p)?)?;
+    let scope = seen(&reg, active, scope_id(&p)?)?;
     // Only the page is copied: a scope may have very many members.
     let (members, next) = page(scope.members.iter().collect(), p.limit, p.cursor.as_deref())?;
     let mut result = json!({"members": members});

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use crate::core::agent_permissions;
 use crate::core::model::Agent;
 use crate::core::registry::Viewer;
 use crate::core::directory::Directory;
@@ -57,7 +58,8 @@ pub fn graph(active: &Active, req: &Request) -> Result<Out, RpcError> {
             None => dir.walk(|r| &r.agents, None, usize::MAX, |reg, a| reg.visible(a, &viewer).then(|| a.clone())).await,
         };
         let relationships = p.include_relationships;
-        blocking(move || draw(&nodes, relationships)).await
+        let edges = edges_seen(dir, &active.session_id);
+        blocking(move || draw(&nodes, relationships, edges)).await
     })))
 }
 
@@ -172,9 +174,21 @@ pub fn get(active: &Active, req: &Request) -> Result<Out, RpcError> {
     })))
 }
 
+/// Which edges the session's agents' `canSee.structure` shows: all (`full`,
+/// None), those touching its own agents (`local`), or none.
+fn edges_seen(dir: &Directory, session: &str) -> Option<HashSet<String>> {
+    let reg = dir.lock();
+    match agent_permissions::structure(&reg, session) {
+        "full" => None,
+        "local" => Some(reg.sessions.get(session).map(|s| s.agents.iter().cloned().collect()).unwrap_or_default()),
+        _ => Some(HashSet::new()),
+    }
+}
+
 /// The graph's JSON: parent-child edges between nodes, and (when asked)
-/// a peer edge for each pair of nodes sharing a scope, in node order.
-fn draw(nodes: &[Arc<Agent>], relationships: bool) -> Out {
+/// a peer edge for each pair of nodes sharing a scope, in node order;
+/// only edges touching `only` when given.
+fn draw(nodes: &[Arc<Agent>], relationships: bool, only: Option<HashSet<String>>) -> Out {
     let at: HashMap<&str, usize> = nodes.iter().enumerate().map(|(i, a)| (a.id.as_str(), i)).collect();
     let mut edges = Vec::new();
     for a in nodes {
@@ -195,6 +209,9 @@ fn draw(nodes: &[Arc<Agent>], relationships: bool) -> Out {
             peers.dedup();
             edges.extend(peers.into_iter().map(|j| Edge { from: &a.id, to: &nodes[j].id, kind: "peer" }));
         }
+    }
+    if let Some(only) = only {
+        edges.retain(|e| only.contains(e.from) || only.contains(e.to));
     }
     Out::Text(serde_json::to_string(&Graph { nodes, edges }).expect("the graph serialises"))
 }
