@@ -378,6 +378,35 @@ mod tests {
         assert!(parse(&json!({"canMessage": {"agents": null}}), true).is_ok(), "an update may remove an override");
     }
 
+    fn agent(extra: Value) -> Agent {
+        let mut v = json!({"id": "a", "ownerId": "p", "state": "active", "lifecycle": {"createdAt": 1, "lastStateChange": 1}});
+        v.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn effective_rules_go_override_visibility_role_default_open() {
+        let tenant: crate::config::TenantConfig = toml::from_str(
+            r#"id = "t"
+            agent_permissions = { default = { canSee = { agents = "scoped", scopes = "member" } }, roles = { worker = { canSee = { scopes = "all" }, acceptsFrom = { clients = "none" } } } }"#,
+        )
+        .unwrap();
+        let policy = Policy::from_config(&tenant).unwrap();
+        assert!(policy.restrictive() && !Policy::default().restrictive());
+        let plain = policy.effective(&agent(json!({})));
+        assert_eq!(plain["canSee"], json!({"agents": "scoped", "scopes": "member", "structure": "full"}));
+        assert_eq!(plain["acceptsFrom"]["clients"], "all");
+        let worker = policy.effective(&agent(json!({"role": "worker", "visibility": "parent-only"})));
+        assert_eq!(worker["canSee"]["scopes"], "all", "the role's template over the default");
+        assert_eq!(worker["canSee"]["agents"], "hierarchy", "legacy visibility over the templates");
+        assert_eq!(worker["acceptsFrom"]["clients"], "none");
+        let own = policy.effective(&agent(json!({"role": "worker", "visibility": "parent-only", "permissionOverrides": {"canSee": {"agents": {"include": ["b"]}}}})));
+        assert_eq!(own["canSee"]["agents"], json!({"include": ["b"]}), "the agent's own override over everything");
+        assert!(policy.sets(Some("worker"), "acceptsFrom", "clients") && policy.sets(None, "canSee", "agents") && !policy.sets(None, "canMessage", "agents"));
+        assert!(policy.check_overrides(Some("worker"), &parse(&json!({"acceptsFrom": {"clients": "all"}}), true).unwrap(), false).is_err());
+        assert!(policy.check_overrides(Some("worker"), &parse(&json!({"acceptsFrom": {"clients": "all"}}), true).unwrap(), true).is_ok());
+    }
+
     #[test]
     fn merge_is_per_section_and_null_removes() {
         let mut base = parse(&json!({"canSee": {"agents": "scoped", "scopes": "member"}, "acceptsFrom": {"clients": "none"}}), false).unwrap();
