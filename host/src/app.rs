@@ -94,7 +94,7 @@ pub async fn check(mut config: Config) -> anyhow::Result<String> {
         let tenants = Gateway::tenants_of(&config)?;
         host.apply(&config, &tenants).await?;
         let status = host.status().await;
-        let plugins: Vec<String> = status["plugins"].as_array().into_iter().flatten().map(|p| format!("{} {}", p["name"].as_str().unwrap_or("?"), p["version"].as_str().unwrap_or("?"))).collect();
+        let plugins: Vec<String> = status["plugins"].as_array().into_iter().flatten().map(|p| format!("{} {} (sha256 {})", p["name"].as_str().unwrap_or("?"), p["version"].as_str().unwrap_or("?"), p["digest"].as_str().unwrap_or("?"))).collect();
         let plugins = if plugins.is_empty() { format!("none (no component in {})", plugin_dir.display()) } else { plugins.join(", ") };
         anyhow::Ok(format!("configuration OK: {} tenant(s); storage: {storage} (not contacted); plugins: {plugins}", config.tenants.len()))
     }

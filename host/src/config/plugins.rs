@@ -38,6 +38,10 @@ pub struct PluginConfig {
     pub outbound_timeout_ms: u64,
     /// Largest outbound response body a plugin may read.
     pub outbound_max_bytes: usize,
+    /// The component's pinned SHA-256 (64 hex digits): a file with any other
+    /// digest is refused at start and at reload (the old version keeps serving).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
 }
 
 /// How a plugin's calls are spread over instances.
@@ -95,6 +99,9 @@ impl PluginConfig {
         }
         if !self.config.is_object() {
             bail!("plugin {name}: config must be a table");
+        }
+        if self.sha256.as_ref().is_some_and(|d| d.len() != 64 || !d.bytes().all(|b| b.is_ascii_hexdigit())) {
+            bail!("plugin {name}: sha256 must be 64 hexadecimal digits");
         }
         let reserved = ["/map", "/admin", "/healthz"].iter().any(|r| self.http_prefix == *r || self.http_prefix.starts_with(&format!("{r}/")));
         if !self.http_prefix.is_empty() && (!self.http_prefix.starts_with('/') || self.http_prefix.ends_with('/') || reserved) {

@@ -245,6 +245,9 @@ impl PluginHost {
     async fn load(&self, name: &str, settings: &PluginConfig) -> anyhow::Result<Loaded> {
         let bytes = std::fs::read(&settings.path).with_context(|| format!("reading plugin {name} at {}", settings.path.display()))?;
         let digest = crate::store::digest_hex(&bytes);
+        if let Some(pinned) = settings.sha256.as_deref().filter(|p| !p.eq_ignore_ascii_case(&digest)) {
+            anyhow::bail!("plugin {name}: {} has SHA-256 {digest}, but its sha256 pins {pinned}: refusing to load it", settings.path.display());
+        }
         let source = artifacts::Source { engine: &self.engine, name, bytes, digest: &digest, cache_dir: &self.cache_dir, shared: self.shared.as_ref() };
         let (component, origin) = artifacts::load(source).await.with_context(|| format!("compiling plugin {name} ({})", settings.path.display()))?;
         let limits = Limits {
