@@ -1,0 +1,3 @@
+import { state } from './state.mjs';
+
+export const log = (level, message) => state.logs.push({ level, message });
