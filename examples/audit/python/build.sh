@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Builds the Python audit extension into audit.wasm next to this script, with
-# componentize-py from a venv at <repo>/target/componentize-py (made, or
-# remade when requirements.txt changed). Works from any directory.
+# Builds the Python audit extension into audit.wasm next to this script, on
+# the plugin SDK in <repo>/plugins/sdk-python, with componentize-py from a
+# venv at <repo>/target/componentize-py (made, or remade when
+# requirements.txt changed). Works from any directory.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../../.." && pwd)"
 venv="$repo/target/componentize-py"
+sdk="$repo/plugins/sdk-python"
 
 if ! cmp -s "$here/requirements.txt" "$venv/requirements.txt"; then
     echo "==> installing componentize-py ($venv)"
@@ -24,9 +26,10 @@ fi
 echo "==> componentize-py: $here/app.py -> audit.wasm"
 start=$(date +%s.%N)
 cd "$here"
-"$venv/bin/componentize-py" -d "$repo/wit" -w intercepting-extension componentize app -o "$here/audit.wasm"
-# componentize-py imports app.py with its own Python, which leaves bytecode behind.
-rm -rf "$here/__pycache__"
+"$venv/bin/componentize-py" -d "$repo/wit" -w intercepting-extension componentize app \
+    -p "$here" -p "$sdk" -o "$here/audit.wasm"
+# componentize-py imports the sources with its own Python, which leaves bytecode behind.
+rm -rf "$here/__pycache__" "$sdk/map_plugin/__pycache__"
 end=$(date +%s.%N)
 size=$(wc -c < "$here/audit.wasm")
 awk -v s="$start" -v e="$end" -v b="$size" -v f="$here/audit.wasm" \
