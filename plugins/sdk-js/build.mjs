@@ -61,8 +61,11 @@ export async function worldExports(wit, world) {
 /** The ES module that exports, for each interface of the world, the module's own export or the SDK's. */
 export function entrySource(sourcePath, exportsOfWorld) {
   const names = exportsOfWorld.map(camel);
-  const lines = [`import * as module from ${JSON.stringify(sourcePath)};`, 'const extension = module.default;'];
-  for (const name of names) lines.push(`export const ${name} = module[${JSON.stringify(name)}] ?? extension?.[${JSON.stringify(name)}];`);
+  const lines = [
+    `import * as module from ${JSON.stringify(sourcePath)};`,
+    'const pick = (name) => module[name] ?? module.default?.[name];',
+  ];
+  for (const name of names) lines.push(`export const ${name} = pick(${JSON.stringify(name)});`);
   // The module's top level runs at build time (a Wizer snapshot): a wrong module fails the build.
   lines.push(`for (const [name, value] of Object.entries({ ${names.join(', ')} })) {`);
   lines.push("  if (value === undefined) throw new Error(`the plugin exports no ${name}: \\`export default defineExtension({...})\\``);");

@@ -103,6 +103,12 @@ export class HostError extends Error {
   }
 }
 
+/** An exception as text for the log: SpiderMonkey's `stack` holds no message. */
+export function explain(e) {
+  if (!(e instanceof Error)) return String(e);
+  return e.stack ? `${e.message}\n${e.stack}` : e.message;
+}
+
 /** The `err` value of a host import's `result`, as componentize-js throws it. */
 export const hostPayload = (e) => (e !== null && typeof e === 'object' && 'payload' in e ? e.payload : undefined);
 
@@ -140,7 +146,7 @@ export function toRpcError(e, range, report) {
     return new RpcError(range.storage, e.message, e.kind === 'unavailable' ? { retryable: true } : {});
   }
   const message = e instanceof Error ? e.message : String(e);
-  report?.(e instanceof RpcError ? `error code ${e.code} is outside the range: ${message}` : (e?.stack ?? message));
+  report?.(e instanceof RpcError ? `error code ${e.code} is outside the range: ${message}` : explain(e));
   return new RpcError(range.internal, message, e instanceof RpcError ? { details: { code: e.code, data: e.data } } : {});
 }
 

@@ -2,7 +2,7 @@
 // exported interfaces componentize-js binds (rpc, sendObserver, lifecycle,
 // resources, httpHandler). Nothing a handler throws escapes: an exception
 // leaving an export would trap the instance.
-import { ErrorRange, RpcError, methodNotFound, invalidParams, toRpcError, wireError, errResult } from './errors.js';
+import { ErrorRange, RpcError, methodNotFound, invalidParams, toRpcError, wireError, errResult, explain } from './errors.js';
 import { Call, isObject } from './call.js';
 import { log } from './imports.js';
 
@@ -80,7 +80,7 @@ function sentMessage(m) {
 
 function observerExport(def) {
   const observer = typeof def.observer === 'function' ? { onSend: def.observer } : (def.observer ?? {});
-  const report = (id) => (e) => log.error(`${def.name}: message ${id} not observed: ${e?.stack ?? e}`);
+  const report = (id) => (e) => log.error(`${def.name}: message ${id} not observed: ${explain(e)}`);
   return {
     interest: () => observer.interest ?? [],
     onSend(caller, message) {
@@ -98,7 +98,7 @@ function lifecycleExport(def) {
       });
     },
     onTimer(timer, tag) {
-      const report = (e) => log.error(`${def.name}: timer ${timer} (${tag}) failed: ${e?.stack ?? e}`);
+      const report = (e) => log.error(`${def.name}: timer ${timer} (${tag}) failed: ${explain(e)}`);
       return settle(() => {
         if (!def.onTimer) return log.warn(`timer ${timer} (${tag}) fired, but ${def.name} has no onTimer`);
         return def.onTimer(BigInt(timer), tag);
@@ -172,7 +172,7 @@ function httpExport(def) {
         json: () => JSON.parse(decoder.decode(request.body)),
       };
       return settle(() => def.http(req), httpResponse, (e) => {
-        log.error(`${def.name} HTTP ${request.method} ${request.path} failed: ${e?.stack ?? e}`);
+        log.error(`${def.name} HTTP ${request.method} ${request.path} failed: ${explain(e)}`);
         return httpResponse({ status: 500, body: { error: 'internal error' } });
       });
     },

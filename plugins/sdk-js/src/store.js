@@ -241,7 +241,7 @@ export class Batch {
     if (this.ops.length === 0) return { committed: true, version: 0n, counters: [] };
     const outcome = storeCall(() => wit.commit(this.ops));
     if (outcome.tag === 'committed') {
-      return { committed: true, version: BigInt(outcome.val.version), counters: outcome.val.counters.map(Number) };
+      return { committed: true, version: BigInt(outcome.val.version), counters: Array.from(outcome.val.counters, Number) };
     }
     const index = Number(outcome.val);
     const op = this.ops[index]?.val ?? {};

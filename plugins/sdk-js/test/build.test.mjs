@@ -43,6 +43,7 @@ test('worlds: the exports of each, includes followed', async () => {
 test('the entry exports the world\'s interfaces in camelCase, the module\'s own first', () => {
   const src = entrySource('/p/plugin.js', ['rpc', 'send-observer']);
   assert.match(src, /^import \* as module from "\/p\/plugin\.js";/);
-  assert.match(src, /export const sendObserver = module\["sendObserver"\] \?\? extension\?\.\["sendObserver"\];/);
+  assert.match(src, /export const sendObserver = pick\("sendObserver"\);/);
+  assert.match(src, /const pick = \(name\) => module\[name\] \?\? module\.default\?\.\[name\];/);
   assert.match(src, /export const rpc = /);
 });

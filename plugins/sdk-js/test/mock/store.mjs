@@ -86,5 +86,6 @@ export function commit(ops) {
       counters.push(n);
     }
   }
-  return { tag: 'committed', val: { version, counters } };
+  // componentize-js gives a list<s64> as a BigInt64Array.
+  return { tag: 'committed', val: { version, counters: BigInt64Array.from(counters) } };
 }
