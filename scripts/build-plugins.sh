@@ -41,8 +41,9 @@ if [ "${1:-}" = "--fixtures" ]; then
     build tests/fixtures -p echo
     echo "==> building the example JavaScript plugin (examples/plugin-js/notes.wasm)"
     (cd examples/plugin-js && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error && node build.mjs)
-    echo "==> building the audit example in Rust, Python and JavaScript (examples/audit)"
+    echo "==> building the audit example in Rust, Python, JavaScript and C (examples/audit)"
     build examples/audit/rust
     examples/audit/python/build.sh
     (cd examples/audit/js && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error && node build.mjs)
+    examples/audit/c/build.sh
 fi

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the build needs beyond rustup and cargo: the wasm32-wasip2
 # target for plugins; with --tests, the npm packages of the interop suite, the
-# Python gRPC client (grpcio) in target/pyenv, and Chromium for the dashboard's
-# browser test.
+# Python gRPC client (grpcio) in target/pyenv, Chromium for the dashboard's
+# browser test, and the C audit example's tools (clang, wasi-libc; wit-bindgen
+# and wasm-tools in target/tools).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,15 +26,37 @@ if [ "${1:-}" = "--tests" ]; then
         target/pyenv/bin/pip install --quiet --disable-pip-version-check -r tests/grpc/requirements.txt
         cp tests/grpc/requirements.txt target/pyenv/requirements.txt
     fi
+    apt_install() {
+        apt-get install -y -q "$@" >/dev/null || sudo apt-get install -y -q "$@" >/dev/null
+    }
+    apt_update() {
+        apt-get update -q >/dev/null || sudo apt-get update -q >/dev/null
+    }
     if [ ! -x /usr/bin/chromium ]; then
         echo "==> installing Chromium (the dashboard's browser test)"
-        apt_install() {
-            apt-get install -y -q "$@" >/dev/null || sudo apt-get install -y -q "$@" >/dev/null
-        }
-        apt_update() {
-            apt-get update -q >/dev/null || sudo apt-get update -q >/dev/null
-        }
         # Without package lists (a fresh system), update them and try again.
         apt_install chromium chromium-driver || { apt_update && apt_install chromium chromium-driver; }
     fi
+    # The C audit example (examples/audit/c): clang and wasm-ld for wasm32,
+    # wasi-libc, and the compiler-rt builtins clang links into every wasm32 module.
+    c_packages=(clang-14 lld-14 wasi-libc libclang-rt-14-dev-wasm32)
+    for package in "${c_packages[@]}"; do
+        if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q ' installed$'; then
+            echo "==> installing clang, lld and wasi-libc (the C audit example)"
+            apt_install "${c_packages[@]}" || { apt_update && apt_install "${c_packages[@]}"; }
+            break
+        fi
+    done
+    # wit-bindgen (C bindings of wit/) and wasm-tools (core module to
+    # component), pinned, in target/tools; only the features the build uses.
+    cargo_tool() { # crate version binary [cargo install args...]
+        local crate=$1 version=$2 bin=$3
+        shift 3
+        if ! target/tools/bin/"$bin" --version 2>/dev/null | grep -qF " $version"; then
+            echo "==> installing $crate $version (target/tools; the C audit example)"
+            cargo install --locked --root target/tools "$crate@$version" "$@"
+        fi
+    }
+    cargo_tool wit-bindgen-cli 0.57.1 wit-bindgen --no-default-features --features c
+    cargo_tool wasm-tools 1.258.3 wasm-tools --no-default-features --features component,validate,print
 fi

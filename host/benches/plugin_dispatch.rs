@@ -4,8 +4,8 @@
 //! instantiation, and a gRPC unary call through the singleton's
 //! `grpc-handler` over a real HTTP/2 connection (the `h2` client).
 //!
-//! Then the audit example (examples/audit) built in Rust, Python and
-//! JavaScript: component size, start-up with a cold and a warm artifact
+//! Then the audit example (examples/audit) built in Rust, Python,
+//! JavaScript and C: component size, start-up with a cold and a warm artifact
 //! cache, call latency and instantiation.
 //!
 //! Run: `scripts/build-plugins.sh --fixtures && cargo bench -p map-gateway --bench plugin_dispatch`
@@ -156,13 +156,14 @@ fn main() -> anyhow::Result<()> {
     let _ = std::fs::remove_dir_all(data);
 
     println!();
-    println!("the audit example in three languages: audit/stats ({LANG_CALLS} calls, in-process), start-up to ready with a cold and a warm compiled-artifact cache, fresh instantiation");
+    println!("the audit example in four languages: audit/stats ({LANG_CALLS} calls, in-process), start-up to ready with a cold and a warm compiled-artifact cache, fresh instantiation");
     println!("| language | component | start, cold cache | start, warm cache | call p50 µs | call p99 µs | instantiation p50 µs | instantiation p99 µs |");
     println!("|---|---|---|---|---|---|---|---|");
     let builds = [
         ("Rust", root.join("target/guests/wasm32-wasip2/release/audit.wasm")),
         ("Python", root.join("examples/audit/python/audit.wasm")),
         ("JavaScript", root.join("examples/audit/js/audit.wasm")),
+        ("C", root.join("examples/audit/c/audit.wasm")),
     ];
     for (lang, wasm) in builds {
         anyhow::ensure!(wasm.exists(), "{} is missing: run scripts/build-plugins.sh --fixtures", wasm.display());
@@ -191,7 +192,7 @@ async fn language_row(lang: &str, wasm: PathBuf) -> anyhow::Result<()> {
     let calls = measure_n(&gw, &mut conn, r#"{"jsonrpc":"2.0","id":1,"method":"audit/stats","params":{}}"#, LANG_CALLS).await;
     let inst = instantiations(&gw, "audit/stats", 50).await?;
     println!(
-        "| {lang} | {size:.1} MiB | {:.0} ms | {:.0} ms | {:.1} | {:.1} | {:.0} | {:.0} |",
+        "| {lang} | {size:.2} MiB | {:.0} ms | {:.0} ms | {:.1} | {:.1} | {:.0} | {:.0} |",
         cold.as_secs_f64() * 1000.0,
         warm.as_secs_f64() * 1000.0,
         micros(percentile(&calls, 0.5)),

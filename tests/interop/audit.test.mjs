@@ -1,7 +1,7 @@
-// One extension, three languages: the audit example (examples/audit) built
-// in Rust (plugin SDK), Python (componentize-py) and JavaScript
-// (componentize-js), each loaded as `audit` and held to the same behaviour
-// through the MAP SDK client.
+// One extension, four languages: the audit example (examples/audit) built
+// in Rust (plugin SDK), Python (componentize-py), JavaScript
+// (componentize-js) and C (wit-bindgen, clang), each loaded as `audit` and
+// held to the same behaviour through the MAP SDK client.
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
@@ -16,6 +16,7 @@ const BUILDS = {
   rust: join(HERE, '..', '..', 'target', 'guests', 'wasm32-wasip2', 'release', 'audit.wasm'),
   python: join(EXAMPLES, 'python', 'audit.wasm'),
   js: join(EXAMPLES, 'js', 'audit.wasm'),
+  c: join(EXAMPLES, 'c', 'audit.wasm'),
 };
 // Compiling a large component the first time takes a while on a busy machine.
 const START_MS = 120_000;
