@@ -35,7 +35,18 @@ pub struct Project {
     pub lang: Lang,
 }
 
-const PYTHON: [(&str, &str); 2] = [("app.py", include_str!("scaffold/python/app.py")), ("build.sh", include_str!("scaffold/python/build.sh"))];
+/// A Python project: the app, its build, and the SDK's module from
+/// plugins/sdk-python (so the project builds with only this binary installed).
+macro_rules! python_files {
+    ([$($own:literal),*], [$($sdk:literal),*]) => {[
+        $(($own, include_str!(concat!("scaffold/python/", $own))),)*
+        $((concat!("map_plugin/", $sdk), include_str!(concat!("../../plugins/sdk-python/map_plugin/", $sdk))),)*
+    ]};
+}
+const PYTHON: [(&str, &str); 21] = python_files!(["app.py", "build.sh"], [
+    "__init__.py", "_contract.py", "_exports.py", "_json.py", "_wit.py", "call.py", "config.py", "errors.py", "events.py",
+    "extension.py", "ids.py", "log.py", "metrics.py", "params.py", "py.typed", "resources.py", "router.py", "store.py", "timers.py"
+]);
 const JS: [(&str, &str); 4] = [
     ("plugin.js", include_str!("scaffold/js/plugin.js")),
     ("build.mjs", include_str!("scaffold/js/build.mjs")),
@@ -92,6 +103,9 @@ fn write_sources(p: &Project, files: &[(&str, &str)], ignore: &str) -> anyhow::R
     let version = contract_version(&wit)?;
     for (file, text) in files {
         let path = p.dir.join(file);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
         write(&path, &p.fill(text, &version))?;
         if file.ends_with(".sh") {
             use std::os::unix::fs::PermissionsExt;
@@ -373,7 +387,7 @@ receives its events.
         Lang::Python => (
             "in Python, built into a Wasm component with `componentize-py`".to_string(),
             "```sh\n./build.sh      # installs componentize-py in .venv the first time\n```\n\nThe component is `@NAME@.wasm` (about 18 MB: it carries CPython). The\ngateway compiles it once at the first start (10 to 20 s) and keeps the result\nin its artifact cache; later starts take a fraction of a second. Give it\n`memory_mb = 64` (a Python instance starts at about 13 MB).",
-            "- `app.py`: add a function to `METHODS`. Import modules at the top only,\n  and call host imports only inside calls.\n- `wit/` is a copy of the gateway's contract: every import (`store`, `events`,\n  `router`, `config`, `metrics`, …) and its guarantees are documented there.",
+            "- `app.py`: add a method with `@ext.method(\"@NAME@/…\")`, its params a\n  dataclass. Import modules at the top only, and call the host only inside calls.\n- `map_plugin/` is the Python plugin SDK (its docstrings say what each call\n  does): typed collections, pages, atomic batches with compare-and-swap and\n  counters, events, router calls, config, metrics, timers, observers.\n- `wit/` is a copy of the gateway's contract: every import and its\n  guarantees are documented there.",
         ),
         Lang::Js => (
             "in JavaScript, built into a Wasm component with `componentize-js`".to_string(),
@@ -416,6 +430,23 @@ mod tests {
         let base = p.error_base();
         assert!(lib.contains(&format!("ErrorRange::new({base}, {})", base + 999)) && lib.contains(&format!("ERRORS.code({})", base + 1)), "{lib}");
         assert!(lib.contains(r#"Describe::new("x-task-board""#));
+    }
+
+    #[test]
+    fn python_projects_carry_every_file_of_the_sdk() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/sdk-python/map_plugin");
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().to_string();
+            if path.is_file() && (name.ends_with(".py") || name == "py.typed") {
+                let embedded = PYTHON.iter().find(|(f, _)| *f == format!("map_plugin/{name}"));
+                assert_eq!(embedded.map(|(_, text)| *text), Some(std::fs::read_to_string(&path).unwrap().as_str()), "{name}");
+            }
+        }
+        // `fill` runs over every file: the SDK's must come through unchanged.
+        for (file, text) in PYTHON.iter().filter(|(f, _)| f.starts_with("map_plugin/")) {
+            assert!(!["@NAME@", "@CONTRACT_VERSION@", "@ERR_"].iter().any(|t| text.contains(t)), "{file}");
+        }
     }
 
     #[test]

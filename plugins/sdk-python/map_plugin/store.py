@@ -1,8 +1,8 @@
 """Typed access to the host's store: ordered keys in named collections,
 scoped by the host to (tenant, plugin).
 
-- `Collection(name)`: values under string keys, kept as JSON (or `TEXT`,
-  `BYTES`): `get`, `get_versioned`, `get_many` (one snapshot), `put`,
+- `Collection(name)`: values under string keys, kept as JSON (dataclasses
+  as objects with their JSON keys), or as `TEXT` or `BYTES`: `get`, `get_versioned`, `get_many` (one snapshot), `put`,
   `delete`, `count`, `page` (one page and its cursor) and `scan` (every
   entry, page by page).
 - `Counter(name)`: decimal counters changed by `add`, so concurrent writers
@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
 
 from . import _wit
+from ._json import dumps
 from .errors import StorageError
 
 T = TypeVar("T")
@@ -55,7 +56,7 @@ def _encode(codec: str, value: Any) -> bytes:
         return bytes(value)
     if codec == TEXT:
         return str(value).encode("utf-8")
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return dumps(value).encode("utf-8")
 
 
 def _decode(codec: str, collection: str, key: str, data: bytes) -> Any:
