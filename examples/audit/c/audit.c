@@ -208,7 +208,9 @@ static bool dispatch(call *c, const str_t *method, const str_t *params, jbuf *ou
     for (size_t i = 0; i < METHOD_COUNT; i++) {
         if (strlen(METHODS[i].name) != method->len || memcmp(METHODS[i].name, method->ptr, method->len) != 0) continue;
         const jval *args = json_parse(&c->mem, (const char *)params->ptr, params->len);
-        if (args == NULL || args->type != J_OBJECT) return fail(c, INVALID_PARAMS, "params must be an object");
+        if (args == NULL) /* the host passes well-formed JSON: this is what the reader refuses */
+            return fail(c, INVALID_PARAMS, "params must be JSON of valid Unicode (no lone surrogates), nested at most 128 deep");
+        if (args->type != J_OBJECT) return fail(c, INVALID_PARAMS, "params must be an object");
         return METHODS[i].fn(c, args, out);
     }
     fail(c, METHOD_NOT_FOUND, "audit has no method ");
