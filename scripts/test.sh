@@ -26,6 +26,9 @@ cargo test --locked -p map-gateway -p map-bench
 echo "==> Rust tests: standard plugins"
 (cd plugins && cargo test --locked --target-dir ../target/plugins-host)
 
+echo "==> Python plugin SDK unit tests"
+(cd plugins/sdk-python && python3 -B -m unittest discover -s tests -q)
+
 echo "==> installing the two-agents and workspace-agent examples' npm packages"
 (cd examples/two-agents && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
 (cd examples/workspace-agent && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
