@@ -41,8 +41,26 @@ pub fn install(file: &Path, name: Option<String>, config: &Config) -> anyhow::Re
         bail!("no plugin folder at {}: run this where the gateway runs (the checkout, for scripts/run.sh), or pass --plugin-dir or --config", std::path::absolute(dir).unwrap_or_else(|_| dir.clone()).display());
     }
     let dest = dir.join(format!("{name}.wasm"));
-    let tmp = dir.join(format!(".{name}.wasm.{}.tmp", std::process::id()));
-    std::fs::write(&tmp, &bytes).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, &dest).with_context(|| format!("moving into {}", dest.display()))?;
+    // Its signature and defaults (which the signature covers) go along, before the component.
+    let sig = map_gateway::plugins::signing::signature_path(file);
+    let dest_sig = map_gateway::plugins::signing::signature_path(&dest);
+    if sig.exists() {
+        place(&std::fs::read(&sig)?, &dest_sig)?;
+    } else if dest_sig.exists() {
+        std::fs::remove_file(&dest_sig).with_context(|| format!("removing the old {}", dest_sig.display()))?;
+    }
+    if let Ok(defaults) = std::fs::read(file.with_extension("toml")) {
+        place(&defaults, &dest.with_extension("toml"))?;
+    }
+    place(&bytes, &dest)?;
     Ok(std::path::absolute(&dest).unwrap_or(dest))
+}
+
+/// Write `bytes` to `dest` through a temporary file renamed into place.
+fn place(bytes: &[u8], dest: &Path) -> anyhow::Result<()> {
+    let mut tmp = dest.as_os_str().to_owned();
+    tmp.push(format!(".{}.tmp", std::process::id()));
+    let tmp = std::path::PathBuf::from(tmp);
+    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, dest).with_context(|| format!("moving into {}", dest.display()))
 }

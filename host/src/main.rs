@@ -9,6 +9,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use map_gateway::config::Config;
 use map_gateway::core::Gateway;
+use map_gateway::plugins::signing;
 use map_gateway::transport;
 
 mod install;
@@ -106,6 +107,29 @@ enum PluginCommand {
         #[arg(long, value_enum, default_value = "rust")]
         lang: scaffold::Lang,
     },
+    /// Make an Ed25519 key pair for signing plugins: PATH.key (secret, mode
+    /// 0600) and PATH.pub (the `ed25519:…` line for `plugin_signers`).
+    Keygen {
+        /// Where to write the two files (without extension).
+        #[arg(long, value_name = "PATH")]
+        out: PathBuf,
+    },
+    /// Sign a component and its defaults (NAME.toml beside it): writes FILE.sig.
+    Sign {
+        /// The component (.wasm).
+        file: PathBuf,
+        /// The secret key file from `plugin keygen`.
+        #[arg(long, value_name = "PATH")]
+        key: PathBuf,
+    },
+    /// Check a component's signature against public keys (as `plugin_signers` would).
+    Verify {
+        /// The component (.wasm).
+        file: PathBuf,
+        /// A trusted key: `ed25519:…` or a .pub file (repeatable).
+        #[arg(long, value_name = "KEY", required = true)]
+        signer: Vec<String>,
+    },
     /// Copy a built component into the plugin folder (`server.plugin_dir`) as
     /// NAME.wasm; a running gateway loads it on `POST /admin/reload`.
     Install {
@@ -184,6 +208,22 @@ fn main() -> anyhow::Result<()> {
             let dest = install::install(&file, name, &config)?;
             println!("installed {}", dest.display());
             println!("a running gateway loads it with: curl -X POST 'http://127.0.0.1:4700/admin/reload?wait=true'");
+            Ok(())
+        }
+        Command::Plugin { command: PluginCommand::Keygen { out } } => {
+            let (secret, public) = signing::keygen(&out)?;
+            println!("wrote {} (keep it secret) and {}", secret.display(), public.display());
+            println!("trust it with:  plugin_signers = [\"{}\"]", std::fs::read_to_string(&public)?.trim());
+            Ok(())
+        }
+        Command::Plugin { command: PluginCommand::Sign { file, key } } => {
+            let secret = std::fs::read_to_string(&key).map_err(|e| anyhow::anyhow!("reading {}: {e}", key.display()))?;
+            println!("wrote {}", signing::sign(&file, &secret)?.display());
+            Ok(())
+        }
+        Command::Plugin { command: PluginCommand::Verify { file, signer } } => {
+            let (key, digest) = signing::verify_file(&file, &signer)?;
+            println!("{}: signed by key {key} (sha256 {digest})", file.display());
             Ok(())
         }
         Command::Serve { config: config_path, listen, data_dir, stdio } => {

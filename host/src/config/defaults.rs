@@ -13,6 +13,7 @@ impl Default for ServerConfig {
             data_dir: PathBuf::from("data"),
             name: "map-gateway".into(),
             plugin_dir: PathBuf::from("plugins/dist"),
+            plugin_signers: Vec::new(),
             cache_dir: PathBuf::new(),
             max_message_bytes: 8 << 20,
             resume_window_secs: 300,

@@ -52,6 +52,8 @@ pub struct ServerConfig {
     pub name: String,
     /// Where plugins are found when no `[plugins]` table is given.
     pub plugin_dir: PathBuf,
+    /// Public keys (`ed25519:<base64>`) plugins must be signed by; empty: none required.
+    pub plugin_signers: Vec<String>,
     /// Where compiled plugins are cached; empty: `<data_dir>/cache`. Several
     /// gateways may share one (artifacts are written whole, then renamed).
     pub cache_dir: PathBuf,

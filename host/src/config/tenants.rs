@@ -39,6 +39,9 @@ pub struct TenantConfig {
     /// every agent, and agents of each role, may see, message and accept.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agent_permissions: Option<AgentPermissionsConfig>,
+    /// Public keys (`ed25519:<base64>`) this tenant's plugins must be signed by.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub plugin_signers: Vec<String>,
 }
 
 /// `[tenants.agent_permissions]`: `default` and `roles.<role>` in the SDK's

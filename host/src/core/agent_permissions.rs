@@ -8,7 +8,7 @@
 //! (`all`, `full`), as the SDK resolves them. Rules only narrow what the
 //! other layers (session grants, scope policies, exposure) allow.
 //!
-//! Checks cost nothing until the tenant uses the feature: `Registry::agent_rules`
+//! Checks cost nothing until the tenant uses the feature: the registry's flag
 //! latches on at the first override, non-public visibility or restrictive template.
 
 use std::collections::BTreeMap;
@@ -16,7 +16,6 @@ use std::collections::BTreeMap;
 use serde_json::{json, Map, Value};
 
 use super::model::{Agent, Scope};
-use super::registry::Registry;
 
 /// Every rule: section, key, the named values it takes, whether `{include: [ids]}` is allowed.
 const RULES: &[(&str, &str, &[&str], bool)] = &[
@@ -230,14 +229,23 @@ impl<'a> Rule<'a> {
     }
 }
 
+/// What the checks read of a tenant's directory (the registry implements it).
+pub trait Agents {
+    fn agent(&self, id: &str) -> Option<&Agent>;
+    /// The agents a session owns.
+    fn owned_by(&self, session: &str) -> Vec<&Agent>;
+    /// The tenant's templates, when agent-level rules are in use (else no check applies).
+    fn rules(&self) -> Option<&Policy>;
+}
+
 /// Whether two agents are in one line of descent (either is the other's ancestor).
-fn related(reg: &Registry, a: &Agent, b: &Agent) -> bool {
+fn related(reg: &impl Agents, a: &Agent, b: &Agent) -> bool {
     let up = |from: &Agent, to: &str| {
         let mut cur = from.parent.as_deref();
         for _ in 0..1024 {
             match cur {
                 Some(p) if p == to => return true,
-                Some(p) => cur = reg.agents.get(p).and_then(|x| x.parent.as_deref()),
+                Some(p) => cur = reg.agent(p).and_then(|x| x.parent.as_deref()),
                 None => return false,
             }
         }
@@ -251,7 +259,7 @@ fn share_scope(a: &Agent, b: &Agent) -> bool {
 }
 
 /// Whether an agent-to-agent rule (`all|hierarchy|scoped|direct|{include}`) lets `me` reach `other`.
-fn agent_rule(reg: &Registry, rule: Rule, me: &Agent, other: &Agent) -> bool {
+fn agent_rule(reg: &impl Agents, rule: Rule, me: &Agent, other: &Agent) -> bool {
     match rule {
         Rule::Named("all") => true,
         Rule::Named("hierarchy") => related(reg, me, other),
@@ -271,34 +279,33 @@ fn scope_rule(rule: Rule, me: &Agent, scope: &Scope) -> bool {
     }
 }
 
-/// The agents a session speaks for, when agent rules are in use (none: no agent layer).
-fn speakers<'a>(reg: &'a Registry, session: &str) -> Vec<&'a Agent> {
-    if !reg.agent_rules {
-        return Vec::new();
-    }
-    reg.sessions.get(session).map(|s| s.agents.iter().filter_map(|a| reg.agents.get(a)).collect()).unwrap_or_default()
+/// The agents a session speaks for, with the templates, when agent rules
+/// are in use (none: no agent layer).
+fn speakers<'a, A: Agents>(reg: &'a A, session: &str) -> Option<(&'a Policy, Vec<&'a Agent>)> {
+    let policy = reg.rules()?;
+    Some((policy, reg.owned_by(session))).filter(|(_, mine)| !mine.is_empty())
 }
 
 /// Whether a session's agents let it see `target`: a session without
 /// agents is not limited here, its own agents are always seen, and
 /// otherwise one of its agents must see it.
-pub fn sees_agent(reg: &Registry, session: &str, target: &Agent) -> bool {
-    let mine = speakers(reg, session);
-    mine.is_empty() || target.session == session || mine.iter().any(|me| agent_rule(reg, reg.agent_policy.rule(me, "canSee", "agents"), me, target))
+pub fn sees_agent(reg: &impl Agents, session: &str, target: &Agent) -> bool {
+    let Some((policy, mine)) = speakers(reg, session) else { return true };
+    target.session == session || mine.iter().any(|me| agent_rule(reg, policy.rule(me, "canSee", "agents"), me, target))
 }
 
 /// Whether a session's agents let it see a scope.
-pub fn sees_scope(reg: &Registry, session: &str, scope: &Scope) -> bool {
-    let mine = speakers(reg, session);
-    mine.is_empty() || mine.iter().any(|me| scope_rule(reg.agent_policy.rule(me, "canSee", "scopes"), me, scope))
+pub fn sees_scope(reg: &impl Agents, session: &str, scope: &Scope) -> bool {
+    let Some((policy, mine)) = speakers(reg, session) else { return true };
+    mine.iter().any(|me| scope_rule(policy.rule(me, "canSee", "scopes"), me, scope))
 }
 
 /// How much of the hierarchy a session sees: `full`, `local` (edges that
 /// touch its own agents) or `none`; the widest of its agents' rules.
-pub fn structure(reg: &Registry, session: &str) -> &'static str {
-    let mine = speakers(reg, session);
-    let rules: Vec<&str> = mine.iter().map(|me| if let Rule::Named(n) = reg.agent_policy.rule(me, "canSee", "structure") { n } else { "full" }).collect();
-    if rules.is_empty() || rules.contains(&"full") {
+pub fn structure(reg: &impl Agents, session: &str) -> &'static str {
+    let Some((policy, mine)) = speakers(reg, session) else { return "full" };
+    let rules: Vec<&str> = mine.iter().map(|me| if let Rule::Named(n) = policy.rule(me, "canSee", "structure") { n } else { "full" }).collect();
+    if rules.contains(&"full") {
         "full"
     } else if rules.contains(&"local") {
         "local"
@@ -316,11 +323,8 @@ pub enum Party<'a> {
 }
 
 /// Why a message may not pass: the sender's `canMessage` or the target's `acceptsFrom`.
-pub fn refuses_message(reg: &Registry, from: &Party, target: &Agent) -> Option<String> {
-    if !reg.agent_rules {
-        return None;
-    }
-    let policy = &reg.agent_policy;
+pub fn refuses_message(reg: &impl Agents, from: &Party, target: &Agent) -> Option<String> {
+    let policy = reg.rules()?;
     if let Party::Agent(me) = from {
         if me.id != target.id && !agent_rule(reg, policy.rule(me, "canMessage", "agents"), me, target) {
             return Some(format!("Agent {} may not message agent {} (canMessage.agents)", me.id, target.id));
@@ -335,9 +339,9 @@ pub fn refuses_message(reg: &Registry, from: &Party, target: &Agent) -> Option<S
 }
 
 /// Whether the sender's `canMessage.scopes` lets it send to `scope`.
-pub fn refuses_scope(reg: &Registry, from: &Party, scope: &Scope) -> Option<String> {
-    let Party::Agent(me) = from else { return None };
-    (reg.agent_rules && !scope_rule(reg.agent_policy.rule(me, "canMessage", "scopes"), me, scope))
+pub fn refuses_scope(reg: &impl Agents, from: &Party, scope: &Scope) -> Option<String> {
+    let (Party::Agent(me), Some(policy)) = (from, reg.rules()) else { return None };
+    (!scope_rule(policy.rule(me, "canMessage", "scopes"), me, scope))
         .then(|| format!("Agent {} may not send to scope {} (canMessage.scopes)", me.id, scope.id))
 }
 
@@ -350,7 +354,7 @@ fn party_rule(rule: Rule, id: &str) -> bool {
     }
 }
 
-/// Whether an agent's own settings switch the rules on (see `Registry::agent_rules`).
+/// Whether an agent's own settings switch the rules on (see `Agents::rules`).
 pub fn uses_rules(agent: &Agent) -> bool {
     agent.permission_overrides.is_some() || agent.visibility.as_deref().is_some_and(|v| v != "public")
 }

@@ -275,6 +275,20 @@ impl Registry {
     }
 }
 
+impl super::agent_permissions::Agents for Registry {
+    fn agent(&self, id: &str) -> Option<&Agent> {
+        self.agents.get(id)
+    }
+
+    fn owned_by(&self, session: &str) -> Vec<&Agent> {
+        self.sessions.get(session).map(|s| s.agents.iter().filter_map(|a| self.agents.get(a)).collect()).unwrap_or_default()
+    }
+
+    fn rules(&self) -> Option<&super::agent_permissions::Policy> {
+        self.agent_rules.then_some(&*self.agent_policy)
+    }
+}
+
 /// What `map/permissions/update` changed for one session.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Granted {

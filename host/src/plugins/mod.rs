@@ -36,6 +36,7 @@ mod ownership;
 mod plugin;
 mod pool;
 mod set;
+pub mod signing;
 mod state;
 mod stats;
 mod log_throttle;
@@ -95,6 +96,8 @@ pub fn caller_of(active: &Active) -> Caller {
 #[derive(Clone)]
 struct Loaded {
     digest: String,
+    /// The key that signed it, where the configuration names signers.
+    signer: Option<String>,
     settings: PluginConfig,
     plugin: Arc<Plugin>,
     origin: artifacts::Origin,
@@ -242,9 +245,7 @@ impl PluginHost {
         })
     }
 
-    async fn load(&self, name: &str, settings: &PluginConfig) -> anyhow::Result<Loaded> {
-        let bytes = std::fs::read(&settings.path).with_context(|| format!("reading plugin {name} at {}", settings.path.display()))?;
-        let digest = crate::store::digest_hex(&bytes);
+    async fn load(&self, name: &str, settings: &PluginConfig, bytes: Vec<u8>, digest: String) -> anyhow::Result<Loaded> {
         if let Some(pinned) = settings.sha256.as_deref().filter(|p| !p.eq_ignore_ascii_case(&digest)) {
             anyhow::bail!("plugin {name}: {} has SHA-256 {digest}, but its sha256 pins {pinned}: refusing to load it", settings.path.display());
         }
@@ -262,7 +263,7 @@ impl PluginHost {
         let ctx = self.context(self.scratch.clone(), name, settings.config.clone(), settings, false, none);
         let plugin = Plugin::load(name, &component, &self.linker, self.budget.clone(), ctx, limits).await.with_context(|| format!("loading plugin {name}"))?;
         tracing::info!(plugin = name, version = plugin.version(), artifact = origin.as_str(), "plugin loaded");
-        Ok(Loaded { digest, settings: settings.clone(), plugin: Arc::new(plugin), origin })
+        Ok(Loaded { digest, signer: None, settings: settings.clone(), plugin: Arc::new(plugin), origin })
     }
 
     /// Load the configured plugins (reusing unchanged ones) and give every
@@ -273,12 +274,16 @@ impl PluginHost {
         let loaded = self.loaded.lock().clone();
         let mut next: HashMap<String, Loaded> = HashMap::new();
         for (name, settings) in &wanted {
-            let bytes_digest = std::fs::read(&settings.path).map(|b| crate::store::digest_hex(&b)).ok();
-            let reuse = loaded.get(name).filter(|l| Some(&l.digest) == bytes_digest.as_ref() && &l.settings == settings);
-            let entry = match reuse {
+            let bytes = std::fs::read(&settings.path).with_context(|| format!("reading plugin {name} at {}", settings.path.display()))?;
+            let digest = crate::store::digest_hex(&bytes);
+            // Checked before anything is compiled, and again at every reload.
+            let signer = signing::admit(config, name, &settings.path, &digest)?;
+            let reuse = loaded.get(name).filter(|l| l.digest == digest && &l.settings == settings);
+            let mut entry = match reuse {
                 Some(l) => l.clone(),
-                None => self.load(name, settings).await?,
+                None => self.load(name, settings, bytes, digest).await?,
             };
+            entry.signer = signer;
             next.insert(name.clone(), entry);
         }
         let mut sets = Vec::new();
@@ -359,7 +364,7 @@ impl PluginHost {
         let loaded = self.loaded.lock().clone();
         let mut plugins: Vec<Value> = loaded
             .iter()
-            .map(|(name, l)| serde_json::json!({"name": name, "version": l.plugin.version(), "digest": l.digest, "path": l.settings.path, "artifact": l.origin.as_str()}))
+            .map(|(name, l)| serde_json::json!({"name": name, "version": l.plugin.version(), "digest": l.digest, "signer": l.signer, "path": l.settings.path, "artifact": l.origin.as_str()}))
             .collect();
         plugins.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
         // Each plugin in each tenant: calls by outcome, instances, failures.

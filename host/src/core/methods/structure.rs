@@ -178,7 +178,7 @@ pub fn get(active: &Active, req: &Request) -> Result<Out, RpcError> {
 /// None), those touching its own agents (`local`), or none.
 fn edges_seen(dir: &Directory, session: &str) -> Option<HashSet<String>> {
     let reg = dir.lock();
-    match agent_permissions::structure(&reg, session) {
+    match agent_permissions::structure(&*reg, session) {
         "full" => None,
         "local" => Some(reg.sessions.get(session).map(|s| s.agents.iter().cloned().collect()).unwrap_or_default()),
         _ => Some(HashSet::new()),
