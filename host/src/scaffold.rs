@@ -47,12 +47,19 @@ const PYTHON: [(&str, &str); 21] = python_files!(["app.py", "build.sh"], [
     "__init__.py", "_contract.py", "_exports.py", "_json.py", "_wit.py", "call.py", "config.py", "errors.py", "events.py",
     "extension.py", "ids.py", "log.py", "metrics.py", "params.py", "py.typed", "resources.py", "router.py", "store.py", "timers.py"
 ]);
-const JS: [(&str, &str); 4] = [
-    ("plugin.js", include_str!("scaffold/js/plugin.js")),
-    ("build.mjs", include_str!("scaffold/js/build.mjs")),
-    ("package.json", include_str!("scaffold/js/package.json")),
-    ("build.sh", include_str!("scaffold/js/build.sh")),
-];
+/// A JavaScript project: the plugin, its build, and the JavaScript plugin
+/// SDK from plugins/sdk-js under sdk/ (package.json links it), so the
+/// project builds with only this binary installed.
+macro_rules! js_files {
+    ([$($own:literal),*], [$($sdk:literal),*]) => {[
+        $(($own, include_str!(concat!("scaffold/js/", $own))),)*
+        $((concat!("sdk/", $sdk), include_str!(concat!("../../plugins/sdk-js/", $sdk))),)*
+    ]};
+}
+const JS: [(&str, &str); 16] = js_files!(["plugin.js", "build.mjs", "package.json", "build.sh"], [
+    "package.json", "build.mjs", "index.d.ts", "build.d.ts", "README.md",
+    "src/call.js", "src/errors.js", "src/extension.js", "src/host.js", "src/imports.js", "src/index.js", "src/store.js"
+]);
 
 /// A plugin name: 1 to 64 of `a-z`, `0-9` and `-`, starting with a letter,
 /// not ending with `-`, and not `map` (whose methods belong to the core).
@@ -390,9 +397,9 @@ receives its events.
             "- `app.py`: add a method with `@ext.method(\"@NAME@/…\")`, its params a\n  dataclass. Import modules at the top only, and call the host only inside calls.\n- `map_plugin/` is the Python plugin SDK (its docstrings say what each call\n  does): typed collections, pages, atomic batches with compare-and-swap and\n  counters, events, router calls, config, metrics, timers, observers.\n- `wit/` is a copy of the gateway's contract: every import and its\n  guarantees are documented there.",
         ),
         Lang::Js => (
-            "in JavaScript, built into a Wasm component with `componentize-js`".to_string(),
-            "```sh\n./build.sh      # npm installs componentize-js the first time\n```\n\nThe component is `@NAME@.wasm` (about 12 MB: it carries the JavaScript\nengine). The gateway compiles it once at the first start (about 20 s) and\nkeeps the result in its artifact cache; later starts take a fraction of a\nsecond.",
-            "- `plugin.js`: add a function to `METHODS`.\n- `wit/` is a copy of the gateway's contract: every import (`store`, `events`,\n  `router`, `config`, `metrics`, …) and its guarantees are documented there.",
+            "in JavaScript on the JavaScript plugin SDK (`sdk/`), built into a Wasm component with `componentize-js`".to_string(),
+            "```sh\n./build.sh      # npm installs componentize-js and esbuild the first time\n```\n\nThe component is `@NAME@.wasm` (about 12 MB: it carries the JavaScript\nengine). The gateway compiles it once at the first start (about 20 s) and\nkeeps the result in its artifact cache; later starts take a fraction of a\nsecond.",
+            "- `plugin.js`: add a method by writing a handler `(call) => result` and\n  listing it in `methods`.\n- `sdk/` is the JavaScript plugin SDK (`@map-gateway/plugin-sdk`; its\n  README and `index.d.ts` say what each call does): JSON collections, pages,\n  atomic batches with compare-and-swap and counters, errors, events, router\n  calls, config, metrics, timers, observers, resources, `fetch`.\n- `wit/` is a copy of the gateway's contract: every import and its\n  guarantees are documented there; `build.mjs` names the world.",
         ),
     };
     let text = TEMPLATE.replace("@INTRO@", &intro).replace("@BUILD@", build).replace("@NEXT@", next);
@@ -445,6 +452,20 @@ mod tests {
         }
         // `fill` runs over every file: the SDK's must come through unchanged.
         for (file, text) in PYTHON.iter().filter(|(f, _)| f.starts_with("map_plugin/")) {
+            assert!(!["@NAME@", "@CONTRACT_VERSION@", "@ERR_"].iter().any(|t| text.contains(t)), "{file}");
+        }
+    }
+
+    #[test]
+    fn js_projects_carry_every_file_of_the_sdk() {
+        let sdk = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/sdk-js");
+        let src = std::fs::read_dir(sdk.join("src")).unwrap().map(|e| format!("src/{}", e.unwrap().file_name().to_string_lossy()));
+        for file in src.chain(["package.json", "build.mjs", "index.d.ts", "build.d.ts"].map(String::from)) {
+            let embedded = JS.iter().find(|(f, _)| *f == format!("sdk/{file}"));
+            assert_eq!(embedded.map(|(_, text)| *text), Some(std::fs::read_to_string(sdk.join(&file)).unwrap().as_str()), "{file}");
+        }
+        // `fill` runs over every file: the SDK's must come through unchanged.
+        for (file, text) in JS.iter().filter(|(f, _)| f.starts_with("sdk/")) {
             assert!(!["@NAME@", "@CONTRACT_VERSION@", "@ERR_"].iter().any(|t| text.contains(t)), "{file}");
         }
     }

@@ -1,17 +1,15 @@
-// Builds plugin.js into @NAME@.wasm with componentize-js.
-import { componentize } from '@bytecodealliance/componentize-js';
-import { writeFile } from 'node:fs/promises';
+// Builds plugin.js into @NAME@.wasm: the SDK's build helper bundles it with
+// the SDK (esbuild) and makes the component (componentize-js) against wit/.
+import { build } from '@map-gateway/plugin-sdk/build';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
-process.chdir(HERE);
-const { component } = await componentize({
-  sourcePath: join(HERE, 'plugin.js'),
-  witPath: join(HERE, 'wit'),
-  worldName: 'extension',
-  // No outbound HTTP here; add it back (and list the hosts in outbound_hosts) to use fetch.
-  disableFeatures: ['http', 'fetch-event'],
+await build({
+  source: join(HERE, 'plugin.js'),
+  wit: join(HERE, 'wit'),
+  // `extension` exports rpc; see wit/worlds.wit for observers, timers (stateful-extension), resources.
+  world: 'extension',
+  out: join(HERE, '@NAME@.wasm'),
+  // http: true to use http.fetch (and list the hosts in the plugin's outbound_hosts).
 });
-await writeFile(join(HERE, '@NAME@.wasm'), component);
-console.log(`built ${join(HERE, '@NAME@.wasm')} (${(component.length / 1048576).toFixed(1)} MiB)`);
