@@ -29,6 +29,9 @@ echo "==> Rust tests: standard plugins"
 echo "==> Python plugin SDK unit tests"
 (cd plugins/sdk-python && python3 -B -m unittest discover -s tests -q)
 
+echo "==> JavaScript plugin SDK unit tests"
+(cd plugins/sdk-js && npm test --silent)
+
 echo "==> installing the two-agents and workspace-agent examples' npm packages"
 (cd examples/two-agents && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
 (cd examples/workspace-agent && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
