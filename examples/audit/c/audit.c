@@ -82,6 +82,7 @@ static bool audit_stats(call *c, const jval *params, jbuf *out) {
         if (!ok) return false;
         for (size_t i = 0; i < page.entries.len; i++) {
             map_gateway_plugin_store_keyed_item_t *e = &page.entries.ptr[i];
+            if (e->key.len < skip) continue; /* the scan's prefix rules it out */
             if (!first) jb_lit(out, ",");
             first = false;
             jb_str(out, (const char *)e->key.ptr + skip, e->key.len - skip);
