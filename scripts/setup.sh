@@ -37,6 +37,10 @@ if [ "${1:-}" = "--tests" ]; then
         # Without package lists (a fresh system), update them and try again.
         apt_install chromium chromium-driver || { apt_update && apt_install chromium chromium-driver; }
     fi
+    if [ ! -x /usr/bin/docker-registry ]; then
+        echo "==> installing docker-registry (the OCI registry the plugin-distribution tests push to)"
+        apt_install docker-registry || { apt_update && apt_install docker-registry; }
+    fi
     # The C audit example (examples/audit/c): clang and wasm-ld for wasm32,
     # wasi-libc, and the compiler-rt builtins clang links into every wasm32 module.
     c_packages=(clang-14 lld-14 wasi-libc libclang-rt-14-dev-wasm32)

@@ -9,7 +9,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use map_gateway::config::Config;
 use map_gateway::core::Gateway;
-use map_gateway::plugins::signing;
+use map_gateway::plugins::{oci, signing};
 use map_gateway::transport;
 
 mod install;
@@ -130,6 +130,20 @@ enum PluginCommand {
         #[arg(long, value_name = "KEY", required = true)]
         signer: Vec<String>,
     },
+    /// Publish a component as an OCI artifact, with its defaults (NAME.toml)
+    /// and signature (NAME.wasm.sig) when they are beside it.
+    Push {
+        /// The component (.wasm).
+        file: PathBuf,
+        /// Where: oci://HOST[:PORT]/REPO:TAG.
+        target: String,
+        /// The configuration whose [oci] section says how to reach the registry.
+        #[arg(long, value_name = "PATH")]
+        config: Option<PathBuf>,
+        /// Speak plain HTTP to the registry (one on loopback, say).
+        #[arg(long)]
+        insecure: bool,
+    },
     /// Copy a built component into the plugin folder (`server.plugin_dir`) as
     /// NAME.wasm; a running gateway loads it on `POST /admin/reload`.
     Install {
@@ -208,6 +222,18 @@ fn main() -> anyhow::Result<()> {
             let dest = install::install(&file, name, &config)?;
             println!("installed {}", dest.display());
             println!("a running gateway loads it with: curl -X POST 'http://127.0.0.1:4700/admin/reload?wait=true'");
+            Ok(())
+        }
+        Command::Plugin { command: PluginCommand::Push { file, target, config, insecure } } => {
+            let mut oci = load(config.as_ref())?.oci;
+            if insecure {
+                oci.insecure.push(oci::reference(&target)?.registry().to_string());
+            }
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            let digest = runtime.block_on(oci::push(&oci, &file, &target))?;
+            let r = oci::reference(&target)?;
+            println!("pushed {target} ({digest})");
+            println!("pin it with:  source = \"oci://{}/{}@{digest}\"", r.registry(), r.repository());
             Ok(())
         }
         Command::Plugin { command: PluginCommand::Keygen { out } } => {

@@ -54,6 +54,7 @@ impl Default for Config {
             acp: AcpConfig::default(),
             cluster: ClusterConfig::default(),
             workspace: Default::default(),
+            oci: Default::default(),
             plugins: None,
             tenants: vec![TenantConfig { id: "default".into(), ..Default::default() }],
         }
@@ -86,6 +87,6 @@ impl Default for TelemetryConfig {
 
 impl Default for PluginConfig {
     fn default() -> Self {
-        PluginConfig { path: PathBuf::new(), config: serde_json::json!({}), deadline_ms: 1000, memory_mb: 64, instances: 4, max_concurrency: 64, http_prefix: String::new(), mode: InstanceMode::Pooled, outbound_hosts: Vec::new(), outbound_timeout_ms: 10_000, outbound_max_bytes: 8 << 20, sha256: None }
+        PluginConfig { path: PathBuf::new(), source: None, config: serde_json::json!({}), deadline_ms: 1000, memory_mb: 64, instances: 4, max_concurrency: 64, http_prefix: String::new(), mode: InstanceMode::Pooled, outbound_hosts: Vec::new(), outbound_timeout_ms: 10_000, outbound_max_bytes: 8 << 20, sha256: None }
     }
 }

@@ -5,6 +5,7 @@
 
 mod credentials;
 mod defaults;
+mod oci;
 mod plugins;
 mod redact;
 mod tenants;
@@ -20,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 pub use self::credentials::{pattern_matches, CredentialsConfig, GrantConfig, OAuth2Provider, ProviderConfig, Secret, StaticProvider, StaticSecret};
 pub use self::plugins::{InstanceMode, PluginConfig};
+pub use self::oci::{OciAuth, OciConfig};
 pub use self::workspace::WorkspaceConfig;
 pub use self::tenants::{AgentPermissionsConfig, Credential, ExposeConfig, FederationConfig, JwtConfig, PeerConfig, TenantConfig, TrustedIssuer};
 
@@ -36,6 +38,7 @@ pub struct Config {
     pub acp: AcpConfig,
     pub cluster: ClusterConfig,
     pub workspace: WorkspaceConfig,
+    pub oci: OciConfig,
     /// Plugins by name. Absent: every `*.wasm` in `server.plugin_dir`, with default limits.
     pub plugins: Option<BTreeMap<String, PluginConfig>>,
     pub tenants: Vec<TenantConfig>,
@@ -274,7 +277,8 @@ impl Config {
                 rebase(&mut j.public_key_file);
             }
         }
-        for plugin in self.plugins.iter_mut().flat_map(|m| m.values_mut()) {
+        // A plugin fetched from a registry (`source`) has no path.
+        for plugin in self.plugins.iter_mut().flat_map(|m| m.values_mut()).filter(|p| !p.path.as_os_str().is_empty()) {
             rebase(&mut plugin.path);
         }
     }

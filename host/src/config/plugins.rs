@@ -13,6 +13,10 @@ use super::Config;
 pub struct PluginConfig {
     /// The component file (relative paths start at the config file's folder).
     pub path: PathBuf,
+    /// Or an OCI artifact to fetch it from: `oci://HOST[:PORT]/REPO:TAG` or
+    /// `…@sha256:…` (kept under `data_dir/oci`; a tag is looked up again only on reload).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
     /// Handed to the plugin through the `config` import (tenants may override keys).
     pub config: serde_json::Value,
     /// Wall-clock limit of one call.
@@ -99,6 +103,12 @@ impl PluginConfig {
         }
         if !self.config.is_object() {
             bail!("plugin {name}: config must be a table");
+        }
+        match &self.source {
+            Some(s) if !s.starts_with("oci://") => bail!("plugin {name}: source must be oci://HOST/REPO:TAG or oci://HOST/REPO@sha256:…"),
+            Some(_) if !self.path.as_os_str().is_empty() => bail!("plugin {name}: give path or source, not both"),
+            None if self.path.as_os_str().is_empty() => bail!("plugin {name}: path (a file) or source (an oci:// artifact) is required"),
+            _ => {}
         }
         if self.sha256.as_ref().is_some_and(|d| d.len() != 64 || !d.bytes().all(|b| b.is_ascii_hexdigit())) {
             bail!("plugin {name}: sha256 must be 64 hexadecimal digits");

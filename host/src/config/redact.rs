@@ -8,6 +8,11 @@ impl Config {
     pub fn to_redacted_toml(&self) -> anyhow::Result<String> {
         const R: &str = "<redacted>";
         let mut c = self.clone();
+        for login in c.oci.auth.values_mut() {
+            for secret in [&mut login.password, &mut login.token].into_iter().filter(|s| !s.is_empty()) {
+                *secret = R.into();
+            }
+        }
         for secret in [&mut c.admin.token, &mut c.auth.token_secret] {
             if !secret.is_empty() {
                 *secret = R.into();

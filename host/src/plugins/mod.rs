@@ -29,6 +29,7 @@ mod imports;
 mod imports_0_1;
 mod instance;
 mod limiter;
+pub mod oci;
 mod outbound;
 mod outcome;
 mod output;
@@ -103,6 +104,14 @@ struct Loaded {
     origin: artifacts::Origin,
 }
 
+/// A plugin's settings with `path` at its component: the file it names,
+/// or the one fetched from its OCI `source`.
+async fn fetched(config: &Config, settings: &PluginConfig, reload: bool) -> anyhow::Result<PluginConfig> {
+    let Some(source) = &settings.source else { return Ok(settings.clone()) };
+    let path = oci::fetch(&config.oci, &config.server.data_dir, source, reload).await?;
+    Ok(PluginConfig { path, ..settings.clone() })
+}
+
 /// Compiles, caches and binds plugins; swaps tenant plugin sets on reload.
 pub struct PluginHost {
     engine: Engine,
@@ -113,8 +122,9 @@ pub struct PluginHost {
     /// Compiled plugins shared with the other gateways of the database.
     shared: Option<crate::store::Artifacts>,
     max_result_bytes: usize,
-    /// One `apply` at a time.
-    applying: tokio::sync::Mutex<()>,
+    /// One `apply` at a time; true once one ran (later ones are reloads,
+    /// which look up OCI tags again).
+    applying: tokio::sync::Mutex<bool>,
     /// What the last `apply` loaded; read by `status` while another runs.
     loaded: Mutex<Arc<HashMap<String, Loaded>>>,
     /// A tenant no one connects to, for calls made while loading (`describe`).
@@ -177,7 +187,7 @@ impl PluginHost {
             db,
             cache_dir: config.server.plugin_cache(),
             max_result_bytes: config.server.max_message_bytes,
-            applying: tokio::sync::Mutex::new(()),
+            applying: tokio::sync::Mutex::new(false),
             loaded: Mutex::new(Arc::new(HashMap::new())),
             scratch: Arc::new(Tenant::new("~loader", &crate::config::LimitsConfig { replay_events: 1, ..Default::default() })),
             last_error: Mutex::new(None),
@@ -270,10 +280,12 @@ impl PluginHost {
     /// tenant its new set. Calls in flight finish on the set they started with.
     pub async fn apply(&self, config: &Config, tenants: &Tenants) -> anyhow::Result<()> {
         let wanted = config.plugin_settings()?;
-        let _turn = self.applying.lock().await;
+        let mut turn = self.applying.lock().await;
+        let reload = std::mem::replace(&mut *turn, true);
         let loaded = self.loaded.lock().clone();
         let mut next: HashMap<String, Loaded> = HashMap::new();
         for (name, settings) in &wanted {
+            let settings = &fetched(config, settings, reload).await.with_context(|| format!("plugin {name}"))?;
             let bytes = std::fs::read(&settings.path).with_context(|| format!("reading plugin {name} at {}", settings.path.display()))?;
             let digest = crate::store::digest_hex(&bytes);
             // Checked before anything is compiled, and again at every reload.
