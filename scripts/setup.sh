@@ -2,8 +2,8 @@
 # Installs what the build needs beyond rustup and cargo: the wasm32-wasip2
 # target for plugins; with --tests, the npm packages of the interop suite, the
 # Python gRPC client (grpcio) in target/pyenv, Chromium for the dashboard's
-# browser test, and the C audit example's tools (clang, wasi-libc; wit-bindgen
-# and wasm-tools in target/tools).
+# browser test, Debian's docker-registry for the OCI tests, and the C audit
+# example's tools (clang, wasi-libc; wit-bindgen and wasm-tools in target/tools).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
