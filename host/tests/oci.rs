@@ -210,3 +210,27 @@ fn tampered_unsigned_and_wrongly_signed_artifacts_are_refused() {
     // oci-client checks blob digests as it pulls; the gateway checks again before writing.
     assert!(!passed && (said.contains("Invalid digest") || said.contains("not the one its manifest names")), "{said}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_tenants_run_two_versions_of_one_plugin() {
+    let work = TempDir::new("oci-versions");
+    let registry = Registry::start(work.path(), None);
+    let v1_digest = push(&fixture("echo-v1.wasm"), &registry.source("plugins/echo:1"));
+    push(&fixture("echo-v2.wasm"), &registry.source("plugins/echo:2"));
+    let pinned = format!("oci://{}/plugins/echo@{v1_digest}", registry.host());
+    let rest = format!(
+        "[oci]\ninsecure = [{:?}]\n[plugins.echo]\nsource = {:?}\n[auth]\nanonymous_tenant = \"default\"\n[[tenants]]\nid = \"default\"\n[[tenants]]\nid = \"acme\"\napi_keys = [\"acme-key\"]\nplugin_versions = {{ echo = {pinned:?} }}\n",
+        registry.host(),
+        registry.source("plugins/echo:2")
+    );
+    let gw = Gateway::start_config("", &rest);
+    let (mut moved_on, _) = gw.ws_connected("client", None).await;
+    let (mut kept_back, _) = gw.ws_connected("client", Some(api_key("acme-key"))).await;
+    assert_eq!(moved_on.call_ok("echo/version", json!({})).await, json!({"version": "2.0.0"}));
+    assert_eq!(kept_back.call_ok("echo/version", json!({})).await, json!({"version": "1.0.0"}), "acme keeps the version it pinned");
+    let listed = http(&gw.addr(), "GET", "/admin/plugins", &[], b"").await.json();
+    let versions: Vec<&str> = listed["plugins"].as_array().unwrap().iter().filter(|p| p["name"] == "echo").filter_map(|p| p["version"].as_str()).collect();
+    assert_eq!(versions.len(), 2, "both versions loaded: {listed}");
+    let by_tenant: Vec<(String, String)> = listed["tenants"].as_array().unwrap().iter().map(|t| (t["tenant"].as_str().unwrap().to_string(), t["version"].as_str().unwrap().to_string())).collect();
+    assert!(by_tenant.contains(&("acme".into(), "1.0.0".into())) && by_tenant.contains(&("default".into(), "2.0.0".into())), "{by_tenant:?}");
+}

@@ -277,6 +277,9 @@ impl Config {
                 rebase(&mut j.public_key_file);
             }
         }
+        for version in self.tenants.iter_mut().flat_map(|t| t.plugin_versions.values_mut()).filter(|v| !v.starts_with("oci://")) {
+            *version = dir.join(&*version).to_string_lossy().into_owned();
+        }
         // A plugin fetched from a registry (`source`) has no path.
         for plugin in self.plugins.iter_mut().flat_map(|m| m.values_mut()).filter(|p| !p.path.as_os_str().is_empty()) {
             rebase(&mut plugin.path);

@@ -42,6 +42,10 @@ pub struct TenantConfig {
     /// Public keys (`ed25519:<base64>`) this tenant's plugins must be signed by.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub plugin_signers: Vec<String>,
+    /// Versions of plugins this tenant keeps while others move on: plugin
+    /// name → a component file or an `oci://` source (settings otherwise the plugin's own).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub plugin_versions: BTreeMap<String, String>,
 }
 
 /// `[tenants.agent_permissions]`: `default` and `roles.<role>` in the SDK's

@@ -29,6 +29,7 @@ mod imports;
 mod imports_0_1;
 mod instance;
 mod limiter;
+mod loading;
 pub mod oci;
 mod outbound;
 mod outcome;
@@ -102,14 +103,6 @@ struct Loaded {
     settings: PluginConfig,
     plugin: Arc<Plugin>,
     origin: artifacts::Origin,
-}
-
-/// A plugin's settings with `path` at its component: the file it names,
-/// or the one fetched from its OCI `source`.
-async fn fetched(config: &Config, settings: &PluginConfig, reload: bool) -> anyhow::Result<PluginConfig> {
-    let Some(source) = &settings.source else { return Ok(settings.clone()) };
-    let path = oci::fetch(&config.oci, &config.server.data_dir, source, reload).await?;
-    Ok(PluginConfig { path, ..settings.clone() })
 }
 
 /// Compiles, caches and binds plugins; swaps tenant plugin sets on reload.
@@ -255,27 +248,6 @@ impl PluginHost {
         })
     }
 
-    async fn load(&self, name: &str, settings: &PluginConfig, bytes: Vec<u8>, digest: String) -> anyhow::Result<Loaded> {
-        if let Some(pinned) = settings.sha256.as_deref().filter(|p| !p.eq_ignore_ascii_case(&digest)) {
-            anyhow::bail!("plugin {name}: {} has SHA-256 {digest}, but its sha256 pins {pinned}: refusing to load it", settings.path.display());
-        }
-        let source = artifacts::Source { engine: &self.engine, name, bytes, digest: &digest, cache_dir: &self.cache_dir, shared: self.shared.as_ref() };
-        let (component, origin) = artifacts::load(source).await.with_context(|| format!("compiling plugin {name} ({})", settings.path.display()))?;
-        let limits = Limits {
-            deadline: Duration::from_millis(settings.deadline_ms),
-            memory_bytes: (settings.memory_mb as usize) << 20,
-            idle_instances: settings.instances,
-            max_result_bytes: self.max_result_bytes,
-            max_concurrency: settings.max_concurrency,
-            mode: settings.mode,
-        };
-        let none = outbound::Policy::new(&[], Duration::ZERO, 0, "~loader", name)?;
-        let ctx = self.context(self.scratch.clone(), name, settings.config.clone(), settings, false, none);
-        let plugin = Plugin::load(name, &component, &self.linker, self.budget.clone(), ctx, limits).await.with_context(|| format!("loading plugin {name}"))?;
-        tracing::info!(plugin = name, version = plugin.version(), artifact = origin.as_str(), "plugin loaded");
-        Ok(Loaded { digest, signer: None, settings: settings.clone(), plugin: Arc::new(plugin), origin })
-    }
-
     /// Load the configured plugins (reusing unchanged ones) and give every
     /// tenant its new set. Calls in flight finish on the set they started with.
     pub async fn apply(&self, config: &Config, tenants: &Tenants) -> anyhow::Result<()> {
@@ -283,21 +255,7 @@ impl PluginHost {
         let mut turn = self.applying.lock().await;
         let reload = std::mem::replace(&mut *turn, true);
         let loaded = self.loaded.lock().clone();
-        let mut next: HashMap<String, Loaded> = HashMap::new();
-        for (name, settings) in &wanted {
-            let settings = &fetched(config, settings, reload).await.with_context(|| format!("plugin {name}"))?;
-            let bytes = std::fs::read(&settings.path).with_context(|| format!("reading plugin {name} at {}", settings.path.display()))?;
-            let digest = crate::store::digest_hex(&bytes);
-            // Checked before anything is compiled, and again at every reload.
-            let signer = signing::admit(config, name, &settings.path, &digest)?;
-            let reuse = loaded.get(name).filter(|l| l.digest == digest && &l.settings == settings);
-            let mut entry = match reuse {
-                Some(l) => l.clone(),
-                None => self.load(name, settings, bytes, digest).await?,
-            };
-            entry.signer = signer;
-            next.insert(name.clone(), entry);
-        }
+        let next = self.load_all(config, &wanted, &loaded, reload).await?;
         let mut sets = Vec::new();
         for t in &config.tenants {
             let tenant = tenants.get(&t.id).with_context(|| format!("tenant {} is not running; adding tenants needs a restart", t.id))?;
@@ -307,7 +265,8 @@ impl PluginHost {
             };
             let mut list = Vec::new();
             for name in names {
-                let l = next.get(&name).with_context(|| format!("tenant {} names plugin {name}, which is not configured", t.id))?;
+                let key = loading::key(t, &name);
+                let l = next.get(&key).with_context(|| format!("tenant {} names plugin {name}, which is not configured", t.id))?;
                 let mut cfg = l.settings.config.clone();
                 if let (Some(Value::Object(over)), Value::Object(base)) = (t.plugin_config.get(&name), &mut cfg) {
                     base.extend(over.clone());
@@ -376,7 +335,10 @@ impl PluginHost {
         let loaded = self.loaded.lock().clone();
         let mut plugins: Vec<Value> = loaded
             .iter()
-            .map(|(name, l)| serde_json::json!({"name": name, "version": l.plugin.version(), "digest": l.digest, "signer": l.signer, "path": l.settings.path, "artifact": l.origin.as_str()}))
+            .map(|(key, l)| {
+                let name = key.split(' ').next().unwrap_or(key);
+                serde_json::json!({"name": name, "version": l.plugin.version(), "digest": l.digest, "signer": l.signer, "path": l.settings.path, "source": l.settings.source, "artifact": l.origin.as_str()})
+            })
             .collect();
         plugins.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
         // Each plugin in each tenant: calls by outcome, instances, failures.

@@ -151,13 +151,13 @@ pub fn verify(wasm: &Path, digest: &str, trusted: &[PublicKey]) -> anyhow::Resul
 }
 
 /// Whether a configuration lets a component load: where the gateway
-/// (`server.plugin_signers`) or a tenant that binds the plugin
-/// (`plugin_signers`) names signers, it must be signed by one of each.
+/// (`server.plugin_signers`) or a tenant among `users`, those that bind
+/// this component, (`plugin_signers`) names signers, it must be signed by one of each.
 /// The id of the key that signed it, when signatures were checked.
-pub fn admit(config: &crate::config::Config, name: &str, wasm: &Path, digest: &str) -> anyhow::Result<Option<String>> {
+pub fn admit(config: &crate::config::Config, name: &str, wasm: &Path, digest: &str, users: &[&str]) -> anyhow::Result<Option<String>> {
     let gateway = keys(&config.server.plugin_signers).context("server.plugin_signers")?;
     let mut tenants = Vec::new();
-    for t in config.tenants.iter().filter(|t| !t.plugin_signers.is_empty() && t.plugins.as_ref().is_none_or(|l| l.iter().any(|p| p == name))) {
+    for t in config.tenants.iter().filter(|t| !t.plugin_signers.is_empty() && users.contains(&t.id.as_str())) {
         tenants.push((t.id.as_str(), keys(&t.plugin_signers).with_context(|| format!("tenant {}: plugin_signers", t.id))?));
     }
     if gateway.is_empty() && tenants.is_empty() {
