@@ -35,31 +35,8 @@ pub struct Project {
     pub lang: Lang,
 }
 
-/// A Python project: the app, its build, and the SDK's module from
-/// plugins/sdk-python (so the project builds with only this binary installed).
-macro_rules! python_files {
-    ([$($own:literal),*], [$($sdk:literal),*]) => {[
-        $(($own, include_str!(concat!("scaffold/python/", $own))),)*
-        $((concat!("map_plugin/", $sdk), include_str!(concat!("../../plugins/sdk-python/map_plugin/", $sdk))),)*
-    ]};
-}
-const PYTHON: [(&str, &str); 21] = python_files!(["app.py", "build.sh"], [
-    "__init__.py", "_contract.py", "_exports.py", "_json.py", "_wit.py", "call.py", "config.py", "errors.py", "events.py",
-    "extension.py", "ids.py", "log.py", "metrics.py", "params.py", "py.typed", "resources.py", "router.py", "store.py", "timers.py"
-]);
-/// A JavaScript project: the plugin, its build, and the JavaScript plugin
-/// SDK from plugins/sdk-js under sdk/ (package.json links it), so the
-/// project builds with only this binary installed.
-macro_rules! js_files {
-    ([$($own:literal),*], [$($sdk:literal),*]) => {[
-        $(($own, include_str!(concat!("scaffold/js/", $own))),)*
-        $((concat!("sdk/", $sdk), include_str!(concat!("../../plugins/sdk-js/", $sdk))),)*
-    ]};
-}
-const JS: [(&str, &str); 16] = js_files!(["plugin.js", "build.mjs", "package.json", "build.sh"], [
-    "package.json", "build.mjs", "index.d.ts", "build.d.ts", "README.md",
-    "src/call.js", "src/errors.js", "src/extension.js", "src/host.js", "src/imports.js", "src/index.js", "src/store.js"
-]);
+mod files;
+use files::{JS, PYTHON, WIT};
 
 /// A plugin name: 1 to 64 of `a-z`, `0-9` and `-`, starting with a letter,
 /// not ending with `-`, and not `map` (whose methods belong to the core).
@@ -84,10 +61,11 @@ pub fn create(name: &str, dir: Option<PathBuf>, sdk: Option<PathBuf>, lang: Lang
     let sdk = sdk.unwrap_or_else(default_sdk);
     let sdk_manifest = sdk.join("Cargo.toml");
     let is_sdk = std::fs::read_to_string(&sdk_manifest).is_ok_and(|t| t.contains("name = \"map-plugin-sdk\""));
-    if !is_sdk {
+    // Python and JavaScript projects carry everything they need from the binary.
+    if lang == Lang::Rust && !is_sdk {
         bail!("no map-plugin-sdk at {}: pass --sdk with the path of plugins/sdk in a map-gateway checkout", sdk.display());
     }
-    let sdk = sdk.canonicalize().with_context(|| format!("resolving {}", sdk.display()))?;
+    let sdk = if is_sdk { sdk.canonicalize().with_context(|| format!("resolving {}", sdk.display()))? } else { sdk };
     let dir = dir.unwrap_or_else(|| PathBuf::from(name));
     if dir.exists() && std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))?.next().is_some() {
         bail!("{} exists and is not empty", dir.display());
@@ -106,8 +84,12 @@ pub fn create(name: &str, dir: Option<PathBuf>, sdk: Option<PathBuf>, lang: Lang
 /// The Python or JavaScript sources with the name and the contract's
 /// version filled in, `wit/`, a README.
 fn write_sources(p: &Project, files: &[(&str, &str)], ignore: &str) -> anyhow::Result<()> {
-    let wit = p.sdk.join("../../wit");
-    let version = contract_version(&wit)?;
+    let version = contract_version()?;
+    for (file, text) in WIT {
+        let path = p.dir.join(file);
+        std::fs::create_dir_all(path.parent().expect("wit/"))?;
+        write(&path, text)?;
+    }
     for (file, text) in files {
         let path = p.dir.join(file);
         if let Some(parent) = path.parent() {
@@ -119,13 +101,6 @@ fn write_sources(p: &Project, files: &[(&str, &str)], ignore: &str) -> anyhow::R
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
         }
     }
-    std::fs::create_dir_all(p.dir.join("wit"))?;
-    for entry in std::fs::read_dir(&wit).with_context(|| format!("reading {}", wit.display()))? {
-        let path = entry?.path();
-        if path.extension().is_some_and(|e| e == "wit") {
-            std::fs::copy(&path, p.dir.join("wit").join(path.file_name().expect("a file name")))?;
-        }
-    }
     write(&p.dir.join("README.md"), &readme(p))?;
     write(&p.dir.join(".gitignore"), ignore)
 }
@@ -133,11 +108,10 @@ fn write_sources(p: &Project, files: &[(&str, &str)], ignore: &str) -> anyhow::R
 /// The version `wit/package.wit` gives the package `map-gateway:plugin`
 /// (JavaScript imports name it: `map-gateway:plugin/store@…`), so the
 /// sources match the `wit/` copied beside them.
-fn contract_version(wit: &Path) -> anyhow::Result<String> {
-    let path = wit.join("package.wit");
-    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+fn contract_version() -> anyhow::Result<String> {
+    let text = WIT.iter().find(|(f, _)| *f == "wit/package.wit").map(|(_, t)| *t).context("no wit/package.wit")?;
     let version = text.lines().find_map(|l| l.trim().strip_prefix("package map-gateway:plugin@")?.strip_suffix(';'));
-    version.map(str::to_string).with_context(|| format!("{} declares no `package map-gateway:plugin@…;`", path.display()))
+    version.map(str::to_string).context("wit/package.wit declares no `package map-gateway:plugin@…;`")
 }
 
 fn write_rust(project: &Project) -> anyhow::Result<()> {
@@ -437,37 +411,6 @@ mod tests {
         let base = p.error_base();
         assert!(lib.contains(&format!("ErrorRange::new({base}, {})", base + 999)) && lib.contains(&format!("ERRORS.code({})", base + 1)), "{lib}");
         assert!(lib.contains(r#"Describe::new("x-task-board""#));
-    }
-
-    #[test]
-    fn python_projects_carry_every_file_of_the_sdk() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/sdk-python/map_plugin");
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            let name = path.file_name().unwrap().to_string_lossy().to_string();
-            if path.is_file() && (name.ends_with(".py") || name == "py.typed") {
-                let embedded = PYTHON.iter().find(|(f, _)| *f == format!("map_plugin/{name}"));
-                assert_eq!(embedded.map(|(_, text)| *text), Some(std::fs::read_to_string(&path).unwrap().as_str()), "{name}");
-            }
-        }
-        // `fill` runs over every file: the SDK's must come through unchanged.
-        for (file, text) in PYTHON.iter().filter(|(f, _)| f.starts_with("map_plugin/")) {
-            assert!(!["@NAME@", "@CONTRACT_VERSION@", "@ERR_"].iter().any(|t| text.contains(t)), "{file}");
-        }
-    }
-
-    #[test]
-    fn js_projects_carry_every_file_of_the_sdk() {
-        let sdk = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/sdk-js");
-        let src = std::fs::read_dir(sdk.join("src")).unwrap().map(|e| format!("src/{}", e.unwrap().file_name().to_string_lossy()));
-        for file in src.chain(["package.json", "build.mjs", "index.d.ts", "build.d.ts"].map(String::from)) {
-            let embedded = JS.iter().find(|(f, _)| *f == format!("sdk/{file}"));
-            assert_eq!(embedded.map(|(_, text)| *text), Some(std::fs::read_to_string(sdk.join(&file)).unwrap().as_str()), "{file}");
-        }
-        // `fill` runs over every file: the SDK's must come through unchanged.
-        for (file, text) in JS.iter().filter(|(f, _)| f.starts_with("sdk/")) {
-            assert!(!["@NAME@", "@CONTRACT_VERSION@", "@ERR_"].iter().any(|t| text.contains(t)), "{file}");
-        }
     }
 
     #[test]
