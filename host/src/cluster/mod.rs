@@ -14,6 +14,8 @@
 //!   scopes and sessions (with their serving node and resume-token hash),
 //!   and subscription checkpoints; every node reads it and mirrors it.
 //! - Plugin state is in PostgreSQL (`storage.url`), shared by every node.
+//! - A reload on one node is a rollout: the others load the same digests
+//!   (`<name>.rollout`, `rollout`).
 //! - A singleton plugin's calls go to the node holding its lease over NATS
 //!   core (`<name>.sg.…`, `singletons`).
 
@@ -25,6 +27,7 @@ mod event_log;
 mod follow;
 mod nats_fabric;
 mod presence;
+mod rollout;
 pub mod singletons;
 
 use std::sync::Arc;
@@ -151,6 +154,7 @@ impl Cluster {
         directory::mirror(self, mirrored_tenants(gateway, &fabrics)).await?;
         let interests = fabrics.iter().map(|(_, f)| f.clone() as Arc<dyn Interest>).collect();
         presence::spawn(self, gateway, interests).await?;
+        rollout::serve(self, gateway).await?;
         for (_, f) in &fabrics {
             f.spawn_checkpoints(self);
         }

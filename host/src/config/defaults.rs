@@ -55,6 +55,7 @@ impl Default for Config {
             cluster: ClusterConfig::default(),
             workspace: Default::default(),
             oci: Default::default(),
+            pins: Default::default(),
             plugins: None,
             tenants: vec![TenantConfig { id: "default".into(), ..Default::default() }],
         }

@@ -39,6 +39,10 @@ pub struct Config {
     pub cluster: ClusterConfig,
     pub workspace: WorkspaceConfig,
     pub oci: OciConfig,
+    /// The component digest each plugin must have, set for one reload by a
+    /// cluster rollout (never read from a file).
+    #[serde(skip)]
+    pub pins: BTreeMap<String, String>,
     /// Plugins by name. Absent: every `*.wasm` in `server.plugin_dir`, with default limits.
     pub plugins: Option<BTreeMap<String, PluginConfig>>,
     pub tenants: Vec<TenantConfig>,

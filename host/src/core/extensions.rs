@@ -120,6 +120,9 @@ pub trait ExtensionHost: Send + Sync + 'static {
     /// What is loaded, for the admin API.
     fn status(&self) -> BoxFuture<'_, Value>;
 
+    /// The digest of each loaded component, by plugin (see `reloads::Pins`).
+    fn digests(&self) -> std::collections::BTreeMap<String, String>;
+
     /// Whether it can serve: `Err` says what is not ready (for `/readyz`).
     fn ready(&self) -> BoxFuture<'_, Result<(), String>>;
 }

@@ -19,7 +19,7 @@ pub mod model;
 pub mod outbox;
 pub mod permissions;
 pub mod registry;
-mod reloads;
+pub mod reloads;
 pub use reloads::{Job as ReloadJob, State as ReloadState};
 pub mod send;
 mod tenant;
@@ -250,26 +250,6 @@ impl Gateway {
         for f in std::mem::take(&mut *self.finally.lock()) {
             f();
         }
-    }
-
-    /// Re-read the configuration file and swap in its extensions, now (see
-    /// `start_reload` for one in the background). Connections stay open;
-    /// calls in flight finish on the extensions they started with.
-    pub async fn reload(&self) -> anyhow::Result<serde_json::Value> {
-        let Some(host) = &self.extensions else { anyhow::bail!("this gateway runs without plugins") };
-        let config = match &self.config_path {
-            Some(p) => Config::load(p)?,
-            None => self.config.clone(),
-        };
-        let brokers = methods::credentials::Brokers::build(&config).inspect_err(|e| host.note_error(e))?;
-        let policies = agent_permissions::Policies::build(&config).inspect_err(|e| host.note_error(e))?;
-        if let Err(e) = host.apply(&config, &self.tenants).await {
-            host.note_error(&e);
-            return Err(e);
-        }
-        brokers.install(&self.tenants);
-        policies.install(&self.tenants);
-        Ok(host.status().await)
     }
 
     /// Check a credential from a source address: failures count against

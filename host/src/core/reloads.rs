@@ -5,7 +5,7 @@
 //! one (it reads the configuration when it starts, so it takes in every edit
 //! made before). Until a reload swaps the new plugins in, the old ones serve.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -82,10 +82,26 @@ impl Job {
     }
 }
 
+/// Component digests by plugin (or `name source` for a tenant's own version).
+pub type Pins = BTreeMap<String, String>;
+
+/// Where a reload's outcome goes beyond this gateway: in a cluster, to
+/// every node, which then loads the same digests (see `cluster::rollout`).
+pub trait Rollout: Send + Sync {
+    /// This node reloaded (a rollout, or a `rollback`) and now serves
+    /// `pins`, having served `previous`: tell the others; the rollout's id.
+    fn announce(&self, kind: &'static str, pins: Pins, previous: Pins) -> String;
+    /// A rollout with every node's report, the latest or by id.
+    fn view(&self, id: Option<&str>) -> Option<Value>;
+    /// The digests the latest rollout replaced (what a rollback goes back to).
+    fn previous(&self) -> Option<Pins>;
+}
+
 /// The gateway's reloads: the one running, the one queued, recent ones.
 #[derive(Default)]
 pub struct Reloads {
     inner: Mutex<Inner>,
+    rollout: std::sync::OnceLock<Arc<dyn Rollout>>,
 }
 
 #[derive(Default)]
@@ -138,6 +154,72 @@ impl Reloads {
 }
 
 impl Gateway {
+    /// Send every reload's outcome to `rollout` from now on (once).
+    pub fn set_rollout(&self, rollout: Arc<dyn Rollout>) {
+        let _ = self.reloads.rollout.set(rollout);
+    }
+
+    /// Re-read the configuration file and swap in its extensions, now (see
+    /// `start_reload` for one in the background). Connections stay open;
+    /// calls in flight finish on the extensions they started with.
+    pub async fn reload(&self) -> anyhow::Result<Value> {
+        self.reload_pinned(Pins::new()).await
+    }
+
+    /// `reload`, loading for each plugin in `pins` the component with that
+    /// digest (from its file or source, else from the components this node
+    /// kept): how a cluster node follows a rollout.
+    pub async fn reload_pinned(&self, pins: Pins) -> anyhow::Result<Value> {
+        let Some(host) = &self.extensions else { anyhow::bail!("this gateway runs without plugins") };
+        let mut config = match &self.config_path {
+            Some(p) => crate::config::Config::load(p)?,
+            None => self.config.clone(),
+        };
+        config.pins = pins;
+        let brokers = super::methods::credentials::Brokers::build(&config).inspect_err(|e| host.note_error(e))?;
+        let policies = super::agent_permissions::Policies::build(&config).inspect_err(|e| host.note_error(e))?;
+        if let Err(e) = host.apply(&config, &self.tenants).await {
+            host.note_error(&e);
+            return Err(e);
+        }
+        brokers.install(&self.tenants);
+        policies.install(&self.tenants);
+        Ok(host.status().await)
+    }
+
+    /// The digests this gateway serves now.
+    pub async fn digests(&self) -> Pins {
+        match &self.extensions {
+            Some(host) => host.digests(),
+            None => Pins::new(),
+        }
+    }
+
+    /// A reload (pinned or not), told to the cluster when it succeeds: the
+    /// plugin status, with the rollout's id in a cluster.
+    pub async fn reload_and_announce(&self, kind: &'static str, pins: Pins) -> anyhow::Result<Value> {
+        let previous = self.digests().await;
+        let mut status = self.reload_pinned(pins).await?;
+        if let Some(rollout) = self.reloads.rollout.get() {
+            status["rollout"] = serde_json::json!(rollout.announce(kind, self.digests().await, previous));
+        }
+        Ok(status)
+    }
+
+    /// A rollout across the cluster, the latest or by id (none outside a cluster).
+    pub fn rollout_view(&self, id: Option<&str>) -> Option<Value> {
+        self.reloads.rollout.get()?.view(id)
+    }
+
+    /// Go back, on every node, to the digests the latest rollout replaced: the rollout's view.
+    pub async fn rollback(&self) -> anyhow::Result<Value> {
+        let Some(rollout) = self.reloads.rollout.get() else { anyhow::bail!("not a cluster: there is no rollout to roll back") };
+        let Some(previous) = rollout.previous() else { anyhow::bail!("no rollout to roll back since this node started") };
+        let status = self.reload_and_announce("rollback", previous).await?;
+        let id = status["rollout"].as_str().unwrap_or_default().to_string();
+        Ok(rollout.view(Some(&id)).unwrap_or(status))
+    }
+
     /// Reload in the background (or queued behind the reload running): its job.
     pub fn start_reload(self: &Arc<Self>) -> Arc<Job> {
         let (job, start) = self.reloads.request();
@@ -157,7 +239,7 @@ impl Gateway {
         loop {
             let gw = self.clone();
             // A task of its own: a panic fails this reload, not the ones after it.
-            let result = match tokio::spawn(async move { gw.reload().await }).await {
+            let result = match tokio::spawn(async move { gw.reload_and_announce("rollout", Pins::new()).await }).await {
                 Ok(r) => r.map_err(|e| format!("{e:#}")),
                 Err(e) => Err(format!("the reload stopped: {e}")),
             };

@@ -4,7 +4,7 @@
 //! unchanged since the last load.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,6 +36,33 @@ async fn fetched(config: &Config, settings: &PluginConfig, reload: bool) -> anyh
     Ok(PluginConfig { path, ..settings.clone() })
 }
 
+/// Where this node keeps a component it loaded, by digest (with its
+/// defaults and signature), so a rollback finds it after its file changed.
+fn kept_dir(config: &Config, digest: &str) -> PathBuf {
+    config.server.data_dir.join("components").join(digest)
+}
+
+/// Keep a loaded component (once per digest); a failure only costs rollbacks to it.
+fn keep(config: &Config, wasm: &Path, digest: &str) {
+    let dir = kept_dir(config, digest);
+    if dir.join("plugin.wasm").exists() {
+        return;
+    }
+    let tmp = dir.with_extension(format!("{}.tmp", std::process::id()));
+    let copied = std::fs::create_dir_all(&tmp).and_then(|_| {
+        for (from, to) in [(wasm.with_extension("toml"), "plugin.toml"), (signing::signature_path(wasm), "plugin.wasm.sig"), (wasm.to_path_buf(), "plugin.wasm")] {
+            if from.exists() {
+                std::fs::copy(&from, tmp.join(to))?;
+            }
+        }
+        std::fs::rename(&tmp, &dir)
+    });
+    if let Err(e) = copied {
+        let _ = std::fs::remove_dir_all(&tmp);
+        tracing::warn!(digest, error = %e, "could not keep a copy of the component for rollbacks");
+    }
+}
+
 impl PluginHost {
     /// Every component the configuration binds, by key (see `key`).
     pub(super) async fn load_all(&self, config: &Config, wanted: &BTreeMap<String, PluginConfig>, loaded: &HashMap<String, Loaded>, reload: bool) -> anyhow::Result<HashMap<String, Loaded>> {
@@ -65,9 +92,16 @@ impl PluginHost {
     /// compiled), then loaded, or the last load reused when unchanged.
     #[allow(clippy::too_many_arguments)]
     async fn entry(&self, config: &Config, loaded: &HashMap<String, Loaded>, key: &str, name: &str, settings: &PluginConfig, users: &[&str], reload: bool) -> anyhow::Result<Loaded> {
-        let settings = &fetched(config, settings, reload).await.with_context(|| format!("plugin {name}"))?;
-        let bytes = std::fs::read(&settings.path).with_context(|| format!("reading plugin {name} at {}", settings.path.display()))?;
-        let digest = crate::store::digest_hex(&bytes);
+        let mut settings = fetched(config, settings, reload).await.with_context(|| format!("plugin {name}"))?;
+        let mut bytes = std::fs::read(&settings.path).with_context(|| format!("reading plugin {name} at {}", settings.path.display()))?;
+        let mut digest = crate::store::digest_hex(&bytes);
+        if let Some(pin) = config.pins.get(key).filter(|pin| **pin != digest) {
+            // A rollout names another version than the file's: one this node kept.
+            let kept = kept_dir(config, pin).join("plugin.wasm");
+            bytes = std::fs::read(&kept).map_err(|_| anyhow::anyhow!("plugin {name}: this node has no component with SHA-256 {pin} (its file {} is {digest})", settings.path.display()))?;
+            (settings.path, digest) = (kept, pin.clone());
+        }
+        let settings = &settings;
         let signer = signing::admit(config, name, &settings.path, &digest, users)?;
         let reuse = loaded.get(key).filter(|l| l.digest == digest && &l.settings == settings);
         let mut entry = match reuse {
@@ -75,6 +109,7 @@ impl PluginHost {
             None => self.load(name, settings, bytes, digest).await?,
         };
         entry.signer = signer;
+        keep(config, &settings.path, &entry.digest);
         Ok(entry)
     }
 

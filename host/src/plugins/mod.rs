@@ -360,6 +360,10 @@ impl ExtensionHost for PluginHost {
         Box::pin(PluginHost::status(self))
     }
 
+    fn digests(&self) -> std::collections::BTreeMap<String, String> {
+        self.loaded.lock().iter().map(|(key, l)| (key.clone(), l.digest.clone())).collect()
+    }
+
     /// The store answers (plugins are loaded once the gateway serves).
     fn ready(&self) -> BoxFuture<'_, Result<(), String>> {
         Box::pin(async move { self.db.ping().await.map_err(|e| format!("storage ({}): {e}", self.db.backend_name())) })

@@ -91,9 +91,17 @@ pub async fn route(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -
         },
         (&Method::POST, "/admin/reload") => reload(&gw, &req).await,
         (&Method::GET, "/admin/reload") => reload_job(&gw, None),
+        (&Method::GET, "/admin/rollout") => rollout(&gw, None),
+        (&Method::GET, p) if p.starts_with("/admin/rollout/") => rollout(&gw, Some(&p["/admin/rollout/".len()..])),
+        (&Method::POST, "/admin/rollback") => match gw.rollback().await {
+            Ok(view) => ok_json(json!({"rollout": view})),
+            Err(e) => error_json(StatusCode::UNPROCESSABLE_ENTITY, &format!("{e:#}")),
+        },
         (&Method::GET, p) if p.starts_with("/admin/reload/") => reload_job(&gw, Some(&p["/admin/reload/".len()..])),
         (_, "/metrics" | "/admin/tenants" | "/admin/sessions" | "/admin/agents" | "/admin/scopes" | "/admin/subscriptions" | "/admin/plugins") => method_not_allowed("GET"),
         (_, "/admin/reload") => method_not_allowed("GET, POST"),
+        (_, "/admin/rollback") => method_not_allowed("POST"),
+        (_, p) if p.starts_with("/admin/rollout") => method_not_allowed("GET"),
         (_, p) if p.starts_with("/admin/reload/") => method_not_allowed("GET"),
         (_, p) if p.starts_with("/admin/sessions/") => method_not_allowed("DELETE"),
         _ => error_json(StatusCode::NOT_FOUND, "no such admin endpoint"),
@@ -123,5 +131,13 @@ fn reload_job(gw: &Gateway, id: Option<&str>) -> Response<Body> {
         Some(job) => ok_json(json!({"reload": job.view()})),
         None if id.is_none() => error_json(StatusCode::NOT_FOUND, "no reload since the gateway started"),
         None => error_json(StatusCode::NOT_FOUND, "no such reload (the latest 16 are kept)"),
+    }
+}
+
+/// A rollout with every node's report: the latest, or by id.
+fn rollout(gw: &Gateway, id: Option<&str>) -> Response<Body> {
+    match gw.rollout_view(id) {
+        Some(view) => ok_json(json!({"rollout": view})),
+        None => error_json(StatusCode::NOT_FOUND, "no such rollout (outside a cluster there are none; the latest 16 are kept)"),
     }
 }

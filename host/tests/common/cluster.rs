@@ -223,11 +223,13 @@ pub struct ClusterOptions {
     pub server: String,
     /// Nodes that reach NATS at another URL (a `Relay`'s), by name.
     pub nats_for: Vec<(String, String)>,
+    /// Files copied into every node's folder before it starts (name there, source).
+    pub files: Vec<(String, PathBuf)>,
 }
 
 impl Default for ClusterOptions {
     fn default() -> Self {
-        ClusterOptions { resume_window_secs: 300, presence_timeout_ms: 2000, extra: String::new(), server: String::new(), nats_for: Vec::new() }
+        ClusterOptions { resume_window_secs: 300, presence_timeout_ms: 2000, extra: String::new(), server: String::new(), nats_for: Vec::new(), files: Vec::new() }
     }
 }
 
@@ -388,6 +390,9 @@ impl Cluster {
         let plugins = standard_plugins();
         let config = |node: &str| -> (TempDir, PathBuf) {
             let dir = TempDir::new(&format!("node-{node}"));
+            for (name, from) in &options.files {
+                std::fs::copy(from, dir.path().join(name)).expect("copy a node's file");
+            }
             let nats = options.nats_for.iter().find(|(n, _)| n == node).map_or(&nats, |(_, url)| url);
             let server = format!("plugin_dir = {plugins:?}\nmax_message_bytes = 1048576\nresume_window_secs = {}\n{}", options.resume_window_secs, options.server);
             let extra = format!(
