@@ -5,13 +5,9 @@
 
 mod common;
 
+use common::signing::sha256_hex;
 use common::*;
 use serde_json::json;
-use sha2::{Digest, Sha256};
-
-fn sha256_of(path: &std::path::Path) -> String {
-    Sha256::digest(std::fs::read(path).unwrap()).iter().map(|b| format!("{b:02x}")).collect()
-}
 
 /// The echo plugin at `path`, pinned to `pin`; one anonymous tenant.
 fn pinned(path: &std::path::Path, pin: &str) -> String {
@@ -22,7 +18,7 @@ fn pinned(path: &std::path::Path, pin: &str) -> String {
 fn check_prints_the_digest_and_refuses_a_mismatch() {
     let dir = TempDir::new("digest-check");
     let echo = fixture("echo-v1.wasm");
-    let digest = sha256_of(&echo);
+    let digest = sha256_hex(&echo);
     let check = |pin: &str| {
         let path = write_config(dir.path(), 65536, &pinned(&echo, pin));
         std::process::Command::new(BIN).args(["check", "--config"]).arg(&path).output().unwrap()
@@ -44,22 +40,22 @@ fn check_prints_the_digest_and_refuses_a_mismatch() {
 async fn a_reload_to_an_unpinned_file_fails_and_the_old_version_serves() {
     let v1 = fixture("echo-v1.wasm");
     let v2 = fixture("echo-v2.wasm");
-    let gw = Gateway::start_config("", &pinned(&v1, &sha256_of(&v1)));
+    let gw = Gateway::start_config("", &pinned(&v1, &sha256_hex(&v1)));
     let (mut ws, _) = gw.ws_connected("client", None).await;
     assert_eq!(ws.call_ok("echo/version", json!({})).await, json!({"version": "1.0.0"}));
     let listed = http(&gw.addr(), "GET", "/admin/plugins", &[], b"").await.json();
-    assert_eq!(listed["plugins"][0]["digest"], sha256_of(&v1), "{listed}");
+    assert_eq!(listed["plugins"][0]["digest"], sha256_hex(&v1), "{listed}");
 
     // v2's file under v1's pin: refused, and v1 goes on answering.
-    write_config_server(gw.dir.path(), "", &pinned(&v2, &sha256_of(&v1)));
+    write_config_server(gw.dir.path(), "", &pinned(&v2, &sha256_hex(&v1)));
     let refused = http(&gw.addr(), "POST", "/admin/reload?wait=true", &[], b"").await;
     assert_eq!(refused.status, 422, "{}", refused.text());
     let error = refused.json()["error"].as_str().unwrap_or_default().to_string();
-    assert!(error.contains(&sha256_of(&v2)) && error.contains("pins"), "{error}");
+    assert!(error.contains(&sha256_hex(&v2)) && error.contains("pins"), "{error}");
     assert_eq!(ws.call_ok("echo/version", json!({})).await, json!({"version": "1.0.0"}));
 
     // Pinned to v2's digest, it loads.
-    write_config_server(gw.dir.path(), "", &pinned(&v2, &sha256_of(&v2)));
+    write_config_server(gw.dir.path(), "", &pinned(&v2, &sha256_hex(&v2)));
     let done = http(&gw.addr(), "POST", "/admin/reload?wait=true", &[], b"").await;
     assert_eq!(done.status, 200, "{}", done.text());
     let (mut fresh, _) = gw.ws_connected("client", None).await;

@@ -8,9 +8,10 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::signing::*;
 use common::*;
 use serde_json::json;
 
@@ -81,35 +82,10 @@ impl Drop for Registry {
     }
 }
 
-fn run(args: &[&std::ffi::OsStr]) -> Output {
-    Command::new(BIN).args(args).output().unwrap()
-}
-
-fn ok(out: &Output) -> String {
-    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// `plugin push --insecure`: the pushed manifest's digest.
 fn push(wasm: &Path, target: &str) -> String {
-    let out = ok(&run(&["plugin".as_ref(), "push".as_ref(), wasm.as_os_str(), target.as_ref(), "--insecure".as_ref()]));
+    let out = succeeded(&run(&["plugin".as_ref(), "push".as_ref(), wasm.as_os_str(), target.as_ref(), "--insecure".as_ref()]));
     out.split("sha256:").nth(1).map(|rest| format!("sha256:{}", &rest[..64])).unwrap_or_else(|| panic!("no digest in {out}"))
-}
-
-fn copy(fixture_name: &str, dir: &Path, as_name: &str) -> PathBuf {
-    let to = dir.join(as_name);
-    std::fs::copy(fixture(fixture_name), &to).unwrap();
-    to
-}
-
-fn keygen(dir: &Path, name: &str) -> (PathBuf, String) {
-    let out = dir.join(name);
-    ok(&run(&["plugin".as_ref(), "keygen".as_ref(), "--out".as_ref(), out.as_os_str()]));
-    (out.with_extension("key"), std::fs::read_to_string(out.with_extension("pub")).unwrap().trim().to_string())
-}
-
-fn sign(wasm: &Path, key: &Path) {
-    ok(&run(&["plugin".as_ref(), "sign".as_ref(), wasm.as_os_str(), "--key".as_ref(), key.as_os_str()]));
 }
 
 /// `[server]` lines and the rest of a config loading echo from `source`.
@@ -170,11 +146,6 @@ async fn plugins_come_from_a_registry_by_tag_and_digest_and_start_offline_from_t
     let done = http(&gw.addr(), "POST", "/admin/reload?wait=true", &[], b"").await;
     assert_eq!(done.status, 200, "{}", done.text());
     drop(registry);
-}
-
-fn sha256_hex(path: &Path) -> String {
-    use sha2::{Digest, Sha256};
-    Sha256::digest(std::fs::read(path).unwrap()).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[test]

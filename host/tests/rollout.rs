@@ -12,13 +12,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::cluster::*;
+use common::signing::sha256_hex;
 use common::*;
 use serde_json::{json, Value};
-
-fn sha256_hex(path: &std::path::Path) -> String {
-    use sha2::{Digest, Sha256};
-    Sha256::digest(std::fs::read(path).unwrap()).iter().map(|b| format!("{b:02x}")).collect()
-}
 
 async fn version(node: &Node) -> Value {
     let mut c = node.connect("client").await;

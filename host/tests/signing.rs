@@ -6,43 +6,11 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
 
+use common::signing::*;
 use common::*;
 use serde_json::json;
-
-fn run(args: &[&std::ffi::OsStr]) -> Output {
-    Command::new(BIN).args(args).output().unwrap()
-}
-
-fn ok(out: &Output) -> String {
-    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn failed(out: &Output) -> String {
-    assert!(!out.status.success(), "expected a failure: {}", String::from_utf8_lossy(&out.stdout));
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// A key pair in `dir`: (secret key file, public key text).
-fn keygen(dir: &Path, name: &str) -> (PathBuf, String) {
-    let out = dir.join(name);
-    ok(&run(&["plugin".as_ref(), "keygen".as_ref(), "--out".as_ref(), out.as_os_str()]));
-    (out.with_extension("key"), std::fs::read_to_string(out.with_extension("pub")).unwrap().trim().to_string())
-}
-
-fn sign(wasm: &Path, key: &Path) {
-    ok(&run(&["plugin".as_ref(), "sign".as_ref(), wasm.as_os_str(), "--key".as_ref(), key.as_os_str()]));
-}
-
-/// A copy of a fixture in `dir`, so its signature files stay there.
-fn copy(fixture_name: &str, dir: &Path, as_name: &str) -> PathBuf {
-    let to = dir.join(as_name);
-    std::fs::copy(fixture(fixture_name), &to).unwrap();
-    to
-}
 
 /// The echo plugin at `wasm`, an anonymous tenant, and `tenant` lines after it.
 fn config(wasm: &Path, tenant: &str) -> String {
@@ -61,7 +29,7 @@ fn keygen_sign_and_verify_from_the_command_line() {
 
     let wasm = copy("echo-v1.wasm", dir.path(), "echo.wasm");
     sign(&wasm, &key);
-    let verified = ok(&run(&["plugin".as_ref(), "verify".as_ref(), wasm.as_os_str(), "--signer".as_ref(), public.as_ref()]));
+    let verified = succeeded(&run(&["plugin".as_ref(), "verify".as_ref(), wasm.as_os_str(), "--signer".as_ref(), public.as_ref()]));
     assert!(verified.contains("signed by key"), "{verified}");
     let (_, other) = keygen(dir.path(), "other");
     let stranger = failed(&run(&["plugin".as_ref(), "verify".as_ref(), wasm.as_os_str(), "--signer".as_ref(), other.as_ref()]));
@@ -130,7 +98,7 @@ fn a_tenant_may_require_its_own_signers() {
     let stderr = failed(&check());
     assert!(stderr.contains("not a trusted signer"), "{stderr}");
     sign(&wasm, &key);
-    assert!(ok(&check()).contains("echo 1.0.0"));
+    assert!(succeeded(&check()).contains("echo 1.0.0"));
 }
 
 #[test]
@@ -142,8 +110,8 @@ fn install_carries_the_signature_and_defaults_along() {
     sign(&wasm, &key);
     let plugins = dir.path().join("plugins");
     std::fs::create_dir(&plugins).unwrap();
-    ok(&run(&["plugin".as_ref(), "install".as_ref(), wasm.as_os_str(), "--plugin-dir".as_ref(), plugins.as_os_str()]));
+    succeeded(&run(&["plugin".as_ref(), "install".as_ref(), wasm.as_os_str(), "--plugin-dir".as_ref(), plugins.as_os_str()]));
     let installed = plugins.join("echo.wasm");
     assert!(plugins.join("echo.wasm.sig").exists() && plugins.join("echo.toml").exists());
-    ok(&run(&["plugin".as_ref(), "verify".as_ref(), installed.as_os_str(), "--signer".as_ref(), public.as_ref()]));
+    succeeded(&run(&["plugin".as_ref(), "verify".as_ref(), installed.as_os_str(), "--signer".as_ref(), public.as_ref()]));
 }

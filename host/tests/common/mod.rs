@@ -18,6 +18,7 @@ use tokio_tungstenite::tungstenite::Message;
 
 pub mod cluster;
 pub mod plugins;
+pub mod signing;
 
 /// How long to wait for an answer or a notification that should come.
 pub const WAIT: Duration = Duration::from_secs(2);
