@@ -9,7 +9,7 @@ import { execFile } from 'node:child_process';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { existsSync } from 'node:fs';
-import { startGateway, connectAgent, connectClient, DEFAULT_TENANTS, WAIT_MS } from './harness.mjs';
+import { startGateway, connectAgent, connectClient, pollUntil, DEFAULT_TENANTS, WAIT_MS } from './harness.mjs';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const ROOT = join(HERE, '..', '..');
@@ -44,6 +44,16 @@ async function raw(agent, body, headers = {}) {
 
 const text = (m) => m?.parts?.[0]?.text;
 
+/** Subscriptions the bridge has opened so far (its counter in /metrics, for the acme tenant). */
+async function subscriptions() {
+  const body = await (await fetch(`${gw.baseUrl}/metrics`)).text();
+  const line = body.split('\n').find((l) => l.startsWith('map_plugin_a2a_streams_total{') && l.includes('kind="subscribe"') && l.includes('tenant="acme"'));
+  return line ? Number(line.split(' ').at(-1)) : 0;
+}
+
+/** Until the MAP agent has seen something that `pred` matches. */
+const agentSaw = (pred, what) => pollUntil(() => seen, (s) => s.some(pred), { timeoutMs: WAIT_MS, what });
+
 /** The MAP agent: what it does depends on the message's text. */
 async function answer(m) {
   const a = m.payload?.a2a;
@@ -76,8 +86,11 @@ before(async () => {
       'http_prefix = "/a2a"',
       'deadline_ms = 20000',
       '[plugins.a2a.config]',
-      'blockingWaitMs = 5000',
-      'streamWindowMs = 8000',
+      // Waits end as soon as the task settles: generous bounds keep a loaded machine from failing them.
+      'blockingWaitMs = 15000',
+      // Under the gateway's max_message_bytes (65536 here), which the host enforces first.
+      'maxRequestBytes = 32768',
+      'streamWindowMs = 15000',
     ].join('\n'),
   });
   helper = await connectAgent(gw, { name: 'Helper', agentId: 'helper', auth: ACME });
@@ -147,14 +160,17 @@ test('input-required: the next message of the same task reaches the agent and co
 test('cancel: a working task is canceled, the agent is told, a subscriber sees the end; terminal tasks stay final', async () => {
   const [ev] = await a2a(['helper', 'send', 'hold', '--immediate']);
   const id = ev.task.id;
+  await agentSaw((s) => s.a2a?.taskId === id, 'the hold message');
+  const before = await subscriptions();
   const sub = a2a(['helper', 'subscribe', id]);
-  await helper.tap.waitUntil(() => seen.some((s) => s.a2a?.taskId === id), WAIT_MS, 'the hold message');
+  // Cancel once the subscription is open, so that it sees the end.
+  await pollUntil(subscriptions, (n) => n > before, { what: 'the subscription to open' });
   const [canceled] = await a2a(['helper', 'cancel', id]);
   assert.equal(canceled.status.state, 'TASK_STATE_CANCELED');
   const events = await sub;
   assert.equal(events[0].task.id, id);
   assert.equal(events.at(-1).statusUpdate.status.state, 'TASK_STATE_CANCELED');
-  await helper.tap.waitUntil(() => seen.some((s) => s.a2a?.method === 'CancelTask' && s.a2a.taskId === id), WAIT_MS, 'the cancel notice');
+  await agentSaw((s) => s.a2a?.method === 'CancelTask' && s.a2a.taskId === id, 'the cancel notice');
   assert.equal((await a2a(['helper', 'cancel', id]))[0].error, 'TaskNotCancelableError');
   await assert.rejects(helper.conn.callExtension('a2a/task/update', { taskId: id, state: 'completed' }), (e) => e.code === 93002);
   assert.equal((await a2a(['helper', 'get', 'task-none']))[0].error, 'TaskNotFoundError');
@@ -194,7 +210,7 @@ test('malformed requests get the JSON-RPC and A2A errors', async () => {
   assert.equal(code(await raw('helper', { jsonrpc: '2.0', id: 1, method: 'ListTasks', params: { pageSize: 1000 } })), -32602);
   assert.equal(code(await raw('helper', { jsonrpc: '2.0', id: 1, method: 'GetTask', params: { id: 'x' } }, { 'a2a-version': '9.9' })), -32009);
   assert.equal(code(await raw('helper', { jsonrpc: '2.0', id: 1, method: 'CreateTaskPushNotificationConfig', params: {} })), -32003);
-  const big = await raw('helper', { jsonrpc: '2.0', id: 1, method: 'SendMessage', params: { message: { ...msg, parts: [{ text: 'x'.repeat(300_000) }] } } });
+  const big = await raw('helper', { jsonrpc: '2.0', id: 1, method: 'SendMessage', params: { message: { ...msg, parts: [{ text: 'x'.repeat(40_000) }] } } });
   assert.equal(big.status, 413);
   assert.equal(code(big), -32600);
   const r = await raw('helper', { jsonrpc: '2.0', id: 'abc', method: 'GetTask', params: { id: 'task-none' } });

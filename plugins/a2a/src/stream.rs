@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use map_plugin_sdk::{ids, HttpResponse};
+use map_plugin_sdk::{ids, metrics, HttpResponse};
 use serde_json::Value;
 
 use crate::jsonrpc::{self, Fault};
@@ -24,6 +24,8 @@ fn is_final(update: &Value) -> bool {
 }
 
 pub fn follow(id: &Value, task_id: &str, from: u64, first: Option<Value>, s: &Settings) -> HttpResponse {
+    // Counted as it opens (`/metrics`: streams under way and done).
+    metrics::count("a2a_streams_total", &[("kind", if first.is_some() { "subscribe" } else { "send" })], 1);
     let mut events: Vec<Result<Value, Fault>> = first.into_iter().map(Ok).collect();
     let deadline = ids::now_ms() + s.stream_window_ms;
     let mut next = from;
