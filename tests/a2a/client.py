@@ -6,6 +6,8 @@ got as JSON lines (the SDK's protobuf messages as JSON).
     client.py BASE KEY AGENT send TEXT [--stream] [--task ID] [--context ID] [--immediate]
     client.py BASE KEY AGENT get TASK | cancel TASK | subscribe TASK
     client.py BASE KEY AGENT list [--size N] [--token T] [--context ID] [--state S]
+
+With --v03 the client uses only the card's 0.3 interface (the SDK's 0.3 transport).
 """
 
 import argparse
@@ -44,6 +46,11 @@ async def run(a):
         if a.cmd == "card":
             out(card)
             return
+        if a.v03:
+            # Only the 0.3 interface: the SDK then speaks 0.3 (its compat transport).
+            keep = [i for i in card.supported_interfaces if i.protocol_version == "0.3"]
+            del card.supported_interfaces[:]
+            card.supported_interfaces.extend(keep)
         config = ClientConfig(httpx_client=http, streaming=a.stream or a.cmd == "subscribe", polling=a.immediate)
         client = ClientFactory(config).create(card)
         if a.cmd == "send":
@@ -79,6 +86,7 @@ def main():
     p.add_argument("arg", nargs="?")
     p.add_argument("--stream", action="store_true")
     p.add_argument("--immediate", action="store_true")
+    p.add_argument("--v03", action="store_true", help="speak A2A 0.3")
     p.add_argument("--task")
     p.add_argument("--context")
     p.add_argument("--size", type=int, default=0)

@@ -105,7 +105,8 @@ test('an opted-in agent has a card the SDK resolves; others and other tenants ha
   const [card] = await a2a(['helper', 'card']);
   assert.equal(card.name, 'Helper');
   assert.equal(card.description, 'Writes reports');
-  assert.deepEqual(card.supportedInterfaces, [{ url: `${gw.baseUrl}/a2a/agents/helper`, protocolBinding: 'JSONRPC', protocolVersion: '1.0' }]);
+  const url = `${gw.baseUrl}/a2a/agents/helper`;
+  assert.deepEqual(card.supportedInterfaces, [{ url, protocolBinding: 'JSONRPC', protocolVersion: '1.0' }, { url, protocolBinding: 'JSONRPC', protocolVersion: '0.3' }]);
   assert.deepEqual(card.skills, [{ id: 'report', name: 'Reports', description: 'Writes a report', tags: ['writing'] }]);
   assert.equal(card.capabilities.streaming, true);
   assert.equal((await a2a(['plain', 'card']))[0].error, 'AgentCardResolutionError');
@@ -238,4 +239,20 @@ test('a2a.task.* events reach MAP subscribers', async () => {
   assert.deepEqual(events.map((p) => p.event.type), ['a2a.task.created', 'a2a.task.status', 'a2a.task.artifact', 'a2a.task.artifact', 'a2a.task.status']);
   assert.deepEqual(events.map((p) => p.event.data.state), ['submitted', 'working', 'working', 'working', 'completed']);
   assert.equal(events[0].event.data.agentId, 'helper');
+});
+
+test('A2A 0.3: the SDK on its 0.3 transport gets the same answers, in 0.3 shapes on the wire', async () => {
+  const [hello] = await a2a(['helper', 'send', 'hello', '--v03']);
+  assert.equal(text(hello.message), 'hello back');
+  const [ev] = await a2a(['helper', 'send', 'report old', '--v03']);
+  assert.equal(ev.task.status.state, 'TASK_STATE_COMPLETED');
+  assert.deepEqual(ev.task.artifacts.map((a) => a.artifactId), ['a1', 'a2']);
+  const events = await a2a(['helper', 'send', 'report old streamed', '--v03', '--stream']);
+  assert.equal(events.at(-1).statusUpdate.status.state, 'TASK_STATE_COMPLETED');
+  assert.deepEqual(events.filter((e) => e.artifactUpdate).map((e) => e.artifactUpdate.artifact.artifactId), ['a1', 'a2']);
+  assert.equal((await a2a(['helper', 'cancel', ev.task.id, '--v03']))[0].error, 'TaskNotCancelableError');
+  const r = await raw('helper', { jsonrpc: '2.0', id: 1, method: 'tasks/get', params: { id: ev.task.id } }, { 'a2a-version': '0.3' });
+  const t = r.body.result;
+  assert.deepEqual([t.kind, t.status.state, t.history[0].role, t.history[0].parts[0]], ['task', 'completed', 'user', { kind: 'text', text: 'report old' }]);
+  assert.deepEqual(t.artifacts[1].parts[0], { kind: 'data', data: { rows: 2 } });
 });

@@ -45,7 +45,11 @@ pub fn card(id: &str, agent: &Value, base: &str) -> Value {
         "name": text(&a2a["name"], 256).or_else(|| text(&agent["name"], 256)).unwrap_or_else(|| id.to_string()),
         "description": text(&a2a["description"], 2048).or_else(|| text(&agent["description"], 2048)).unwrap_or_else(|| format!("MAP agent {id}")),
         "version": "1.0.0",
-        "supportedInterfaces": [{"url": format!("{base}/agents/{id}"), "protocolBinding": "JSONRPC", "protocolVersion": PROTOCOL_VERSION}],
+        "supportedInterfaces": [
+            {"url": format!("{base}/agents/{id}"), "protocolBinding": "JSONRPC", "protocolVersion": PROTOCOL_VERSION},
+            // The same URL takes 0.3's method names.
+            {"url": format!("{base}/agents/{id}"), "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
+        ],
         "capabilities": {"streaming": true, "pushNotifications": false},
         "defaultInputModes": MODES,
         "defaultOutputModes": MODES,

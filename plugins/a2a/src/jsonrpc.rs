@@ -15,6 +15,7 @@ pub const TASK_NOT_FOUND: i64 = -32001;
 pub const TASK_NOT_CANCELABLE: i64 = -32002;
 pub const PUSH_NOT_SUPPORTED: i64 = -32003;
 pub const UNSUPPORTED_OPERATION: i64 = -32004;
+pub const EXTENDED_CARD_NOT_CONFIGURED: i64 = -32007;
 pub const VERSION_NOT_SUPPORTED: i64 = -32009;
 
 /// An A2A error, answered as the JSON-RPC `error` member.
@@ -63,8 +64,8 @@ pub fn parse(req: &HttpRequest, max_bytes: usize) -> Result<Request, HttpRespons
         _ => Value::Null,
     };
     if let Some(v) = header(req, "a2a-version").map(str::trim).filter(|v| !v.is_empty()) {
-        if v != PROTOCOL_VERSION && !v.starts_with("1.0.") {
-            return Err(answer(200, &id, Err(Fault::new(VERSION_NOT_SUPPORTED, format!("A2A-Version {v} is not supported; this bridge speaks {PROTOCOL_VERSION}")))));
+        if !["1.0", "0.3"].iter().any(|known| v == *known || v.starts_with(&format!("{known}."))) {
+            return Err(answer(200, &id, Err(Fault::new(VERSION_NOT_SUPPORTED, format!("A2A-Version {v} is not supported; this bridge speaks {PROTOCOL_VERSION} and 0.3")))));
         }
     }
     let bad = |m: &str| answer(200, &id, Err(Fault::new(INVALID_REQUEST, m)));

@@ -1,5 +1,5 @@
 //! The A2A bridge as a gateway plugin (world `http-service`): A2A clients
-//! (protocol 1.0, JSON-RPC binding) reach this tenant's MAP agents that opt
+//! (protocol 1.0, and 0.3's method names; JSON-RPC binding) reach this tenant's MAP agents that opt
 //! in through their registration metadata (`metadata.a2a`).
 //!
 //! Served under the plugin's HTTP prefix (`/a2a`):
@@ -12,6 +12,7 @@
 
 mod agent;
 mod cards;
+mod compat;
 mod jsonrpc;
 mod message;
 mod methods;
@@ -89,6 +90,8 @@ impl Extension for A2a {
     }
 }
 
+// The `http-service` world includes `lifecycle`; the bridge keeps no
+// memory between calls and schedules no timers yet.
 impl map_plugin_sdk::Lifecycle for A2a {
     fn init() -> std::result::Result<(), String> {
         Ok(())

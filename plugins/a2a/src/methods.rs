@@ -4,25 +4,33 @@ use map_plugin_sdk::{ids, metrics, router, HttpResponse};
 use serde_json::{json, Value};
 
 use crate::jsonrpc::{self, answer, count, flag, only, Fault, Request, INTERNAL, TASK_NOT_CANCELABLE, UNSUPPORTED_OPERATION};
+use crate::compat;
 use crate::message;
 use crate::settings::Settings;
 use crate::task::{self, Change, Task, TASKS};
 use crate::stream;
 
 /// Dispatch one request for agent `agent`.
-pub fn handle(agent: &str, req: Request, s: &Settings) -> HttpResponse {
+pub fn handle(agent: &str, mut req: Request, s: &Settings) -> HttpResponse {
+    // A 0.3 method name: the same method, in and out of 0.3 shapes.
+    let legacy = compat::method(&req.method);
+    if let Some(core) = legacy {
+        req.method = core.to_string();
+        req.params = compat::params_in(&req.params);
+    }
+    let legacy = legacy.is_some();
     let p = &req.params;
     let result = match req.method.as_str() {
-        "SendMessage" => send(agent, p, s, false).and_then(|(t, _)| settle(t, p, s)),
-        "SendStreamingMessage" => return streaming(agent, &req, s),
+        "SendMessage" => send(agent, p, s).and_then(|(t, _)| settle(t, p, s)),
+        "SendStreamingMessage" => return streaming(agent, &req, s, legacy),
         "GetTask" => get(agent, p),
         "ListTasks" => list(agent, p),
         "CancelTask" => cancel(agent, p),
-        "SubscribeToTask" => return subscribe(agent, &req, s),
+        "SubscribeToTask" => return subscribe(agent, &req, s, legacy),
         "CreateTaskPushNotificationConfig" | "GetTaskPushNotificationConfig" | "ListTaskPushNotificationConfigs" | "DeleteTaskPushNotificationConfig" => {
             Err(Fault::new(jsonrpc::PUSH_NOT_SUPPORTED, "push notifications are not supported by this agent"))
         }
-        "GetExtendedAgentCard" => Err(Fault::new(-32007, "this agent has no extended card")),
+        "GetExtendedAgentCard" => Err(Fault::new(jsonrpc::EXTENDED_CARD_NOT_CONFIGURED, "this agent has no extended card")),
         m => Err(Fault::new(jsonrpc::METHOD_NOT_FOUND, format!("no method {m:?}"))),
     };
     let outcome = match &result {
@@ -30,7 +38,7 @@ pub fn handle(agent: &str, req: Request, s: &Settings) -> HttpResponse {
         Err(_) => "error",
     };
     metrics::count("a2a_requests_total", &[("method", method_label(&req.method)), ("result", outcome)], 1);
-    answer(200, &req.id, result)
+    answer(200, &req.id, if legacy { result.map(|r| compat::result_out(&r)) } else { result })
 }
 
 fn method_label(m: &str) -> &'static str {
@@ -52,7 +60,7 @@ fn task_id(p: &Value) -> Result<String, Fault> {
 
 /// Record the client's message (a new task, or the next turn of one that
 /// waits for input) and deliver it to the agent as `map/message`.
-pub fn send(agent: &str, p: &Value, s: &Settings, _stream: bool) -> Result<(Task, u64), Fault> {
+pub fn send(agent: &str, p: &Value, s: &Settings) -> Result<(Task, u64), Fault> {
     only(p, &["tenant", "message", "configuration", "metadata"])?;
     let config = p.get("configuration").cloned().unwrap_or(json!({}));
     if !config.is_object() {
@@ -189,18 +197,18 @@ fn list(agent: &str, p: &Value) -> Result<Value, Fault> {
     Ok(json!({"tasks": tasks, "nextPageToken": next.unwrap_or_default(), "pageSize": size, "totalSize": total}))
 }
 
-fn streaming(agent: &str, req: &Request, s: &Settings) -> HttpResponse {
-    match send(agent, &req.params, s, true) {
-        Ok((t, from)) => stream::follow(&req.id, &t.id, from, None, s),
+fn streaming(agent: &str, req: &Request, s: &Settings, legacy: bool) -> HttpResponse {
+    match send(agent, &req.params, s) {
+        Ok((t, from)) => stream::follow(&req.id, &t.id, from, None, s, legacy),
         Err(f) => jsonrpc::sse(&req.id, &[Err(f)]),
     }
 }
 
-fn subscribe(agent: &str, req: &Request, s: &Settings) -> HttpResponse {
+fn subscribe(agent: &str, req: &Request, s: &Settings, legacy: bool) -> HttpResponse {
     let start = only(&req.params, &["tenant", "id"]).and_then(|_| task_id(&req.params)).and_then(|id| owned(agent, &id));
     match start {
         Ok(t) if task::is_terminal(t.state()) => jsonrpc::sse(&req.id, &[Err(Fault::new(UNSUPPORTED_OPERATION, format!("task {} is {}: nothing more will happen", t.id, t.state())))]),
-        Ok(t) => stream::follow(&req.id, &t.id, t.seq, Some(json!({"task": t.wire(None, true)})), s),
+        Ok(t) => stream::follow(&req.id, &t.id, t.seq, Some(json!({"task": t.wire(None, true)})), s, legacy),
         Err(f) => jsonrpc::sse(&req.id, &[Err(f)]),
     }
 }

@@ -23,7 +23,7 @@ fn is_final(update: &Value) -> bool {
     update["statusUpdate"]["status"]["state"].as_str().and_then(task::parse_state).is_some_and(task::is_terminal)
 }
 
-pub fn follow(id: &Value, task_id: &str, from: u64, first: Option<Value>, s: &Settings) -> HttpResponse {
+pub fn follow(id: &Value, task_id: &str, from: u64, first: Option<Value>, s: &Settings, legacy: bool) -> HttpResponse {
     // Counted as it opens (`/metrics`: streams under way and done).
     metrics::count("a2a_streams_total", &[("kind", if first.is_some() { "subscribe" } else { "send" })], 1);
     let mut events: Vec<Result<Value, Fault>> = first.into_iter().map(Ok).collect();
@@ -44,6 +44,9 @@ pub fn follow(id: &Value, task_id: &str, from: u64, first: Option<Value>, s: &Se
             break;
         }
         pause();
+    }
+    if legacy {
+        events = events.into_iter().map(|e| e.map(|v| crate::compat::result_out(&v))).collect();
     }
     jsonrpc::sse(id, &events)
 }
