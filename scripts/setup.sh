@@ -31,7 +31,10 @@ if [ "${1:-}" = "--tests" ]; then
     if ! cmp -s tests/a2a/requirements.txt target/a2a-pyenv/requirements.txt; then
         echo "==> installing the A2A SDK for Python (target/a2a-pyenv)"
         rm -rf target/a2a-pyenv
-        python3 -m venv target/a2a-pyenv
+        python3 -m venv target/a2a-pyenv 2>/dev/null || {
+            apt-get install -y -q python3-venv >/dev/null || sudo apt-get install -y -q python3-venv >/dev/null
+            python3 -m venv target/a2a-pyenv
+        }
         target/a2a-pyenv/bin/pip install --quiet --disable-pip-version-check -r tests/a2a/requirements.txt
         cp tests/a2a/requirements.txt target/a2a-pyenv/requirements.txt
     fi
