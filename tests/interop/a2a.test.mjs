@@ -20,6 +20,7 @@ const ACME = { method: 'api-key', credential: 'acme-key' };
 
 let gw;
 let helper;
+let plain;
 const seen = []; // what reached the MAP agent: [{text, meta, a2a}]
 
 /** Run one client.py step; its JSON lines. */
@@ -96,12 +97,12 @@ before(async () => {
   helper = await connectAgent(gw, { name: 'Helper', agentId: 'helper', auth: ACME });
   await helper.conn.updateMetadata({ a2a: { description: 'Writes reports', skills: [{ id: 'report', name: 'Reports', description: 'Writes a report', tags: ['writing'] }, { name: 'no id: left out' }] } });
   helper.conn.onMessage((m) => { answer(m).catch((e) => seen.push({ error: String(e) })); });
-  await connectAgent(gw, { name: 'Plain', agentId: 'plain', auth: ACME });
+  plain = await connectAgent(gw, { name: 'Plain', agentId: 'plain', auth: ACME });
 });
 
 after(async () => { await gw?.stop(); });
 
-test('an opted-in agent has a card the SDK resolves; others and other tenants have none', async () => {
+test('an opted-in agent has a card the SDK resolves and can join the gateway list; others and other tenants have none', async () => {
   const [card] = await a2a(['helper', 'card']);
   assert.equal(card.name, 'Helper');
   assert.equal(card.description, 'Writes reports');
@@ -110,6 +111,12 @@ test('an opted-in agent has a card the SDK resolves; others and other tenants ha
   assert.deepEqual(card.skills, [{ id: 'report', name: 'Reports', description: 'Writes a report', tags: ['writing'] }]);
   assert.equal(card.capabilities.streaming, true);
   assert.equal((await a2a(['plain', 'card']))[0].error, 'AgentCardResolutionError');
+  // The gateway's list: agents that published themselves and still opt in.
+  assert.deepEqual(await helper.conn.callExtension('a2a/publish', {}), { published: ['helper'] });
+  assert.deepEqual(await plain.conn.callExtension('a2a/publish', {}), { published: [] });
+  const list = async (key) => (await fetch(`${gw.baseUrl}/a2a/agents`, { headers: { 'x-api-key': key } })).json();
+  assert.deepEqual(await list('acme-key'), { agents: [{ id: 'helper', name: 'Helper', description: 'Writes reports', card: `${url}/.well-known/agent-card.json` }] });
+  assert.deepEqual(await list('globex-key'), { agents: [] });
   assert.equal((await a2a(['helper', 'card'], 'globex-key'))[0].error, 'AgentCardResolutionError', 'another tenant sees no such agent');
 });
 

@@ -3,8 +3,14 @@
 //! description?, name?}`; what it wrote is untrusted, so only fields of the
 //! expected types and sizes are published, and a malformed skill is left out.
 
-use map_plugin_sdk::router;
+use map_plugin_sdk::store::Collection;
+use map_plugin_sdk::{ids, router, Call, Reply, Result};
 use serde_json::{json, Value};
+
+/// Agents that announced themselves with `a2a/publish` (agent id → since, in ms).
+/// The plugin cannot list a tenant's agents, so the gateway's list holds
+/// these, each only while it still carries `metadata.a2a`.
+pub const DIRECTORY: Collection<u64> = Collection::new("directory");
 
 pub const PROTOCOL_VERSION: &str = "1.0";
 pub const MODES: [&str; 2] = ["text/plain", "application/json"];
@@ -55,6 +61,31 @@ pub fn card(id: &str, agent: &Value, base: &str) -> Value {
         "defaultOutputModes": MODES,
         "skills": skills,
     })
+}
+
+/// `a2a/publish {}`: the caller's agents that opted in join the gateway's list.
+pub fn publish(call: &Call) -> Result<Reply> {
+    let mut published = vec![];
+    for id in &call.caller.agent_ids {
+        if opted_in(id).is_some() {
+            DIRECTORY.put(id, &ids::now_ms())?;
+            published.push(id.clone());
+        }
+    }
+    Reply::json(&json!({ "published": published }))
+}
+
+/// `GET /agents`: the published agents that still opt in, with their card URLs.
+pub fn list(base: &str) -> Result<Value> {
+    let mut agents = vec![];
+    DIRECTORY.all().each(|e| {
+        if let Some(a) = opted_in(&e.key) {
+            let c = card(&e.key, &a, base);
+            agents.push(json!({"id": e.key, "name": c["name"], "description": c["description"], "card": format!("{base}/agents/{}/.well-known/agent-card.json", e.key)}));
+        }
+        Ok(agents.len() < 1000)
+    })?;
+    Ok(json!({ "agents": agents }))
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! in through their registration metadata (`metadata.a2a`).
 //!
 //! Served under the plugin's HTTP prefix (`/a2a`):
+//! - `GET /agents`: the agents published with `a2a/publish`, with their cards' URLs;
 //! - `GET /agents/{id}/.well-known/agent-card.json`: the agent's card ([`cards`]);
 //! - `POST /agents/{id}`: its JSON-RPC URL ([`methods`]).
 //!
@@ -49,6 +50,14 @@ fn not_found(what: String) -> HttpResponse {
 
 impl HttpHandler for A2a {
     fn handle(req: HttpRequest) -> HttpResponse {
+        if req.path == "/agents" {
+            let s = Settings::load();
+            return match (req.method.as_str(), cards::list(&s.base(header(&req, "host")))) {
+                ("GET", Ok(list)) => HttpResponse::json(200, &list),
+                ("GET", Err(e)) => HttpResponse::json(503, &json!({"error": e.message()})),
+                _ => HttpResponse::json(405, &json!({"error": format!("{} is not allowed on /agents", req.method)})),
+            };
+        }
         let Some(rest) = req.path.strip_prefix("/agents/") else {
             return not_found(format!("no A2A endpoint at {}", req.path));
         };
@@ -80,7 +89,7 @@ impl HttpHandler for A2a {
 
 impl Extension for A2a {
     const ERRORS: ErrorRange = ERRORS;
-    const METHODS: Methods = Methods::new(&[("a2a/reply", agent::reply), ("a2a/task/update", agent::update), ("a2a/task/get", agent::get)]);
+    const METHODS: Methods = Methods::new(&[("a2a/reply", agent::reply), ("a2a/task/update", agent::update), ("a2a/task/get", agent::get), ("a2a/publish", cards::publish)]);
 
     fn describe() -> Describe {
         // Experimental (in no MAP registry): `x-a2a`, URI `x-a2a:1`.
