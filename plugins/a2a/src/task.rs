@@ -164,8 +164,8 @@ pub fn change(id: &str, c: &Change) -> Result<std::result::Result<Task, &'static
         batch.put(&TASKS, id.to_string(), &task);
         Ok(batch.commit()?.then(|_| Ok(task)))
     })
-    .map(|r| {
-        if let Ok(task) = &r {
+    .inspect(|r| {
+        if let Ok(task) = r {
             for a in &c.artifacts {
                 emit_data("a2a.task.artifact", task, json!({"artifactId": a["artifactId"]}));
             }
@@ -173,7 +173,6 @@ pub fn change(id: &str, c: &Change) -> Result<std::result::Result<Task, &'static
                 emit("a2a.task.status", task);
             }
         }
-        r
     })
 }
 
