@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the build needs beyond rustup and cargo: the wasm32-wasip2
 # target for plugins; with --tests, the npm packages of the interop suite, the
-# Python gRPC client (grpcio) in target/pyenv, Chromium for the dashboard's
+# Python gRPC client (grpcio) in target/pyenv, the A2A SDK (a2a-sdk) in
+# target/a2a-pyenv, Chromium for the dashboard's
 # browser test, Debian's docker-registry for the OCI tests, and the C audit
 # example's tools (clang, wasi-libc; wit-bindgen and wasm-tools in target/tools).
 set -euo pipefail
@@ -25,6 +26,17 @@ if [ "${1:-}" = "--tests" ]; then
         fi
         target/pyenv/bin/pip install --quiet --disable-pip-version-check -r tests/grpc/requirements.txt
         cp tests/grpc/requirements.txt target/pyenv/requirements.txt
+    fi
+    # The A2A bridge's tests drive it with the official A2A SDK (a2a-sdk), in a venv of its own.
+    if ! cmp -s tests/a2a/requirements.txt target/a2a-pyenv/requirements.txt; then
+        echo "==> installing the A2A SDK for Python (target/a2a-pyenv)"
+        rm -rf target/a2a-pyenv
+        python3 -m venv target/a2a-pyenv 2>/dev/null || {
+            apt-get install -y -q python3-venv >/dev/null || sudo apt-get install -y -q python3-venv >/dev/null
+            python3 -m venv target/a2a-pyenv
+        }
+        target/a2a-pyenv/bin/pip install --quiet --disable-pip-version-check -r tests/a2a/requirements.txt
+        cp tests/a2a/requirements.txt target/a2a-pyenv/requirements.txt
     fi
     apt_install() {
         apt-get install -y -q "$@" >/dev/null || sudo apt-get install -y -q "$@" >/dev/null

@@ -63,26 +63,27 @@ fn extensions(connected: &Value) -> Vec<Value> {
 #[tokio::test]
 async fn the_standard_plugins_advertise_registered_or_experimental_identities() {
     let dist = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../plugins/dist");
-    let built = ["uap", "mamp", "tasks"].iter().all(|p| dist.join(format!("{p}.wasm")).exists());
+    let built = ["uap", "mamp", "tasks", "a2a"].iter().all(|p| dist.join(format!("{p}.wasm")).exists());
     assert!(built, "{} lacks the standard plugins: run scripts/build-plugins.sh", dist.display());
     let server = format!("max_message_bytes = 65536\nplugin_dir = {:?}", dist.to_string_lossy());
     let gw = Gateway::start_config(&server, TENANTS);
     let (mut ws, connected) = gw.ws_connected("agent", None).await;
     let caps = &connected["capabilities"];
     let uris: Vec<String> = extensions(&connected).iter().filter_map(|e| e["uri"].as_str().map(String::from)).collect();
-    for (uri, name, group) in [("x-uap:1", "x-uap", "x-uap"), ("x-mamp:1", "x-mamp", "x-mamp"), ("urn:map:ext:mail:1", "mail", "mail"), ("urn:map:ext:trajectory:1", "trajectory", "trajectory"), ("urn:map:ext:tasks:1", "tasks", "tasks")] {
+    for (uri, name, group) in [("x-uap:1", "x-uap", "x-uap"), ("x-mamp:1", "x-mamp", "x-mamp"), ("x-a2a:1", "x-a2a", "x-a2a"), ("urn:map:ext:mail:1", "mail", "mail"), ("urn:map:ext:trajectory:1", "trajectory", "trajectory"), ("urn:map:ext:tasks:1", "tasks", "tasks")] {
         let ext = extensions(&connected).into_iter().find(|e| e["uri"] == uri).unwrap_or_else(|| panic!("{uri} advertised: {uris:?}"));
         assert_eq!(ext["name"], name, "{ext}");
         assert_eq!(caps[group]["enabled"], true, "capability group {group}: {caps}");
     }
-    assert!(caps.get("uap").is_none() && caps.get("mamp").is_none(), "the experimental groups take the x- names: {caps}");
-    for gone in ["urn:map:ext:uap:1", "urn:map:ext:mamp:1"] {
+    assert!(caps.get("uap").is_none() && caps.get("mamp").is_none() && caps.get("a2a").is_none(), "the experimental groups take the x- names: {caps}");
+    for gone in ["urn:map:ext:uap:1", "urn:map:ext:mamp:1", "urn:map:ext:a2a:1"] {
         assert!(!uris.iter().any(|u| u == gone), "{gone} is in no registry: {uris:?}");
     }
-    // Their errors moved with them: UAP 91000–91999, MAMP 92000–92999.
+    // Their errors moved with them: UAP 91000–91999, MAMP 92000–92999, A2A 93000–93999.
     assert_eq!(err_code(&ws.call("uap/get", json!({"jobId": "job-none"})).await), 91000);
     ws.call_ok("map/agents/register", json!({"agentId": "registry-alice"})).await;
     assert_eq!(err_code(&ws.call("mamp/conversation", json!({"conversationId": "none"})).await), 92000);
+    assert_eq!(err_code(&ws.call("a2a/task/get", json!({"taskId": "none"})).await), 93000);
     // The tasks plugin serves the registered map/tasks/ namespace, and no other map/ method.
     assert_eq!(err_code(&ws.call("map/tasks/assign", json!({"taskId": "task-none", "agentId": "x"})).await), 14001);
     // map/resources/ is the core's, over the types plugins provide through their `resources` export.

@@ -42,7 +42,8 @@ pub const REGISTRY: &[Registered] = &[
 
 /// Where registered URIs live.
 pub const URN_PREFIX: &str = "urn:map:ext:";
-/// Experimental extensions take error codes from here up.
+/// Experimental extensions take error codes from here up. The standard
+/// plugins hold x-uap 91000–91999, x-mamp 92000–92999 and x-a2a 93000–93999.
 pub const EXPERIMENTAL_ERRORS_FROM: i64 = 90000;
 /// An extension's error range lies within one block of this many codes.
 const BLOCK: i64 = 1000;
@@ -205,6 +206,12 @@ mod tests {
         let mamp = declared("x-mamp", "x-mamp:1", "x-mamp", &none, (92000, 92999));
         assert!(collide(&uap, &other).unwrap().contains("must be disjoint"));
         assert_eq!(collide(&uap, &mamp), None);
+        // The standard experimental plugins each keep a block of their own.
+        let a2a = declared("x-a2a", "x-a2a:1", "x-a2a", &none, (93000, 93999));
+        assert_eq!(check(&a2a), Ok(None));
+        assert_eq!((collide(&a2a, &uap), collide(&a2a, &mamp)), (None, None));
+        let squatter = declared("x-squat", "x-squat:1", "x-squat", &none, (93500, 93599));
+        assert!(collide(&a2a, &squatter).unwrap().contains("must be disjoint"));
         assert_eq!(collide(&uap, &uap), None, "one extension loaded twice");
         assert_eq!(plugin_namespace("map/tasks/create"), Some("map/tasks/"));
         assert_eq!(plugin_namespace("map/agents/list"), None);

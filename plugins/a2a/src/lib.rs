@@ -1,0 +1,112 @@
+//! The A2A bridge as a gateway plugin (world `http-service`): A2A clients
+//! (protocol 1.0, and 0.3's method names; JSON-RPC binding) reach this tenant's MAP agents that opt
+//! in through their registration metadata (`metadata.a2a`).
+//!
+//! Served under the plugin's HTTP prefix (`/a2a`):
+//! - `GET /agents`: the agents published with `a2a/publish`, with their cards' URLs;
+//! - `GET /agents/{id}/.well-known/agent-card.json`: the agent's card ([`cards`]);
+//! - `POST /agents/{id}`: its JSON-RPC URL ([`methods`]).
+//!
+//! A client's message reaches the agent as `map/message` with
+//! `meta.protocol = "a2a"`, opening a durable task ([`task`]); the agent
+//! answers with `a2a/reply` and `a2a/task/update` ([`agent`]).
+
+mod agent;
+mod cards;
+mod compat;
+mod jsonrpc;
+mod message;
+mod methods;
+mod settings;
+mod stream;
+mod task;
+
+use map_plugin_sdk::{Describe, ErrorRange, EventFilter, Extension, HttpHandler, HttpRequest, HttpResponse, Methods};
+use serde_json::{json, Value};
+
+use jsonrpc::{answer, Fault};
+use settings::Settings;
+
+/// An experimental extension's range (A2A is in no MAP registry).
+const ERRORS: ErrorRange = ErrorRange::new(93000, 93999).with_storage_code(93999);
+/// No A2A task with that id.
+const TASK_NOT_FOUND: i64 = ERRORS.code(93000);
+/// The task is served by another agent.
+const NOT_YOURS: i64 = ERRORS.code(93001);
+/// The task is in a terminal state.
+const TASK_FINAL: i64 = ERRORS.code(93002);
+
+const CARD: &str = "/.well-known/agent-card.json";
+
+struct A2a;
+
+fn header<'a>(req: &'a HttpRequest, name: &str) -> Option<&'a str> {
+    req.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+}
+
+fn not_found(what: String) -> HttpResponse {
+    answer(404, &Value::Null, Err(Fault::new(jsonrpc::INVALID_REQUEST, what)))
+}
+
+impl HttpHandler for A2a {
+    fn handle(req: HttpRequest) -> HttpResponse {
+        if req.path == "/agents" {
+            let s = Settings::load();
+            return match (req.method.as_str(), cards::list(&s.base(header(&req, "host")))) {
+                ("GET", Ok(list)) => HttpResponse::json(200, &list),
+                ("GET", Err(e)) => HttpResponse::json(503, &json!({"error": e.message()})),
+                _ => HttpResponse::json(405, &json!({"error": format!("{} is not allowed on /agents", req.method)})),
+            };
+        }
+        let Some(rest) = req.path.strip_prefix("/agents/") else {
+            return not_found(format!("no A2A endpoint at {}", req.path));
+        };
+        let (id, card) = match rest.strip_suffix(CARD) {
+            Some(id) => (id, true),
+            None => (rest, false),
+        };
+        if id.is_empty() || id.len() > 128 || id.contains('/') {
+            return not_found(format!("no A2A endpoint at {}", req.path));
+        }
+        let Some(agent) = cards::opted_in(id) else {
+            return not_found(format!("no A2A agent {id} here"));
+        };
+        let s = Settings::load();
+        match (card, req.method.as_str()) {
+            (true, "GET") => HttpResponse::json(200, &cards::card(id, &agent, &s.base(header(&req, "host")))),
+            (false, "POST") => match jsonrpc::parse(&req, s.max_request_bytes) {
+                Ok(call) => methods::handle(id, call, &s),
+                Err(refused) => refused,
+            },
+            _ => {
+                let mut r = HttpResponse::json(405, &json!({"error": format!("{} is not allowed on {}", req.method, req.path)}));
+                r.headers.push(("allow".into(), if card { "GET" } else { "POST" }.into()));
+                r
+            }
+        }
+    }
+}
+
+impl Extension for A2a {
+    const ERRORS: ErrorRange = ERRORS;
+    const METHODS: Methods = Methods::new(&[("a2a/reply", agent::reply), ("a2a/task/update", agent::update), ("a2a/task/get", agent::get), ("a2a/publish", cards::publish)]);
+
+    fn describe() -> Describe {
+        // Experimental (in no MAP registry): `x-a2a`, URI `x-a2a:1`.
+        Describe::new("x-a2a", env!("CARGO_PKG_VERSION"))
+            .capabilities(json!({"enabled": true, "protocolVersion": cards::PROTOCOL_VERSION}))
+            .event_filter(EventFilter::new("a2a", "a2a.task.*").field("taskId", &["taskId"]).field("agentId", &["agentId"]).field("contextId", &["contextId"]))
+    }
+}
+
+// The `http-service` world includes `lifecycle`; the bridge keeps no
+// memory between calls and schedules no timers yet.
+impl map_plugin_sdk::Lifecycle for A2a {
+    fn init() -> std::result::Result<(), String> {
+        Ok(())
+    }
+
+    fn on_timer(_timer: u64, _tag: String) {}
+}
+
+map_plugin_sdk::export_http_service!(A2a);

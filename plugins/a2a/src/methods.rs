@@ -1,0 +1,214 @@
+//! The A2A methods an agent's JSON-RPC URL answers (`<base>/agents/<id>`).
+
+use map_plugin_sdk::{ids, metrics, router, HttpResponse};
+use serde_json::{json, Value};
+
+use crate::jsonrpc::{self, answer, count, flag, only, Fault, Request, INTERNAL, TASK_NOT_CANCELABLE, UNSUPPORTED_OPERATION};
+use crate::compat;
+use crate::message;
+use crate::settings::Settings;
+use crate::task::{self, Change, Task, TASKS};
+use crate::stream;
+
+/// Dispatch one request for agent `agent`.
+pub fn handle(agent: &str, mut req: Request, s: &Settings) -> HttpResponse {
+    // A 0.3 method name: the same method, in and out of 0.3 shapes.
+    let legacy = compat::method(&req.method);
+    if let Some(core) = legacy {
+        req.method = core.to_string();
+        req.params = compat::params_in(&req.params);
+    }
+    let legacy = legacy.is_some();
+    let p = &req.params;
+    let result = match req.method.as_str() {
+        "SendMessage" => send(agent, p, s).and_then(|(t, _)| settle(t, p, s)),
+        "SendStreamingMessage" => return streaming(agent, &req, s, legacy),
+        "GetTask" => get(agent, p),
+        "ListTasks" => list(agent, p),
+        "CancelTask" => cancel(agent, p),
+        "SubscribeToTask" => return subscribe(agent, &req, s, legacy),
+        "CreateTaskPushNotificationConfig" | "GetTaskPushNotificationConfig" | "ListTaskPushNotificationConfigs" | "DeleteTaskPushNotificationConfig" => {
+            Err(Fault::new(jsonrpc::PUSH_NOT_SUPPORTED, "push notifications are not supported by this agent"))
+        }
+        "GetExtendedAgentCard" => Err(Fault::new(jsonrpc::EXTENDED_CARD_NOT_CONFIGURED, "this agent has no extended card")),
+        m => Err(Fault::new(jsonrpc::METHOD_NOT_FOUND, format!("no method {m:?}"))),
+    };
+    let outcome = match &result {
+        Ok(_) => "ok",
+        Err(_) => "error",
+    };
+    metrics::count("a2a_requests_total", &[("method", method_label(&req.method)), ("result", outcome)], 1);
+    answer(200, &req.id, if legacy { result.map(|r| compat::result_out(&r)) } else { result })
+}
+
+fn method_label(m: &str) -> &'static str {
+    ["SendMessage", "SendStreamingMessage", "GetTask", "ListTasks", "CancelTask", "SubscribeToTask"].into_iter().find(|x| *x == m).unwrap_or("other")
+}
+
+/// A task the agent serves, or TaskNotFound (tasks of other agents and
+/// tenants are not visible here).
+pub fn owned(agent: &str, id: &str) -> Result<Task, Fault> {
+    match TASKS.get(id).map_err(Fault::store)? {
+        Some(t) if t.agent == agent => Ok(t),
+        _ => Err(Fault::task_not_found(id)),
+    }
+}
+
+fn task_id(p: &Value) -> Result<String, Fault> {
+    message::id(p.get("id").unwrap_or(&Value::Null), "id").map_err(Fault::params)
+}
+
+/// Record the client's message (a new task, or the next turn of one that
+/// waits for input) and deliver it to the agent as `map/message`.
+pub fn send(agent: &str, p: &Value, s: &Settings) -> Result<(Task, u64), Fault> {
+    only(p, &["tenant", "message", "configuration", "metadata"])?;
+    let config = p.get("configuration").cloned().unwrap_or(json!({}));
+    if !config.is_object() {
+        return Err(Fault::params("configuration must be an object"));
+    }
+    only(&config, &["acceptedOutputModes", "taskPushNotificationConfig", "historyLength", "returnImmediately"])?;
+    if config.get("taskPushNotificationConfig").is_some_and(|c| !c.is_null()) {
+        return Err(Fault::new(jsonrpc::PUSH_NOT_SUPPORTED, "push notifications are not supported by this agent"));
+    }
+    let msg = message::message(p.get("message").unwrap_or(&Value::Null), "message", "ROLE_USER").map_err(Fault::params)?;
+    if router::connected_since(&[agent.to_string()]).first().copied().flatten().is_none() {
+        return Err(Fault::new(INTERNAL, format!("agent {agent} is not connected (messages are not queued)")));
+    }
+    let (task, from) = match msg.get("taskId").and_then(Value::as_str) {
+        Some(id) => {
+            let t = owned(agent, id)?;
+            if task::is_terminal(t.state()) {
+                return Err(Fault::new(UNSUPPORTED_OPERATION, format!("task {id} is {}: a terminal task takes no more messages", t.state())));
+            }
+            if msg.get("contextId").is_some_and(|c| *c != json!(t.context_id)) {
+                return Err(Fault::params(format!("message.contextId does not match task {id}'s")));
+            }
+            let seq = t.seq;
+            let c = Change { state: Some("working"), message: Some(msg.clone()), user: true, ..Change::default() };
+            let t = task::change(id, &c).map_err(Fault::store)?.map_err(|st| Fault::new(UNSUPPORTED_OPERATION, format!("task {id} is {st}")))?;
+            (t, seq)
+        }
+        None => {
+            let context = msg.get("contextId").and_then(Value::as_str).map(String::from).unwrap_or_else(|| ids::new_id("ctx"));
+            let t = task::create(agent, &context, &msg, s.max_tasks_per_tenant).map_err(Fault::store)?;
+            let t = t.ok_or_else(|| Fault::new(INTERNAL, format!("this tenant holds {} tasks, its limit", s.max_tasks_per_tenant)))?;
+            (t, 0)
+        }
+    };
+    deliver(&task, &msg)?;
+    Ok((task, from))
+}
+
+fn deliver(task: &Task, msg: &Value) -> Result<(), Fault> {
+    let payload = json!({"a2a": {"method": "SendMessage", "taskId": task.id, "contextId": task.context_id, "message": msg}});
+    let meta = json!({"protocol": "a2a", "a2a": {"taskId": task.id, "contextId": task.context_id}});
+    let sent = router::send(&json!({"agent": task.agent}), &payload, Some(&meta));
+    if sent.as_ref().ok().and_then(|r| r["delivered"].as_array()).is_none_or(Vec::is_empty) {
+        // Not delivered: the task fails rather than wait for nobody.
+        let why = json!({"messageId": ids::new_id("msg"), "role": "ROLE_AGENT", "taskId": task.id, "contextId": task.context_id, "parts": [{"text": format!("agent {} could not be reached", task.agent)}]});
+        let _ = task::change(&task.id, &Change { state: Some("failed"), message: Some(why), ..Change::default() });
+        return Err(Fault::new(INTERNAL, format!("agent {} could not be reached", task.agent)));
+    }
+    Ok(())
+}
+
+/// A blocking SendMessage: wait (bounded) for the agent's first reply or a
+/// settled state; the reply message, else the task as it is then.
+fn settle(t: Task, p: &Value, s: &Settings) -> Result<Value, Fault> {
+    let config = &p["configuration"];
+    let history = count(config, "historyLength", 1000)?.map(|n| n as usize);
+    if flag(config, "returnImmediately")? {
+        return Ok(json!({"task": t.wire(history, true)}));
+    }
+    let deadline = ids::now_ms() + s.blocking_wait_ms;
+    let mut t = t;
+    loop {
+        if let Some(m) = &t.first_reply {
+            return Ok(json!({"message": m}));
+        }
+        if task::is_settled(t.state()) || ids::now_ms() >= deadline {
+            return Ok(json!({"task": t.wire(history, true)}));
+        }
+        stream::pause();
+        t = TASKS.get(&t.id).map_err(Fault::store)?.ok_or_else(|| Fault::task_not_found(&t.id))?;
+    }
+}
+
+fn get(agent: &str, p: &Value) -> Result<Value, Fault> {
+    only(p, &["tenant", "id", "historyLength"])?;
+    let t = owned(agent, &task_id(p)?)?;
+    Ok(t.wire(count(p, "historyLength", 1000)?.map(|n| n as usize), true))
+}
+
+fn cancel(agent: &str, p: &Value) -> Result<Value, Fault> {
+    only(p, &["tenant", "id", "metadata"])?;
+    let id = task_id(p)?;
+    owned(agent, &id)?;
+    let t = task::change(&id, &Change { state: Some("canceled"), ..Change::default() })
+        .map_err(Fault::store)?
+        .map_err(|st| Fault::new(TASK_NOT_CANCELABLE, format!("task {id} is {st}: a terminal task cannot be canceled")))?;
+    // The agent hears of it; the task is canceled whether or not it listens.
+    let payload = json!({"a2a": {"method": "CancelTask", "taskId": t.id, "contextId": t.context_id}});
+    let meta = json!({"protocol": "a2a", "a2a": {"taskId": t.id, "contextId": t.context_id, "canceled": true}});
+    let _ = router::send(&json!({"agent": t.agent}), &payload, Some(&meta));
+    Ok(t.wire(None, true))
+}
+
+/// ListTasks: the agent's tasks, newest first, `pageSize` (1..100, 50) a
+/// page; `nextPageToken` resumes after the last one given.
+fn list(agent: &str, p: &Value) -> Result<Value, Fault> {
+    only(p, &["tenant", "contextId", "status", "pageSize", "pageToken", "historyLength", "statusTimestampAfter", "includeArtifacts"])?;
+    let size = count(p, "pageSize", 100)?.unwrap_or(50).max(1) as usize;
+    let context = message::optional_id(p.get("contextId").unwrap_or(&Value::Null), "contextId").map_err(Fault::params)?;
+    let state = match p.get("status").and_then(Value::as_str) {
+        None | Some("TASK_STATE_UNSPECIFIED") => None,
+        Some(s) => Some(task::parse_state(s).ok_or_else(|| Fault::params(format!("status {s:?} is not a task state")))?),
+    };
+    let history = count(p, "historyLength", 1000)?.map(|n| n as usize);
+    let artifacts = flag(p, "includeArtifacts")?;
+    let token = match p.get("pageToken").and_then(Value::as_str).filter(|t| !t.is_empty()) {
+        Some(t) if t.len() <= 256 && t.contains('/') => Some(t.to_string()),
+        Some(_) => return Err(Fault::params("pageToken is not one this server gave")),
+        None => None,
+    };
+    let (mut tasks, mut total, mut next) = (vec![], 0u64, None);
+    let mut last = String::new();
+    let mut range = task::BY_TIME.all().reverse();
+    if let Some(t) = &token {
+        range = range.before(t.clone());
+    }
+    // The whole range after the token is read to count it (a tenant holds at most maxTasksPerTenant).
+    range
+        .each(|e| {
+            let Some(t) = TASKS.get(&e.value)? else { return Ok(true) };
+            let matches = t.agent == agent && context.as_ref().is_none_or(|c| *c == t.context_id) && state.is_none_or(|s| s == t.state());
+            if matches {
+                total += 1;
+                if tasks.len() < size {
+                    tasks.push(t.wire(history, artifacts));
+                    last = e.key.clone();
+                } else if next.is_none() {
+                    next = Some(last.clone());
+                }
+            }
+            Ok(true)
+        })
+        .map_err(Fault::store)?;
+    Ok(json!({"tasks": tasks, "nextPageToken": next.unwrap_or_default(), "pageSize": size, "totalSize": total}))
+}
+
+fn streaming(agent: &str, req: &Request, s: &Settings, legacy: bool) -> HttpResponse {
+    match send(agent, &req.params, s) {
+        Ok((t, from)) => stream::follow(&req.id, &t.id, from, None, s, legacy),
+        Err(f) => jsonrpc::sse(&req.id, &[Err(f)]),
+    }
+}
+
+fn subscribe(agent: &str, req: &Request, s: &Settings, legacy: bool) -> HttpResponse {
+    let start = only(&req.params, &["tenant", "id"]).and_then(|_| task_id(&req.params)).and_then(|id| owned(agent, &id));
+    match start {
+        Ok(t) if task::is_terminal(t.state()) => jsonrpc::sse(&req.id, &[Err(Fault::new(UNSUPPORTED_OPERATION, format!("task {} is {}: nothing more will happen", t.id, t.state())))]),
+        Ok(t) => stream::follow(&req.id, &t.id, t.seq, Some(json!({"task": t.wire(None, true)})), s, legacy),
+        Err(f) => jsonrpc::sse(&req.id, &[Err(f)]),
+    }
+}

@@ -1,0 +1,40 @@
+//! The bridge's configuration for a tenant (`plugin_config.a2a`).
+
+use serde::Deserialize;
+
+#[derive(Deserialize, Debug, Clone)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Settings {
+    /// The URL clients reach the bridge at; empty: `http://<Host>/a2a`.
+    pub base_url: String,
+    /// Largest JSON-RPC request body, in bytes (413 above).
+    pub max_request_bytes: usize,
+    /// Tasks one tenant may hold (-32603 with `tenantTaskLimit` above).
+    pub max_tasks_per_tenant: i64,
+    /// How long a blocking SendMessage waits for the agent's first answer.
+    pub blocking_wait_ms: u64,
+    /// How long one SSE response follows a task before it ends (the client
+    /// goes on with SubscribeToTask).
+    pub stream_window_ms: u64,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings { base_url: String::new(), max_request_bytes: 256 << 10, max_tasks_per_tenant: 10_000, blocking_wait_ms: 10_000, stream_window_ms: 20_000 }
+    }
+}
+
+impl Settings {
+    pub fn load() -> Settings {
+        map_plugin_sdk::config::load()
+    }
+
+    /// The bridge's base URL, from the configuration or the request's Host.
+    pub fn base(&self, host: Option<&str>) -> String {
+        if !self.base_url.is_empty() {
+            return self.base_url.trim_end_matches('/').to_string();
+        }
+        let host = host.filter(|h| !h.is_empty() && h.chars().all(|c| c.is_ascii_alphanumeric() || ".-:[]".contains(c))).unwrap_or("localhost");
+        format!("http://{host}/a2a")
+    }
+}

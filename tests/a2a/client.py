@@ -1,0 +1,105 @@
+"""An A2A client on the official SDK (a2a-sdk), driven one step at a time
+by tests/interop/a2a.test.mjs: each run does one thing and prints what it
+got as JSON lines (the SDK's protobuf messages as JSON).
+
+    client.py BASE KEY AGENT card
+    client.py BASE KEY AGENT send TEXT [--stream] [--task ID] [--context ID] [--immediate]
+    client.py BASE KEY AGENT get TASK | cancel TASK | subscribe TASK
+    client.py BASE KEY AGENT list [--size N] [--token T] [--context ID] [--state S]
+
+With --v03 the client uses only the card's 0.3 interface (the SDK's 0.3 transport).
+"""
+
+import argparse
+import asyncio
+import json
+import uuid
+
+import httpx
+from google.protobuf import json_format
+
+from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
+from a2a.types import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    ListTasksRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageRequest,
+    SubscribeToTaskRequest,
+    TaskState,
+)
+from a2a.utils.errors import A2AError
+
+
+def out(obj):
+    if not isinstance(obj, dict):
+        obj = json_format.MessageToDict(obj)
+    print(json.dumps(obj), flush=True)
+
+
+async def run(a):
+    url = f"{a.base}/agents/{a.agent}"
+    async with httpx.AsyncClient(headers={"x-api-key": a.key}, timeout=60) as http:
+        card = await A2ACardResolver(http, url).get_agent_card()
+        if a.cmd == "card":
+            out(card)
+            return
+        if a.v03:
+            # Only the 0.3 interface: the SDK then speaks 0.3 (its compat transport).
+            keep = [i for i in card.supported_interfaces if i.protocol_version == "0.3"]
+            del card.supported_interfaces[:]
+            card.supported_interfaces.extend(keep)
+        config = ClientConfig(httpx_client=http, streaming=a.stream or a.cmd == "subscribe", polling=a.immediate)
+        client = ClientFactory(config).create(card)
+        if a.cmd == "send":
+            msg = Message(message_id=str(uuid.uuid4()), role=Role.ROLE_USER, parts=[Part(text=a.arg)])
+            if a.task:
+                msg.task_id = a.task
+            if a.context:
+                msg.context_id = a.context
+            async for event in client.send_message(SendMessageRequest(message=msg)):
+                out(event)
+        elif a.cmd == "get":
+            out(await client.get_task(GetTaskRequest(id=a.arg)))
+        elif a.cmd == "cancel":
+            out(await client.cancel_task(CancelTaskRequest(id=a.arg)))
+        elif a.cmd == "subscribe":
+            async for event in client.subscribe(SubscribeToTaskRequest(id=a.arg)):
+                out(event)
+        elif a.cmd == "list":
+            req = ListTasksRequest(page_size=a.size, page_token=a.token or "")
+            if a.context:
+                req.context_id = a.context
+            if a.state:
+                req.status = TaskState.Value(a.state)
+            out(await client.list_tasks(req))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("base")
+    p.add_argument("key")
+    p.add_argument("agent")
+    p.add_argument("cmd", choices=["card", "send", "get", "cancel", "subscribe", "list"])
+    p.add_argument("arg", nargs="?")
+    p.add_argument("--stream", action="store_true")
+    p.add_argument("--immediate", action="store_true")
+    p.add_argument("--v03", action="store_true", help="speak A2A 0.3")
+    p.add_argument("--task")
+    p.add_argument("--context")
+    p.add_argument("--size", type=int, default=0)
+    p.add_argument("--token")
+    p.add_argument("--state")
+    a = p.parse_args()
+    try:
+        asyncio.run(run(a))
+    except A2AError as e:
+        out({"error": type(e).__name__, "message": str(e)})
+    except Exception as e:  # the SDK's client errors (HTTP status, parse failures)
+        out({"error": type(e).__name__, "message": str(e)})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,265 @@
+// The A2A bridge (plugins/a2a) end to end: the official A2A SDK for Python
+// (a2a-sdk, tests/a2a/client.py) is the A2A client, an SDK AgentConnection
+// is the MAP agent that opted in with `metadata.a2a` and answers with
+// a2a/reply and a2a/task/update. Each client.py run does one step and
+// prints what the SDK got as JSON lines.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { join, dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { existsSync } from 'node:fs';
+import { startGateway, connectAgent, connectClient, pollUntil, DEFAULT_TENANTS, WAIT_MS } from './harness.mjs';
+
+const HERE = dirname(fileURLToPath(import.meta.url));
+const ROOT = join(HERE, '..', '..');
+const DIST = join(ROOT, 'plugins', 'dist');
+const PYTHON = process.env.A2A_PYTHON ?? join(ROOT, 'target', 'a2a-pyenv', 'bin', 'python');
+const CLIENT = join(ROOT, 'tests', 'a2a', 'client.py');
+const ACME = { method: 'api-key', credential: 'acme-key' };
+
+let gw;
+let helper;
+let plain;
+const seen = []; // what reached the MAP agent: [{text, meta, a2a}]
+
+/** Run one client.py step; its JSON lines. */
+function a2a(args, key = 'acme-key') {
+  return new Promise((resolve, reject) => {
+    execFile(PYTHON, [CLIENT, `${gw.baseUrl}/a2a`, key, ...args], { timeout: 60_000 }, (err, stdout, stderr) => {
+      if (err) return reject(new Error(`client.py ${args.join(' ')}: ${err.message}\n${stderr}`));
+      resolve(stdout.trim().split('\n').filter(Boolean).map((l) => JSON.parse(l)));
+    });
+  });
+}
+
+/** A JSON-RPC request posted by hand (malformed ones the SDK would not send). */
+async function raw(agent, body, headers = {}) {
+  const res = await fetch(`${gw.baseUrl}/a2a/agents/${agent}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-api-key': 'acme-key', ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+  return { status: res.status, body: await res.json() };
+}
+
+const text = (m) => m?.parts?.[0]?.text;
+
+/** Subscriptions the bridge has opened so far (its counter in /metrics, for the acme tenant). */
+async function subscriptions() {
+  const body = await (await fetch(`${gw.baseUrl}/metrics`)).text();
+  const line = body.split('\n').find((l) => l.startsWith('map_plugin_a2a_streams_total{') && l.includes('kind="subscribe"') && l.includes('tenant="acme"'));
+  return line ? Number(line.split(' ').at(-1)) : 0;
+}
+
+/** Until the MAP agent has seen something that `pred` matches. */
+const agentSaw = (pred, what) => pollUntil(() => seen, (s) => s.some(pred), { timeoutMs: WAIT_MS, what });
+
+/** The MAP agent: what it does depends on the message's text. */
+async function answer(m) {
+  const a = m.payload?.a2a;
+  if (!a) return;
+  seen.push({ text: text(a.message), meta: m.meta, a2a: a });
+  const call = (method, params) => helper.conn.callExtension(method, { taskId: a.taskId, ...params });
+  const words = text(a.message) ?? '';
+  if (a.method === 'CancelTask') return;
+  if (words === 'hello') await call('a2a/reply', { message: { parts: [{ text: 'hello back' }] } });
+  if (words.startsWith('report')) {
+    await call('a2a/task/update', { state: 'working', message: { parts: [{ text: 'on it' }] } });
+    await call('a2a/task/update', { artifacts: [{ artifactId: 'a1', name: 'summary', parts: [{ text: 'line 1' }] }] });
+    await call('a2a/task/update', { artifacts: [{ artifactId: 'a2', parts: [{ data: { rows: 2 } }] }] });
+    await call('a2a/task/update', { state: 'completed', message: { parts: [{ text: 'done' }] } });
+  }
+  if (words === 'hold') await call('a2a/task/update', { state: 'working' });
+  if (words === 'ask') await call('a2a/task/update', { state: 'input-required', message: { parts: [{ text: 'which one?' }] } });
+  if (words === 'the second') await call('a2a/reply', { message: { parts: [{ text: 'ok: the second' }] } });
+}
+
+before(async () => {
+  assert.ok(existsSync(join(DIST, 'a2a.wasm')), `${DIST}/a2a.wasm is missing: run scripts/build-plugins.sh`);
+  assert.ok(existsSync(PYTHON), `${PYTHON} is missing: run scripts/setup.sh --tests`);
+  const tenant = (id, extra = []) => ({ ...DEFAULT_TENANTS.find((t) => t.id === id), toml: ['plugins = ["a2a"]', ...extra].join('\n') });
+  gw = await startGateway({
+    tenants: [{ id: 'default' }, tenant('acme'), tenant('globex', ['[tenants.plugin_config.a2a]', 'maxTasksPerTenant = 1'])],
+    extraToml: [
+      '[plugins.a2a]',
+      `path = ${JSON.stringify(join(DIST, 'a2a.wasm'))}`,
+      'http_prefix = "/a2a"',
+      'deadline_ms = 20000',
+      '[plugins.a2a.config]',
+      // Waits end as soon as the task settles: generous bounds keep a loaded machine from failing them.
+      'blockingWaitMs = 15000',
+      // Under the gateway's max_message_bytes (65536 here), which the host enforces first.
+      'maxRequestBytes = 32768',
+      'streamWindowMs = 15000',
+    ].join('\n'),
+  });
+  helper = await connectAgent(gw, { name: 'Helper', agentId: 'helper', auth: ACME });
+  await helper.conn.updateMetadata({ a2a: { description: 'Writes reports', skills: [{ id: 'report', name: 'Reports', description: 'Writes a report', tags: ['writing'] }, { name: 'no id: left out' }] } });
+  helper.conn.onMessage((m) => { answer(m).catch((e) => seen.push({ error: String(e) })); });
+  plain = await connectAgent(gw, { name: 'Plain', agentId: 'plain', auth: ACME });
+});
+
+after(async () => { await gw?.stop(); });
+
+test('an opted-in agent has a card the SDK resolves and can join the gateway list; others and other tenants have none', async () => {
+  const [card] = await a2a(['helper', 'card']);
+  assert.equal(card.name, 'Helper');
+  assert.equal(card.description, 'Writes reports');
+  const url = `${gw.baseUrl}/a2a/agents/helper`;
+  assert.deepEqual(card.supportedInterfaces, [{ url, protocolBinding: 'JSONRPC', protocolVersion: '1.0' }, { url, protocolBinding: 'JSONRPC', protocolVersion: '0.3' }]);
+  assert.deepEqual(card.skills, [{ id: 'report', name: 'Reports', description: 'Writes a report', tags: ['writing'] }]);
+  assert.equal(card.capabilities.streaming, true);
+  assert.equal((await a2a(['plain', 'card']))[0].error, 'AgentCardResolutionError');
+  // The gateway's list: agents that published themselves and still opt in.
+  assert.deepEqual(await helper.conn.callExtension('a2a/publish', {}), { published: ['helper'] });
+  assert.deepEqual(await plain.conn.callExtension('a2a/publish', {}), { published: [] });
+  const list = async (key) => (await fetch(`${gw.baseUrl}/a2a/agents`, { headers: { 'x-api-key': key } })).json();
+  assert.deepEqual(await list('acme-key'), { agents: [{ id: 'helper', name: 'Helper', description: 'Writes reports', card: `${url}/.well-known/agent-card.json` }] });
+  assert.deepEqual(await list('globex-key'), { agents: [] });
+  assert.equal((await a2a(['helper', 'card'], 'globex-key'))[0].error, 'AgentCardResolutionError', 'another tenant sees no such agent');
+});
+
+test('a message is answered: the agent gets map/message with meta.protocol a2a, and its a2a/reply comes back', async () => {
+  const [ev] = await a2a(['helper', 'send', 'hello']);
+  assert.equal(ev.message.role, 'ROLE_AGENT');
+  assert.equal(text(ev.message), 'hello back');
+  const got = seen.find((s) => s.text === 'hello');
+  assert.equal(got.meta.protocol, 'a2a');
+  assert.equal(got.meta.a2a.taskId, ev.message.taskId);
+  assert.equal(got.meta.a2a.contextId, ev.message.contextId);
+  const [task] = await a2a(['helper', 'get', ev.message.taskId]);
+  assert.equal(task.status.state, 'TASK_STATE_COMPLETED');
+  assert.deepEqual(task.history.map(text), ['hello', 'hello back']);
+});
+
+test('a task goes working → completed with artifacts; a blocking send returns it settled', async () => {
+  const [ev] = await a2a(['helper', 'send', 'report q3']);
+  const task = ev.task;
+  assert.equal(task.status.state, 'TASK_STATE_COMPLETED');
+  assert.equal(text(task.status.message), 'done');
+  assert.deepEqual(task.artifacts, [
+    { artifactId: 'a1', name: 'summary', parts: [{ text: 'line 1' }] },
+    { artifactId: 'a2', parts: [{ data: { rows: 2 } }] },
+  ]);
+  assert.deepEqual(task.history.map(text), ['report q3', 'on it', 'done']);
+});
+
+test('streaming: the updates of a task arrive in order and end at its terminal state', async () => {
+  const events = await a2a(['helper', 'send', 'report streamed', '--stream']);
+  const kinds = events.map((e) => Object.keys(e)[0]);
+  assert.deepEqual(kinds, ['task', 'statusUpdate', 'artifactUpdate', 'artifactUpdate', 'statusUpdate']);
+  assert.equal(events[0].task.status.state, 'TASK_STATE_SUBMITTED');
+  assert.equal(events[1].statusUpdate.status.state, 'TASK_STATE_WORKING');
+  assert.deepEqual(events.slice(2, 4).map((e) => e.artifactUpdate.artifact.artifactId), ['a1', 'a2']);
+  assert.equal(events[4].statusUpdate.status.state, 'TASK_STATE_COMPLETED');
+  assert.ok(events.every((e) => (e.task?.id ?? Object.values(e)[0].taskId) === events[0].task.id));
+});
+
+test('input-required: the next message of the same task reaches the agent and completes it', async () => {
+  const [ev] = await a2a(['helper', 'send', 'ask']);
+  assert.equal(ev.task.status.state, 'TASK_STATE_INPUT_REQUIRED');
+  assert.equal(text(ev.task.status.message), 'which one?');
+  const [next] = await a2a(['helper', 'send', 'the second', '--task', ev.task.id, '--context', ev.task.contextId]);
+  assert.equal(text(next.message), 'ok: the second');
+  assert.equal(seen.find((s) => s.text === 'the second').a2a.taskId, ev.task.id);
+});
+
+test('cancel: a working task is canceled, the agent is told, a subscriber sees the end; terminal tasks stay final', async () => {
+  const [ev] = await a2a(['helper', 'send', 'hold', '--immediate']);
+  const id = ev.task.id;
+  await agentSaw((s) => s.a2a?.taskId === id, 'the hold message');
+  const before = await subscriptions();
+  const sub = a2a(['helper', 'subscribe', id]);
+  // Cancel once the subscription is open, so that it sees the end.
+  await pollUntil(subscriptions, (n) => n > before, { what: 'the subscription to open' });
+  const [canceled] = await a2a(['helper', 'cancel', id]);
+  assert.equal(canceled.status.state, 'TASK_STATE_CANCELED');
+  const events = await sub;
+  assert.equal(events[0].task.id, id);
+  assert.equal(events.at(-1).statusUpdate.status.state, 'TASK_STATE_CANCELED');
+  await agentSaw((s) => s.a2a?.method === 'CancelTask' && s.a2a.taskId === id, 'the cancel notice');
+  assert.equal((await a2a(['helper', 'cancel', id]))[0].error, 'TaskNotCancelableError');
+  await assert.rejects(helper.conn.callExtension('a2a/task/update', { taskId: id, state: 'completed' }), (e) => e.code === 93002);
+  assert.equal((await a2a(['helper', 'get', 'task-none']))[0].error, 'TaskNotFoundError');
+});
+
+test('ListTasks pages through the agent tasks newest first, with filters', async () => {
+  const all = (await a2a(['helper', 'list', '--size', '100']))[0];
+  assert.ok(all.tasks.length >= 5, JSON.stringify(all));
+  assert.equal(all.totalSize, all.tasks.length);
+  const seenIds = [];
+  let token = '';
+  for (let page = 0; page < 10; page++) {
+    const [res] = await a2a(['helper', 'list', '--size', '2', ...(token ? ['--token', token] : [])]);
+    assert.ok(res.tasks.length <= 2);
+    seenIds.push(...res.tasks.map((t) => t.id));
+    token = res.nextPageToken ?? '';
+    if (!token) break;
+  }
+  assert.deepEqual(seenIds, all.tasks.map((t) => t.id), 'pages hold every task once, in order');
+  const canceled = (await a2a(['helper', 'list', '--state', 'TASK_STATE_CANCELED']))[0];
+  assert.ok(canceled.tasks.length >= 1 && canceled.tasks.every((t) => t.status.state === 'TASK_STATE_CANCELED'));
+  assert.equal((await a2a(['plain', 'list']))[0].error, 'AgentCardResolutionError');
+});
+
+test('malformed requests get the JSON-RPC and A2A errors', async () => {
+  const msg = { messageId: 'm1', role: 'ROLE_USER', parts: [{ text: 'hi' }] };
+  const code = (r) => r.body.error?.code;
+  assert.equal(code(await raw('helper', '{not json')), -32700);
+  assert.equal(code(await raw('helper', [{ jsonrpc: '2.0', id: 1, method: 'GetTask' }])), -32600);
+  assert.equal(code(await raw('helper', { jsonrpc: '1.0', id: 1, method: 'GetTask' })), -32600);
+  assert.equal(code(await raw('helper', { jsonrpc: '2.0', id: 1, method: 'tasks/explode' })), -32601);
+  assert.equal(code(await raw('helper', { jsonrpc: '2.0', id: 1, method: 'GetTask', params: [] })), -32602);
+  assert.equal(code(await raw('helper', { jsonrpc: '2.0', id: 1, method: 'GetTask', params: { id: 7 } })), -32602);
+  assert.equal(code(await raw('helper', { jsonrpc: '2.0', id: 1, method: 'SendMessage', params: { message: { ...msg, role: 'ROLE_AGENT' } } })), -32602);
+  assert.equal(code(await raw('helper', { jsonrpc: '2.0', id: 1, method: 'SendMessage', params: { message: { ...msg, parts: [{ text: 'a', data: {} }] } } })), -32602);
+  assert.equal(code(await raw('helper', { jsonrpc: '2.0', id: 1, method: 'SendMessage', params: { message: { ...msg, parts: [{ url: 'file:///etc/passwd' }] } } })), -32602);
+  assert.equal(code(await raw('helper', { jsonrpc: '2.0', id: 1, method: 'ListTasks', params: { pageSize: 1000 } })), -32602);
+  assert.equal(code(await raw('helper', { jsonrpc: '2.0', id: 1, method: 'GetTask', params: { id: 'x' } }, { 'a2a-version': '9.9' })), -32009);
+  assert.equal(code(await raw('helper', { jsonrpc: '2.0', id: 1, method: 'CreateTaskPushNotificationConfig', params: {} })), -32003);
+  const big = await raw('helper', { jsonrpc: '2.0', id: 1, method: 'SendMessage', params: { message: { ...msg, parts: [{ text: 'x'.repeat(40_000) }] } } });
+  assert.equal(big.status, 413);
+  assert.equal(code(big), -32600);
+  const r = await raw('helper', { jsonrpc: '2.0', id: 'abc', method: 'GetTask', params: { id: 'task-none' } });
+  assert.deepEqual([r.body.id, code(r)], ['abc', -32001]);
+  await assert.rejects(helper.conn.callExtension('a2a/reply', { taskId: 'task-none', message: { parts: [{ text: 'x' }] } }), (e) => e.code === 93000);
+});
+
+test('tenant walls: tasks are the tenant own, and a tenant holds at most its limit', async () => {
+  const [ev] = await a2a(['helper', 'send', 'hold', '--immediate']);
+  const other = await raw('helper', { jsonrpc: '2.0', id: 1, method: 'GetTask', params: { id: ev.task.id } }, { 'x-api-key': 'globex-key' });
+  assert.equal(other.status, 404, 'no agent helper in globex');
+  const g = await connectAgent(gw, { name: 'G', agentId: 'g-agent', auth: { method: 'api-key', credential: 'globex-key' } });
+  await g.conn.updateMetadata({ a2a: { skills: [] } });
+  assert.equal((await a2a(['g-agent', 'get', ev.task.id], 'globex-key'))[0].error, 'TaskNotFoundError');
+  assert.ok((await a2a(['g-agent', 'send', 'one', '--immediate'], 'globex-key'))[0].task);
+  const refused = (await a2a(['g-agent', 'send', 'two', '--immediate'], 'globex-key'))[0];
+  assert.match(refused.message ?? '', /limit/);
+});
+
+test('a2a.task.* events reach MAP subscribers', async () => {
+  const w = await connectClient(gw, { auth: ACME });
+  const sub = await w.conn.subscribe({ eventTypes: ['a2a.task.*'] });
+  const [ev] = await a2a(['helper', 'send', 'report events']);
+  const events = await w.tap.waitForEvents(sub.id, (e) => e.data?.taskId === ev.task.id, 5, WAIT_MS);
+  assert.deepEqual(events.map((p) => p.event.type), ['a2a.task.created', 'a2a.task.status', 'a2a.task.artifact', 'a2a.task.artifact', 'a2a.task.status']);
+  assert.deepEqual(events.map((p) => p.event.data.state), ['submitted', 'working', 'working', 'working', 'completed']);
+  assert.equal(events[0].event.data.agentId, 'helper');
+});
+
+test('A2A 0.3: the SDK on its 0.3 transport gets the same answers, in 0.3 shapes on the wire', async () => {
+  const [hello] = await a2a(['helper', 'send', 'hello', '--v03']);
+  assert.equal(text(hello.message), 'hello back');
+  const [ev] = await a2a(['helper', 'send', 'report old', '--v03']);
+  assert.equal(ev.task.status.state, 'TASK_STATE_COMPLETED');
+  assert.deepEqual(ev.task.artifacts.map((a) => a.artifactId), ['a1', 'a2']);
+  const events = await a2a(['helper', 'send', 'report old streamed', '--v03', '--stream']);
+  assert.equal(events.at(-1).statusUpdate.status.state, 'TASK_STATE_COMPLETED');
+  assert.deepEqual(events.filter((e) => e.artifactUpdate).map((e) => e.artifactUpdate.artifact.artifactId), ['a1', 'a2']);
+  assert.equal((await a2a(['helper', 'cancel', ev.task.id, '--v03']))[0].error, 'TaskNotCancelableError');
+  const r = await raw('helper', { jsonrpc: '2.0', id: 1, method: 'tasks/get', params: { id: ev.task.id } }, { 'a2a-version': '0.3' });
+  const t = r.body.result;
+  assert.deepEqual([t.kind, t.status.state, t.history[0].role, t.history[0].parts[0]], ['task', 'completed', 'user', { kind: 'text', text: 'report old' }]);
+  assert.deepEqual(t.artifacts[1].parts[0], { kind: 'data', data: { rows: 2 } });
+});
