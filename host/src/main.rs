@@ -161,6 +161,57 @@ enum PluginCommand {
     },
 }
 
+/// `map-gateway plugin …`: make, install, sign and publish plugins.
+fn plugin(command: PluginCommand) -> anyhow::Result<()> {
+    match command {
+        PluginCommand::New { name, dir, sdk, lang } => {
+            let project = scaffold::create(&name, dir, sdk, lang)?;
+            println!("created {} in {} (extension x-{}, error codes {}–{})", project.name, project.dir.display(), project.name, project.error_base(), project.error_base() + 999);
+            println!("build it:  (cd {} && {})", project.dir.display(), project.build_command());
+            println!("load it:   map-gateway plugin install {} --plugin-dir {}   (then POST /admin/reload?wait=true)", project.wasm().display(), project.dist().display());
+            Ok(())
+        }
+        PluginCommand::Install { file, name, config, plugin_dir } => {
+            let mut config = load(config.as_ref())?;
+            if let Some(dir) = plugin_dir {
+                config.server.plugin_dir = dir;
+            }
+            let dest = install::install(&file, name, &config)?;
+            println!("installed {}", dest.display());
+            println!("a running gateway loads it with: curl -X POST 'http://127.0.0.1:4700/admin/reload?wait=true'");
+            Ok(())
+        }
+        PluginCommand::Push { file, target, config, insecure } => {
+            let mut oci = load(config.as_ref())?.oci;
+            if insecure {
+                oci.insecure.push(oci::reference(&target)?.registry().to_string());
+            }
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            let digest = runtime.block_on(oci::push(&oci, &file, &target))?;
+            let r = oci::reference(&target)?;
+            println!("pushed {target} ({digest})");
+            println!("pin it with:  source = \"oci://{}/{}@{digest}\"", r.registry(), r.repository());
+            Ok(())
+        }
+        PluginCommand::Keygen { out } => {
+            let (secret, public) = signing::keygen(&out)?;
+            println!("wrote {} (keep it secret) and {}", secret.display(), public.display());
+            println!("trust it with:  plugin_signers = [\"{}\"]", std::fs::read_to_string(&public)?.trim());
+            Ok(())
+        }
+        PluginCommand::Sign { file, key } => {
+            let secret = std::fs::read_to_string(&key).map_err(|e| anyhow::anyhow!("reading {}: {e}", key.display()))?;
+            println!("wrote {}", signing::sign(&file, &secret)?.display());
+            Ok(())
+        }
+        PluginCommand::Verify { file, signer } => {
+            let (key, digest) = signing::verify_file(&file, &signer)?;
+            println!("{}: signed by key {key} (sha256 {digest})", file.display());
+            Ok(())
+        }
+    }
+}
+
 fn load(path: Option<&PathBuf>) -> anyhow::Result<Config> {
     match path {
         Some(p) => Config::load(p),
@@ -207,51 +258,7 @@ fn main() -> anyhow::Result<()> {
             runtime.shutdown_timeout(Duration::from_secs(1));
             served
         }
-        Command::Plugin { command: PluginCommand::New { name, dir, sdk, lang } } => {
-            let project = scaffold::create(&name, dir, sdk, lang)?;
-            println!("created {} in {} (extension x-{}, error codes {}–{})", project.name, project.dir.display(), project.name, project.error_base(), project.error_base() + 999);
-            println!("build it:  (cd {} && {})", project.dir.display(), project.build_command());
-            println!("load it:   map-gateway plugin install {} --plugin-dir {}   (then POST /admin/reload?wait=true)", project.wasm().display(), project.dist().display());
-            Ok(())
-        }
-        Command::Plugin { command: PluginCommand::Install { file, name, config, plugin_dir } } => {
-            let mut config = load(config.as_ref())?;
-            if let Some(dir) = plugin_dir {
-                config.server.plugin_dir = dir;
-            }
-            let dest = install::install(&file, name, &config)?;
-            println!("installed {}", dest.display());
-            println!("a running gateway loads it with: curl -X POST 'http://127.0.0.1:4700/admin/reload?wait=true'");
-            Ok(())
-        }
-        Command::Plugin { command: PluginCommand::Push { file, target, config, insecure } } => {
-            let mut oci = load(config.as_ref())?.oci;
-            if insecure {
-                oci.insecure.push(oci::reference(&target)?.registry().to_string());
-            }
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-            let digest = runtime.block_on(oci::push(&oci, &file, &target))?;
-            let r = oci::reference(&target)?;
-            println!("pushed {target} ({digest})");
-            println!("pin it with:  source = \"oci://{}/{}@{digest}\"", r.registry(), r.repository());
-            Ok(())
-        }
-        Command::Plugin { command: PluginCommand::Keygen { out } } => {
-            let (secret, public) = signing::keygen(&out)?;
-            println!("wrote {} (keep it secret) and {}", secret.display(), public.display());
-            println!("trust it with:  plugin_signers = [\"{}\"]", std::fs::read_to_string(&public)?.trim());
-            Ok(())
-        }
-        Command::Plugin { command: PluginCommand::Sign { file, key } } => {
-            let secret = std::fs::read_to_string(&key).map_err(|e| anyhow::anyhow!("reading {}: {e}", key.display()))?;
-            println!("wrote {}", signing::sign(&file, &secret)?.display());
-            Ok(())
-        }
-        Command::Plugin { command: PluginCommand::Verify { file, signer } } => {
-            let (key, digest) = signing::verify_file(&file, &signer)?;
-            println!("{}: signed by key {key} (sha256 {digest})", file.display());
-            Ok(())
-        }
+        Command::Plugin { command } => plugin(command),
         Command::Serve { config: config_path, listen, data_dir, stdio } => {
             let mut config = load(config_path.as_ref())?;
             if let Some(l) = listen {
