@@ -2,7 +2,8 @@
 //! `docker-registry` (the CNCF distribution registry) on loopback, which
 //! `scripts/setup.sh --tests` installs: `plugin push`, a gateway pulling by
 //! tag and by digest, an offline start from its cache, a reload that cannot
-//! reach the registry (422, the old version serves), and a tampered blob,
+//! reach the registry (422, the old version serves), a registry that asks
+//! for a login (HTTP Basic from `[oci.auth]`), and a tampered blob,
 //! an unsigned artifact and a wrongly signed one refused.
 
 mod common;
@@ -26,11 +27,22 @@ struct Registry {
 
 impl Registry {
     fn start(dir: &Path, port: Option<u16>) -> Registry {
+        Registry::start_with(dir, port, "")
+    }
+
+    /// A registry that asks for `user`'s login (HTTP Basic, an htpasswd file).
+    fn with_login(dir: &Path, user: &str, password: &str) -> Registry {
+        let htpasswd = dir.join("htpasswd");
+        std::fs::write(&htpasswd, format!("{user}:{}\n", bcrypt::hash(password, 4).unwrap())).unwrap();
+        Registry::start_with(dir, None, &format!("auth:\n  htpasswd:\n    realm: test\n    path: {}\n", htpasswd.display()))
+    }
+
+    fn start_with(dir: &Path, port: Option<u16>, more_yaml: &str) -> Registry {
         assert!(Path::new(REGISTRY).exists(), "{REGISTRY} is missing: run scripts/setup.sh --tests (Debian package docker-registry)");
         let port = port.unwrap_or_else(|| std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port());
         let store = dir.join("registry");
         let config = dir.join(format!("registry-{port}.yml"));
-        let yaml = format!("version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n", store.display());
+        let yaml = format!("version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n{more_yaml}", store.display());
         std::fs::write(&config, yaml).unwrap();
         let log = std::fs::File::create(dir.join("registry.log")).unwrap();
         let child = Command::new(REGISTRY).arg("serve").arg(&config).stdout(Stdio::null()).stderr(log).spawn().expect("start docker-registry");
@@ -49,7 +61,8 @@ impl Registry {
             s.write_all(b"GET /v2/ HTTP/1.0\r\nHost: registry\r\n\r\n")?;
             let mut head = [0u8; 12];
             s.read_exact(&mut head)?;
-            Ok(head.ends_with(b"200"))
+            // 401: up, and asking for a login.
+            Ok(head.ends_with(b"200") || head.ends_with(b"401"))
         };
         while !answers().unwrap_or(false) {
             assert!(Instant::now() < deadline, "docker-registry did not become ready");
@@ -204,4 +217,25 @@ async fn two_tenants_run_two_versions_of_one_plugin() {
     assert_eq!(versions.len(), 2, "both versions loaded: {listed}");
     let by_tenant: Vec<(String, String)> = listed["tenants"].as_array().unwrap().iter().map(|t| (t["tenant"].as_str().unwrap().to_string(), t["version"].as_str().unwrap().to_string())).collect();
     assert!(by_tenant.contains(&("acme".into(), "1.0.0".into())) && by_tenant.contains(&("default".into(), "2.0.0".into())), "{by_tenant:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_registry_that_asks_for_a_login_gets_the_configured_one() {
+    let work = TempDir::new("oci-login");
+    let registry = Registry::with_login(work.path(), "ci", "s3cret-pass");
+    let oci = |auth: &str| format!("[oci]\ninsecure = [{:?}]\n{auth}", registry.host());
+    let login = format!("auth = {{ {:?} = {{ username = \"ci\", password = \"s3cret-pass\" }} }}\n", registry.host());
+    // plugin push reads [oci] from --config.
+    let push_config = work.path().join("push.toml");
+    std::fs::write(&push_config, oci(&login)).unwrap();
+    let pushed = run(&["plugin".as_ref(), "push".as_ref(), fixture("echo-v1.wasm").as_os_str(), registry.source("plugins/echo:1").as_ref(), "--config".as_ref(), push_config.as_os_str()]);
+    succeeded(&pushed);
+    let rest = |auth: &str| format!("{}[plugins.echo]\nsource = {:?}\n[auth]\nanonymous_tenant = \"default\"\n[[tenants]]\nid = \"default\"\n", oci(auth), registry.source("plugins/echo:1"));
+    let (passed, said) = check(work.path(), "", &rest(""));
+    assert!(!passed && said.contains("Not authorized"), "anonymous is refused: {said}");
+    let gw = Gateway::start_config("", &rest(&login));
+    let (mut ws, _) = gw.ws_connected("client", None).await;
+    assert_eq!(ws.call_ok("echo/version", json!({})).await, json!({"version": "1.0.0"}));
+    let shown = succeeded(&run(&["config".as_ref(), "--config".as_ref(), gw.config.as_os_str()]));
+    assert!(!shown.contains("s3cret-pass"), "map-gateway config redacts the registry password: {shown}");
 }
