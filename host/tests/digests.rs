@@ -2,6 +2,8 @@
 //! with that digest. `check` prints every loaded digest and refuses a
 //! mismatch; a reload to a file that does not match fails with 422 and the
 //! old version keeps serving; `/admin/plugins` shows the digest in use.
+//! Also the configuration mistakes around where a component comes from,
+//! and the rollout endpoints of a gateway that is not in a cluster.
 
 mod common;
 
@@ -60,4 +62,37 @@ async fn a_reload_to_an_unpinned_file_fails_and_the_old_version_serves() {
     assert_eq!(done.status, 200, "{}", done.text());
     let (mut fresh, _) = gw.ws_connected("client", None).await;
     assert_eq!(fresh.call_ok("echo/version", json!({})).await, json!({"version": "2.0.0"}));
+}
+
+#[test]
+fn check_refuses_bad_sources_and_versions_of_unknown_plugins() {
+    let dir = TempDir::new("digest-bad-config");
+    let echo = fixture("echo-v1.wasm");
+    let tenants = "[auth]\nanonymous_tenant = \"default\"\n[[tenants]]\nid = \"default\"\n";
+    for (plugin, says) in [
+        ("source = \"http://registry.example/echo:1\"".to_string(), "source must be oci://"),
+        (format!("path = {echo:?}\nsource = \"oci://registry.example/echo:1\""), "path or source, not both"),
+        ("deadline_ms = 100".to_string(), "path (a file) or source"),
+    ] {
+        let path = write_config(dir.path(), 65536, &format!("[plugins.echo]\n{plugin}\n{tenants}"));
+        let out = std::process::Command::new(BIN).args(["check", "--config"]).arg(&path).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains(says), "{plugin} → {stderr}");
+    }
+    let unknown = format!("[plugins.echo]\npath = {echo:?}\n{tenants}plugin_versions = {{ ghost = {echo:?} }}\n");
+    let out = std::process::Command::new(BIN).args(["check", "--config"]).arg(write_config(dir.path(), 65536, &unknown)).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("plugin_versions names ghost"), "{stderr}");
+}
+
+#[tokio::test]
+async fn outside_a_cluster_there_is_no_rollout_to_show_or_roll_back() {
+    let echo = fixture("echo-v1.wasm");
+    let gw = Gateway::start_config("", &pinned(&echo, &sha256_hex(&echo)));
+    let listed = http(&gw.addr(), "GET", "/admin/rollout", &[], b"").await;
+    assert_eq!(listed.status, 404, "{}", listed.text());
+    let back = http(&gw.addr(), "POST", "/admin/rollback", &[], b"").await;
+    assert_eq!(back.status, 422, "{}", back.text());
+    assert!(back.text().contains("not a cluster"), "{}", back.text());
+    assert_eq!(http(&gw.addr(), "GET", "/admin/rollback", &[], b"").await.status, 405);
 }

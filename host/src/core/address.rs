@@ -5,6 +5,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::agent_permissions::{self, Party};
+use super::model::Agent;
 use super::registry::{Registry, Viewer};
 use crate::rpc::{codes, RpcError};
 
@@ -175,6 +176,12 @@ impl Resolver<'_> {
         Viewer { session: self.sender.session, participant_type: self.sender.participant_type }
     }
 
+    /// Why the agent-level rules keep this sender from `agent`; nothing to
+    /// look up (not even who sends) until the tenant uses such rules.
+    fn refused(&self, agent: &Agent) -> Option<String> {
+        self.reg.agent_rules.then(|| agent_permissions::refuses_message(self.reg, &self.sender.party(self.reg), agent)).flatten()
+    }
+
     /// Add an agent named explicitly: it must exist and be reachable.
     fn explicit_agent(&mut self, id: &str) -> Result<(), RpcError> {
         let agent = self.reg.visible_agent(id, &self.viewer())?;
@@ -184,7 +191,7 @@ impl Resolver<'_> {
         if !self.reg.sessions.contains_key(&agent.session) {
             return Err(RpcError::new(codes::DELIVERY_FAILED, format!("Agent {id} has no connected owner")));
         }
-        if let Some(why) = agent_permissions::refuses_message(self.reg, &self.sender.party(self.reg), agent) {
+        if let Some(why) = self.refused(agent) {
             return Err(RpcError::new(codes::PERMISSION_DENIED, why));
         }
         let session = &agent.session;
@@ -204,7 +211,7 @@ impl Resolver<'_> {
             if agent.state == "stopped" || !self.reg.sessions.contains_key(&agent.session) || !self.reg.visible(agent, &self.viewer()) {
                 continue;
             }
-            if agent_permissions::refuses_message(self.reg, &self.sender.party(self.reg), agent).is_some() {
+            if self.refused(agent).is_some() {
                 continue;
             }
             push(&mut self.out, id, &agent.session);
@@ -220,7 +227,7 @@ impl Resolver<'_> {
         if scope.send_policy == "members" && !self.sender.agent.is_some_and(|a| scope.members.iter().any(|m| m == a)) {
             return Err(RpcError::new(codes::PERMISSION_DENIED, format!("Only members may send to scope {id}")));
         }
-        if let Some(why) = agent_permissions::refuses_scope(self.reg, &self.sender.party(self.reg), scope) {
+        if let Some(why) = self.reg.agent_rules.then(|| agent_permissions::refuses_scope(self.reg, &self.sender.party(self.reg), scope)).flatten() {
             return Err(RpcError::new(codes::PERMISSION_DENIED, why));
         }
         self.group(scope.members.iter());
