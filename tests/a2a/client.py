@@ -6,6 +6,10 @@ got as JSON lines (the SDK's protobuf messages as JSON).
     client.py BASE KEY AGENT send TEXT [--stream] [--task ID] [--context ID] [--immediate]
     client.py BASE KEY AGENT get TASK | cancel TASK | subscribe TASK
     client.py BASE KEY AGENT list [--size N] [--token T] [--context ID] [--state S]
+    client.py BASE KEY AGENT push-set TASK --push URL [--push-id ID] [--push-token T] [--push-auth SCHEME:CREDENTIALS]
+    client.py BASE KEY AGENT push-get TASK --push-id ID | push-delete TASK --push-id ID
+    client.py BASE KEY AGENT push-list TASK [--size N] [--token T]
+    (send takes --push URL [--push-token T] [--push-auth ...] too: a config for the new task)
 
 With --v03 the client uses only the card's 0.3 interface (the SDK's 0.3 transport).
 """
@@ -20,14 +24,20 @@ from google.protobuf import json_format
 
 from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
 from a2a.types import (
+    AuthenticationInfo,
     CancelTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
+    GetTaskPushNotificationConfigRequest,
     GetTaskRequest,
+    ListTaskPushNotificationConfigsRequest,
     ListTasksRequest,
     Message,
     Part,
     Role,
     SendMessageRequest,
+    SendMessageConfiguration,
     SubscribeToTaskRequest,
+    TaskPushNotificationConfig,
     TaskState,
 )
 from a2a.utils.errors import A2AError
@@ -37,6 +47,18 @@ def out(obj):
     if not isinstance(obj, dict):
         obj = json_format.MessageToDict(obj)
     print(json.dumps(obj), flush=True)
+
+
+def push_config(a, task=""):
+    c = TaskPushNotificationConfig(url=a.push, task_id=task)
+    if a.push_id:
+        c.id = a.push_id
+    if a.push_token:
+        c.token = a.push_token
+    if a.push_auth:
+        scheme, _, cred = a.push_auth.partition(":")
+        c.authentication.CopyFrom(AuthenticationInfo(scheme=scheme, credentials=cred))
+    return c
 
 
 async def run(a):
@@ -59,7 +81,10 @@ async def run(a):
                 msg.task_id = a.task
             if a.context:
                 msg.context_id = a.context
-            async for event in client.send_message(SendMessageRequest(message=msg)):
+            req = SendMessageRequest(message=msg)
+            if a.push:
+                req.configuration.CopyFrom(SendMessageConfiguration(task_push_notification_config=push_config(a)))
+            async for event in client.send_message(req):
                 out(event)
         elif a.cmd == "get":
             out(await client.get_task(GetTaskRequest(id=a.arg)))
@@ -75,6 +100,15 @@ async def run(a):
             if a.state:
                 req.status = TaskState.Value(a.state)
             out(await client.list_tasks(req))
+        elif a.cmd == "push-set":
+            out(await client.create_task_push_notification_config(push_config(a, a.arg)))
+        elif a.cmd == "push-get":
+            out(await client.get_task_push_notification_config(GetTaskPushNotificationConfigRequest(task_id=a.arg, id=a.push_id)))
+        elif a.cmd == "push-list":
+            out(await client.list_task_push_notification_configs(ListTaskPushNotificationConfigsRequest(task_id=a.arg, page_size=a.size, page_token=a.token or "")))
+        elif a.cmd == "push-delete":
+            await client.delete_task_push_notification_config(DeleteTaskPushNotificationConfigRequest(task_id=a.arg, id=a.push_id))
+            out({"deleted": a.push_id})
 
 
 def main():
@@ -82,7 +116,7 @@ def main():
     p.add_argument("base")
     p.add_argument("key")
     p.add_argument("agent")
-    p.add_argument("cmd", choices=["card", "send", "get", "cancel", "subscribe", "list"])
+    p.add_argument("cmd", choices=["card", "send", "get", "cancel", "subscribe", "list", "push-set", "push-get", "push-list", "push-delete"])
     p.add_argument("arg", nargs="?")
     p.add_argument("--stream", action="store_true")
     p.add_argument("--immediate", action="store_true")
@@ -92,6 +126,10 @@ def main():
     p.add_argument("--size", type=int, default=0)
     p.add_argument("--token")
     p.add_argument("--state")
+    p.add_argument("--push")
+    p.add_argument("--push-id")
+    p.add_argument("--push-token")
+    p.add_argument("--push-auth")
     a = p.parse_args()
     try:
         asyncio.run(run(a))

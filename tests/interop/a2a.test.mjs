@@ -217,7 +217,7 @@ test('malformed requests get the JSON-RPC and A2A errors', async () => {
   assert.equal(code(await raw('helper', { jsonrpc: '2.0', id: 1, method: 'SendMessage', params: { message: { ...msg, parts: [{ url: 'file:///etc/passwd' }] } } })), -32602);
   assert.equal(code(await raw('helper', { jsonrpc: '2.0', id: 1, method: 'ListTasks', params: { pageSize: 1000 } })), -32602);
   assert.equal(code(await raw('helper', { jsonrpc: '2.0', id: 1, method: 'GetTask', params: { id: 'x' } }, { 'a2a-version': '9.9' })), -32009);
-  assert.equal(code(await raw('helper', { jsonrpc: '2.0', id: 1, method: 'CreateTaskPushNotificationConfig', params: {} })), -32003);
+  assert.equal(code(await raw('helper', { jsonrpc: '2.0', id: 1, method: 'CreateTaskPushNotificationConfig', params: {} })), -32602);
   const big = await raw('helper', { jsonrpc: '2.0', id: 1, method: 'SendMessage', params: { message: { ...msg, parts: [{ text: 'x'.repeat(40_000) }] } } });
   assert.equal(big.status, 413);
   assert.equal(code(big), -32600);

@@ -125,7 +125,7 @@ async fn plugin_http(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>)
     let span = crate::telemetry::inbound("http", &path, tenant.as_ref().map_or("", |t| t.tenant.id.as_str()), parent.as_deref(), state.as_deref());
     let method = req.method().to_string();
     let query = req.uri().query().unwrap_or_default().to_string();
-    let headers = req.headers().iter().filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string()))).collect();
+    let headers = plugin_headers(req.headers(), tenant.as_ref().map_or(crate::tenants::ANONYMOUS, |t| &t.principal), peer);
     let limit = gw.config.server.max_message_bytes;
     let linger = req.extensions().get::<super::Linger>().cloned();
     let body = match read_body(req.into_body(), limit).await {
@@ -151,6 +151,21 @@ async fn plugin_http(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>)
             full(status, "application/json", body.to_string())
         }
     }
+}
+
+/// The request's headers as the plugin sees them: the client's, less any
+/// `x-map-*` it sent, plus who the gateway found it to be
+/// (`x-map-principal`) and where it came from (`x-map-client-address`), so
+/// that a plugin can tell senders apart without reading credentials.
+fn plugin_headers(headers: &hyper::HeaderMap, principal: &str, peer: SocketAddr) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = headers
+        .iter()
+        .filter(|(k, _)| !k.as_str().starts_with("x-map-"))
+        .filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string())))
+        .collect();
+    out.push(("x-map-principal".into(), principal.to_string()));
+    out.push(("x-map-client-address".into(), peer.ip().to_string()));
+    out
 }
 
 /// A plugin's HTTP answer as sent: a status that is not one is 500, and

@@ -2,12 +2,15 @@
 //! client with a message (final by default: the task completes), and
 //! `a2a/task/update {taskId, state?, message?, artifacts?}` moves the task
 //! and adds artifacts. Only the agent that serves a task may change it, and
-//! a terminal task no longer changes.
+//! a terminal task no longer changes. `a2a/tasks` lists the tenant's tasks
+//! for any session of it (the dashboard's panel).
 
 use map_plugin_sdk::{ids, Call, Error, Reply, Result};
 use serde_json::{json, Value};
 
 use crate::message;
+use crate::progress;
+use crate::settings::Settings;
 use crate::task::{self, Change, Task, TASKS};
 use crate::{NOT_YOURS, TASK_FINAL, TASK_NOT_FOUND};
 
@@ -42,7 +45,7 @@ fn agent_message(v: &Value, t: &Task) -> Result<Value> {
 }
 
 fn apply(t: &Task, c: &Change) -> Result<Reply> {
-    match task::change(&t.id, c)? {
+    match progress::change(&t.id, c, &Settings::load())? {
         Ok(t) => Reply::json(&json!({"task": t.wire(Some(0), false)})),
         Err(state) => Err(Error::new(TASK_FINAL, format!("task {} is {state}: a terminal task does not change", t.id)).with_details(json!({"taskId": t.id, "state": state}))),
     }
@@ -96,4 +99,43 @@ pub fn get(call: &Call) -> Result<Reply> {
     only(&p, &["taskId"])?;
     let t = mine(call, &p)?;
     Reply::json(&json!({"task": t.wire(None, true)}))
+}
+
+/// `a2a/tasks {limit?, before?}`: the tenant's tasks, newest first, as
+/// summaries (no messages); `next` continues the list.
+pub fn list(call: &Call) -> Result<Reply> {
+    let p: Value = call.params()?;
+    only(&p, &["limit", "before"])?;
+    let limit = match p.get("limit") {
+        None | Some(Value::Null) => 50,
+        Some(v) => v.as_u64().filter(|n| (1..=500).contains(n)).ok_or_else(|| Error::invalid_params("limit must be an integer from 1 to 500"))? as usize,
+    };
+    let mut range = task::BY_TIME.all().reverse();
+    match p.get("before") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(b)) if b.len() <= 256 => range = range.before(b.clone()),
+        Some(_) => return Err(Error::invalid_params("before must be a cursor this method gave")),
+    }
+    let (mut tasks, mut next) = (vec![], None);
+    range.each(|e| {
+        if tasks.len() == limit {
+            next = Some(e.key.clone());
+            return Ok(false);
+        }
+        if let Some(t) = TASKS.get(&e.value)? {
+            tasks.push(json!({
+                "id": t.id, "contextId": t.context_id, "agentId": t.agent, "state": t.state(),
+                "createdMs": t.created_ms, "updatedAt": t.status["timestamp"],
+                "messages": t.history.len(), "artifacts": t.artifacts.len(),
+            }));
+        }
+        Ok(true)
+    })?;
+    // `next` is the first key not given; `before` takes the last one given.
+    let cursor = next.and(tasks.last().map(|t| keys_of(t)));
+    Reply::json(&json!({"tasks": tasks, "next": cursor}))
+}
+
+fn keys_of(t: &Value) -> String {
+    task::time_key(t["createdMs"].as_u64().unwrap_or(0), t["id"].as_str().unwrap_or_default())
 }

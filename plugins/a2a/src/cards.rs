@@ -56,7 +56,7 @@ pub fn card(id: &str, agent: &Value, base: &str) -> Value {
             // The same URL takes 0.3's method names.
             {"url": format!("{base}/agents/{id}"), "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
         ],
-        "capabilities": {"streaming": true, "pushNotifications": false},
+        "capabilities": {"streaming": true, "pushNotifications": true},
         "defaultInputModes": MODES,
         "defaultOutputModes": MODES,
         "skills": skills,

@@ -15,13 +15,17 @@ mod agent;
 mod cards;
 mod compat;
 mod jsonrpc;
+mod mail;
 mod message;
 mod methods;
+mod progress;
+mod push;
+mod rate;
 mod settings;
 mod stream;
 mod task;
 
-use map_plugin_sdk::{Describe, ErrorRange, EventFilter, Extension, HttpHandler, HttpRequest, HttpResponse, Methods};
+use map_plugin_sdk::{metrics, Describe, ErrorRange, EventFilter, Extension, HttpHandler, HttpRequest, HttpResponse, Methods};
 use serde_json::{json, Value};
 
 use jsonrpc::{answer, Fault};
@@ -48,10 +52,21 @@ fn not_found(what: String) -> HttpResponse {
     answer(404, &Value::Null, Err(Fault::new(jsonrpc::INVALID_REQUEST, what)))
 }
 
+/// 429 with A2A's JSON-RPC error shape, and when to come back.
+fn too_many(per_minute: u64, retry_after: u64) -> HttpResponse {
+    metrics::count("a2a_rate_limited_total", &[], 1);
+    let mut r = answer(429, &Value::Null, Err(Fault::new(jsonrpc::INTERNAL, format!("rate limited: more than {per_minute} requests this minute"))));
+    r.headers.push(("retry-after".into(), retry_after.to_string()));
+    r
+}
+
 impl HttpHandler for A2a {
     fn handle(req: HttpRequest) -> HttpResponse {
+        let s = Settings::load();
+        if let Err(wait) = rate::admit(&rate::sender(&req), s.requests_per_minute) {
+            return too_many(s.requests_per_minute, wait);
+        }
         if req.path == "/agents" {
-            let s = Settings::load();
             return match (req.method.as_str(), cards::list(&s.base(header(&req, "host")))) {
                 ("GET", Ok(list)) => HttpResponse::json(200, &list),
                 ("GET", Err(e)) => HttpResponse::json(503, &json!({"error": e.message()})),
@@ -71,7 +86,6 @@ impl HttpHandler for A2a {
         let Some(agent) = cards::opted_in(id) else {
             return not_found(format!("no A2A agent {id} here"));
         };
-        let s = Settings::load();
         match (card, req.method.as_str()) {
             (true, "GET") => HttpResponse::json(200, &cards::card(id, &agent, &s.base(header(&req, "host")))),
             (false, "POST") => match jsonrpc::parse(&req, s.max_request_bytes) {
@@ -89,7 +103,7 @@ impl HttpHandler for A2a {
 
 impl Extension for A2a {
     const ERRORS: ErrorRange = ERRORS;
-    const METHODS: Methods = Methods::new(&[("a2a/reply", agent::reply), ("a2a/task/update", agent::update), ("a2a/task/get", agent::get), ("a2a/publish", cards::publish)]);
+    const METHODS: Methods = Methods::new(&[("a2a/reply", agent::reply), ("a2a/task/update", agent::update), ("a2a/task/get", agent::get), ("a2a/publish", cards::publish), ("a2a/tasks", agent::list)]);
 
     fn describe() -> Describe {
         // Experimental (in no MAP registry): `x-a2a`, URI `x-a2a:1`.
@@ -99,14 +113,18 @@ impl Extension for A2a {
     }
 }
 
-// The `http-service` world includes `lifecycle`; the bridge keeps no
-// memory between calls and schedules no timers yet.
+// The bridge keeps no memory between calls; its timers (stored by the
+// host, fired once on any node) drive push deliveries.
 impl map_plugin_sdk::Lifecycle for A2a {
     fn init() -> std::result::Result<(), String> {
         Ok(())
     }
 
-    fn on_timer(_timer: u64, _tag: String) {}
+    fn on_timer(_timer: u64, tag: String) {
+        if let Some(rest) = tag.strip_prefix(push::TIMER_PREFIX) {
+            push::deliver(rest);
+        }
+    }
 }
 
 map_plugin_sdk::export_http_service!(A2a);

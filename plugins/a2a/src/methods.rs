@@ -8,6 +8,7 @@ use crate::compat;
 use crate::message;
 use crate::settings::Settings;
 use crate::task::{self, Change, Task, TASKS};
+use crate::{progress, push};
 use crate::stream;
 
 /// Dispatch one request for agent `agent`.
@@ -25,11 +26,12 @@ pub fn handle(agent: &str, mut req: Request, s: &Settings) -> HttpResponse {
         "SendStreamingMessage" => return streaming(agent, &req, s, legacy),
         "GetTask" => get(agent, p),
         "ListTasks" => list(agent, p),
-        "CancelTask" => cancel(agent, p),
+        "CancelTask" => cancel(agent, p, s),
         "SubscribeToTask" => return subscribe(agent, &req, s, legacy),
-        "CreateTaskPushNotificationConfig" | "GetTaskPushNotificationConfig" | "ListTaskPushNotificationConfigs" | "DeleteTaskPushNotificationConfig" => {
-            Err(Fault::new(jsonrpc::PUSH_NOT_SUPPORTED, "push notifications are not supported by this agent"))
-        }
+        "CreateTaskPushNotificationConfig" => push::create(agent, p, s),
+        "GetTaskPushNotificationConfig" => push::get(agent, p),
+        "ListTaskPushNotificationConfigs" => push::list(agent, p),
+        "DeleteTaskPushNotificationConfig" => push::delete(agent, p),
         "GetExtendedAgentCard" => Err(Fault::new(jsonrpc::EXTENDED_CARD_NOT_CONFIGURED, "this agent has no extended card")),
         m => Err(Fault::new(jsonrpc::METHOD_NOT_FOUND, format!("no method {m:?}"))),
     };
@@ -67,9 +69,11 @@ pub fn send(agent: &str, p: &Value, s: &Settings) -> Result<(Task, u64), Fault> 
         return Err(Fault::params("configuration must be an object"));
     }
     only(&config, &["acceptedOutputModes", "taskPushNotificationConfig", "historyLength", "returnImmediately"])?;
-    if config.get("taskPushNotificationConfig").is_some_and(|c| !c.is_null()) {
-        return Err(Fault::new(jsonrpc::PUSH_NOT_SUPPORTED, "push notifications are not supported by this agent"));
-    }
+    // Checked before anything is recorded; kept once the task exists.
+    let pushing = match config.get("taskPushNotificationConfig") {
+        None | Some(Value::Null) => None,
+        Some(c) => Some(push::parse(c, "", "configuration.taskPushNotificationConfig")?),
+    };
     let msg = message::message(p.get("message").unwrap_or(&Value::Null), "message", "ROLE_USER").map_err(Fault::params)?;
     if router::connected_since(&[agent.to_string()]).first().copied().flatten().is_none() {
         return Err(Fault::new(INTERNAL, format!("agent {agent} is not connected (messages are not queued)")));
@@ -85,28 +89,32 @@ pub fn send(agent: &str, p: &Value, s: &Settings) -> Result<(Task, u64), Fault> 
             }
             let seq = t.seq;
             let c = Change { state: Some("working"), message: Some(msg.clone()), user: true, ..Change::default() };
-            let t = task::change(id, &c).map_err(Fault::store)?.map_err(|st| Fault::new(UNSUPPORTED_OPERATION, format!("task {id} is {st}")))?;
+            let t = progress::change(id, &c, s).map_err(Fault::store)?.map_err(|st| Fault::new(UNSUPPORTED_OPERATION, format!("task {id} is {st}")))?;
             (t, seq)
         }
         None => {
             let context = msg.get("contextId").and_then(Value::as_str).map(String::from).unwrap_or_else(|| ids::new_id("ctx"));
-            let t = task::create(agent, &context, &msg, s.max_tasks_per_tenant).map_err(Fault::store)?;
+            let t = progress::create(agent, &context, &msg, s).map_err(Fault::store)?;
             let t = t.ok_or_else(|| Fault::new(INTERNAL, format!("this tenant holds {} tasks, its limit", s.max_tasks_per_tenant)))?;
             (t, 0)
         }
     };
-    deliver(&task, &msg)?;
+    if let Some(mut c) = pushing {
+        c.task_id = task.id.clone();
+        push::add(c, from, s)?;
+    }
+    deliver(&task, &msg, s)?;
     Ok((task, from))
 }
 
-fn deliver(task: &Task, msg: &Value) -> Result<(), Fault> {
+fn deliver(task: &Task, msg: &Value, s: &Settings) -> Result<(), Fault> {
     let payload = json!({"a2a": {"method": "SendMessage", "taskId": task.id, "contextId": task.context_id, "message": msg}});
     let meta = json!({"protocol": "a2a", "a2a": {"taskId": task.id, "contextId": task.context_id}});
     let sent = router::send(&json!({"agent": task.agent}), &payload, Some(&meta));
     if sent.as_ref().ok().and_then(|r| r["delivered"].as_array()).is_none_or(Vec::is_empty) {
         // Not delivered: the task fails rather than wait for nobody.
         let why = json!({"messageId": ids::new_id("msg"), "role": "ROLE_AGENT", "taskId": task.id, "contextId": task.context_id, "parts": [{"text": format!("agent {} could not be reached", task.agent)}]});
-        let _ = task::change(&task.id, &Change { state: Some("failed"), message: Some(why), ..Change::default() });
+        let _ = progress::change(&task.id, &Change { state: Some("failed"), message: Some(why), ..Change::default() }, s);
         return Err(Fault::new(INTERNAL, format!("agent {} could not be reached", task.agent)));
     }
     Ok(())
@@ -140,11 +148,11 @@ fn get(agent: &str, p: &Value) -> Result<Value, Fault> {
     Ok(t.wire(count(p, "historyLength", 1000)?.map(|n| n as usize), true))
 }
 
-fn cancel(agent: &str, p: &Value) -> Result<Value, Fault> {
+fn cancel(agent: &str, p: &Value, s: &Settings) -> Result<Value, Fault> {
     only(p, &["tenant", "id", "metadata"])?;
     let id = task_id(p)?;
     owned(agent, &id)?;
-    let t = task::change(&id, &Change { state: Some("canceled"), ..Change::default() })
+    let t = progress::change(&id, &Change { state: Some("canceled"), ..Change::default() }, s)
         .map_err(Fault::store)?
         .map_err(|st| Fault::new(TASK_NOT_CANCELABLE, format!("task {id} is {st}: a terminal task cannot be canceled")))?;
     // The agent hears of it; the task is canceled whether or not it listens.

@@ -16,11 +16,34 @@ pub struct Settings {
     /// How long one SSE response follows a task before it ends (the client
     /// goes on with SubscribeToTask).
     pub stream_window_ms: u64,
+    /// Requests one sender (its principal, or its address when anonymous)
+    /// may make in a minute (429 above).
+    pub requests_per_minute: u64,
+    /// Push notification configs one task may hold.
+    pub max_push_configs: usize,
+    /// The wait before a failed push delivery is tried again, doubling up to a minute.
+    pub push_retry_base_ms: u64,
+    /// Attempts at one push delivery before it is given up.
+    pub push_max_attempts: u32,
+    /// Record each task's messages and artifacts as a mail conversation
+    /// (when mail is enabled for the tenant).
+    pub record_in_mail: bool,
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { base_url: String::new(), max_request_bytes: 256 << 10, max_tasks_per_tenant: 10_000, blocking_wait_ms: 10_000, stream_window_ms: 20_000 }
+        Settings {
+            base_url: String::new(),
+            max_request_bytes: 256 << 10,
+            max_tasks_per_tenant: 10_000,
+            blocking_wait_ms: 10_000,
+            stream_window_ms: 20_000,
+            requests_per_minute: 600,
+            max_push_configs: 10,
+            push_retry_base_ms: 500,
+            push_max_attempts: 6,
+            record_in_mail: true,
+        }
     }
 }
 

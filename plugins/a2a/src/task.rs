@@ -78,6 +78,11 @@ impl Task {
     }
 }
 
+/// The task's key in [`BY_TIME`].
+pub fn time_key(created_ms: u64, task: &str) -> String {
+    keys::join(&[keys::number(created_ms), keys::escape(task)])
+}
+
 pub fn key_of(task: &str, seq: u64) -> String {
     keys::join(&[keys::escape(task), keys::number(seq)])
 }
@@ -101,13 +106,13 @@ pub fn create(agent: &str, context_id: &str, message: &Value, limit: i64) -> Res
     batch.expect_absent(&TASKS, task.id.clone());
     batch.put(&UPDATES, key_of(&task.id, 0), &json!({"task": task.wire(None, true)}));
     task.seq = 1;
-    batch.put(&TASKS, task.id.clone(), &task).put(&BY_TIME, keys::join(&[keys::number(now), keys::escape(&task.id)]), &task.id);
+    batch.put(&TASKS, task.id.clone(), &task).put(&BY_TIME, time_key(now, &task.id), &task.id);
     let done = batch.apply()?;
     if done.counter(slot) > limit {
         // Over the wall: undone, so the count stays at the limit.
         let mut undo = Batch::new();
         undo.add(&COUNT, "all", -1);
-        undo.delete(&TASKS, task.id.clone()).delete(&UPDATES, key_of(&task.id, 0)).delete(&BY_TIME, keys::join(&[keys::number(now), keys::escape(&task.id)]));
+        undo.delete(&TASKS, task.id.clone()).delete(&UPDATES, key_of(&task.id, 0)).delete(&BY_TIME, time_key(now, &task.id));
         undo.apply()?;
         return Ok(None);
     }
