@@ -18,9 +18,12 @@ mod jsonrpc;
 mod mail;
 mod message;
 mod methods;
+mod outbound;
 mod progress;
 mod push;
 mod rate;
+mod remote;
+mod remote_task;
 mod settings;
 mod stream;
 mod task;
@@ -103,7 +106,7 @@ impl HttpHandler for A2a {
 
 impl Extension for A2a {
     const ERRORS: ErrorRange = ERRORS;
-    const METHODS: Methods = Methods::new(&[("a2a/reply", agent::reply), ("a2a/task/update", agent::update), ("a2a/task/get", agent::get), ("a2a/publish", cards::publish), ("a2a/tasks", agent::list)]);
+    const METHODS: Methods = Methods::new(&[("a2a/reply", agent::reply), ("a2a/task/update", agent::update), ("a2a/task/get", agent::get), ("a2a/publish", cards::publish), ("a2a/tasks", agent::list), ("a2a/send", outbound::send), ("a2a/remote/get", outbound::get)]);
 
     fn describe() -> Describe {
         // Experimental (in no MAP registry): `x-a2a`, URI `x-a2a:1`.
@@ -114,7 +117,8 @@ impl Extension for A2a {
 }
 
 // The bridge keeps no memory between calls; its timers (stored by the
-// host, fired once on any node) drive push deliveries.
+// host, fired once on any node) drive push deliveries and the following
+// of remote tasks.
 impl map_plugin_sdk::Lifecycle for A2a {
     fn init() -> std::result::Result<(), String> {
         Ok(())
@@ -123,6 +127,8 @@ impl map_plugin_sdk::Lifecycle for A2a {
     fn on_timer(_timer: u64, tag: String) {
         if let Some(rest) = tag.strip_prefix(push::TIMER_PREFIX) {
             push::deliver(rest);
+        } else if let Some(rest) = tag.strip_prefix(outbound::TIMER_PREFIX) {
+            outbound::poll(rest);
         }
     }
 }

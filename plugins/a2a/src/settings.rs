@@ -28,6 +28,17 @@ pub struct Settings {
     /// Record each task's messages and artifacts as a mail conversation
     /// (when mail is enabled for the tenant).
     pub record_in_mail: bool,
+    /// External A2A agents that `a2a/send` reaches by name:
+    /// `{name: {url, headers?, bearer?}}`, `url` being a card URL or an
+    /// agent's base URL. Checked when used; credentials are never shown.
+    pub peers: std::collections::BTreeMap<String, serde_json::Value>,
+    /// How often a remote task is polled while it runs (failures back off,
+    /// doubling up to a minute).
+    pub poll_ms: u64,
+    /// How long a remote task is followed before the bridge stops polling it.
+    pub follow_ms: u64,
+    /// How long a fetched agent card is used before it is fetched again.
+    pub card_ttl_ms: u64,
 }
 
 impl Default for Settings {
@@ -43,6 +54,10 @@ impl Default for Settings {
             push_retry_base_ms: 500,
             push_max_attempts: 6,
             record_in_mail: true,
+            peers: Default::default(),
+            poll_ms: 2_000,
+            follow_ms: 86_400_000,
+            card_ttl_ms: 300_000,
         }
     }
 }
