@@ -1,5 +1,5 @@
 // The gateway's live dashboard. It holds no data of its own: a MAP observer
-// client on /map (agents, scopes, events, mail, trajectory, UAP) and the admin
+// client on /map (agents, scopes, events, mail, trajectory, UAP, A2A tasks) and the admin
 // API (tenants, sessions, plugins, /metrics), both with the credentials the
 // operator signs in with. Everything from the wire is written as text, never
 // as markup.
@@ -14,6 +14,8 @@ const STORE = {
   autoTried: 'map-dashboard.auto-tried',
 };
 const EVENT_ROWS = 200;
+/** The A2A tasks listed: the newest ones. */
+const A2A_ROWS = 50;
 /** How far back the events panel starts when the page opens. */
 const HISTORY_MS = 30 * 60 * 1000;
 const METRIC_SAMPLES = 60;
@@ -202,7 +204,7 @@ const state = {
   /** Events that arrive while a snapshot loads, applied again on top of it. */
   replaying: null,
   selectedAgent: null,
-  plugins: { mail: null, trajectory: null, uap: null },
+  plugins: { mail: null, trajectory: null, uap: null, a2a: null },
   selectedConversation: null,
   selectedCheckpoint: null,
   streams: new Map(),
@@ -304,13 +306,14 @@ function resetView() {
   for (const id of ['#mail-conversations', '#trajectory']) $(id).replaceChildren();
   $('#mail-turns').replaceChildren(h('p', { class: 'empty' }, 'Select a conversation to read its turns.'));
   $('#trajectory-content').replaceChildren(h('p', { class: 'empty' }, 'Select a checkpoint to see its content.'));
-  for (const id of ['#sessions-table tbody', '#plugins-table tbody', '#uap-jobs tbody', '#uap-agents tbody', '#tenant-select']) $(id).replaceChildren();
-  for (const id of ['#tenant-stats', '#plugins-note', '#metrics-note', '#mail-note', '#trajectory-note']) $(id).textContent = '';
+  for (const id of ['#sessions-table tbody', '#plugins-table tbody', '#uap-jobs tbody', '#uap-agents tbody', '#a2a-tasks tbody', '#tenant-select']) $(id).replaceChildren();
+  for (const id of ['#tenant-stats', '#plugins-note', '#metrics-note', '#mail-note', '#trajectory-note', '#a2a-note']) $(id).textContent = '';
   $('#plugins-error').hidden = true;
   $('#admin-unavailable').hidden = true;
   for (const el of document.querySelectorAll('.admin, #panel-metrics, #panel-mail, #panel-trajectory')) el.hidden = false;
   $('#panel-uap').hidden = true;
-  state.plugins = { mail: null, trajectory: null, uap: null };
+  $('#panel-a2a').hidden = true;
+  state.plugins = { mail: null, trajectory: null, uap: null, a2a: null };
   renderSparklines();
 }
 
@@ -703,6 +706,12 @@ function summary(ev) {
   }
   if (t.startsWith('trajectory.')) return `${agentLabel(d.checkpoint?.agentId ?? d.agentId)}: ${d.checkpoint?.label ?? d.checkpoint?.id ?? d.checkpointId ?? ''}`;
   if (t.startsWith('uap.')) return `${d.jobId ?? d.agent?.clientId ?? ''} ${d.status ?? d.job?.status ?? ''} ${d.reason ?? d.message ?? ''}`.trim();
+  if (t.startsWith('a2a.')) {
+    const parts = [d.taskId, d.agentId ? agentLabel(d.agentId) : null, d.state];
+    if (d.artifactId) parts.push(`artifact ${d.artifactId}`);
+    if (d.reason) parts.push(`push to ${clip(d.url, 60)} failed (attempt ${d.attempts ?? '?'}): ${clip(d.reason, 80)}`);
+    return parts.filter((x) => x !== undefined && x !== null && x !== '').join(' · ');
+  }
   return json(d, 160);
 }
 
@@ -761,13 +770,14 @@ function filterEvents() {
 }
 
 // ---------------------------------------------------------------------------
-// Plugin panels: mail, trajectory, UAP
+// Plugin panels: mail, trajectory, UAP, A2A
 // ---------------------------------------------------------------------------
 
 const refreshMail = debounce(() => loadMail(), 250);
 const refreshTurns = debounce(() => loadTurns(), 250);
 const refreshTrajectory = debounce(() => loadTrajectory(), 250);
 const refreshUap = debounce(() => loadUap(), 250);
+const refreshA2a = debounce(() => loadA2a(), 250);
 const refreshAdmin = debounce(() => pollAdmin(), 400);
 
 function reactToEvent(ev) {
@@ -781,6 +791,9 @@ function reactToEvent(ev) {
     refreshTrajectory();
   } else if (t.startsWith('uap.') && state.plugins.uap) {
     refreshUap();
+  } else if (t.startsWith('a2a.')) {
+    // Even with the panel hidden: the event says the plugin is loaded now.
+    refreshA2a();
   }
   if (t.startsWith('participant_') || t === 'agent_registered' || t === 'agent_unregistered') refreshAdmin();
 }
@@ -795,7 +808,7 @@ function pluginPanel(name, ok, error) {
 }
 
 async function probePlugins() {
-  await Promise.all([loadMail(), loadTrajectory(), loadUap()]);
+  await Promise.all([loadMail(), loadTrajectory(), loadUap(), loadA2a()]);
 }
 
 /** Run a plugin's read; -32601 means the plugin is not loaded for this tenant. */
@@ -959,6 +972,28 @@ async function loadUap() {
     h('td', { title: a.clientId }, a.displayName || clip(a.clientId, 20)),
     h('td', {}, json((a.capabilities ?? []).map((c) => Object.entries(c).map(([k, v]) => `${k}:${v?.type ?? json(v, 30)}`).join(' ')), 80)),
     h('td', { class: a.available ? 'ok' : 'muted' }, a.available ? 'listening' : 'away'))) : [h('tr', {}, h('td', { colspan: 3, class: 'empty' }, 'No execution agents registered.'))]));
+}
+
+/** A task's state as a class name: `state-input-required`. */
+const stateClass = (st) => `state-${String(st ?? 'unknown').replace(/[^a-z-]/gi, '').toLowerCase() || 'unknown'}`;
+
+async function loadA2a() {
+  const r = await pluginCall('a2a', 'a2a/tasks', { limit: A2A_ROWS });
+  if (!r) return;
+  const tasks = r.tasks ?? [];
+  $('#a2a-note').textContent = r.next ? `the newest ${tasks.length}` : tasks.length ? `${tasks.length}` : '';
+  $('#a2a-tasks tbody').replaceChildren(...(tasks.length ? tasks.map((t) => h('tr', {
+    class: `a2a-task ${stateClass(t.state)}`,
+    'data-task-id': t.id,
+    'data-state': t.state,
+    title: `task ${t.id}\ncontext ${t.contextId ?? ''}\ncreated ${when(t.createdMs)}`,
+  },
+  h('td', { class: 'task', title: t.id }, clip(t.id, 18)),
+  h('td', { class: 'agent', title: t.agentId ?? '' }, clip(agentLabel(t.agentId), 20)),
+  h('td', { class: 'state' }, t.state ?? ''),
+  h('td', { class: 'num messages' }, t.messages ?? 0),
+  h('td', { class: 'num artifacts' }, t.artifacts ?? 0),
+  h('td', { class: 'updated' }, when(Date.parse(t.updatedAt ?? '') || t.createdMs)))) : [h('tr', {}, h('td', { colspan: 6, class: 'empty' }, 'No A2A tasks.'))]));
 }
 
 // ---------------------------------------------------------------------------

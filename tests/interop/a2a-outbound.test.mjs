@@ -9,18 +9,11 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { join, dirname } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { existsSync, rmSync } from 'node:fs';
 import { startGateway, connectAgent, connectClient, pollUntil, rejectsWithCode, DEFAULT_TENANTS } from './harness.mjs';
-
-const HERE = dirname(fileURLToPath(import.meta.url));
-const ROOT = join(HERE, '..', '..');
-const DIST = join(ROOT, 'plugins', 'dist');
-const PYTHON = process.env.A2A_PYTHON ?? join(ROOT, 'target', 'a2a-pyenv', 'bin', 'python');
-const SERVER = join(ROOT, 'tests', 'a2a', 'server.py');
+import { DIST, PYTHON, SERVER, ACME, text } from './a2a-sdk.mjs';
 const BEARER = 'peer-secret-4711';
 const WRONG = 'wrong-secret-0815';
-const ACME = { method: 'api-key', credential: 'acme-key' };
 const EVENTS_MS = 15_000;
 
 let gw;
@@ -48,7 +41,6 @@ function startPeer() {
   });
 }
 
-const text = (m) => m?.parts?.[0]?.text;
 const send = (h, params) => h.conn.callExtension('a2a/send', params);
 
 /** The a2a.remote.* events `h` got for a remote task, once `done(events)` holds. */

@@ -4,18 +4,10 @@
 // notifications.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
 import { createServer } from 'node:http';
-import { join, dirname } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { startGateway, connectAgent, connectClient, pollUntil, DEFAULT_TENANTS, WAIT_MS } from './harness.mjs';
-
-const HERE = dirname(fileURLToPath(import.meta.url));
-const ROOT = join(HERE, '..', '..');
-const DIST = join(ROOT, 'plugins', 'dist');
-const PYTHON = process.env.A2A_PYTHON ?? join(ROOT, 'target', 'a2a-pyenv', 'bin', 'python');
-const CLIENT = join(ROOT, 'tests', 'a2a', 'client.py');
-const ACME = { method: 'api-key', credential: 'acme-key' };
+import { DIST, ACME, runClient, text } from './a2a-sdk.mjs';
 
 let gw;
 let hook; // the notification endpoint
@@ -24,16 +16,8 @@ const pushed = []; // [{path, token, authorization, body}]
 const failFirst = new Map(); // path → how many more requests to answer 503
 let agent;
 
-function a2a(args, key = 'acme-key') {
-  return new Promise((resolve, reject) => {
-    execFile(PYTHON, [CLIENT, `${gw.baseUrl}/a2a`, key, 'worker', ...args], { timeout: 60_000 }, (err, stdout, stderr) => {
-      if (err) return reject(new Error(`client.py ${args.join(' ')}: ${err.message}\n${stderr}`));
-      resolve(stdout.trim().split('\n').filter(Boolean).map((l) => JSON.parse(l)));
-    });
-  });
-}
+const a2a = (args, key = 'acme-key') => runClient(`${gw.baseUrl}/a2a`, key, 'worker', args);
 
-const text = (m) => m?.parts?.[0]?.text;
 const kind = (u) => Object.keys(u)[0];
 const at = (path) => pushed.filter((p) => p.path === path);
 const arrived = (path, n) => pollUntil(() => at(path), (l) => l.length >= n, { timeoutMs: WAIT_MS, what: `${n} notifications at ${path}` });

@@ -4,26 +4,15 @@
 // The client is the official A2A SDK for Python (tests/a2a/client.py).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
-import { join, dirname } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { existsSync } from 'node:fs';
 import { startGateway, connectAgent, pollUntil, DEFAULT_TENANTS } from './harness.mjs';
+import { DIST, ACME, runClient } from './a2a-sdk.mjs';
 
-const HERE = dirname(fileURLToPath(import.meta.url));
-const ROOT = join(HERE, '..', '..');
-const WASM = join(ROOT, 'plugins', 'dist', 'a2a.wasm');
-const PYTHON = process.env.A2A_PYTHON ?? join(ROOT, 'target', 'a2a-pyenv', 'bin', 'python');
-const CLIENT = join(ROOT, 'tests', 'a2a', 'client.py');
-const ACME = { method: 'api-key', credential: 'acme-key' };
+const WASM = join(DIST, 'a2a.wasm');
 
-function a2a(gw, args) {
-  return new Promise((resolve, reject) => {
-    execFile(PYTHON, [CLIENT, `${gw.baseUrl}/a2a`, 'acme-key', ...args], { timeout: 60_000 }, (err, stdout, stderr) => {
-      if (err) return reject(new Error(`client.py ${args.join(' ')}: ${err.message}\n${stderr}`));
-      resolve(stdout.trim().split('\n').filter(Boolean).map((l) => JSON.parse(l)));
-    });
-  });
+function a2a(gw, [agent, ...args]) {
+  return runClient(`${gw.baseUrl}/a2a`, 'acme-key', agent, args);
 }
 
 /** The agent: `report` completes with an artifact, anything else stays working. */

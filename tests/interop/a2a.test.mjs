@@ -5,18 +5,10 @@
 // prints what the SDK got as JSON lines.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
-import { join, dirname } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { existsSync } from 'node:fs';
 import { startGateway, connectAgent, connectClient, pollUntil, DEFAULT_TENANTS, WAIT_MS } from './harness.mjs';
-
-const HERE = dirname(fileURLToPath(import.meta.url));
-const ROOT = join(HERE, '..', '..');
-const DIST = join(ROOT, 'plugins', 'dist');
-const PYTHON = process.env.A2A_PYTHON ?? join(ROOT, 'target', 'a2a-pyenv', 'bin', 'python');
-const CLIENT = join(ROOT, 'tests', 'a2a', 'client.py');
-const ACME = { method: 'api-key', credential: 'acme-key' };
+import { DIST, PYTHON, ACME, runClient, text } from './a2a-sdk.mjs';
 
 let gw;
 let helper;
@@ -24,13 +16,8 @@ let plain;
 const seen = []; // what reached the MAP agent: [{text, meta, a2a}]
 
 /** Run one client.py step; its JSON lines. */
-function a2a(args, key = 'acme-key') {
-  return new Promise((resolve, reject) => {
-    execFile(PYTHON, [CLIENT, `${gw.baseUrl}/a2a`, key, ...args], { timeout: 60_000 }, (err, stdout, stderr) => {
-      if (err) return reject(new Error(`client.py ${args.join(' ')}: ${err.message}\n${stderr}`));
-      resolve(stdout.trim().split('\n').filter(Boolean).map((l) => JSON.parse(l)));
-    });
-  });
+function a2a([agent, ...args], key = 'acme-key') {
+  return runClient(`${gw.baseUrl}/a2a`, key, agent, args);
 }
 
 /** A JSON-RPC request posted by hand (malformed ones the SDK would not send). */
@@ -43,7 +30,6 @@ async function raw(agent, body, headers = {}) {
   return { status: res.status, body: await res.json() };
 }
 
-const text = (m) => m?.parts?.[0]?.text;
 
 /** Subscriptions the bridge has opened so far (its counter in /metrics, for the acme tenant). */
 async function subscriptions() {

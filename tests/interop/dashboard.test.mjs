@@ -2,10 +2,11 @@
 // driven with playwright-core, signs in, and the page follows what SDK agents
 // do through the gateway: the agent graph (parent and scope edges), the event
 // stream, mail conversations and their turns, trajectory checkpoints and their
-// content, UAP jobs, the admin tables (plugins, sessions, with a working
-// disconnect button) and the metric sparklines. A second test covers an admin
-// token and a tenant credential: a refused token leaves the MAP panels working,
-// the right one opens the admin view, and the page shows only its tenant.
+// content, UAP jobs, A2A tasks, the admin tables (plugins, sessions, with a
+// working disconnect button) and the metric sparklines. A second test covers an
+// admin token and a tenant credential: a refused token leaves the MAP panels
+// working, the right one opens the admin view, the page shows only its tenant,
+// and a plugin panel shows only for tenants the plugin is enabled for.
 //
 // Needs Chromium at /usr/bin/chromium (scripts/setup.sh --tests installs it;
 // CHROMIUM_PATH overrides). Leaves a screenshot at target/artifacts/dashboard.png.
@@ -41,24 +42,87 @@ const pluginToml = (name, extra = '') => `[plugins.${name}]\npath = ${JSON.strin
 let browser;
 before(async () => {
   assert.ok(existsSync(CHROMIUM), `Chromium is missing at ${CHROMIUM}: run scripts/setup.sh --tests (it installs Debian's chromium)`);
-  for (const p of ['mail', 'trajectory', 'uap']) {
+  for (const p of ['mail', 'trajectory', 'uap', 'a2a']) {
     assert.ok(existsSync(join(DIST, `${p}.wasm`)), `${p}.wasm is missing: run scripts/build-plugins.sh`);
   }
   browser = await chromium.launch({ executablePath: CHROMIUM, headless: true });
 });
 after(async () => { await browser?.close(); });
 
+/**
+ * The page's JSON-RPC on /map as it crosses the wire: `answered(method, pred)`
+ * resolves with the first answer to a request for `method` that `pred`
+ * accepts, from those seen since the call.
+ */
+function watchRpc(page) {
+  const waiters = new Set();
+  const frames = (payload) => {
+    try { return [JSON.parse(String(payload))].flat(); } catch { return []; }
+  };
+  page.on('websocket', (ws) => {
+    if (!new URL(ws.url()).pathname.endsWith('/map')) return;
+    // Request ids count from 1 on each socket: one map per socket.
+    const sent = new Map();
+    ws.on('framesent', ({ payload }) => {
+      for (const m of frames(payload)) if (m?.method && 'id' in m) sent.set(m.id, m.method);
+    });
+    ws.on('framereceived', ({ payload }) => {
+      for (const m of frames(payload)) {
+        const method = m && !('method' in m) ? sent.get(m.id) : undefined;
+        if (!method) continue;
+        for (const w of waiters) if (w.method === method && w.pred(m)) { waiters.delete(w); w.resolve(m); }
+      }
+    });
+  });
+  return {
+    answered(method, pred = () => true) {
+      let timer;
+      const answer = new Promise((resolve, reject) => {
+        const w = { method, pred, resolve };
+        waiters.add(w);
+        timer = setTimeout(() => { waiters.delete(w); reject(new Error(`no answer to ${method} within ${2 * WAIT} ms`)); }, 2 * WAIT);
+      }).finally(() => clearTimeout(timer));
+      // Awaited later: a step that fails first must not leave it unhandled.
+      answer.catch(() => {});
+      return answer;
+    },
+  };
+}
+
 /** A fresh page whose uncaught errors and CSP violations fail the test. */
 async function openPage() {
   const context = await browser.newContext({ viewport: { width: 1440, height: 900 } });
   const page = await context.newPage();
   page.setDefaultTimeout(WAIT);
+  const rpc = watchRpc(page);
   const problems = [];
   page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
   page.on('console', (m) => {
     if (m.type() === 'error' && /Content Security Policy|Uncaught|SyntaxError|TypeError/.test(m.text())) problems.push(`console: ${m.text()}`);
   });
-  return { page, context, problems };
+  return { page, context, problems, rpc };
+}
+
+/** Open an A2A task for `agentId` through the bridge's HTTP endpoint; its id. */
+async function openA2aTask(gw, agentId, key, text) {
+  const res = await fetch(`${gw.baseUrl}/a2a/agents/${encodeURIComponent(agentId)}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-api-key': key },
+    body: JSON.stringify({
+      jsonrpc: '2.0',
+      id: 1,
+      method: 'SendMessage',
+      params: {
+        message: { messageId: `m-${process.pid}-${Date.now()}`, role: 'ROLE_USER', parts: [{ text }] },
+        configuration: { returnImmediately: true },
+      },
+    }),
+  });
+  const body = await res.json();
+  assert.equal(res.status, 200, `SendMessage: ${JSON.stringify(body)}`);
+  const id = body.result?.task?.id;
+  assert.ok(id, `SendMessage answered a task: ${JSON.stringify(body)}`);
+  return id;
 }
 
 async function signIn(page, { credential = '', adminToken = '' } = {}) {
@@ -78,9 +142,13 @@ async function waitConnected(page) {
   return text;
 }
 
-test('the dashboard follows agents, scopes, events, mail, trajectory, UAP, plugins, sessions and metrics live', async () => {
+test('the dashboard follows agents, scopes, events, mail, trajectory, UAP, A2A, plugins, sessions and metrics live', async () => {
   const gw = await startGateway({
-    extraToml: pluginToml('mail') + pluginToml('trajectory') + pluginToml('uap', 'mode = "singleton"\ndeadline_ms = 5000'),
+    tenants: [
+      { id: 'default', api_keys: ['default-key'], toml: 'plugins = ["mail", "trajectory", "uap", "a2a"]' },
+      ...DEFAULT_TENANTS.filter((t) => t.id !== 'default'),
+    ],
+    extraToml: pluginToml('mail') + pluginToml('trajectory') + pluginToml('uap', 'mode = "singleton"\ndeadline_ms = 5000') + pluginToml('a2a', 'http_prefix = "/a2a"'),
   });
   const { page, context, problems } = await openPage();
   try {
@@ -156,8 +224,37 @@ test('the dashboard follows agents, scopes, events, mail, trajectory, UAP, plugi
     await page.waitForSelector('#panel-uap', { state: 'visible' });
     await page.waitForSelector(`#uap-jobs tr.uap-job${sel('data-job-id', job.id)}`);
 
+    // A2A: a task opened over the bridge's HTTP endpoint for an agent that
+    // opted in is listed with its agent and state, and follows the agent's updates.
+    const a2aAgent = await connectAgent(gw, { name: 'a2a-helper', agentId: `a2a-helper-${process.pid}` });
+    await a2aAgent.conn.updateMetadata({ a2a: { skills: [] } });
+    const taskId = await openA2aTask(gw, a2aAgent.id, 'default-key', 'summarise the release');
+    await page.waitForSelector('#panel-a2a', { state: 'visible' });
+    const taskRow = `#a2a-tasks tr.a2a-task${sel('data-task-id', taskId)}`;
+    await page.waitForSelector(`${taskRow}.state-submitted`);
+    const cells = async () => page.$eval(taskRow, (tr) => Object.fromEntries([...tr.cells].map((td) => [td.className.replace(/^num /, ''), td.textContent])));
+    let row = await cells();
+    assert.equal(row.agent, 'a2a-helper', 'the agent by its name');
+    assert.equal(await page.getAttribute(`${taskRow} td.agent`, 'title'), a2aAgent.id);
+    assert.deepEqual([row.state, row.messages, row.artifacts], ['submitted', '1', '0']);
+    assert.match(row.updated, /^(\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d$/);
+    const created = await page.waitForSelector(`.event-row[data-event-type="a2a.task.created"]`);
+    assert.match(await created.textContent(), new RegExp(`${taskId} · a2a-helper · submitted`));
+    // The agent works on it and adds an artifact, then completes it: the row follows.
+    await a2aAgent.conn.callExtension('a2a/task/update', { taskId, state: 'working', artifacts: [{ artifactId: 'notes', parts: [{ text: 'draft' }] }] });
+    await page.waitForSelector(`${taskRow}.state-working`);
+    row = await cells();
+    assert.deepEqual([row.state, row.artifacts], ['working', '1']);
+    await a2aAgent.conn.callExtension('a2a/task/update', { taskId, state: 'completed', message: { parts: [{ text: 'done' }] } });
+    await page.waitForSelector(`${taskRow}.state-completed`);
+    row = await cells();
+    assert.deepEqual([row.state, row.messages, row.artifacts], ['completed', '2', '1']);
+    assert.equal(await page.$$eval(`${taskRow}.state-working, ${taskRow}.state-submitted`, (els) => els.length), 0, 'one state class at a time');
+    await page.waitForFunction((id) => [...document.querySelectorAll('.event-row[data-event-type="a2a.task.status"]')].some((r) => r.textContent.includes(`${id} · a2a-helper · completed`)), taskId);
+    await page.waitForFunction((id) => [...document.querySelectorAll('.event-row[data-event-type="a2a.task.artifact"]')].some((r) => r.textContent.includes(`${id} · a2a-helper · working · artifact notes`)), taskId);
+
     // Admin: the plugins and sessions tables.
-    for (const p of ['mail', 'trajectory', 'uap']) await page.waitForSelector(`#plugins-table tr.plugin-row${sel('data-plugin', p)}${sel('data-tenant', 'default')}`);
+    for (const p of ['mail', 'trajectory', 'uap', 'a2a']) await page.waitForSelector(`#plugins-table tr.plugin-row${sel('data-plugin', p)}${sel('data-tenant', 'default')}`);
     await page.waitForFunction(() => Number(document.querySelector('#plugins-table tr.plugin-row[data-plugin="mail"][data-tenant="default"] td.num')?.textContent) > 0);
     for (const h of [lead, worker, submitter]) await page.waitForSelector(`#sessions-table tr.session-row${sel('data-session-id', h.sessionId)}`);
     await page.waitForSelector('#sessions-table tr.session-row.mine');
@@ -239,11 +336,16 @@ test('a page opened after the fact shows the recent events from replay, once eac
 });
 
 test('an admin token and a tenant credential: refused admin keeps the MAP view, the right token opens it, one tenant only', async () => {
+  // The A2A bridge is loaded, but not for acme: its page has no A2A panel, idp's has.
   const gw = await startGateway({
-    tenants: [...DEFAULT_TENANTS, { id: 'idp', toml: `jwt = { secret = ${JSON.stringify(JWT_SECRET)} }` }],
-    extraToml: '[admin]\ntoken = "admin-secret"\n',
+    tenants: [
+      ...DEFAULT_TENANTS.map((t) => (t.id === 'acme' ? { ...t, toml: 'plugins = []' } : t)),
+      { id: 'idp', toml: `jwt = { secret = ${JSON.stringify(JWT_SECRET)} }` },
+    ],
+    extraToml: `[admin]\ntoken = "admin-secret"\n${pluginToml('a2a', 'http_prefix = "/a2a"')}`,
   });
-  const { page, context, problems } = await openPage();
+  const { page, context, problems, rpc } = await openPage();
+  const a2aRefused = () => rpc.answered('a2a/tasks', (m) => m.error?.code === -32601);
   try {
     const other = await connectAgent(gw, { name: 'default-tenant-agent' });
     const mine = await connectAgent(gw, { name: 'acme-agent', auth: { method: 'api-key', credential: 'acme-key' } });
@@ -255,6 +357,7 @@ test('an admin token and a tenant credential: refused admin keeps the MAP view, 
     assert.match(await page.textContent('.status'), /refused/);
 
     // The right credential with a wrong admin token: MAP panels, no admin view.
+    let refused = a2aRefused();
     await signIn(page, { credential: 'acme-key', adminToken: 'wrong' });
     assert.match(await waitConnected(page), /tenant acme/);
     await page.waitForSelector(`#graph ${sel('data-agent-id', mine.id)}`);
@@ -264,8 +367,10 @@ test('an admin token and a tenant credential: refused admin keeps the MAP view, 
     assert.equal(await page.isVisible('#panel-plugins'), false);
     assert.equal(await page.isVisible('#panel-sessions'), false);
     assert.equal(await page.isVisible('#panel-graph'), true);
-    // No plugins are loaded here: their panels hide once the methods answer -32601.
+    // No plugins are enabled here: their panels hide once the methods answer -32601.
     for (const panel of ['#panel-mail', '#panel-trajectory', '#panel-uap']) await page.waitForSelector(panel, { state: 'hidden' });
+    await refused;
+    assert.equal(await page.isVisible('#panel-a2a'), false, 'no A2A panel where a2a/tasks answers -32601');
 
     // Sign out, then in with the admin token: sessions of the caller's tenant.
     await page.click('#signout');
@@ -287,6 +392,18 @@ test('an admin token and a tenant credential: refused admin keeps the MAP view, 
     assert.match(await waitConnected(page), /tenant idp · operator-7/);
     await page.waitForSelector('#sessions-table tr.session-row.mine');
     assert.equal(await page.$eval('#tenant-select', (s) => s.value), 'idp');
+    // idp has the A2A bridge (no plugin list: all of them): its panel shows, with no tasks yet.
+    await page.waitForSelector('#panel-a2a', { state: 'visible' });
+    assert.equal(await page.textContent('#a2a-tasks tbody'), 'No A2A tasks.');
+
+    // Back to acme: the panel hides again once a2a/tasks answers -32601.
+    refused = a2aRefused();
+    await page.click('#signout');
+    await signIn(page, { credential: 'acme-key', adminToken: 'admin-secret' });
+    await waitConnected(page);
+    await refused;
+    assert.equal(await page.isVisible('#panel-a2a'), false, 'the A2A panel hides again');
+    assert.equal(await page.$$eval('#a2a-tasks tbody tr', (els) => els.length), 0, 'no rows of the previous tenant');
 
     assert.deepEqual(problems, [], 'the page logged no errors');
   } finally {
