@@ -135,7 +135,7 @@ where
     let (sink, source) = socket.split();
     let (tx, rx) = channel(gw.config.limits.outbox_frames, gw.config.limits.outbox_bytes);
     // Pings and the closing frame, beside the frames of the session.
-    let (control, control_rx) = mpsc::unbounded_channel::<Message>();
+    let (control, control_rx) = mpsc::unbounded_channel::<Control>();
     let writer = tokio::spawn(write_loop(sink, rx, control_rx));
 
     let _open = gw.drain.enter();
@@ -147,7 +147,7 @@ where
     // The close goes to the writer before the frame queue ends: otherwise the
     // writer could see the queue end first and close without the code.
     if let Some(frame) = close {
-        let _ = control.send(Message::Close(Some(frame)));
+        let _ = control.send(Control::Close(Box::new(frame)));
     }
     gw.connection_closed(&mut conn);
     drop(conn);
@@ -156,9 +156,16 @@ where
     let _ = writer.await;
 }
 
+/// What the reader asks the writer for besides the session's frames. Kept
+/// small: a channel allocates room for 32 of them per connection at once.
+enum Control {
+    Ping,
+    Close(Box<CloseFrame>),
+}
+
 /// The socket's writer: the session's frames, pings and the closing frame,
 /// until the reader is done or the peer stops taking them.
-async fn write_loop<S>(mut sink: SplitSink<WebSocketStream<S>, Message>, mut rx: FrameRx, mut control_rx: mpsc::UnboundedReceiver<Message>)
+async fn write_loop<S>(mut sink: SplitSink<WebSocketStream<S>, Message>, mut rx: FrameRx, mut control_rx: mpsc::UnboundedReceiver<Control>)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -166,18 +173,18 @@ where
         let frame = tokio::select! {
             biased;
             m = control_rx.recv() => match m {
-                Some(m @ Message::Close(_)) => {
+                Some(Control::Close(frame)) => {
                     // Answers already queued go out before the close.
                     while let Some(f) = rx.try_recv() {
                         if feed(&mut sink, f).await.is_err() {
                             return;
                         }
                     }
-                    let _ = sink.send(m).await;
+                    let _ = sink.send(Message::Close(Some(*frame))).await;
                     return;
                 }
-                Some(m) => {
-                    if sink.send(m).await.is_err() {
+                Some(Control::Ping) => {
+                    if sink.send(Message::Ping(Bytes::new())).await.is_err() {
                         return;
                     }
                     continue;
@@ -230,7 +237,7 @@ enum Step {
 
 /// Read requests and answer them until the peer leaves, idles, misbehaves
 /// or the gateway stops. Returns the close frame to send, if any.
-async fn read_loop<S>(gw: &Arc<Gateway>, conn: &mut Conn, mut source: SplitStream<WebSocketStream<S>>, control: &mpsc::UnboundedSender<Message>, peer: SocketAddr, linger: &super::Linger) -> Option<CloseFrame>
+async fn read_loop<S>(gw: &Arc<Gateway>, conn: &mut Conn, mut source: SplitStream<WebSocketStream<S>>, control: &mpsc::UnboundedSender<Control>, peer: SocketAddr, linger: &super::Linger) -> Option<CloseFrame>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -272,7 +279,7 @@ where
             Step::Read(Err(_)) if pinged => return Some(CloseFrame { code: CloseCode::Away, reason: "idle: no answer to ping".into() }),
             Step::Read(Err(_)) => {
                 pinged = true;
-                let _ = control.send(Message::Ping(Bytes::new()));
+                let _ = control.send(Control::Ping);
                 continue;
             }
         };
