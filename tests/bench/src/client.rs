@@ -60,6 +60,11 @@ pub async fn open(url: &str, small: bool) -> Result<Conn> {
     } else {
         WebSocketConfig::default().read_buffer_size(16 * 1024)
     };
+    handshake(url, tcp, config).await
+}
+
+/// The WebSocket handshake for `url` on a TCP stream the caller opened.
+pub async fn handshake(url: &str, tcp: TcpStream, config: WebSocketConfig) -> Result<Conn> {
     let (ws, _) = tokio_tungstenite::client_async_with_config(url, tcp, Some(config)).await.map_err(|e| format!("handshake {url}: {e}"))?;
     Ok(Conn { ws, next_id: 1 })
 }

@@ -10,10 +10,15 @@
 mod client;
 mod cluster;
 mod overhead;
+mod paced;
+mod plot;
 mod report;
+mod scale;
 mod scenarios;
 mod servers;
 mod singletons;
+mod soak;
+mod soak_report;
 mod stats;
 
 use std::path::{Path, PathBuf};
@@ -37,17 +42,27 @@ usage:
                                            on its owner vs through another node, and the failover time after
                                            kill -9 of the owner; needs NATS with JetStream (--nats) and
                                            PostgreSQL (--postgres)
+  map-bench scale [--target T] [options]   --sessions concurrent sessions (default 100000) on one server, each
+                                           with a registered agent: time to open them all, server VmRSS per
+                                           session, then a broadcast to a scope of --members (default 1000) and
+                                           map/send 1:1 paced at --rate (default 1000/s) for --secs (default 10)
+  map-bench soak [--target T] [options]    a steady mix for --secs (default 1800): map/send paced at --rate
+                                           (default half of a 5 s capacity measurement), 4 mail/turn writers,
+                                           a subscriber to every event, 10 sessions/s connecting and leaving;
+                                           samples every 10 s, a CSV and an SVG plot in --out
 
 scenarios: send, fanout, watch, mail, idle, startup
 targets:   reference, gateway, ceiling
 
 options:
-  --secs N            measured seconds per load scenario (default 5)
+  --secs N            measured seconds per load scenario (default 5; scale 10, soak 1800)
   --warmup N          warm-up seconds before measuring (default 1)
   --inflight N        messages in flight in total for send/watch/mail (default 100)
   --pairs N           sender/receiver pairs (default min(10, inflight)); in flight per pair = inflight / pairs
-  --members N         scope members for fanout (default 10)
-  --sessions N        idle sessions (default 10000)
+  --members N         scope members for fanout (default 10; scale 1000)
+  --sessions N        idle sessions (default 10000); scale: sessions (default 100000)
+  --rate N            scale, soak: map/send per second, paced (scale default 1000)
+  --out DIR           soak: where soak.csv and soak.svg go (default target/bench/soak of the workspace)
   --targets a,b       all: only these targets (default reference,gateway,ceiling)
   --skip a,b          all: leave out these scenario keys (send1,send100,fanout10,fanout100,watch,mail,idle);
                       cluster: leave out these parts (send,singleton,failover)
@@ -91,6 +106,8 @@ struct Opts {
     nats: String,
     lease_ms: u64,
     kills: usize,
+    rate: Option<f64>,
+    out: Option<PathBuf>,
 }
 
 fn parse() -> Result<Opts, String> {
@@ -119,7 +136,11 @@ fn parse() -> Result<Opts, String> {
         nats: cluster::DEFAULT_NATS.into(),
         lease_ms: 2000,
         kills: 10,
+        rate: None,
+        out: None,
     };
+    // Defaults that depend on the command.
+    let (mut secs, mut members, mut sessions) = (None, None, None);
     while let Some(a) = args.next() {
         let mut val = || args.next().ok_or(format!("{a} needs a value"));
         let num = |v: String| v.parse::<f64>().map_err(|_| format!("{a}: not a number: {v}"));
@@ -127,12 +148,14 @@ fn parse() -> Result<Opts, String> {
             "--target" => o.target = Some(Target::parse(&val()?).ok_or("unknown target")?),
             "--targets" => o.targets = val()?.split(',').map(|t| Target::parse(t).ok_or(format!("unknown target {t}"))).collect::<Result<_, _>>()?,
             "--skip" => o.skip = val()?.split(',').map(str::to_string).collect(),
-            "--secs" => o.secs = num(val()?)?,
+            "--secs" => secs = Some(num(val()?)?),
             "--warmup" => o.warmup = num(val()?)?,
             "--inflight" => o.inflight = num(val()?)? as u64,
             "--pairs" => o.pairs = Some(num(val()?)? as usize),
-            "--members" => o.members = num(val()?)? as usize,
-            "--sessions" => o.sessions = num(val()?)? as usize,
+            "--members" => members = Some(num(val()?)? as usize),
+            "--sessions" => sessions = Some(num(val()?)? as usize),
+            "--rate" => o.rate = Some(num(val()?)?),
+            "--out" => o.out = Some(val()?.into()),
             "--url" => o.url = Some(val()?),
             "--pid" => o.pid = Some(num(val()?)? as u32),
             "--gateway-bin" => o.gateway_bin = Some(val()?.into()),
@@ -147,6 +170,20 @@ fn parse() -> Result<Opts, String> {
             "-h" | "--help" => return Err(String::new()),
             _ => return Err(format!("unknown option {a}")),
         }
+    }
+    let scale = o.command == "scale";
+    o.secs = secs.unwrap_or(match o.command.as_str() {
+        "scale" => 10.0,
+        "soak" => 1800.0,
+        _ => 5.0,
+    });
+    o.members = members.unwrap_or(if scale { 1000 } else { 10 });
+    o.sessions = sessions.unwrap_or(if scale { 100_000 } else { 10_000 });
+    if o.url.is_some() && (o.command == "scale" || o.command == "soak") {
+        return Err(format!("{} starts its own server (it sets the server's limits): no --url", o.command));
+    }
+    if o.rate.is_some_and(|r| r <= 0.0 || !r.is_finite()) {
+        return Err("--rate must be positive".into());
     }
     if o.inflight == 0 || o.secs <= 0.0 || o.members == 0 {
         return Err("--inflight, --secs and --members must be positive".into());
@@ -393,6 +430,7 @@ fn main() {
     let targets: Vec<Target> = match o.command.as_str() {
         "all" => o.targets.clone(),
         "overhead" | "cluster" => vec![Target::Gateway],
+        "scale" | "soak" => vec![o.target.unwrap_or(Target::Gateway)],
         _ => o.target.into_iter().collect(),
     };
     if needs_servers && !o.no_build && o.gateway_bin.is_none() {
@@ -416,6 +454,22 @@ fn main() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
     let started = Instant::now();
     let load_before = loadavg();
+    if o.command == "scale" || o.command == "soak" {
+        match rt.block_on(long_run(&o, &p, nofile)) {
+            Ok(table) => {
+                let _ = std::fs::remove_dir_all(&p.scratch);
+                println!("## map-bench {} ({} s, {} cores, load average {load_before} before / {} after)\n\n{table}", o.command, started.elapsed().as_secs(), cores(), loadavg());
+                for n in notes {
+                    println!("\n{n}");
+                }
+                return;
+            }
+            Err(e) => {
+                eprintln!("map-bench: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
     if o.command == "overhead" || o.command == "cluster" {
         let (pairs, per) = split(o.inflight, o.pairs);
         let result = if o.command == "overhead" {
@@ -499,6 +553,26 @@ fn main() {
     );
     for n in notes {
         println!("\n{n}");
+    }
+}
+
+/// `scale` or `soak` with the options given: its tables.
+async fn long_run(o: &Opts, p: &Paths, nofile: u64) -> Result<String, String> {
+    let target = o.target.unwrap_or(Target::Gateway);
+    if o.command == "scale" {
+        let s = scale::Settings {
+            target,
+            sessions: o.sessions,
+            members: o.members,
+            rate: o.rate.unwrap_or(1000.0),
+            warmup: Duration::from_secs_f64(o.warmup),
+            secs: Duration::from_secs_f64(o.secs),
+            nofile,
+        };
+        scale::run(p, &s).await
+    } else {
+        let out = o.out.clone().unwrap_or_else(|| p.workspace.join("target/bench/soak"));
+        soak::run(p, &soak::Settings { target, secs: o.secs, rate: o.rate, out, sample_every: Duration::from_secs(10) }).await
     }
 }
 

@@ -25,7 +25,7 @@ fn base() -> Instant {
     *BASE.get_or_init(Instant::now)
 }
 
-fn ns_at(t: Instant) -> u64 {
+pub(crate) fn ns_at(t: Instant) -> u64 {
     t.saturating_duration_since(base()).as_nanos() as u64
 }
 
@@ -116,7 +116,7 @@ impl Tally {
 }
 
 /// `"bt":123` in a frame → 123.
-fn stamp(text: &str) -> Option<u64> {
+pub(crate) fn stamp(text: &str) -> Option<u64> {
     let at = text.find("\"bt\":")? + 5;
     let digits = &text[at..];
     let end = digits.bytes().position(|b| !b.is_ascii_digit()).unwrap_or(digits.len());
@@ -131,7 +131,7 @@ fn response_id(text: &str) -> Option<u64> {
     digits[..end].parse().ok()
 }
 
-enum Kind {
+pub(crate) enum Kind {
     Notification,
     Result,
     Error,
@@ -139,7 +139,7 @@ enum Kind {
 
 /// Which of `"method"`, `"result"`, `"error"` comes first: the servers here all
 /// write the top-level key before any nested one.
-fn kind(text: &str) -> Kind {
+pub(crate) fn kind(text: &str) -> Kind {
     let pos = |k: &str| text.find(k).unwrap_or(usize::MAX);
     let (m, r, e) = (pos("\"method\""), pos("\"result\""), pos("\"error\""));
     if m < r && m < e {
@@ -151,7 +151,7 @@ fn kind(text: &str) -> Kind {
     }
 }
 
-fn error_text(text: &str) -> String {
+pub(crate) fn error_text(text: &str) -> String {
     serde_json::from_str::<Value>(text)
         .ok()
         .and_then(|v| v.get("error").cloned())

@@ -234,6 +234,32 @@ pub fn self_cpu() -> Option<Duration> {
     cpu_of("/proc/self/stat")
 }
 
+/// VmRSS of this process, in KiB.
+pub fn self_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()).and_then(|v| v.parse().ok())
+}
+
+/// CPU of the server and of this process over a stretch of wall time.
+pub struct Cpu {
+    server: Option<Duration>,
+    me: Option<Duration>,
+    pub at: Instant,
+}
+
+impl Cpu {
+    pub fn start(server: &Server) -> Cpu {
+        Cpu { server: server.cpu(), me: self_cpu(), at: Instant::now() }
+    }
+
+    /// (server, generator) in cores.
+    pub fn cores(&self, server: &Server) -> (Option<f64>, Option<f64>) {
+        let wall = self.at.elapsed().as_secs_f64();
+        let c = |a: Option<Duration>, b: Option<Duration>| Some((b? - a?).as_secs_f64() / wall);
+        (c(self.server, server.cpu()), c(self.me, self_cpu()))
+    }
+}
+
 /// `npm ci` (or `npm install` without a lock file) in the reference folder
 /// when its node_modules is missing.
 pub fn ensure_reference(dir: &Path) -> Result<(), String> {
@@ -269,4 +295,33 @@ pub fn raise_nofile() -> u64 {
         }
     }
     0
+}
+
+/// Paths for a test that starts the real gateway: its own scratch folder
+/// and plugin folder (`plugins`: files copied from plugins/dist). The
+/// gateway is `MAP_GATEWAY_BIN`, else the newer of the debug and release
+/// builds in the target folder.
+#[cfg(test)]
+pub fn test_paths(tag: &str, plugins: &[&str]) -> Paths {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("workspace");
+    let scratch = std::env::temp_dir().join(format!("map-bench-test-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    let plugin_dir = scratch.join("plugins");
+    std::fs::create_dir_all(&plugin_dir).expect("plugin folder");
+    for f in plugins {
+        let from = workspace.join("plugins/dist").join(f);
+        std::fs::copy(&from, plugin_dir.join(f)).unwrap_or_else(|e| panic!("{}: {e} (run scripts/build-plugins.sh)", from.display()));
+    }
+    // The test binary is <target>/<profile>/deps/…
+    let exe = std::env::current_exe().expect("test binary");
+    let targets = [exe.ancestors().nth(3).map(Path::to_path_buf), Some(workspace.join("target"))];
+    let gateway_bin = std::env::var_os("MAP_GATEWAY_BIN").map(PathBuf::from).unwrap_or_else(|| {
+        let built = targets.iter().flatten().flat_map(|t| [t.join("debug/map-gateway"), t.join("release/map-gateway")]);
+        built
+            .filter_map(|b| Some((std::fs::metadata(&b).ok()?.modified().ok()?, b)))
+            .max()
+            .map(|(_, b)| b)
+            .expect("no map-gateway build in the target folder: cargo build -p map-gateway (or set MAP_GATEWAY_BIN)")
+    });
+    Paths { gateway_bin, ceiling_bin: PathBuf::new(), plugin_dir, reference_dir: PathBuf::new(), workspace, scratch }
 }
