@@ -403,6 +403,23 @@ async fn single(o: &Opts, p: &Paths) -> Result<Vec<Row>, String> {
     Ok(vec![row])
 }
 
+/// A command's table under its heading, then the notes; or its error, and exit 1.
+fn print_table(result: Result<String, String>, p: &Paths, notes: &[String], heading: impl FnOnce(String) -> String) {
+    match result {
+        Ok(table) => {
+            let _ = std::fs::remove_dir_all(&p.scratch);
+            println!("{}", heading(table));
+            for n in notes {
+                println!("\n{n}");
+            }
+        }
+        Err(e) => {
+            eprintln!("map-bench: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
 fn main() {
     if std::env::args().any(|a| matches!(a.as_str(), "--help" | "-h" | "help")) {
         print!("{USAGE}");
@@ -455,20 +472,8 @@ fn main() {
     let started = Instant::now();
     let load_before = loadavg();
     if o.command == "scale" || o.command == "soak" {
-        match rt.block_on(long_run(&o, &p, nofile)) {
-            Ok(table) => {
-                let _ = std::fs::remove_dir_all(&p.scratch);
-                println!("## map-bench {} ({} s, {} cores, load average {load_before} before / {} after)\n\n{table}", o.command, started.elapsed().as_secs(), cores(), loadavg());
-                for n in notes {
-                    println!("\n{n}");
-                }
-                return;
-            }
-            Err(e) => {
-                eprintln!("map-bench: {e}");
-                std::process::exit(1);
-            }
-        }
+        let result = rt.block_on(long_run(&o, &p, nofile));
+        return print_table(result, &p, &notes, |table| format!("## map-bench {} ({} s, {} cores, load average {load_before} before / {} after)\n\n{table}", o.command, started.elapsed().as_secs(), cores(), loadavg()));
     }
     if o.command == "overhead" || o.command == "cluster" {
         let (pairs, per) = split(o.inflight, o.pairs);
@@ -490,28 +495,17 @@ fn main() {
             };
             rt.block_on(cluster::run(&p, &settings))
         };
-        match result {
-            Ok(table) => {
-                let _ = std::fs::remove_dir_all(&p.scratch);
-                println!(
-                    "## map-bench {} ({} s, {} cores, load average {load_before} before / {} after, {} s warm-up + {} s per round)\n\n{table}",
-                    o.command,
-                    started.elapsed().as_secs(),
-                    cores(),
-                    loadavg(),
-                    o.warmup,
-                    o.secs
-                );
-                for n in notes {
-                    println!("\n{n}");
-                }
-                return;
-            }
-            Err(e) => {
-                eprintln!("map-bench: {e}");
-                std::process::exit(1);
-            }
-        }
+        return print_table(result, &p, &notes, |table| {
+            format!(
+                "## map-bench {} ({} s, {} cores, load average {load_before} before / {} after, {} s warm-up + {} s per round)\n\n{table}",
+                o.command,
+                started.elapsed().as_secs(),
+                cores(),
+                loadavg(),
+                o.warmup,
+                o.secs
+            )
+        });
     }
     let rows = rt.block_on(async {
         if o.command == "all" {
