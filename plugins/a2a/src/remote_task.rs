@@ -85,7 +85,8 @@ pub fn snapshot(v: &Value) -> Result<Snapshot, String> {
     // A peer that sends more history than asked for: its latest messages.
     let all = list("history")?;
     let mut history = vec![];
-    for (i, m) in all.iter().enumerate().skip(all.len().saturating_sub(MAX_HISTORY)) {
+    let from = all.len().saturating_sub(MAX_HISTORY);
+    for (i, m) in all[from..].iter().enumerate().map(|(j, m)| (from + j, m)) {
         // The sender's own messages come back too; only the agent's are reported.
         match m["role"].as_str() {
             Some("ROLE_AGENT") => history.push(message::message(m, &format!("task.history[{i}]"), "ROLE_AGENT")?),

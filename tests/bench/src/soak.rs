@@ -360,7 +360,9 @@ mod tests {
         let csv = std::fs::read_to_string(out.join("soak.csv")).expect("soak.csv");
         let svg = std::fs::read_to_string(out.join("soak.svg")).expect("soak.svg");
         let _ = std::fs::remove_dir_all(&p.scratch);
-        let rows: Vec<Vec<&str>> = csv.lines().skip(1).map(|l| l.split(',').collect()).collect();
+        let mut lines = csv.lines();
+        assert!(lines.next().is_some_and(|h| h.starts_with("t_s,rss_mib,")), "a header row first: {csv}");
+        let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
         assert_eq!(rows.len(), 3, "{csv}");
         let col = |i: usize| rows.iter().map(|r| r[i].parse::<f64>().expect(r[i])).sum::<f64>();
         // Paced at 200/s for 3 s; the last sample may miss what is still in flight.
