@@ -3,12 +3,12 @@
 //! stream) a bounded number of frames wait for the next one.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::{Poll, Waker};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
-use tokio::sync::mpsc;
+use tokio::sync::Notify;
 
 /// One outgoing JSON-RPC text. Built only from `String`/`&'static str`, so it is always UTF-8.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -63,99 +63,198 @@ pub enum Full {
     Closed,
 }
 
+/// Why `FrameTx::try_send` refused a frame (the frame comes back).
+#[derive(Debug)]
+pub enum Refused {
+    /// At the limit by count or by bytes.
+    Full(Frame),
+    /// The receiving connection is gone.
+    Closed(Frame),
+}
+
 /// A connection's queue of outgoing frames, bounded by count and by bytes.
+/// An idle queue holds no buffer: it grows with what is queued.
 pub fn channel(frames: usize, bytes: usize) -> (FrameTx, FrameRx) {
-    let (tx, rx) = mpsc::channel(frames.max(1));
-    let shared = Arc::new(Shared::default());
-    (FrameTx { tx, shared: shared.clone(), max_bytes: bytes }, FrameRx { rx, shared })
+    let chan = Arc::new(Chan {
+        state: Mutex::new(State { queue: VecDeque::new(), bytes: 0, senders: 1, receiver: true, ended: false, reader: None }),
+        room: Notify::new(),
+        max_frames: frames.max(1),
+        max_bytes: bytes,
+    });
+    (FrameTx { chan: chan.clone() }, FrameRx { chan })
 }
 
-/// What both ends of a channel see.
-#[derive(Default)]
-struct Shared {
-    /// Bytes sent and not yet received.
-    queued: AtomicUsize,
-    /// `FrameTx::end` was called: the connection is to close.
-    ended: AtomicBool,
-    wake: tokio::sync::Notify,
-}
-
-/// The writing end of `channel`.
-#[derive(Clone)]
-pub struct FrameTx {
-    tx: mpsc::Sender<Frame>,
-    shared: Arc<Shared>,
+/// What both ends of a channel share.
+struct Chan {
+    state: Mutex<State>,
+    /// Wakes senders waiting for room (or for the receiver to go).
+    room: Notify,
+    max_frames: usize,
     max_bytes: usize,
 }
 
+struct State {
+    queue: VecDeque<Frame>,
+    /// Bytes queued and not yet received.
+    bytes: usize,
+    senders: usize,
+    receiver: bool,
+    /// `FrameTx::end` was called: the connection is to close.
+    ended: bool,
+    /// The receiver, waiting for a frame.
+    reader: Option<Waker>,
+}
+
+/// A queue emptied after a burst keeps at most this many slots.
+const KEPT_SLOTS: usize = 256;
+
+impl Chan {
+    /// Queue `frame` (the caller checked the limits) and wake the receiver.
+    fn push(&self, mut state: parking_lot::MutexGuard<'_, State>, frame: Frame) {
+        state.bytes += frame.len();
+        state.queue.push_back(frame);
+        let reader = state.reader.take();
+        drop(state);
+        if let Some(w) = reader {
+            w.wake();
+        }
+    }
+}
+
+/// The writing end of `channel`.
+pub struct FrameTx {
+    chan: Arc<Chan>,
+}
+
+impl Clone for FrameTx {
+    fn clone(&self) -> FrameTx {
+        self.chan.state.lock().senders += 1;
+        FrameTx { chan: self.chan.clone() }
+    }
+}
+
+impl Drop for FrameTx {
+    fn drop(&mut self) {
+        let mut state = self.chan.state.lock();
+        state.senders -= 1;
+        let reader = if state.senders == 0 { state.reader.take() } else { None };
+        drop(state);
+        if let Some(w) = reader {
+            w.wake();
+        }
+    }
+}
+
 pub struct FrameRx {
-    rx: mpsc::Receiver<Frame>,
-    shared: Arc<Shared>,
+    chan: Arc<Chan>,
+}
+
+impl Drop for FrameRx {
+    fn drop(&mut self) {
+        self.chan.state.lock().receiver = false;
+        self.chan.room.notify_waiters();
+    }
 }
 
 impl FrameTx {
     /// Wait for room by count (answers: a peer that does not read stops
     /// being read). Bytes are counted, so notifications see the backlog.
     pub async fn send(&self, frame: Frame) -> Result<(), Frame> {
-        let n = frame.len();
-        self.shared.queued.fetch_add(n, Ordering::Relaxed);
-        self.tx.send(frame).await.map_err(|e| {
-            self.shared.queued.fetch_sub(n, Ordering::Relaxed);
-            e.0
-        })
+        loop {
+            let room = self.chan.room.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            {
+                let state = self.chan.state.lock();
+                if !state.receiver {
+                    return Err(frame);
+                }
+                if state.queue.len() < self.chan.max_frames {
+                    self.chan.push(state, frame);
+                    return Ok(());
+                }
+            }
+            room.await;
+        }
     }
 
     /// Queue without waiting; refused when full by count or by bytes (a frame
     /// larger than the whole budget still goes into an empty queue).
-    pub fn try_send(&self, frame: Frame) -> Result<(), mpsc::error::TrySendError<Frame>> {
-        let n = frame.len();
-        let before = self.shared.queued.fetch_add(n, Ordering::Relaxed);
-        if before > 0 && before + n > self.max_bytes {
-            self.shared.queued.fetch_sub(n, Ordering::Relaxed);
-            return Err(mpsc::error::TrySendError::Full(frame));
+    pub fn try_send(&self, frame: Frame) -> Result<(), Refused> {
+        let state = self.chan.state.lock();
+        if !state.receiver {
+            return Err(Refused::Closed(frame));
         }
-        self.tx.try_send(frame).inspect_err(|_| {
-            self.shared.queued.fetch_sub(n, Ordering::Relaxed);
-        })
+        if state.queue.len() >= self.chan.max_frames || (state.bytes > 0 && state.bytes + frame.len() > self.chan.max_bytes) {
+            return Err(Refused::Full(frame));
+        }
+        self.chan.push(state, frame);
+        Ok(())
     }
 
     pub fn same_channel(&self, other: &FrameTx) -> bool {
-        self.tx.same_channel(&other.tx)
+        Arc::ptr_eq(&self.chan, &other.chan)
     }
 
+    /// The receiving connection is gone.
     pub fn is_closed(&self) -> bool {
-        self.tx.is_closed()
+        !self.chan.state.lock().receiver
     }
 
     /// Close the connection: its reader's `recv` answers `None` from now on.
     pub fn end(&self) {
-        self.shared.ended.store(true, Ordering::SeqCst);
-        self.shared.wake.notify_one();
+        let mut state = self.chan.state.lock();
+        state.ended = true;
+        let reader = state.reader.take();
+        drop(state);
+        if let Some(w) = reader {
+            w.wake();
+        }
     }
 }
 
 impl FrameRx {
     /// The next frame; `None` when every sender is gone or the channel was ended.
     pub async fn recv(&mut self) -> Option<Frame> {
-        if self.ended() {
-            return None;
-        }
-        let f = tokio::select! {
-            f = self.rx.recv() => f?,
-            _ = self.shared.wake.notified() => return None,
-        };
-        self.shared.queued.fetch_sub(f.len(), Ordering::Relaxed);
-        Some(f)
+        std::future::poll_fn(|cx| {
+            let mut state = self.chan.state.lock();
+            if state.ended {
+                return Poll::Ready(None);
+            }
+            if let Some(f) = self.take(&mut state) {
+                return Poll::Ready(Some(f));
+            }
+            if state.senders == 0 {
+                return Poll::Ready(None);
+            }
+            if !state.reader.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                state.reader = Some(cx.waker().clone());
+            }
+            Poll::Pending
+        })
+        .await
     }
 
     /// The writing side called `FrameTx::end`.
     pub fn ended(&self) -> bool {
-        self.shared.ended.load(Ordering::SeqCst)
+        self.chan.state.lock().ended
     }
 
     pub fn try_recv(&mut self) -> Option<Frame> {
-        let f = self.rx.try_recv().ok()?;
-        self.shared.queued.fetch_sub(f.len(), Ordering::Relaxed);
+        let mut state = self.chan.state.lock();
+        self.take(&mut state)
+    }
+
+    fn take(&self, state: &mut State) -> Option<Frame> {
+        let was_full = state.queue.len() >= self.chan.max_frames;
+        let f = state.queue.pop_front()?;
+        state.bytes -= f.len();
+        if state.queue.is_empty() && state.queue.capacity() > KEPT_SLOTS {
+            state.queue = VecDeque::new();
+        }
+        if was_full {
+            self.chan.room.notify_one();
+        }
         Some(f)
     }
 }
@@ -236,11 +335,11 @@ impl Outbox {
         match &mut *inner {
             Attachment::Attached(tx) => match tx.try_send(frame) {
                 Ok(()) => Ok(()),
-                Err(mpsc::error::TrySendError::Full(_)) => {
+                Err(Refused::Full(_)) => {
                     crate::metrics::outbox_full();
                     Err(Full::Backlogged)
                 }
-                Err(mpsc::error::TrySendError::Closed(frame)) => {
+                Err(Refused::Closed(frame)) => {
                     let n = frame.len();
                     *inner = Attachment::Parked(VecDeque::from([frame]), n);
                     Ok(())
@@ -329,5 +428,47 @@ mod tests {
         let (tx, _rx) = channel(100, 10);
         assert!(tx.try_send(big()).is_ok());
         assert!(tx.try_send(big()).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_makes_send_wait_for_room() {
+        let (tx, mut rx) = channel(1, 1 << 20);
+        tx.send(Frame::from_static("a")).await.unwrap();
+        assert!(matches!(tx.try_send(Frame::from_static("x")), Err(Refused::Full(_))));
+        let waiting = tokio::spawn({
+            let tx = tx.clone();
+            async move { tx.send(Frame::from_static("b")).await }
+        });
+        assert_eq!(rx.recv().await.unwrap().as_str(), "a");
+        waiting.await.unwrap().unwrap();
+        assert_eq!(rx.recv().await.unwrap().as_str(), "b");
+    }
+
+    #[tokio::test]
+    async fn the_receiver_sees_the_end_of_every_sender_and_senders_see_it_go() {
+        let (tx, mut rx) = channel(1, 1 << 20);
+        let tx2 = tx.clone();
+        tx.send(Frame::from_static("a")).await.unwrap();
+        drop(tx);
+        let reader = tokio::spawn(async move { (rx.recv().await, rx.recv().await) });
+        tokio::task::yield_now().await;
+        drop(tx2);
+        let (first, second) = reader.await.unwrap();
+        assert_eq!(first.unwrap().as_str(), "a");
+        assert_eq!(second, None, "no sender is left");
+
+        let (tx, mut rx) = channel(1, 1 << 20);
+        tx.send(Frame::from_static("a")).await.unwrap();
+        let blocked = tokio::spawn({
+            let tx = tx.clone();
+            async move { tx.send(Frame::from_static("b")).await }
+        });
+        tokio::task::yield_now().await;
+        assert!(rx.try_recv().is_some());
+        drop(rx);
+        let _ = blocked.await.unwrap();
+        assert!(tx.is_closed());
+        assert!(matches!(tx.try_send(Frame::from_static("c")), Err(Refused::Closed(_))));
+        assert_eq!(tx.send(Frame::from_static("d")).await.unwrap_err().as_str(), "d");
     }
 }

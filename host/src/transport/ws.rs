@@ -16,7 +16,6 @@ use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONNECTION, SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_KEY, UPGRADE};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::{CloseCode, Data, OpCode};
@@ -135,8 +134,8 @@ where
     let (sink, source) = socket.split();
     let (tx, rx) = channel(gw.config.limits.outbox_frames, gw.config.limits.outbox_bytes);
     // Pings and the closing frame, beside the frames of the session.
-    let (control, control_rx) = mpsc::unbounded_channel::<Control>();
-    let writer = tokio::spawn(write_loop(sink, rx, control_rx));
+    let control = Arc::new(Control::default());
+    let writer = tokio::spawn(write_loop(sink, rx, control.clone()));
 
     let _open = gw.drain.enter();
     let _counted = crate::metrics::connection("websocket");
@@ -147,51 +146,69 @@ where
     // The close goes to the writer before the frame queue ends: otherwise the
     // writer could see the queue end first and close without the code.
     if let Some(frame) = close {
-        let _ = control.send(Control::Close(Box::new(frame)));
+        control.ask(|a| a.close = Some(frame));
     }
     gw.connection_closed(&mut conn);
     drop(conn);
     drop(tx);
-    drop(control);
+    control.ask(|a| a.done = true);
     let _ = writer.await;
 }
 
-/// What the reader asks the writer for besides the session's frames. Kept
-/// small: a channel allocates room for 32 of them per connection at once.
-enum Control {
-    Ping,
-    Close(Box<CloseFrame>),
+/// What the reader asks the writer for besides the session's frames: a
+/// ping, the closing frame, or to close because the reader is done. A
+/// mutex and a wake-up rather than a channel: a channel allocates a block
+/// of slots per connection, and these are asked for once or twice in its life.
+#[derive(Default)]
+struct Control {
+    asked: parking_lot::Mutex<Asked>,
+    wake: tokio::sync::Notify,
+}
+
+#[derive(Default)]
+struct Asked {
+    ping: bool,
+    close: Option<CloseFrame>,
+    done: bool,
+}
+
+impl Control {
+    fn ask(&self, f: impl FnOnce(&mut Asked)) {
+        f(&mut self.asked.lock());
+        self.wake.notify_one();
+    }
 }
 
 /// The socket's writer: the session's frames, pings and the closing frame,
 /// until the reader is done or the peer stops taking them.
-async fn write_loop<S>(mut sink: SplitSink<WebSocketStream<S>, Message>, mut rx: FrameRx, mut control_rx: mpsc::UnboundedReceiver<Control>)
+async fn write_loop<S>(mut sink: SplitSink<WebSocketStream<S>, Message>, mut rx: FrameRx, control: Arc<Control>)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     loop {
         let frame = tokio::select! {
             biased;
-            m = control_rx.recv() => match m {
-                Some(Control::Close(frame)) => {
+            _ = control.wake.notified() => {
+                let asked = std::mem::take(&mut *control.asked.lock());
+                if let Some(frame) = asked.close {
                     // Answers already queued go out before the close.
                     while let Some(f) = rx.try_recv() {
                         if feed(&mut sink, f).await.is_err() {
                             return;
                         }
                     }
-                    let _ = sink.send(Message::Close(Some(*frame))).await;
+                    let _ = sink.send(Message::Close(Some(frame))).await;
                     return;
                 }
-                Some(Control::Ping) => {
-                    if sink.send(Message::Ping(Bytes::new())).await.is_err() {
-                        return;
-                    }
-                    continue;
+                if asked.ping && sink.send(Message::Ping(Bytes::new())).await.is_err() {
+                    return;
                 }
                 // The reader is done: close below (which also answers a
                 // peer's close frame, as the handshake wants).
-                None => break,
+                if asked.done {
+                    break;
+                }
+                continue;
             },
             f = rx.recv() => match f {
                 Some(f) => f,
@@ -237,7 +254,7 @@ enum Step {
 
 /// Read requests and answer them until the peer leaves, idles, misbehaves
 /// or the gateway stops. Returns the close frame to send, if any.
-async fn read_loop<S>(gw: &Arc<Gateway>, conn: &mut Conn, mut source: SplitStream<WebSocketStream<S>>, control: &mpsc::UnboundedSender<Control>, peer: SocketAddr, linger: &super::Linger) -> Option<CloseFrame>
+async fn read_loop<S>(gw: &Arc<Gateway>, conn: &mut Conn, mut source: SplitStream<WebSocketStream<S>>, control: &Control, peer: SocketAddr, linger: &super::Linger) -> Option<CloseFrame>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -279,7 +296,7 @@ where
             Step::Read(Err(_)) if pinged => return Some(CloseFrame { code: CloseCode::Away, reason: "idle: no answer to ping".into() }),
             Step::Read(Err(_)) => {
                 pinged = true;
-                let _ = control.send(Control::Ping);
+                control.ask(|a| a.ping = true);
                 continue;
             }
         };
