@@ -315,21 +315,25 @@ impl Gateway {
                 }
                 Handled::Now(None)
             }
-            Decoded::Batch(items) => {
-                let mut answers = Vec::with_capacity(items.len());
-                for item in items {
-                    let answer = match item {
-                        Ok(req) => {
-                            let handled = self.start(conn, req);
-                            settle(conn, handled).await
-                        }
-                        Err((id, err)) => Some(rpc::encode_error(&id, &err)),
-                    };
-                    answers.extend(answer);
-                }
-                Handled::Now((!answers.is_empty()).then(|| format!("[{}]", answers.join(","))))
-            }
+            // Boxed: every idle connection holds this future's room, sized for its largest state.
+            Decoded::Batch(items) => Box::pin(self.batch(conn, items)).await,
         }
+    }
+
+    /// A batch: its requests one after another, their answers in one array.
+    async fn batch(self: &Arc<Self>, conn: &mut Conn, items: Vec<Result<Request<'_>, (Value, RpcError)>>) -> Handled {
+        let mut answers = Vec::with_capacity(items.len());
+        for item in items {
+            let answer = match item {
+                Ok(req) => {
+                    let handled = self.start(conn, req);
+                    settle(conn, handled).await
+                }
+                Err((id, err)) => Some(rpc::encode_error(&id, &err)),
+            };
+            answers.extend(answer);
+        }
+        Handled::Now((!answers.is_empty()).then(|| format!("[{}]", answers.join(","))))
     }
 
     /// Start one request: a core method, else the extension that serves it.
