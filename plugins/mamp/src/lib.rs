@@ -112,8 +112,8 @@ impl Lifecycle for Mamp {
         outbound::resume()
     }
 
-    fn on_timer(_timer: u64, tag: String) {
-        outbound::retry(&tag);
+    fn on_timer(timer: u64, tag: String) {
+        outbound::retry(timer, &tag);
     }
 }
 

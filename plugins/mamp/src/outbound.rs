@@ -231,11 +231,18 @@ fn retry_delay(settings: &Settings, attempts: u32) -> u64 {
 
 /// A retry timer fired. The host claimed it before this call, so another
 /// timer stands for the delivery while the attempt runs: a process killed
-/// meanwhile leaves a retry, not nothing.
-pub fn retry(tag: &str) {
+/// meanwhile leaves a retry, not nothing. Only the timer the delivery
+/// names may retry it: a process killed after storing the next timer and
+/// before cancelling the one before leaves both, and two nodes would
+/// otherwise deliver the message twice.
+pub fn retry(timer: u64, tag: &str) {
     let Some(message_id) = tag.strip_prefix(TIMER_PREFIX) else { return };
     let settings = Settings::load();
     let outcome = PENDING.get(message_id).and_then(|p| match p {
+        Some(p) if p.timer.is_some_and(|t| t != timer) => {
+            log::info(&format!("timer {timer} for {message_id} is stale: timer {:?} stands for the delivery", p.timer));
+            Ok(())
+        }
         Some(mut p) => {
             p.timer = timers::schedule(retry_delay(&settings, p.attempts + 1), tag).map_err(|e| log::warn(&format!("no standby timer for {message_id}: {e}"))).ok();
             PENDING.put(message_id, &p)?;
