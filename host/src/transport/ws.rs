@@ -101,16 +101,20 @@ where
     Ok(())
 }
 
+/// Bytes read from the socket at a time.
+const READ_BUFFER: usize = 4 << 10;
+
 /// How an accepted socket reads frames, for a gateway whose messages may
 /// be `max_message_bytes` long.
 pub(crate) fn socket_config(max_message_bytes: usize) -> WebSocketConfig {
     // Frames past our own limit are answered with an error; only far
     // larger ones make the WebSocket layer close with 1009.
     let hard_cap = crate::rpc::read_cap(max_message_bytes);
-    // tungstenite's 128 KiB default read buffer is zero-filled per
-    // connection: ~140 KiB per idle session. 8 KiB keeps it ~10×
-    // smaller; larger frames are read in more chunks.
-    WebSocketConfig::default().max_message_size(Some(hard_cap)).max_frame_size(Some(hard_cap)).read_buffer_size(8 << 10)
+    // The read buffer is allocated per connection and zero-filled before
+    // every read (tungstenite's default is 128 KiB: ~140 KiB per idle
+    // session). 4 KiB holds a burst of ordinary requests; a larger frame
+    // grows it as far as that frame needs.
+    WebSocketConfig::default().max_message_size(Some(hard_cap)).max_frame_size(Some(hard_cap)).read_buffer_size(READ_BUFFER)
 }
 
 /// Why the reader stopped, and the close code to send.
