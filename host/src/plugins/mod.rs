@@ -59,7 +59,7 @@ pub use bindings::Caller;
 pub use calls::TenantPlugin;
 pub(crate) use contract::{check_error, check_result, json_depth, MAX_JSON_DEPTH};
 pub use exports::{HttpRequest, HttpResponse};
-pub use grpc_calls::{code as grpc_code, Response as GrpcResponse, Status as GrpcStatus};
+pub use grpc_calls::{code as grpc_code, Requests as GrpcRequests, Response as GrpcResponse, Status as GrpcStatus};
 pub use plugin::{Limits, Plugin};
 pub use set::TenantPlugins;
 

@@ -16,10 +16,7 @@ use tonic::server::{Grpc, StreamingService};
 use tonic::{Code, Status};
 
 use crate::core::Gateway;
-use crate::plugins::{grpc_code, GrpcResponse, GrpcStatus, TenantPlugin};
-
-/// Request messages read ahead of the plugin, per call.
-const READ_AHEAD: usize = 4;
+use crate::plugins::{grpc_code, GrpcRequests, GrpcResponse, GrpcStatus, TenantPlugin};
 
 /// How long the response headers wait for the plugin's first answer, so
 /// that a call refused at once gets a trailers-only response.
@@ -87,29 +84,22 @@ impl StreamingService<Bytes> for Call {
     fn call(&mut self, request: tonic::Request<tonic::Streaming<Bytes>>) -> Self::Future {
         let (plugin, path, principal, timeout) = (self.plugin.clone(), std::mem::take(&mut self.path), std::mem::take(&mut self.principal), self.timeout);
         Box::pin(async move {
-            let (metadata, _, mut incoming) = request.into_parts();
+            let (metadata, _, incoming) = request.into_parts();
             let metadata = metadata
                 .into_headers()
                 .iter()
                 .filter(|(k, _)| !matches!(k.as_str(), "authorization" | "x-api-key" | "grpc-timeout" | "te" | "content-type"))
                 .filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string())))
                 .collect();
-            // Bounded: the client is read only as fast as the plugin takes messages.
-            let (tx, rx) = tokio::sync::mpsc::channel(READ_AHEAD);
-            tokio::spawn(async move {
-                while let Some(item) = incoming.next().await {
-                    let item = item.map(|b| b.to_vec()).map_err(|s| {
-                        // tonic reports a message over the size limit as OUT_OF_RANGE; gRPC says RESOURCE_EXHAUSTED.
-                        let code = if s.code() == Code::OutOfRange { Code::ResourceExhausted } else { s.code() };
-                        GrpcStatus { code: code as u32, message: s.message().to_string() }
-                    });
-                    let stop = item.is_err();
-                    if tx.send(item).await.is_err() || stop {
-                        break;
-                    }
-                }
-            });
-            let response = plugin.grpc_call(path, metadata, principal, timeout, rx).await;
+            // Read in the plugin's call, as it takes messages: no task or queue between.
+            let requests: GrpcRequests = Box::pin(incoming.map(|item| {
+                item.map(|b| b.to_vec()).map_err(|s| {
+                    // tonic reports a message over the size limit as OUT_OF_RANGE; gRPC says RESOURCE_EXHAUSTED.
+                    let code = if s.code() == Code::OutOfRange { Code::ResourceExhausted } else { s.code() };
+                    GrpcStatus { code: code as u32, message: s.message().to_string() }
+                })
+            }));
+            let response = plugin.grpc_call(path, metadata, principal, timeout, requests).await;
             replies(response).await
         })
     }

@@ -5,12 +5,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use futures_util::StreamExt;
 
 use super::TenantPlugin;
 use crate::cluster::singletons::GrpcOpen;
 use crate::plugins::exports::{CallInfo, Invocation, Returned};
-use crate::plugins::grpc_calls::{code, status, Response, Status};
+use crate::plugins::grpc_calls::{code, status, Requests, Response, Status};
 use crate::rpc::codes;
 
 /// How long a unary or client-streaming gRPC call may stay unanswered
@@ -28,7 +28,7 @@ impl TenantPlugin {
 
     /// Start a gRPC call: the plugin's callbacks run in order on the plugin
     /// threads as request messages arrive on `requests` (its end is the
-    /// client's half-close). The response carries messages, then the
+    /// client's half-close), read straight from the client's stream. The response carries messages, then the
     /// status. A cluster singleton that runs on another node is relayed there.
     pub async fn grpc_call(
         self: &Arc<Self>,
@@ -36,7 +36,7 @@ impl TenantPlugin {
         metadata: Vec<(String, String)>,
         principal: String,
         timeout: Option<Duration>,
-        requests: mpsc::Receiver<Result<Vec<u8>, Status>>,
+        requests: Requests,
     ) -> Response {
         if let Some(owner) = self.elsewhere() {
             let open = GrpcOpen { path, metadata, principal, timeout_ms: timeout.map(|t| t.as_millis() as u64) };
@@ -52,7 +52,7 @@ impl TenantPlugin {
         metadata: Vec<(String, String)>,
         principal: String,
         timeout: Option<Duration>,
-        requests: mpsc::Receiver<Result<Vec<u8>, Status>>,
+        requests: Requests,
     ) -> Response {
         let (id, response, ended) = self.ctx.grpc.open();
         let streams_out = self.grpc_method(&path).is_some_and(|(_, server_streaming)| server_streaming);
@@ -69,7 +69,7 @@ impl TenantPlugin {
     async fn drive_grpc(
         self: Arc<Self>,
         info: CallInfo,
-        mut requests: mpsc::Receiver<Result<Vec<u8>, Status>>,
+        mut requests: Requests,
         ended: Arc<tokio::sync::Notify>,
         deadline: Option<tokio::time::Instant>,
     ) {
@@ -95,7 +95,7 @@ impl TenantPlugin {
                     calls.end(id, status(code::DEADLINE_EXCEEDED, "the call's deadline passed"));
                     break;
                 }
-                next = requests.recv(), if !half_closed => {
+                next = requests.next(), if !half_closed => {
                     let step = match next {
                         Some(Ok(body)) => Invocation::GrpcMessage(id, body),
                         Some(Err(s)) => {

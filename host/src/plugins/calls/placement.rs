@@ -9,6 +9,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
+use futures_util::StreamExt;
 use serde_json::json;
 use serde_json::value::RawValue;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -20,7 +21,7 @@ use crate::core::outbox::{Frame, Outbox};
 use crate::core::Active;
 use crate::plugins::bindings::Caller;
 use crate::plugins::exports::{HttpRequest, HttpResponse};
-use crate::plugins::grpc_calls::{code, status, Response, Status};
+use crate::plugins::grpc_calls::{code, status, Requests, Response};
 use crate::plugins::ownership::Ownership;
 use crate::rpc::{codes, RpcError};
 
@@ -96,8 +97,8 @@ impl TenantPlugin {
     }
 
     /// Relay a gRPC call to the owner; a refusal is the call's status.
-    pub(super) async fn relay_grpc(&self, to: &Placement, open: GrpcOpen, requests: mpsc::Receiver<Result<Vec<u8>, Status>>) -> Response {
-        let requests = map_requests(requests, |s: Status| GrpcEnd { code: s.code, message: s.message });
+    pub(super) async fn relay_grpc(&self, to: &Placement, open: GrpcOpen, requests: Requests) -> Response {
+        let requests = relayed_requests(requests);
         match to.link.grpc(&self.ctx.scope.tenant, &self.plugin.name, open, requests, self.forward_deadline()).await {
             Ok(stream) => Response { messages: stream.messages, status: map_status(stream.status, |e| status(e.code, e.message)), guard: stream.guard },
             Err(end) => {
@@ -145,17 +146,26 @@ impl TenantPlugin {
     }
 }
 
-/// A channel's items converted on the way.
-fn map_requests<A: Send + 'static, B: Send + 'static>(mut rx: mpsc::Receiver<Result<Vec<u8>, A>>, f: fn(A) -> B) -> mpsc::Receiver<Result<Vec<u8>, B>> {
-    let (tx, out) = mpsc::channel(4);
+/// Request messages read ahead of the owner node, per relayed call.
+const RELAY_READ_AHEAD: usize = 4;
+
+/// A client's request messages, read on this node for the owner node.
+fn relayed_requests(mut requests: Requests) -> mpsc::Receiver<Result<Vec<u8>, GrpcEnd>> {
+    let (tx, out) = mpsc::channel(RELAY_READ_AHEAD);
     tokio::spawn(async move {
-        while let Some(item) = rx.recv().await {
-            if tx.send(item.map_err(f)).await.is_err() {
+        while let Some(item) = requests.next().await {
+            let stop = item.is_err();
+            if tx.send(item.map_err(|s| GrpcEnd { code: s.code, message: s.message })).await.is_err() || stop {
                 break;
             }
         }
     });
     out
+}
+
+/// Request messages relayed from the caller's node, as a call's stream.
+fn forwarded_requests(requests: mpsc::Receiver<Result<Vec<u8>, GrpcEnd>>) -> Requests {
+    Box::pin(futures_util::stream::unfold(requests, |mut rx| async move { rx.recv().await.map(|item| (item.map_err(|e| status(e.code, e.message)), rx)) }))
 }
 
 fn map_status<A: Send + 'static, B: Send + 'static>(rx: oneshot::Receiver<A>, f: fn(A) -> B) -> oneshot::Receiver<B> {
@@ -213,7 +223,7 @@ impl Serve for TenantPlugin {
         if !self.serves_forwarded() {
             return Err(None);
         }
-        let requests = map_requests(requests, |e: GrpcEnd| status(e.code, e.message));
+        let requests = forwarded_requests(requests);
         let timeout = open.timeout_ms.map(Duration::from_millis);
         let r = self.start_grpc(open.path, open.metadata, open.principal, timeout, requests);
         Ok(GrpcStream { messages: r.messages, status: map_status(r.status, |s| GrpcEnd { code: s.code, message: s.message }), guard: r.guard })
