@@ -7,6 +7,7 @@
 //! ```
 //! See README.md beside Cargo.toml.
 
+mod backends;
 mod client;
 mod cluster;
 mod overhead;
@@ -14,6 +15,7 @@ mod paced;
 mod plot;
 mod report;
 mod scale;
+mod scaling;
 mod scenarios;
 mod servers;
 mod singletons;
@@ -38,10 +40,12 @@ usage:
   map-bench cluster [options]              map/send in cluster mode, sender on node a and receiver on node b
                                            (cross-node) vs both on node a (same-node), and the single-node
                                            embedded default (SQLite) for reference, in alternating rounds;
-                                           then a singleton plugin (the UAP hub) on three nodes: uap/agents
-                                           on its owner vs through another node, and the failover time after
-                                           kill -9 of the owner; needs NATS with JetStream (--nats) and
-                                           PostgreSQL (--postgres)
+                                           then aggregate map/send on clusters of 1, 2 and 3 nodes with the
+                                           pairs spread over the nodes, and cross-node server CPU per message
+                                           vs same-node (target <= 1.3x); then a singleton plugin (the UAP
+                                           hub) on three nodes: uap/agents on its owner vs through another
+                                           node, and the failover time after kill -9 of the owner; needs NATS
+                                           with JetStream (--nats) and PostgreSQL (--postgres)
   map-bench scale [--target T] [options]   --sessions concurrent sessions (default 100000) on one server, each
                                            with a registered agent: time to open them all, server VmRSS per
                                            session, then a broadcast to a scope of --members (default 1000) and
@@ -65,7 +69,7 @@ options:
   --out DIR           soak: where soak.csv and soak.svg go (default target/bench/soak of the workspace)
   --targets a,b       all: only these targets (default reference,gateway,ceiling)
   --skip a,b          all: leave out these scenario keys (send1,send100,fanout10,fanout100,watch,mail,idle);
-                      cluster: leave out these parts (send,singleton,failover)
+                      cluster: leave out these parts (send,scaling,singleton,failover)
   --url ws://…        single scenario: use this running server instead of starting one
   --pid PID           with --url: the server's pid (VmRSS, CPU)
   --gateway-bin P     gateway binary (default target/release/map-gateway, built by cargo first)
@@ -74,9 +78,9 @@ options:
   --reference-dir P   reference server folder (default tests/bench/reference of the workspace)
   --rounds N          overhead, cluster: rounds per variant (default 3; the median is reported)
   --postgres URL      cluster: storage.url of both nodes (default postgres://root@127.0.0.1:5432/test;
-                      the database must exist, map/send writes nothing to it); the singleton part creates
-                      a database of its own next to it and drops it after (falls back to this one when it
-                      cannot: trust or cleartext-password authentication only)
+                      the database must exist, map/send writes nothing to it); the scaling and singleton
+                      parts create databases of their own next to it and drop them after (fall back to
+                      this one when they cannot: trust or cleartext-password authentication only)
   --nats URL          cluster: NATS server with JetStream (default nats://127.0.0.1:4222); each run uses
                       a cluster name of its own and deletes its streams <name>_events and <name>_dir after
   --lease-ms N        cluster: singleton_lease_ms of the singleton part's nodes (default 2000, at least 400)

@@ -450,15 +450,24 @@ const VISIBLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// receiver is polled for with `map/agents/get` on its sender's socket until
 /// `from` sees it (replication is asynchronous).
 pub async fn send_between(from: &Server, to: &Server, cpu_of: &[&Server], pairs: usize, window: u64, timing: Timing, subscriber: bool) -> Outcome {
-    let across = !std::ptr::eq(from, to);
-    let (from_url, to_url) = (from.agent_url(), to.agent_url());
+    let placed = vec![(from, to); pairs];
+    send_placed(&placed, cpu_of, window, timing, subscriber.then_some(from)).await
+}
+
+/// `send` with each pair placed on servers of its own: `placed[i]` is
+/// (pair i's sender's server, its receiver's server), e.g. pairs spread over
+/// the nodes of a cluster. A receiver on another server than its sender is
+/// polled for as in `send_between`; `subscriber`: where the watcher connects.
+pub async fn send_placed(placed: &[(&Server, &Server)], cpu_of: &[&Server], window: u64, timing: Timing, subscriber: Option<&Server>) -> Outcome {
+    let mut across = 0;
     let mut groups = Vec::new();
     let mut slowest = Duration::ZERO;
-    for i in 0..pairs {
+    for (i, &(from, to)) in placed.iter().enumerate() {
+        let cross = !std::ptr::eq(from, to);
         let setup = async {
-            let (mut sender, _) = Conn::agent(&from_url, &format!("sender-{i}")).await?;
-            let (receiver, rid) = Conn::agent(&to_url, &format!("receiver-{i}")).await?;
-            if across {
+            let (mut sender, _) = Conn::agent(&from.agent_url(), &format!("sender-{i}")).await?;
+            let (receiver, rid) = Conn::agent(&to.agent_url(), &format!("receiver-{i}")).await?;
+            if cross {
                 slowest = slowest.max(sender.await_agent(&rid, VISIBLE_TIMEOUT).await?);
             }
             Ok::<_, String>(Group { sender, receivers: vec![receiver.ws], to: json!({ "agent": rid }).to_string() })
@@ -467,25 +476,29 @@ pub async fn send_between(from: &Server, to: &Server, cpu_of: &[&Server], pairs:
             Ok(g) => groups.push(g),
             Err(e) => return Outcome::Failed(format!("setup: {e}")),
         }
+        across += usize::from(cross);
     }
-    let sub = if subscriber {
-        let setup = async {
-            let mut c = client::open(&from.client_url(), false).await?;
-            c.connect("client").await?;
-            c.call("map/subscribe", json!({"filter": {}})).await?;
-            Ok::<_, String>(c.ws)
-        };
-        match setup.await {
-            Ok(ws) => Some(ws),
-            Err(e) => return Outcome::Failed(format!("subscriber setup: {e}")),
+    let sub = match subscriber {
+        Some(server) => {
+            let setup = async {
+                let mut c = client::open(&server.client_url(), false).await?;
+                c.connect("client").await?;
+                c.call("map/subscribe", json!({"filter": {}})).await?;
+                Ok::<_, String>(c.ws)
+            };
+            match setup.await {
+                Ok(ws) => Some(ws),
+                Err(e) => return Outcome::Failed(format!("subscriber setup: {e}")),
+            }
         }
-    } else {
-        None
+        None => None,
     };
     let mut load = run_groups(cpu_of, groups, window, timing, sub).await;
-    let mut extra = format!("{pairs} pair(s) x {window} in flight");
-    if across {
+    let mut extra = format!("{} pair(s) x {window} in flight", placed.len());
+    if across == placed.len() && across > 0 {
         let _ = write!(extra, ", receivers on another server (visible to the senders' server after ≤ {} ms)", slowest.as_millis());
+    } else if across > 0 {
+        let _ = write!(extra, ", {across} receiver(s) on another server (visible to the senders' server after ≤ {} ms)", slowest.as_millis());
     }
     load.note = if load.note.is_empty() { extra } else { format!("{extra}; {}", load.note) };
     Outcome::Load(load)
