@@ -140,6 +140,8 @@ where
     // Pings and the closing frame, beside the frames of the session.
     let control = Arc::new(Control::default());
     let writer = tokio::spawn(write_loop(sink, rx, control.clone()));
+    // Tells the writer the reader is done, however the reader ends (a panic too).
+    let done = ReaderDone(control.clone());
 
     let _open = gw.drain.enter();
     let _counted = crate::metrics::connection("websocket");
@@ -155,7 +157,7 @@ where
     gw.connection_closed(&mut conn);
     drop(conn);
     drop(tx);
-    control.ask(|a| a.done = true);
+    drop(done);
     let _ = writer.await;
 }
 
@@ -180,6 +182,14 @@ impl Control {
     fn ask(&self, f: impl FnOnce(&mut Asked)) {
         f(&mut self.asked.lock());
         self.wake.notify_one();
+    }
+}
+
+struct ReaderDone(Arc<Control>);
+
+impl Drop for ReaderDone {
+    fn drop(&mut self) {
+        self.0.ask(|a| a.done = true);
     }
 }
 
