@@ -21,6 +21,7 @@ pub async fn start(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
     }
     std::fs::create_dir_all(&config.server.data_dir).map_err(|e| anyhow::anyhow!("creating the data directory {}: {e}", config.server.data_dir.display()))?;
     let db = Store::open(&config.storage_url(), config.storage.sync == "full", config.storage.cache_mb << 20).await?;
+    db.sample_cache();
     let mut host = PluginHost::new(&config, db.clone())?;
     if config.cluster.enabled() {
         let cluster = Cluster::connect(&config).await?;

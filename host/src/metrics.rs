@@ -58,6 +58,7 @@ fn describe() {
     describe_gauge!("map_plugin_instances_max", "The engine's room for instances (server.max_instances)");
     describe_gauge!("map_event_log_events", "Events held in the replay log, by tenant");
     describe_gauge!("map_event_log_bytes", Unit::Bytes, "Approximate bytes held in the replay log, by tenant");
+    describe_gauge!("map_store_cache_bytes", Unit::Bytes, "Bytes held by the SQLite store's read cache (at most storage.cache_mb)");
 }
 
 fn on() -> bool {
@@ -231,6 +232,13 @@ pub fn event_log(tenant: &str, events: usize, bytes: usize) {
         let tenant = label(tenant);
         gauge!("map_event_log_events", "tenant" => tenant).set(events as f64);
         gauge!("map_event_log_bytes", "tenant" => tenant).set(bytes as f64);
+    }
+}
+
+/// The SQLite store's read cache holds this many bytes (bounded by `storage.cache_mb`).
+pub fn store_cache(bytes: usize) {
+    if on() {
+        gauge!("map_store_cache_bytes").set(bytes as f64);
     }
 }
 

@@ -81,6 +81,10 @@ async fn the_admin_api_lists_tenants_sessions_agents_scopes_and_subscriptions() 
     let metrics = http(&gw.addr(), "GET", "/metrics", &[ADMIN], b"").await.text();
     let events_line = metrics.lines().find(|l| l.starts_with(r#"map_event_log_events{tenant="acme"}"#)).unwrap_or_else(|| panic!("no event log gauge in:\n{metrics}"));
     assert_eq!(events_line.rsplit(' ').next().unwrap().parse::<u64>().unwrap(), acme["eventLog"]["events"].as_u64().unwrap());
+    // And the store's read cache, within its bound (storage.cache_mb, 64 MiB by default).
+    let cache_line = metrics.lines().find(|l| l.starts_with("map_store_cache_bytes ")).unwrap_or_else(|| panic!("no store cache gauge in:\n{metrics}"));
+    let cached: f64 = cache_line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!((0.0..=(64u64 << 20) as f64).contains(&cached), "{cache_line}");
 }
 
 #[tokio::test]

@@ -236,9 +236,8 @@ impl Cache {
         }
     }
 
-    /// Bytes held, for tests.
-    #[cfg(test)]
-    fn bytes(&self) -> usize {
+    /// Bytes held (as the budget counts them).
+    pub fn bytes(&self) -> usize {
         self.inner.lock().bytes
     }
 }

@@ -122,6 +122,19 @@ impl Store {
         Store { backend: self.backend.clone(), fence: Some(fence) }
     }
 
+    /// Report the read cache's bytes when metrics are scraped (SQLite; the
+    /// sampler holds the store weakly).
+    pub fn sample_cache(&self) {
+        if let Backend::Sqlite(db) = &self.backend {
+            let weak = Arc::downgrade(db);
+            crate::metrics::sample_on_scrape(move || {
+                if let Some(db) = weak.upgrade() {
+                    crate::metrics::store_cache(db.cache_bytes());
+                }
+            });
+        }
+    }
+
     /// Singleton leases, when other processes share the database (PostgreSQL).
     pub fn leases(&self) -> Option<Leases> {
         match &self.backend {

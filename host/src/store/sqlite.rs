@@ -69,6 +69,11 @@ impl Sqlite {
         self.writer.commit(scope, ops).await
     }
 
+    /// Bytes the read cache holds now.
+    pub fn cache_bytes(&self) -> usize {
+        self.cache.bytes()
+    }
+
     /// A trivial query on a reader connection (not through the cache).
     pub fn ping(&self) -> Result<(), StoreError> {
         self.read(|conn| Ok(conn.query_row("SELECT 1", [], |r| r.get::<_, i64>(0)).map(|_| ())?))
