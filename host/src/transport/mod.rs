@@ -352,25 +352,26 @@ impl<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static> t
 /// that does not read stops being read. `false` when the writer is gone.
 pub(crate) async fn send_answer(conn: &mut crate::core::Conn, answer: Option<String>) -> bool {
     use crate::core::outbox::{Frame, Refused};
-    let mut frames = answer.map(Frame::from).into_iter().chain(std::mem::take(&mut conn.deferred));
+    let tx = &conn.tx;
+    let mut frames = answer.map(Frame::from).into_iter().chain(conn.deferred.drain(..));
     let mut alive = true;
     // Almost always there is room: queue without an await point, so that
     // the future every idle connection holds stays small.
     while let Some(frame) = frames.next() {
-        match conn.tx.try_send(frame) {
+        match tx.try_send(frame) {
             Ok(()) => {}
             Err(Refused::Closed(_)) => alive = false,
-            Err(Refused::Full(frame)) => return Box::pin(wait_for_room(conn, std::iter::once(frame).chain(frames))).await && alive,
+            Err(Refused::Full(frame)) => return Box::pin(wait_for_room(tx, std::iter::once(frame).chain(frames))).await && alive,
         }
     }
     alive
 }
 
 /// The rest of `send_answer` once the queue is full: wait for room.
-async fn wait_for_room(conn: &crate::core::Conn, frames: impl Iterator<Item = crate::core::outbox::Frame>) -> bool {
+async fn wait_for_room(tx: &crate::core::outbox::FrameTx, frames: impl Iterator<Item = crate::core::outbox::Frame>) -> bool {
     let mut alive = true;
     for frame in frames {
-        alive &= conn.tx.send(frame).await.is_ok();
+        alive &= tx.send(frame).await.is_ok();
     }
     alive
 }
