@@ -71,6 +71,8 @@ def main():
     assert [m.text for m in echo.ServerStream(Msg(text="s"), metadata=creds, timeout=10)] == ["s-1", "s-2", "s-3"]
     assert echo.ClientStream(iter([Msg(text=t) for t in "abc"]), metadata=creds, timeout=10).text == "a+b+c"
     assert [m.text for m in echo.Bidi(iter([Msg(text=t) for t in "xyz"]), metadata=creds, timeout=10)] == ["x", "y", "z"]
+    # A streamed response that ends at once with OK and no message.
+    assert list(echo.Empty(Msg(text="e"), metadata=creds, timeout=10)) == []
     print("stream kinds: ok")
 
     # Every call that opened was closed on the plugin's side.
@@ -80,7 +82,7 @@ def main():
         if state["open"] == 0 or time.monotonic() > deadline:
             break
         time.sleep(0.05)
-    assert state["open"] == 0 and state["closed"] == 4, state
+    assert state["open"] == 0 and state["closed"] == 5, state
     print("closed callbacks: ok", state)
 
 

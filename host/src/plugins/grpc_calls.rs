@@ -4,10 +4,15 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Instant;
 
+use futures_util::future::BoxFuture;
 use parking_lot::Mutex;
+use tokio::runtime::Handle;
 use tokio::sync::{mpsc, oneshot, Notify};
 
 pub use super::bindings::map_gateway::plugin::grpc_types::Status;
@@ -54,6 +59,58 @@ pub struct Response {
     /// Ends the call (CANCELLED) when the response is dropped: the client
     /// went away (a `CallGuard`, or a relayed call's end).
     pub guard: Box<dyn Send>,
+    /// The plugin's callbacks for this call, when they run on this node.
+    pub drive: Option<Drive>,
+}
+
+/// The plugin's side of one call: its callbacks, in order, until the call
+/// ends. The transport polls it in the request's own task while it waits
+/// for the first answer, so a quick call needs no task hand-off; whatever
+/// is left then runs on the plugin threads (`detach`). Dropped unfinished,
+/// it goes on there too: an instance is never dropped in the middle of a
+/// callback, and the call's end (`grpc-closed`) always reaches the plugin.
+pub struct Drive {
+    future: Option<BoxFuture<'static, ()>>,
+    runtime: Handle,
+}
+
+impl Drive {
+    pub fn new(future: BoxFuture<'static, ()>, runtime: Handle) -> Drive {
+        Drive { future: Some(future), runtime }
+    }
+
+    /// Whether the callbacks are over.
+    pub fn is_done(&self) -> bool {
+        self.future.is_none()
+    }
+
+    /// Run the rest on the plugin threads.
+    pub fn detach(mut self) {
+        self.spawn_rest();
+    }
+
+    fn spawn_rest(&mut self) {
+        if let Some(future) = self.future.take() {
+            self.runtime.spawn(future);
+        }
+    }
+}
+
+impl Future for Drive {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let Some(future) = self.future.as_mut() else { return Poll::Ready(()) };
+        futures_util::ready!(future.as_mut().poll(cx));
+        self.future = None;
+        Poll::Ready(())
+    }
+}
+
+impl Drop for Drive {
+    fn drop(&mut self) {
+        self.spawn_rest();
+    }
 }
 
 pub struct CallGuard {
@@ -75,7 +132,7 @@ impl GrpcCalls {
         let (status_tx, status_rx) = oneshot::channel();
         let ended = Arc::new(Notify::new());
         self.open.lock().insert(id, Open { messages: tx, status: status_tx, ended: ended.clone() });
-        (id, Response { messages: rx, status: status_rx, guard: Box::new(CallGuard { calls: self.clone(), id }) }, ended)
+        (id, Response { messages: rx, status: status_rx, guard: Box::new(CallGuard { calls: self.clone(), id }), drive: None }, ended)
     }
 
     /// Queue one message, waiting for the client until `deadline` when the queue is full.

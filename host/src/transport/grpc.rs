@@ -99,30 +99,72 @@ impl StreamingService<Bytes> for Call {
                     GrpcStatus { code: code as u32, message: s.message().to_string() }
                 })
             }));
+            let streams_out = plugin.grpc_method(&path).is_some_and(|(_, server_streaming)| server_streaming);
             let response = plugin.grpc_call(path, metadata, principal, timeout, requests).await;
-            replies(response).await
+            replies(response, streams_out).await
         })
     }
 }
 
+/// How long the request's task runs the plugin's callbacks itself before
+/// they move to the plugin threads: about one slice of a plugin call.
+const INLINE_DRIVE: Duration = Duration::from_millis(5);
+
 /// The plugin's messages, then its status. A status that comes before any
-/// message (and soon) makes a trailers-only response.
-async fn replies(response: GrpcResponse) -> Result<tonic::Response<Replies>, Status> {
-    let GrpcResponse { mut messages, mut status, guard } = response;
-    let first = tokio::time::timeout(FIRST_ANSWER_WAIT, messages.recv()).await;
-    let head: Vec<Result<Bytes, Status>> = match first {
-        Ok(Some(m)) => vec![Ok(Bytes::from(m))],
-        Ok(None) => match status.try_recv() {
-            Ok(s) if s.code != grpc_code::OK => return Err(to_tonic(s)),
-            _ => Vec::new(),
-        },
-        Err(_) => Vec::new(),
-    };
+/// message (and soon) makes a trailers-only response. The callbacks run
+/// here until the call ends (a unary answer then goes out with no task
+/// hand-off), a streamed response has its first message, or one slice
+/// has passed; the rest runs on the plugin threads.
+async fn replies(response: GrpcResponse, streams_out: bool) -> Result<tonic::Response<Replies>, Status> {
+    let GrpcResponse { mut messages, mut status, guard, drive } = response;
+    let started = tokio::time::Instant::now();
+    let mut head: Vec<Result<Bytes, Status>> = Vec::new();
+    let mut ended = false;
+    if let Some(mut drive) = drive {
+        let inline = async {
+            loop {
+                tokio::select! {
+                    biased;
+                    m = messages.recv() => match m {
+                        Some(m) => {
+                            head.push(Ok(Bytes::from(m)));
+                            if streams_out {
+                                return;
+                            }
+                        }
+                        None => {
+                            ended = true;
+                            return;
+                        }
+                    },
+                    () = &mut drive, if !drive.is_done() => {}
+                }
+            }
+        };
+        let _ = tokio::time::timeout(INLINE_DRIVE, inline).await;
+        drive.detach();
+    }
+    if !ended && head.is_empty() {
+        match tokio::time::timeout_at(started + FIRST_ANSWER_WAIT, messages.recv()).await {
+            Ok(Some(m)) => head.push(Ok(Bytes::from(m))),
+            Ok(None) => ended = true,
+            Err(_) => {}
+        }
+    }
+    // The queue closes when the call ends: its status is there by then.
+    let early = if ended { status.try_recv().ok() } else { None };
+    if let Some(s) = early.as_ref().filter(|s| head.is_empty() && s.code != grpc_code::OK) {
+        return Err(to_tonic(s.clone()));
+    }
     let rest = stream::unfold(messages, |mut rx| async move { rx.recv().await.map(|m| (Ok(Bytes::from(m)), rx)) });
     let end = stream::once(async move {
         // Holding the guard here ends the call (CANCELLED) if the client goes away first.
         let _guard = guard;
-        match status.await {
+        let last = match early {
+            Some(s) => Ok(s),
+            None => status.await,
+        };
+        match last {
             Ok(s) if s.code == grpc_code::OK => None,
             Ok(s) => Some(Err(to_tonic(s))),
             Err(_) => Some(Err(Status::unavailable("the plugin call ended without a status"))),

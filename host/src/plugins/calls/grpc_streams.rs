@@ -10,7 +10,7 @@ use futures_util::StreamExt;
 use super::TenantPlugin;
 use crate::cluster::singletons::GrpcOpen;
 use crate::plugins::exports::{CallInfo, Invocation, Returned};
-use crate::plugins::grpc_calls::{code, status, Requests, Response, Status};
+use crate::plugins::grpc_calls::{code, status, Drive, Requests, Response, Status};
 use crate::rpc::codes;
 
 /// How long a unary or client-streaming gRPC call may stay unanswered
@@ -26,10 +26,11 @@ impl TenantPlugin {
         Some((m.client_streaming, m.server_streaming))
     }
 
-    /// Start a gRPC call: the plugin's callbacks run in order on the plugin
-    /// threads as request messages arrive on `requests` (its end is the
-    /// client's half-close), read straight from the client's stream. The response carries messages, then the
-    /// status. A cluster singleton that runs on another node is relayed there.
+    /// Start a gRPC call: the plugin's callbacks run in order as request
+    /// messages arrive on `requests` (its end is the client's half-close),
+    /// read straight from the client's stream, in the response's `drive`.
+    /// The response carries messages, then the status. A cluster singleton
+    /// that runs on another node is relayed there.
     pub async fn grpc_call(
         self: &Arc<Self>,
         path: String,
@@ -54,7 +55,7 @@ impl TenantPlugin {
         timeout: Option<Duration>,
         requests: Requests,
     ) -> Response {
-        let (id, response, ended) = self.ctx.grpc.open();
+        let (id, mut response, ended) = self.ctx.grpc.open();
         let streams_out = self.grpc_method(&path).is_some_and(|(_, server_streaming)| server_streaming);
         let timeout = timeout.or((!streams_out).then_some(UNARY_GRPC_DEADLINE));
         let info = CallInfo { id, path, metadata, principal, timeout_ms: timeout.map(|t| t.as_millis() as u64) };
@@ -62,7 +63,8 @@ impl TenantPlugin {
         let this = self.clone();
         // Its callbacks are children of the call's span (current here).
         let span = tracing::Span::current();
-        self.runtime.spawn(tracing::Instrument::instrument(async move { this.drive_grpc(info, requests, ended, deadline).await }, span));
+        let drive = tracing::Instrument::instrument(async move { this.drive_grpc(info, requests, ended, deadline).await }, span);
+        response.drive = Some(Drive::new(Box::pin(drive), self.runtime.clone()));
         response
     }
 
@@ -117,7 +119,8 @@ impl TenantPlugin {
         let _ = self.grpc_step(Invocation::GrpcClosed(id)).await;
     }
 
-    /// One gRPC callback (on the plugin threads already); a plugin failure is
+    /// One gRPC callback (no hand-off of its own: the drive runs in the
+    /// request's task for at most one slice, then on the plugin threads); a plugin failure is
     /// INTERNAL, no free instance UNAVAILABLE.
     async fn grpc_step(&self, invocation: Invocation) -> Result<(), Status> {
         let ran = self

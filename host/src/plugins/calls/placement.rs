@@ -100,12 +100,12 @@ impl TenantPlugin {
     pub(super) async fn relay_grpc(&self, to: &Placement, open: GrpcOpen, requests: Requests) -> Response {
         let requests = relayed_requests(requests);
         match to.link.grpc(&self.ctx.scope.tenant, &self.plugin.name, open, requests, self.forward_deadline()).await {
-            Ok(stream) => Response { messages: stream.messages, status: map_status(stream.status, |e| status(e.code, e.message)), guard: stream.guard },
+            Ok(stream) => Response { messages: stream.messages, status: map_status(stream.status, |e| status(e.code, e.message)), guard: stream.guard, drive: None },
             Err(end) => {
                 let (_, messages) = mpsc::channel(1);
                 let (tx, rx) = oneshot::channel();
                 let _ = tx.send(status(end.code, end.message));
-                Response { messages, status: rx, guard: Box::new(()) }
+                Response { messages, status: rx, guard: Box::new(()), drive: None }
             }
         }
     }
@@ -225,7 +225,11 @@ impl Serve for TenantPlugin {
         }
         let requests = forwarded_requests(requests);
         let timeout = open.timeout_ms.map(Duration::from_millis);
-        let r = self.start_grpc(open.path, open.metadata, open.principal, timeout, requests);
+        let mut r = self.start_grpc(open.path, open.metadata, open.principal, timeout, requests);
+        // The response goes back to another node: no request task here polls the callbacks.
+        if let Some(drive) = r.drive.take() {
+            drive.detach();
+        }
         Ok(GrpcStream { messages: r.messages, status: map_status(r.status, |s| GrpcEnd { code: s.code, message: s.message }), guard: r.guard })
     }
 }
