@@ -46,7 +46,8 @@ pub fn classify(e: &wasmtime::Error, deadline_ms: u128, memory_bytes: usize) -> 
 
 pub struct Instance {
     pub store: Store<PluginState>,
-    pub bound: Bound,
+    /// Boxed: an instance moves between pool, lease and call several times per call.
+    pub bound: Box<Bound>,
     /// Its place in the engine's budget, returned when the instance is dropped.
     _ticket: Ticket,
 }
@@ -67,7 +68,7 @@ impl Instance {
         store.data_mut().reset(deadline, None, 0);
         store.set_epoch_deadline(1);
         let instance = pre.instantiate_async(&mut store).await?;
-        let bound = exports.load(&mut store, &instance)?;
+        let bound = Box::new(exports.load(&mut store, &instance)?);
         Ok(Instance { store, bound, _ticket: ticket })
     }
 
@@ -77,3 +78,4 @@ impl Instance {
         self.store.set_epoch_deadline(1);
     }
 }
+

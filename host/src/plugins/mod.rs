@@ -22,6 +22,7 @@ mod bindings;
 mod budget;
 mod calls;
 mod contract;
+mod deadline;
 mod engine;
 mod exports;
 mod grpc_calls;

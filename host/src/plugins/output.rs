@@ -35,7 +35,14 @@ impl Captured {
 
     /// The lines written since the last call, and whether some were dropped.
     pub fn take(&self) -> (Vec<String>, bool) {
-        let (bytes, dropped) = std::mem::take(&mut *self.buf.lock());
+        let (bytes, dropped) = {
+            let mut buf = self.buf.lock();
+            if buf.0.is_empty() && !buf.1 {
+                // Most calls write nothing.
+                return (Vec::new(), false);
+            }
+            std::mem::take(&mut *buf)
+        };
         let text = String::from_utf8_lossy(&bytes);
         (text.lines().filter(|l| !l.trim().is_empty()).map(|l| l.chars().take(1000).collect()).collect(), dropped)
     }

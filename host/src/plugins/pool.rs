@@ -15,6 +15,7 @@ use parking_lot::Mutex;
 use tokio::sync::{OwnedMutexGuard, OwnedSemaphorePermit, Semaphore};
 
 use super::budget::Idle;
+use super::deadline;
 use super::instance::Instance;
 use super::plugin::{Plugin, Refused};
 use super::state::Context;
@@ -89,30 +90,50 @@ impl Pool {
         }
     }
 
-    /// An instance for one call, waiting at most one deadline for a turn.
-    pub async fn acquire(&self, plugin: &Plugin, ctx: &Arc<Context>) -> Result<Lease, Refused> {
+    /// An instance for one call, waiting at most one deadline (from
+    /// `asked`) for a turn; with it, when it was ready (`asked` itself when
+    /// nothing had to wait, which saves reading the clock).
+    pub async fn acquire(&self, plugin: &Plugin, ctx: &Arc<Context>, asked: Instant) -> Result<(Lease, Instant), Refused> {
         let wait = plugin.limits.deadline;
         let busy = |why: String| Refused::Busy { retry_after: wait, why };
-        let started = Instant::now();
+        let mut ready_at = asked;
         match self {
             Pool::Pooled { idle, slots } => {
-                // The elapsed check holds the bound even when timers fire late.
-                let slot = match tokio::time::timeout(wait, slots.clone().acquire_owned()).await {
-                    Ok(Ok(permit)) if started.elapsed() <= wait => permit,
-                    _ => return Err(busy(format!("it is running {} calls of this tenant already", plugin.limits.max_concurrency))),
+                let slot = match slots.clone().try_acquire_owned() {
+                    Ok(permit) => permit,
+                    Err(_) => {
+                        let permit = deadline::by(asked + wait, slots.clone().acquire_owned()).await;
+                        ready_at = Instant::now();
+                        // The elapsed check holds the bound even when timers fire late.
+                        match permit {
+                            Some(Ok(permit)) if ready_at - asked <= wait => permit,
+                            _ => return Err(busy(format!("it is running {} calls of this tenant already", plugin.limits.max_concurrency))),
+                        }
+                    }
                 };
                 // The most recently used: its memory is the most likely cached.
                 let ready = idle.lock().pop_back();
                 let instance = match ready {
                     Some((i, _)) => i,
-                    None => plugin.start(ctx.clone()).await?,
+                    None => {
+                        let started = plugin.start(ctx.clone()).await?;
+                        ready_at = Instant::now();
+                        started
+                    }
                 };
-                Ok(Lease::Pooled { instance, _slot: slot })
+                Ok((Lease::Pooled { instance, _slot: slot }, ready_at))
             }
             Pool::Singleton(cell) => {
-                let mut guard = match tokio::time::timeout(wait, cell.clone().lock_owned()).await {
-                    Ok(g) if started.elapsed() <= wait => g,
-                    _ => return Err(busy("its instance is still busy with earlier calls".into())),
+                let mut guard = match cell.clone().try_lock_owned() {
+                    Ok(g) => g,
+                    Err(_) => {
+                        let guard = deadline::by(asked + wait, cell.clone().lock_owned()).await;
+                        ready_at = Instant::now();
+                        match guard {
+                            Some(g) if ready_at - asked <= wait => g,
+                            _ => return Err(busy("its instance is still busy with earlier calls".into())),
+                        }
+                    }
                 };
                 if guard.instance.is_none() {
                     if let Some(at) = guard.retry_at.filter(|at| *at > Instant::now()) {
@@ -127,18 +148,19 @@ impl Pool {
                         }
                         Err(busy) => return Err(busy),
                     }
+                    ready_at = Instant::now();
                 }
-                Ok(Lease::Singleton(guard))
+                Ok((Lease::Singleton(guard), ready_at))
             }
         }
     }
 
-    /// Return an instance after its call: kept when the call went well,
-    /// dropped (and, for a singleton, replaced on next use) when it did not.
-    pub fn release(&self, lease: Lease, failure: Option<&str>, plugin: &Plugin, ctx: &Context) {
+    /// Return an instance after its call (which ended at `now`): kept when
+    /// the call went well, dropped (and, for a singleton, replaced on next
+    /// use) when it did not.
+    pub fn release(&self, lease: Lease, failure: Option<&str>, plugin: &Plugin, ctx: &Context, now: Instant) {
         match (self, lease) {
             (Pool::Pooled { idle, .. }, Lease::Pooled { instance, .. }) => {
-                let now = Instant::now();
                 let limits = &plugin.limits;
                 // Dropped after the lock is released: freeing an instance takes a while.
                 let mut expired = Vec::new();

@@ -13,6 +13,7 @@ use crate::core::outbox::Frame;
 use crate::core::Active;
 use crate::plugins::exports::{Invocation, Returned};
 use crate::plugins::grpc_calls::{code, status};
+use crate::plugins::deadline;
 use crate::plugins::instance::{classify, Instance};
 use crate::plugins::outcome::{CallOutcome, Failure};
 use crate::plugins::output::log_call_output;
@@ -56,10 +57,12 @@ impl TenantPlugin {
         invocation: Invocation,
         accept: impl FnOnce(&TenantPlugin, Returned) -> Result<T, String>,
     ) -> Result<(T, Vec<Frame>), RpcError> {
+        // The clock is read here and when the call is over (and in between
+        // only if the call had to wait for an instance).
         let started = Instant::now();
-        let mut lease = self.lease(started).await?;
+        let (mut lease, ready_at) = self.lease(started).await?;
         let grpc_call = invocation.grpc_call();
-        let answer = self.invoke(&mut lease, caller, hops, invocation, accept).await;
+        let answer = self.invoke(&mut lease, ready_at, caller, hops, invocation, accept).await;
         let state = lease.instance().store.data();
         let last_error = log_call_output(&state.stdout, &state.stderr, &self.output, &self.plugin.name, &self.ctx.scope.tenant);
         let answer = answer.map_err(|failure| match last_error {
@@ -67,16 +70,17 @@ impl TenantPlugin {
             None => failure,
         });
         let outcome = answer.as_ref().map_or_else(|f| f.outcome, |_| CallOutcome::Ok);
-        self.stats.record(&self.plugin.name, outcome, started.elapsed(), answer.as_ref().err().map(|f| f.reason.as_str()));
+        let ended = Instant::now();
+        self.stats.record(&self.plugin.name, outcome, ended - started, answer.as_ref().err().map(|f| f.reason.as_str()));
         crate::telemetry::plugin_outcome(&tracing::Span::current(), outcome.label());
         match answer {
-            Ok(value) => Ok((value, self.keep(lease))),
-            Err(failure) => Err(self.discard(lease, failure.reason, grpc_call)),
+            Ok(value) => Ok((value, self.keep(lease, ended))),
+            Err(failure) => Err(self.discard(lease, failure.reason, grpc_call, ended)),
         }
     }
 
     /// An instance for one call; a refusal is the call's error.
-    async fn lease(&self, started: Instant) -> Result<Lease, RpcError> {
+    async fn lease(&self, started: Instant) -> Result<(Lease, Instant), RpcError> {
         // A cluster singleton runs only on its owner (its calls are forwarded
         // there); what reaches it here anyway (an observed send) is refused.
         if self.elsewhere().is_some() {
@@ -84,8 +88,8 @@ impl TenantPlugin {
             self.stats.record(&self.plugin.name, CallOutcome::Busy, started.elapsed(), Some(&why));
             return Err(RpcError::new(codes::RESOURCE_EXHAUSTED, format!("Plugin {} cannot take the call here: {why}", self.plugin.name)));
         }
-        match self.pool.acquire(&self.plugin, &self.ctx).await {
-            Ok(lease) => Ok(lease),
+        match self.pool.acquire(&self.plugin, &self.ctx, started).await {
+            Ok(leased) => Ok(leased),
             Err(Refused::Busy { retry_after, why }) => {
                 self.stats.record(&self.plugin.name, CallOutcome::Busy, started.elapsed(), Some(&why));
                 Err(RpcError::new(codes::RESOURCE_EXHAUSTED, format!("Plugin {} cannot take the call now: {why}; try again later", self.plugin.name))
@@ -99,10 +103,12 @@ impl TenantPlugin {
         }
     }
 
-    /// Arm the leased instance and make the call; `accept` judges what it returned.
+    /// Arm the leased instance (ready at `ready_at`, when its deadline
+    /// starts) and make the call; `accept` judges what it returned.
     async fn invoke<T>(
         &self,
         lease: &mut Lease,
+        ready_at: Instant,
         caller: Option<Active>,
         hops: u8,
         invocation: Invocation,
@@ -110,30 +116,30 @@ impl TenantPlugin {
     ) -> Result<T, Failure> {
         let limits = &self.plugin.limits;
         let instance = lease.instance();
-        instance.arm(Instant::now() + limits.deadline, caller, hops);
+        instance.arm(ready_at + limits.deadline, caller, hops);
         let Instance { store, bound, .. } = instance;
-        // The epoch check interrupts wasm code; the outer timeout also bounds host calls.
-        match tokio::time::timeout(limits.deadline + Duration::from_millis(500), bound.invoke(store, invocation)).await {
-            Err(_) => Err(Failure::new(CallOutcome::TimedOut, format!("timed out after {} ms", limits.deadline.as_millis()))),
-            Ok(Err(e)) => Err(classify(&e, limits.deadline.as_millis(), limits.memory_bytes)),
-            Ok(Ok(returned)) => accept(self, returned).map_err(|reason| Failure::new(CallOutcome::Error, reason)),
+        // The epoch check interrupts wasm code; the outer bound also covers host calls.
+        match deadline::by(ready_at + limits.deadline + Duration::from_millis(500), bound.invoke(store, invocation)).await {
+            None => Err(Failure::new(CallOutcome::TimedOut, format!("timed out after {} ms", limits.deadline.as_millis()))),
+            Some(Err(e)) => Err(classify(&e, limits.deadline.as_millis(), limits.memory_bytes)),
+            Some(Ok(returned)) => accept(self, returned).map_err(|reason| Failure::new(CallOutcome::Error, reason)),
         }
     }
 
     /// Return the instance of a call that went well; the notifications it
     /// queued for its caller.
-    fn keep(&self, mut lease: Lease) -> Vec<Frame> {
+    fn keep(&self, mut lease: Lease, ended: Instant) -> Vec<Frame> {
         let data = lease.instance().store.data_mut();
         let deferred = std::mem::take(&mut data.deferred);
         data.caller = None;
-        self.pool.release(lease, None, &self.plugin, &self.ctx);
+        self.pool.release(lease, None, &self.plugin, &self.ctx, ended);
         deferred
     }
 
     /// Drop the instance of a failed call; the call's error.
-    fn discard(&self, lease: Lease, reason: String, grpc_call: Option<u64>) -> RpcError {
+    fn discard(&self, lease: Lease, reason: String, grpc_call: Option<u64>, ended: Instant) -> RpcError {
         tracing::warn!(plugin = self.plugin.name, tenant = self.ctx.scope.tenant, reason, "plugin call failed; instance discarded");
-        self.pool.release(lease, Some(&reason), &self.plugin, &self.ctx);
+        self.pool.release(lease, Some(&reason), &self.plugin, &self.ctx, ended);
         if self.plugin.limits.mode == InstanceMode::Singleton {
             // The streams lived in the failed instance's memory; the
             // failing call itself ends with INTERNAL from its caller.

@@ -169,8 +169,8 @@ impl TenantPlugin {
 /// `init` runs when it is bound to the tenant; the instance stays ready.
 async fn start_one(tp: Weak<TenantPlugin>) {
     let Some(tp) = tp.upgrade() else { return };
-    match tp.pool.acquire(&tp.plugin, &tp.ctx).await {
-        Ok(lease) => tp.pool.release(lease, None, &tp.plugin, &tp.ctx),
+    match tp.pool.acquire(&tp.plugin, &tp.ctx, Instant::now()).await {
+        Ok((lease, _)) => tp.pool.release(lease, None, &tp.plugin, &tp.ctx, Instant::now()),
         Err(Refused::Failed(reason)) => tracing::warn!(plugin = tp.plugin.name, tenant = tp.ctx.scope.tenant, reason, "plugin instance could not start"),
         Err(Refused::Busy { why, .. }) => tracing::debug!(plugin = tp.plugin.name, tenant = tp.ctx.scope.tenant, why, "no instance started at bind"),
     }
