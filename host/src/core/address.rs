@@ -203,6 +203,10 @@ impl Resolver<'_> {
     /// unreachable agents are left out. A group that holds no one right now
     /// reaches no one: that is not an error.
     fn group<'b>(&mut self, ids: impl IntoIterator<Item = &'b String>) {
+        // A group may be large: its own ids are told apart by a set (no
+        // allocation until the first), those reached before by a scan.
+        let before = self.out.len();
+        let mut seen: foldhash::HashSet<&'b str> = foldhash::HashSet::default();
         for id in ids {
             if Some(id.as_str()) == self.sender.agent {
                 continue;
@@ -211,10 +215,10 @@ impl Resolver<'_> {
             if agent.state == "stopped" || !self.reg.sessions.contains_key(&agent.session) || !self.reg.visible(agent, &self.viewer()) {
                 continue;
             }
-            if self.refused(agent).is_some() {
+            if self.refused(agent).is_some() || self.out[..before].iter().any(|r| r.id == *id) || !seen.insert(id) {
                 continue;
             }
-            push(&mut self.out, id, &agent.session);
+            self.out.push(Recipient { id: id.clone(), session: agent.session.clone() });
         }
     }
 

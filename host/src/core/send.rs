@@ -197,8 +197,12 @@ fn deliver(active: &Active, recipients: &[address::Recipient], frame: Frame) -> 
     let mut frame = Some(frame);
     let mut refused: Vec<usize> = Vec::new();
     let mut waiting = Vec::new();
+    // Once per session: a short list is scanned, a long one (a large scope) kept in a set.
+    let many = recipients.len() > 8;
+    let mut sessions: foldhash::HashSet<&str> = foldhash::HashSet::default();
     for (i, r) in recipients.iter().enumerate() {
-        if i > 0 && recipients[..i].iter().any(|p| p.session == r.session) {
+        let repeated = if many { !sessions.insert(&r.session) } else { recipients[..i].iter().any(|p| p.session == r.session) };
+        if repeated {
             continue;
         }
         // The last recipient takes the frame itself; the others share it.

@@ -67,6 +67,13 @@ fn position_after(log: &VecDeque<Arc<Recorded>>, after: &str) -> usize {
     log.iter().rposition(|r| r.event_id.as_str() == after).map_or(guess, |i| i + 1)
 }
 
+/// Entries a `keep` pushed out: usually one (a full log), so it needs no list.
+#[derive(Default)]
+pub(super) struct Evicted {
+    first: Option<Arc<Recorded>>,
+    more: Vec<Arc<Recorded>>,
+}
+
 pub(super) struct Log {
     entries: VecDeque<Arc<Recorded>>,
     /// Sum of the entries' `bytes`.
@@ -99,14 +106,17 @@ impl Log {
     }
 
     /// Append and evict what the bounds no longer admit (for the caller to free outside its lock).
-    pub(super) fn keep(&mut self, rec: Recorded) -> Vec<Arc<Recorded>> {
+    pub(super) fn keep(&mut self, rec: Recorded) -> Evicted {
         self.bytes += rec.bytes;
         self.entries.push_back(Arc::new(rec));
-        let mut evicted = Vec::new();
+        let mut evicted = Evicted::default();
         while self.entries.len() > self.capacity || (self.bytes > self.max_bytes && self.entries.len() > 1) {
             let Some(old) = self.entries.pop_front() else { break };
             self.bytes -= old.bytes;
-            evicted.push(old);
+            match evicted.first {
+                None => evicted.first = Some(old),
+                Some(_) => evicted.more.push(old),
+            }
         }
         evicted
     }
