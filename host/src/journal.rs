@@ -94,7 +94,8 @@ impl Journal {
             while newest.as_deref().is_none_or(|n| n < until.as_str()) {
                 let page = fabric.recorded_page(newest.as_deref(), PAGE_BYTES);
                 let Some(last) = page.last().map(|r| r.id().to_string()) else { break };
-                if let Err(e) = self.write_events(tenant, &page) {
+                let window_from = fabric.oldest_recorded();
+                if let Err(e) = self.write_events(tenant, &page, window_from.as_ref().map(|id| id.as_str())) {
                     tracing::error!(tenant = %tenant, error = %e, "writing the event log failed; retrying at the next flush");
                     break;
                 }
@@ -105,8 +106,13 @@ impl Journal {
     }
 
     /// Write one page of events, each serialised just before its row is
-    /// written (one body at a time), and trim the table to the window.
-    fn write_events(&self, tenant: &str, page: &[Arc<Recorded>]) -> rusqlite::Result<()> {
+    /// written (one body at a time), and trim the table to the replay
+    /// window, which starts at `window_from` (the fabric's oldest event:
+    /// the window in memory is bounded by count and bytes, and so is the
+    /// table then). Trimming by that id is a range delete on the key;
+    /// counting back from the newest row would read the whole window's
+    /// pages on every flush.
+    fn write_events(&self, tenant: &str, page: &[Arc<Recorded>], window_from: Option<&str>) -> rusqlite::Result<()> {
         let mut conn = self.conn.lock();
         let tx = conn.transaction()?;
         {
@@ -115,10 +121,9 @@ impl Journal {
                 let body = serde_json::to_string(&r.stored()).expect("events serialise");
                 insert.execute(params![tenant, r.id(), body])?;
             }
-            tx.execute(
-                "DELETE FROM events WHERE tenant = ?1 AND id < (SELECT id FROM events WHERE tenant = ?1 ORDER BY id DESC LIMIT 1 OFFSET ?2)",
-                params![tenant, (self.capacity - 1) as i64],
-            )?;
+            if let Some(from) = window_from {
+                tx.execute("DELETE FROM events WHERE tenant = ?1 AND id < ?2", params![tenant, from])?;
+            }
         }
         tx.commit()
     }
@@ -179,5 +184,47 @@ impl ChangeSink for ScopeSink {
                 None => saved.remove(&id),
             };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::events::{NewEvent, Source};
+    use crate::core::fabric::Fabric;
+
+    fn saved(journal: &Journal, tenant: &str) -> Vec<String> {
+        let conn = journal.conn.lock();
+        let mut stmt = conn.prepare("SELECT id FROM events WHERE tenant = ?1 ORDER BY id").unwrap();
+        stmt.query_map([tenant], |r| r.get::<_, String>(0)).unwrap().map(Result::unwrap).collect()
+    }
+
+    fn publish(fabric: &LocalFabric, text: String) -> String {
+        fabric.publish(NewEvent::with_text("x", Source::default(), text)).as_str().to_string()
+    }
+
+    #[test]
+    fn the_table_holds_the_window_the_fabric_holds_by_count_and_by_bytes() {
+        let dir = std::env::temp_dir().join(format!("journal-test-{}", crate::ids::secret()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let journal = Journal::open(&dir.join("events.db"), 5).unwrap();
+
+        let counted = journal.fabric_for("counted", LocalFabric::new(5, 1 << 20)).unwrap();
+        let ids: Vec<String> = (0..12).map(|i| publish(&counted, format!("{{\"i\":{i}}}"))).collect();
+        journal.flush();
+        assert_eq!(saved(&journal, "counted"), ids[7..], "the newest five");
+
+        // About 10 kB each in a window of 25 kB: two stay, in memory and on disk.
+        let sized = journal.fabric_for("sized", LocalFabric::new(5, 25_000)).unwrap();
+        let big = format!("{{\"p\":\"{}\"}}", "x".repeat(10_000));
+        let mut ids = Vec::new();
+        for _ in 0..3 {
+            ids.push(publish(&sized, big.clone()));
+            ids.push(publish(&sized, big.clone()));
+            journal.flush();
+        }
+        assert_eq!(saved(&journal, "sized"), ids[4..], "the table is trimmed to the window in memory");
+        assert_eq!(saved(&journal, "counted").len(), 5, "each tenant's window on its own");
+        std::fs::remove_dir_all(&dir).ok();
     }
 }

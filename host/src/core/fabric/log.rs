@@ -100,6 +100,11 @@ impl Log {
         self.bytes
     }
 
+    /// The oldest logged event.
+    pub(super) fn oldest(&self) -> Option<Ulid> {
+        self.entries.front().map(|r| r.event_id)
+    }
+
     /// The newest logged event.
     pub(super) fn newest(&self) -> Option<Ulid> {
         self.entries.back().map(|r| r.event_id)

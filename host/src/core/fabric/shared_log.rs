@@ -62,6 +62,11 @@ impl LocalFabric {
         self.events.lock().log.page(after, max_bytes)
     }
 
+    /// The oldest logged event: where the replay window starts.
+    pub fn oldest_recorded(&self) -> Option<Ulid> {
+        self.events.lock().log.oldest()
+    }
+
     /// The newest logged event.
     pub fn newest_recorded(&self) -> Option<Ulid> {
         self.events.lock().log.newest()
