@@ -8,6 +8,7 @@
 //! failures repeat.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -68,6 +69,18 @@ impl Lease {
     }
 }
 
+/// A turn taken `now`, or else the one `later` gives within `wait` of
+/// `asked` (then `ready_at` is when it came); `None` when none came in time.
+async fn turn<T>(now: Option<T>, later: impl Future<Output = Option<T>>, asked: Instant, wait: Duration, ready_at: &mut Instant) -> Option<T> {
+    if now.is_some() {
+        return now;
+    }
+    let got = deadline::by(asked + wait, later).await.flatten();
+    *ready_at = Instant::now();
+    // The elapsed check holds the bound even when timers fire late.
+    got.filter(|_| *ready_at - asked <= wait)
+}
+
 /// Delay before starting a singleton again after `failures` failures in a row.
 fn backoff(failures: u32) -> Duration {
     match failures {
@@ -99,17 +112,9 @@ impl Pool {
         let mut ready_at = asked;
         match self {
             Pool::Pooled { idle, slots } => {
-                let slot = match slots.clone().try_acquire_owned() {
-                    Ok(permit) => permit,
-                    Err(_) => {
-                        let permit = deadline::by(asked + wait, slots.clone().acquire_owned()).await;
-                        ready_at = Instant::now();
-                        // The elapsed check holds the bound even when timers fire late.
-                        match permit {
-                            Some(Ok(permit)) if ready_at - asked <= wait => permit,
-                            _ => return Err(busy(format!("it is running {} calls of this tenant already", plugin.limits.max_concurrency))),
-                        }
-                    }
+                let now = slots.clone().try_acquire_owned().ok();
+                let Some(slot) = turn(now, async { slots.clone().acquire_owned().await.ok() }, asked, wait, &mut ready_at).await else {
+                    return Err(busy(format!("it is running {} calls of this tenant already", plugin.limits.max_concurrency)));
                 };
                 // The most recently used: its memory is the most likely cached.
                 let ready = idle.lock().pop_back();
@@ -124,16 +129,9 @@ impl Pool {
                 Ok((Lease::Pooled { instance, _slot: slot }, ready_at))
             }
             Pool::Singleton(cell) => {
-                let mut guard = match cell.clone().try_lock_owned() {
-                    Ok(g) => g,
-                    Err(_) => {
-                        let guard = deadline::by(asked + wait, cell.clone().lock_owned()).await;
-                        ready_at = Instant::now();
-                        match guard {
-                            Some(g) if ready_at - asked <= wait => g,
-                            _ => return Err(busy("its instance is still busy with earlier calls".into())),
-                        }
-                    }
+                let now = cell.clone().try_lock_owned().ok();
+                let Some(mut guard) = turn(now, async { Some(cell.clone().lock_owned().await) }, asked, wait, &mut ready_at).await else {
+                    return Err(busy("its instance is still busy with earlier calls".into()));
                 };
                 if guard.instance.is_none() {
                     if let Some(at) = guard.retry_at.filter(|at| *at > Instant::now()) {
