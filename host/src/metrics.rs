@@ -54,6 +54,7 @@ fn describe() {
     describe_counter!("map_messages_delivered_total", "map/send deliveries made, by tenant (one per recipient)");
     describe_counter!("map_messages_undelivered_total", "map/send recipients whose queue was full or gone, by tenant");
     describe_counter!("map_outbox_full_total", "Frames refused because a session's outgoing queue was full");
+    describe_counter!("map_sends_refused_total", "map/send calls refused before delivery, by reason (event_backlog: the cluster's event log is behind)");
     describe_gauge!("map_plugin_instances_live", "Plugin instances alive now (running or ready), all tenants and plugins");
     describe_gauge!("map_plugin_instances_max", "The engine's room for instances (server.max_instances)");
     describe_gauge!("map_event_log_events", "Events held in the replay log, by tenant");
@@ -208,6 +209,13 @@ pub fn messages(tenant: &str, delivered: usize, undelivered: usize) {
     });
     if undelivered > 0 {
         counter!("map_messages_undelivered_total", "tenant" => tenant).increment(undelivered as u64);
+    }
+}
+
+/// A `map/send` refused before delivery, and why.
+pub fn sends_refused(reason: &'static str) {
+    if on() {
+        counter!("map_sends_refused_total", "reason" => reason).increment(1);
     }
 }
 

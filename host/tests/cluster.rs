@@ -862,3 +862,58 @@ async fn a_nats_outage_fails_cross_node_sends_truthfully_and_readyz_says_so() {
     let ghosts: Vec<&u64> = refused.intersection(&arrived).collect();
     assert!(ghosts.is_empty(), "sends answered as not delivered arrived at recv-b anyway: {ghosts:?}");
 }
+
+/// Node a reaches NATS through a relay the test cuts, with a backlog bound
+/// of 1 MiB: while the log cannot acknowledge its events, local sends are
+/// accepted (and delivered) until the bound, then refused with 4000 and
+/// counted; once NATS is back, sends are accepted again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_behind_on_its_event_log_refuses_sends_until_it_catches_up() {
+    let relay = Relay::start(&nats_url()).await;
+    let options = ClusterOptions { nats_for: vec![("a".into(), relay.url.clone())], extra: "event_backlog_mb = 1\n".into(), ..Default::default() };
+    let cluster = Cluster::start(&["a"], options).await;
+    let a = cluster.node("a");
+    let mut receiver = a.agent("receiver", json!({})).await;
+    let mut sender = a.agent("sender", json!({})).await;
+    a.wait_ready(200, "before the cut").await;
+    send_locally(&mut sender, &mut receiver, "receiver", "before the cut").await;
+
+    relay.cut();
+    a.wait_ready(503, "node a cut from NATS").await;
+    // Each message_sent event carries the 200 kB payload: the sixth cannot fit.
+    let pad = "x".repeat(200_000);
+    let (mut accepted, mut refusal) = (Vec::new(), None);
+    for n in 0..40u64 {
+        let resp = sender.call("map/send", json!({"to": {"agent": "receiver"}, "payload": {"n": n, "pad": pad}})).await;
+        if resp["result"]["delivered"] == json!(["receiver"]) {
+            accepted.push(n);
+            continue;
+        }
+        refusal = Some(resp);
+        break;
+    }
+    let refusal = refusal.unwrap_or_else(|| sender.fail("40 sends of 200 kB each were all accepted while the event log could not take one (bound: 1 MiB)"));
+    assert_eq!(refusal["error"]["code"], 4000, "the send past the backlog bound: {refusal}");
+    assert_eq!(refusal["error"]["data"]["retryable"], true, "the send past the backlog bound: {refusal}");
+    assert!((1..=6).contains(&accepted.len()), "sends accepted while the log was cut, with a 1 MiB bound and 200 kB events: {accepted:?}");
+    for n in &accepted {
+        receiver.expect_note(&format!("the accepted message {n}"), ANSWER, |m| is_message_with(m, "n", &json!(n))).await;
+    }
+    let metrics = common::http(&a.gw.addr(), "GET", "/metrics", &[], b"").await;
+    let text = String::from_utf8_lossy(&metrics.body);
+    assert!(text.lines().any(|l| l.starts_with("map_sends_refused_total{reason=\"event_backlog\"}") && !l.ends_with(" 0")), "/metrics counts no refusal:\n{text}");
+
+    relay.restore();
+    a.wait_ready(200, "NATS restored").await;
+    let deadline = Instant::now() + REPLICATION;
+    loop {
+        let resp = sender.call("map/send", json!({"to": {"agent": "receiver"}, "payload": {"after": true}})).await;
+        if resp["result"]["delivered"] == json!(["receiver"]) {
+            break;
+        }
+        assert_eq!(resp["error"]["code"], 4000, "a send while the backlog drains: {resp}");
+        assert!(Instant::now() < deadline, "sends still refused {REPLICATION:?} after NATS came back\n{}", cluster.logs());
+        tokio::time::sleep(POLL).await;
+    }
+    receiver.expect_note("the message after the log caught up", ANSWER, |m| is_message_with(m, "after", &json!(true))).await;
+}

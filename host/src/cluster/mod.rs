@@ -64,6 +64,8 @@ pub struct Cluster {
     resume_window: Duration,
     replay_events: usize,
     replay_bytes: usize,
+    /// Bytes of events a tenant may have waiting for the log (`event_backlog_mb`).
+    event_backlog: usize,
 }
 
 /// A tenant id or other name as one subject token or key part: letters,
@@ -122,6 +124,7 @@ impl Cluster {
             resume_window: Duration::from_secs(config.server.resume_window_secs),
             replay_events: config.limits.replay_events,
             replay_bytes: config.limits.replay_bytes,
+            event_backlog: c.event_backlog_mb << 20,
         }))
     }
 

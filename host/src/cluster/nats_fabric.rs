@@ -66,7 +66,7 @@ impl ClusterFabric {
             dir_prefix: cluster.subject("dir", ""),
             log_subject: cluster.subject("ev", &t),
             live_subject: cluster.subject("live", &t),
-            log: LogPublisher::start(cluster.client.clone(), cluster.js.clone(), cluster.instance.clone()),
+            log: LogPublisher::start(cluster.client.clone(), cluster.js.clone(), cluster.instance.clone(), cluster.event_backlog),
             deliveries: Outgoing::start(cluster.client.clone(), cluster.subject("dl", ""), t.clone()),
             ask_prefix: cluster.subject("ask", ""),
             tenant_token: t,
@@ -254,6 +254,10 @@ impl Fabric for ClusterFabric {
         }
         self.local.record_at(id, ts, event);
         id
+    }
+
+    fn behind(&self) -> bool {
+        self.log.behind()
     }
 
     /// Subscribers here, or on another node (as its last beat said).

@@ -70,7 +70,7 @@ impl Default for StorageConfig {
 
 impl Default for ClusterConfig {
     fn default() -> Self {
-        ClusterConfig { nats: String::new(), node: String::new(), name: "map".into(), presence_timeout_ms: 3000, checkpoint_ms: 250, singleton_lease_ms: 5000 }
+        ClusterConfig { nats: String::new(), node: String::new(), name: "map".into(), presence_timeout_ms: 3000, checkpoint_ms: 250, singleton_lease_ms: 5000, event_backlog_mb: 64 }
     }
 }
 

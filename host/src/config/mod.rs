@@ -182,6 +182,11 @@ pub struct ClusterConfig {
     /// every quarter of it; when the owner dies, another node takes over
     /// within about 1.25 times this (README: Running a cluster).
     pub singleton_lease_ms: u64,
+    /// Events of one tenant that this node made and the cluster's event
+    /// log has not yet acknowledged, at most this many MiB: past it the
+    /// tenant's `map/send` calls here are refused (4000, retryable) until
+    /// the log catches up, so a slow or unreachable log cannot fill memory.
+    pub event_backlog_mb: usize,
 }
 
 impl ClusterConfig {

@@ -141,6 +141,9 @@ impl Config {
         if self.cluster.name.is_empty() || !self.cluster.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
             bail!("cluster.name must be letters, digits, - and _");
         }
+        if self.cluster.event_backlog_mb == 0 || self.cluster.event_backlog_mb > 1 << 20 {
+            bail!("cluster.event_backlog_mb must be between 1 and 1048576");
+        }
         if self.cluster.presence_timeout_ms < 100 || self.cluster.checkpoint_ms == 0 {
             bail!("cluster.presence_timeout_ms must be at least 100 and cluster.checkpoint_ms positive");
         }

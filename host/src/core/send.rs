@@ -90,6 +90,10 @@ fn route(active: &Active, addr: &Address, from: Option<&str>, remote_from: Optio
 /// JSON text: `{"messageId": …, "delivered": […], "failed"?: […]}`, later
 /// when a recipient's node must confirm it took the message.
 pub fn send_message(active: &Active, msg: Outgoing) -> Result<Sent, RpcError> {
+    if active.tenant.fabric.behind() {
+        crate::metrics::sends_refused("event_backlog");
+        return Err(RpcError::new(codes::RESOURCE_EXHAUSTED, "the cluster's event log is behind on this node's events; retry later"));
+    }
     let mut addr = Address::from_json(msg.to)?;
     if let Some((system, agent)) = federated_target(active, &mut addr)? {
         super::permissions::check_flag(active, "messaging.canSend")?;

@@ -1,17 +1,30 @@
-//! The SQLite backend's read cache: recently read and written keys with
-//! their values and versions (absent keys too), and recently read pages of
-//! ranges, bounded in bytes, least recently used out first. Only this
-//! process writes the database, and its writer applies every committed
-//! change here before it acknowledges the commit (a written key's entry is
-//! replaced, and every cached page whose range holds the key is dropped),
-//! so a hit is what the database holds: reads stay snapshots and plugins
-//! still read their own writes.
+//! The SQLite backend's read cache: recently read keys with their values
+//! and versions (absent keys too), and recently read pages of ranges,
+//! bounded in bytes, least recently used out first. Only this process
+//! writes the database, and its writer applies every committed change here
+//! before it acknowledges the commit (a cached key's entry is replaced, and
+//! every cached page whose range holds the key is dropped), so a hit is
+//! what the database holds: reads stay snapshots and plugins still read
+//! their own writes.
+//!
+//! A write does not add a key that is not cached: records written once and
+//! never read (a log's entries, a mailbox's turns) would otherwise fill the
+//! budget, push out what is read, and cost a copy of every value written.
+//! A key that is read comes in on its first read and is kept current by
+//! later writes.
 //!
 //! A reader that missed fills the cache with what it read only if no
-//! commit was applied since it looked (`generation`): otherwise it could
-//! put back a value that a commit had just replaced.
+//! commit since it looked (`generation`) wrote those keys: otherwise it
+//! could put back a value that a commit had just replaced. Recent commits'
+//! keys are remembered (as hashes, a bounded number) for that check; when
+//! they no longer reach back to the reader's look, the fill is dropped.
+//! Under a steady stream of commits a read key would otherwise never come
+//! in, since writes do not bring keys in. A page is kept only if no commit
+//! at all came between.
 
-use std::collections::HashMap;
+use std::borrow::Cow;
+use std::collections::{HashMap, VecDeque};
+use std::hash::BuildHasher;
 
 use hashlink::LruCache;
 use parking_lot::Mutex;
@@ -47,6 +60,26 @@ struct Inner {
     bytes: usize,
     /// Commits applied so far.
     generation: u64,
+    /// Keys written by recent commits: (generation, hash of the entry key), oldest first.
+    written: VecDeque<(u64, u64)>,
+    /// Commits up to this one may have written keys `written` no longer holds.
+    forgotten: u64,
+}
+
+/// Written keys remembered for fills that raced a commit (16 bytes each).
+const WRITTEN_KEYS: usize = 4096;
+
+fn key_hash(key: &str) -> u64 {
+    foldhash::fast::FixedState::with_seed(0).hash_one(key)
+}
+
+/// One key a commit wrote: its value and version, or `None` when deleted.
+/// The value is borrowed from the write, and copied only for a cached key.
+pub struct Change<'a> {
+    pub scope: &'a Scope,
+    pub collection: &'a str,
+    pub key: &'a str,
+    pub value: Option<(Cow<'a, [u8]>, u64)>,
 }
 
 /// What a lookup found.
@@ -133,6 +166,28 @@ impl Inner {
         }
     }
 
+    /// Whether a fill looked up at `generation` may put `key`: no commit
+    /// since then wrote it, as far as `written` reaches back.
+    fn unwritten_since(&self, generation: u64, key: &str) -> bool {
+        if generation == self.generation {
+            return true;
+        }
+        if self.forgotten > generation {
+            return false;
+        }
+        let hash = key_hash(key);
+        !self.written.iter().rev().take_while(|(g, _)| *g > generation).any(|(_, h)| *h == hash)
+    }
+
+    fn remember_written(&mut self, key: &str) {
+        if self.written.len() == WRITTEN_KEYS {
+            if let Some((g, _)) = self.written.pop_front() {
+                self.forgotten = g;
+            }
+        }
+        self.written.push_back((self.generation, key_hash(key)));
+    }
+
     /// A key of `collection` changed: drop the pages whose range holds it.
     fn touch(&mut self, collection: &str, key: &str) {
         let Some(ranges) = self.ranges.get(collection) else { return };
@@ -146,7 +201,7 @@ impl Inner {
 impl Cache {
     /// A cache of at most `budget` bytes; 0 turns it off.
     pub fn new(budget: usize) -> Cache {
-        Cache { inner: Mutex::new(Inner { entries: LruCache::new_unbounded(), ranges: HashMap::new(), bytes: 0, generation: 0 }), budget }
+        Cache { inner: Mutex::new(Inner { entries: LruCache::new_unbounded(), ranges: HashMap::new(), bytes: 0, generation: 0, written: VecDeque::new(), forgotten: 0 }), budget }
     }
 
     fn on(&self) -> bool {
@@ -170,19 +225,18 @@ impl Cache {
         Lookup::Hit(found)
     }
 
-    /// Remember what a reader found, unless a commit was applied since its
-    /// lookup returned `generation`.
+    /// Remember what a reader found, but not the keys a commit wrote since
+    /// its lookup returned `generation`.
     pub fn fill(&self, generation: u64, scope: &Scope, keys: &[(String, String)], found: &[Option<Item>]) {
         if !self.on() {
             return;
         }
         let entries: Vec<(String, Option<Item>)> = keys.iter().zip(found).map(|((c, k), item)| (item_key(scope, c, k), item.clone())).collect();
         let mut inner = self.inner.lock();
-        if inner.generation != generation {
-            return;
-        }
         for (k, item) in entries {
-            inner.put(k, Cached::Item(item), self.budget);
+            if inner.unwritten_since(generation, &k) {
+                inner.put(k, Cached::Item(item), self.budget);
+            }
         }
     }
 
@@ -219,20 +273,24 @@ impl Cache {
 
     /// Apply one committed transaction's changes (in order: a later change
     /// of a key wins). Called by the writer after the commit and before it
-    /// answers anyone.
-    pub fn apply(&self, changes: Vec<(&Scope, &str, &str, Option<Item>)>) {
+    /// answers anyone. Only keys already cached take the new value.
+    pub fn apply(&self, changes: Vec<Change<'_>>) {
         let mut inner = self.inner.lock();
         inner.generation += 1;
         if !self.on() {
             return;
         }
-        for (scope, collection, key, item) in changes {
+        for Change { scope, collection, key, value } in changes {
             let collection = collection_key(scope, collection);
             inner.touch(&collection, key);
             let mut item_key = collection;
             item_key.push('i');
             item_key.push_str(key);
-            inner.put(item_key, Cached::Item(item), self.budget);
+            inner.remember_written(&item_key);
+            if inner.entries.contains_key(&item_key) {
+                let item = value.map(|(value, version)| Item { value: value.into_owned(), version });
+                inner.put(item_key, Cached::Item(item), self.budget);
+            }
         }
     }
 
@@ -258,6 +316,17 @@ mod tests {
         Some(Item { value: v.as_bytes().to_vec(), version })
     }
 
+    /// A commit that writes `value` (or deletes, for `None`) at `key` of collection "c".
+    fn write<'a>(s: &'a Scope, key: &'a str, value: Option<&'a str>, version: u64) -> Change<'a> {
+        Change { scope: s, collection: "c", key, value: value.map(|v| (Cow::Borrowed(v.as_bytes()), version)) }
+    }
+
+    /// A reader's miss and fill of `keys`, with nothing committed in between.
+    fn read_in(c: &Cache, s: &Scope, ks: &[(String, String)], found: &[Option<Item>]) {
+        let Lookup::Miss(generation) = c.lookup(s, ks) else { panic!("expected a miss") };
+        c.fill(generation, s, ks, found);
+    }
+
     fn hit<T>(l: Lookup<T>) -> T {
         match l {
             Lookup::Hit(v) => v,
@@ -271,9 +340,39 @@ mod tests {
         let (s, ks) = (scope("t"), keys(&["a"]));
         let Lookup::Miss(generation) = c.lookup(&s, &ks) else { panic!("empty cache hit") };
         // A commit lands between the reader's database read and its fill.
-        c.apply(vec![(&s, "c", "a", item("new", 2))]);
+        c.apply(vec![write(&s, "a", Some("new"), 2)]);
         c.fill(generation, &s, &ks, &[item("old", 1)]);
+        assert!(matches!(c.lookup(&s, &ks), Lookup::Miss(_)), "the old value was not kept");
+        read_in(&c, &s, &ks, &[item("new", 2)]);
         assert_eq!(hit(c.lookup(&s, &ks)), vec![item("new", 2)]);
+    }
+
+    #[test]
+    fn a_fill_after_a_commit_of_other_keys_is_kept() {
+        let c = Cache::new(1 << 20);
+        let (s, ks) = (scope("t"), keys(&["a"]));
+        let Lookup::Miss(generation) = c.lookup(&s, &ks) else { panic!("empty cache hit") };
+        c.apply(vec![write(&s, "b", Some("x"), 2)]);
+        c.fill(generation, &s, &ks, &[item("a", 1)]);
+        assert_eq!(hit(c.lookup(&s, &ks)), vec![item("a", 1)]);
+        // A cached key written while another reader read it keeps the new value.
+        let Lookup::Miss(generation) = c.lookup(&s, &keys(&["z"])) else { panic!("z is not cached") };
+        c.apply(vec![write(&s, "a", Some("new"), 3)]);
+        c.fill(generation, &s, &ks, &[item("a", 1)]);
+        assert_eq!(hit(c.lookup(&s, &ks)), vec![item("new", 3)]);
+    }
+
+    #[test]
+    fn a_fill_older_than_the_remembered_writes_is_dropped() {
+        let c = Cache::new(1 << 20);
+        let (s, ks) = (scope("t"), keys(&["a"]));
+        let Lookup::Miss(generation) = c.lookup(&s, &ks) else { panic!("empty cache hit") };
+        let names: Vec<String> = (0..=WRITTEN_KEYS).map(|i| format!("k{i}")).collect();
+        for name in &names {
+            c.apply(vec![write(&s, name, Some("x"), 2)]);
+        }
+        c.fill(generation, &s, &ks, &[item("a", 1)]);
+        assert!(matches!(c.lookup(&s, &ks), Lookup::Miss(_)), "a fill that the remembered writes no longer cover was kept");
     }
 
     #[test]
@@ -283,14 +382,18 @@ mod tests {
         let Lookup::Miss(generation) = c.lookup(&s, &ks) else { panic!() };
         c.fill(generation, &s, &ks, &[item("x", 1), None]);
         assert_eq!(hit(c.lookup(&s, &ks)), vec![item("x", 1), None]);
-        c.apply(vec![(&s, "c", "a", None)]);
+        c.apply(vec![write(&s, "a", None, 2)]);
         assert_eq!(hit(c.lookup(&s, &ks)), vec![None, None]);
+        // A cached absent key takes its first value.
+        c.apply(vec![write(&s, "b", Some("y"), 3)]);
+        assert_eq!(hit(c.lookup(&s, &ks)), vec![None, item("y", 3)]);
     }
 
     #[test]
     fn scopes_and_collections_do_not_collide() {
         let c = Cache::new(1 << 20);
-        c.apply(vec![(&scope("t"), "c", "ab", item("1", 1))]);
+        read_in(&c, &scope("t"), &keys(&["ab"]), &[item("1", 1)]);
+        hit(c.lookup(&scope("t"), &keys(&["ab"])));
         assert!(matches!(c.lookup(&scope("t"), &[("ca".into(), "b".into())]), Lookup::Miss(_)));
         assert!(matches!(c.lookup(&scope("u"), &keys(&["ab"])), Lookup::Miss(_)));
         assert!(matches!(c.lookup(&Scope { tenant: "t".into(), plugin: "q".into() }, &keys(&["ab"])), Lookup::Miss(_)));
@@ -304,15 +407,16 @@ mod tests {
         let s = scope("t");
         let value = "v".repeat(100);
         for k in ["k1", "k2", "k3"] {
-            c.apply(vec![(&s, "c", k, item(&value, 1))]);
+            read_in(&c, &s, &keys(&[k]), &[item(&value, 1)]);
         }
         hit(c.lookup(&s, &keys(&["k1"])));
-        c.apply(vec![(&s, "c", "k4", item(&value, 1))]);
+        read_in(&c, &s, &keys(&["k4"]), &[item(&value, 1)]);
         assert!(c.bytes() <= budget);
         assert!(matches!(c.lookup(&s, &keys(&["k2"])), Lookup::Miss(_)), "k2 was the least recently used");
         hit(c.lookup(&s, &keys(&["k1", "k3", "k4"])));
         // A value bigger than the whole budget is not kept, and drops its stale entry.
-        c.apply(vec![(&s, "c", "k1", item(&"v".repeat(budget), 2))]);
+        let big = "v".repeat(budget);
+        c.apply(vec![write(&s, "k1", Some(&big), 2)]);
         assert!(matches!(c.lookup(&s, &keys(&["k1"])), Lookup::Miss(_)));
     }
 
@@ -320,8 +424,21 @@ mod tests {
     fn off_means_always_a_miss() {
         let c = Cache::new(0);
         let s = scope("t");
-        c.apply(vec![(&s, "c", "a", item("x", 1))]);
+        read_in(&c, &s, &keys(&["a"]), &[item("x", 1)]);
         assert!(matches!(c.lookup(&s, &keys(&["a"])), Lookup::Miss(_)));
+    }
+
+    #[test]
+    fn writes_keep_cached_keys_current_and_add_no_others() {
+        let c = Cache::new(1 << 20);
+        let s = scope("t");
+        read_in(&c, &s, &keys(&["read"]), &[item("1", 1)]);
+        let before = c.bytes();
+        let turn = "t".repeat(2000);
+        c.apply(vec![write(&s, "read", Some("2"), 2), write(&s, "turn/1", Some(&turn), 2)]);
+        assert_eq!(hit(c.lookup(&s, &keys(&["read"]))), vec![item("2", 2)]);
+        assert!(matches!(c.lookup(&s, &keys(&["turn/1"])), Lookup::Miss(_)), "a key written and never read is not cached");
+        assert_eq!(c.bytes(), before, "the write took no room");
     }
 
     fn page(keys: &[&str]) -> Page {
@@ -336,13 +453,14 @@ mod tests {
         c.fill_page(generation, &s, "c", "conv1/", ("conv1/", "conv1/\u{10FFFF}"), &page(&["conv1/a"]));
         assert_eq!(hit(c.page(&s, "c", "conv1/")).entries.len(), 1);
         // Writes outside the range, or in another collection or scope, keep it.
-        c.apply(vec![(&s, "c", "conv2/a", item("x", 2)), (&s, "d", "conv1/b", item("x", 2)), (&scope("u"), "c", "conv1/b", item("x", 2))]);
+        let (u, other) = (scope("u"), Change { scope: &s, collection: "d", key: "conv1/b", value: None });
+        c.apply(vec![write(&s, "conv2/a", Some("x"), 2), other, write(&u, "conv1/b", Some("x"), 2)]);
         assert_eq!(hit(c.page(&s, "c", "conv1/")).entries.len(), 1);
-        c.apply(vec![(&s, "c", "conv1/b", item("x", 3))]);
+        c.apply(vec![write(&s, "conv1/b", Some("x"), 3)]);
         assert!(matches!(c.page(&s, "c", "conv1/"), Lookup::Miss(_)));
         // A page read before a commit is not kept.
         let Lookup::Miss(generation) = c.page(&s, "c", "conv1/") else { panic!() };
-        c.apply(vec![(&s, "c", "conv9/z", item("x", 4))]);
+        c.apply(vec![write(&s, "conv9/z", Some("x"), 4)]);
         c.fill_page(generation, &s, "c", "conv1/", ("conv1/", "conv1/\u{10FFFF}"), &page(&["conv1/a"]));
         assert!(matches!(c.page(&s, "c", "conv1/"), Lookup::Miss(_)));
     }

@@ -14,13 +14,14 @@
 //! most commits write only the caller's rows. A restart starts past the
 //! last stored block, so versions still never repeat.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 
 use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 
-use super::cache::Cache;
-use super::ops::{call_bytes, Item, Op, Outcome, MAX_CALL_BYTES, MAX_OPS};
+use super::cache::{Cache, Change};
+use super::ops::{call_bytes, Op, Outcome, MAX_CALL_BYTES, MAX_OPS};
 use super::sqlite_ops::apply;
 use super::{Scope, StoreError};
 
@@ -196,22 +197,22 @@ impl Waiting {
 }
 
 /// What the committed calls of a group changed, key by key, in order.
-fn changes<'a>(group: &'a [Job], answers: &[Result<Outcome, StoreError>]) -> Vec<(&'a Scope, &'a str, &'a str, Option<Item>)> {
+fn changes<'a>(group: &'a [Job], answers: &[Result<Outcome, StoreError>]) -> Vec<Change<'a>> {
     let mut out = Vec::new();
     for (job, answer) in group.iter().zip(answers) {
         let Ok(Outcome::Committed { version, counters, .. }) = answer else { continue };
         let mut counters = counters.iter();
         for op in &job.ops {
-            let (collection, key, item) = match op {
-                Op::Put { collection, key, value } => (collection, key, Some(Item { value: value.clone(), version: *version })),
+            let (collection, key, value) = match op {
+                Op::Put { collection, key, value } => (collection, key, Some((Cow::Borrowed(value.as_slice()), *version))),
                 Op::Delete { collection, key } => (collection, key, None),
                 Op::Add { collection, key, .. } => {
                     let value = counters.next().map(|n| n.to_string().into_bytes());
-                    (collection, key, value.map(|value| Item { value, version: *version }))
+                    (collection, key, value.map(|value| (Cow::Owned(value), *version)))
                 }
                 Op::ExpectVersion { .. } | Op::ExpectValue { .. } => continue,
             };
-            out.push((&job.scope, collection.as_str(), key.as_str(), item));
+            out.push(Change { scope: &job.scope, collection: collection.as_str(), key: key.as_str(), value });
         }
     }
     out

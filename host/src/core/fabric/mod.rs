@@ -71,6 +71,11 @@ pub trait Fabric: Send + Sync {
     fn publish(&self, event: NewEvent) -> Ulid;
     /// Whether anything (a subscription) would see events right now.
     fn has_subscribers(&self) -> bool;
+    /// More events wait to be kept than allowed: new messages are refused
+    /// until they are (a cluster's shared log; the embedded log never waits).
+    fn behind(&self) -> bool {
+        false
+    }
     /// Start a subscription; with `from`, recorded events since then come first, without a gap.
     fn subscribe(&self, session: &str, filter: Filter, from: Option<ReplayFrom>) -> String;
     fn unsubscribe(&self, session: &str, subscription: &str) -> bool;
