@@ -105,6 +105,12 @@ async fn drive(p: Pair, i: usize, n: usize, s: Schedule, m: Arc<Meter>) {
         if !sending && got >= k {
             break;
         }
+        // Checked on every turn, not by the timer alone: while deliveries
+        // and answers keep coming, the timer never wins the biased select.
+        if !sending && Instant::now() >= grace_end {
+            m.error(format!("{} of {k} messages not delivered {GRACE:?} after the end", k - got));
+            break;
+        }
         let wake = if sending { at(k) } else { grace_end };
         let more = tokio::select! {
             biased;
@@ -112,8 +118,7 @@ async fn drive(p: Pair, i: usize, n: usize, s: Schedule, m: Arc<Meter>) {
             f = answers.next() => answer(f, &m),
             () = tokio::time::sleep_until(wake.into()) => {
                 if !sending {
-                    m.error(format!("{} of {k} messages not delivered {GRACE:?} after the end", k - got));
-                    break;
+                    continue; // the grace period is over: the check above ends the loop
                 }
                 let now = Instant::now();
                 let mut ok = true;
