@@ -88,7 +88,7 @@ async fn publish_events(client: async_nats::Client, js: jetstream::Context, inst
     let mut acks = Acks::new();
     let mut headers = async_nats::HeaderMap::new();
     headers.insert(INSTANCE, &*instance);
-    let sink = Out { client: &client, js: &js, headers: &headers, backlog: &backlog };
+    let sink = Sink { client: &client, js: &js, headers: &headers, backlog: &backlog };
     let mut pending: Option<Batch> = None;
     loop {
         tokio::select! {
@@ -155,14 +155,14 @@ struct Batch {
 }
 
 /// Where batches go, and the backlog they leave when they are through.
-struct Out<'a> {
+struct Sink<'a> {
     client: &'a async_nats::Client,
     js: &'a jetstream::Context,
     headers: &'a async_nats::HeaderMap,
     backlog: &'a Arc<AtomicUsize>,
 }
 
-impl Out<'_> {
+impl Sink<'_> {
     async fn send(&self, acks: &mut Acks, Batch { recorded, subject, mut json, counted }: Batch) {
         json.push(b']');
         if recorded {
