@@ -895,6 +895,7 @@ async fn a_node_behind_on_its_event_log_refuses_sends_until_it_catches_up() {
     let refusal = refusal.unwrap_or_else(|| sender.fail("40 sends of 200 kB each were all accepted while the event log could not take one (bound: 1 MiB)"));
     assert_eq!(refusal["error"]["code"], 4000, "the send past the backlog bound: {refusal}");
     assert_eq!(refusal["error"]["data"]["retryable"], true, "the send past the backlog bound: {refusal}");
+    assert_eq!(refusal["error"]["data"]["retryAfterMs"], 1000, "the send past the backlog bound: {refusal}");
     assert!((1..=6).contains(&accepted.len()), "sends accepted while the log was cut, with a 1 MiB bound and 200 kB events: {accepted:?}");
     for n in &accepted {
         receiver.expect_note(&format!("the accepted message {n}"), ANSWER, |m| is_message_with(m, "n", &json!(n))).await;

@@ -197,4 +197,19 @@ mod tests {
             assert!(c.validate().is_err(), "{bad}");
         }
     }
+
+    #[test]
+    fn cluster_bounds_are_checked_only_in_cluster_mode() {
+        let cluster = "[storage]\nurl = \"postgres://127.0.0.1/test\"\n[cluster]\nnats = \"nats://127.0.0.1:4222\"\nnode = \"a\"\n";
+        let c: Config = toml::from_str(cluster).unwrap();
+        assert!(c.validate().is_ok(), "{:?}", c.validate());
+        for bad in ["event_backlog_mb = 0", "event_backlog_mb = 1048577", "presence_timeout_ms = 99", "singleton_lease_ms = 399", "name = \"a b\""] {
+            let c: Config = toml::from_str(&format!("{cluster}{bad}")).unwrap();
+            let err = c.validate().expect_err(bad).to_string();
+            assert!(err.contains("cluster."), "{bad}: {err}");
+            // The same setting without cluster mode is not looked at.
+            let c: Config = toml::from_str(&format!("[cluster]\n{bad}")).unwrap();
+            assert!(c.validate().is_ok(), "{bad} outside cluster mode: {:?}", c.validate());
+        }
+    }
 }

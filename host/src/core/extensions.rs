@@ -42,12 +42,13 @@ pub trait Extensions: Send + Sync + 'static {
     /// Whether an extension serves this (non-`map/`) method.
     fn serves(&self, method: &str) -> bool;
 
-    /// Call a method for a session; `params` is a JSON object's text.
-    fn call<'a>(&'a self, active: &'a Active, method: &'a str, params: &'a str) -> BoxFuture<'a, Result<Answer, RpcError>>;
+    /// Call a method for a session; `params` is a JSON object's text
+    /// (owned: the call takes it to the plugin without a copy).
+    fn call<'a>(&'a self, active: &'a Active, method: &'a str, params: String) -> BoxFuture<'a, Result<Answer, RpcError>>;
 
     /// A call made by the extension `from` while it handles a call `hops`
     /// deep: as `call`, refusing `from`'s own methods.
-    fn call_from<'a>(&'a self, from: &'a str, active: &'a Active, method: &'a str, params: &'a str, hops: u8) -> BoxFuture<'a, Result<Answer, RpcError>>;
+    fn call_from<'a>(&'a self, from: &'a str, active: &'a Active, method: &'a str, params: String, hops: u8) -> BoxFuture<'a, Result<Answer, RpcError>>;
 
     /// Whether any observer could want a send with (or without) `meta`.
     fn observes_any(&self, has_meta: bool) -> bool;
@@ -87,10 +88,10 @@ impl Extensions for NoExtensions {
     fn serves(&self, _: &str) -> bool {
         false
     }
-    fn call<'a>(&'a self, _: &'a Active, method: &'a str, _: &'a str) -> BoxFuture<'a, Result<Answer, RpcError>> {
+    fn call<'a>(&'a self, _: &'a Active, method: &'a str, _: String) -> BoxFuture<'a, Result<Answer, RpcError>> {
         Box::pin(async move { Err(RpcError::method_not_found(method)) })
     }
-    fn call_from<'a>(&'a self, _: &'a str, _: &'a Active, method: &'a str, _: &'a str, _: u8) -> BoxFuture<'a, Result<Answer, RpcError>> {
+    fn call_from<'a>(&'a self, _: &'a str, _: &'a Active, method: &'a str, _: String, _: u8) -> BoxFuture<'a, Result<Answer, RpcError>> {
         Box::pin(async move { Err(RpcError::method_not_found(method)) })
     }
     fn observes_any(&self, _: bool) -> bool {

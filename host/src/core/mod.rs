@@ -370,7 +370,7 @@ impl Gateway {
         let (id, method) = (req.id, req.method.into_owned());
         let in_span = span.clone();
         let call = async move {
-            let result = active.tenant.extensions().call(&active, &method, &params).await;
+            let result = active.tenant.extensions().call(&active, &method, params).await;
             record_code(&method, result.as_ref().err().map_or(0, |e| e.code), started, &span);
             match result {
                 Ok((result, deferred)) => (answer(id, Ok(Out::Raw(result))), deferred),

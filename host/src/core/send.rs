@@ -92,7 +92,8 @@ fn route(active: &Active, addr: &Address, from: Option<&str>, remote_from: Optio
 pub fn send_message(active: &Active, msg: Outgoing) -> Result<Sent, RpcError> {
     if active.tenant.fabric.behind() {
         crate::metrics::sends_refused("event_backlog");
-        return Err(RpcError::new(codes::RESOURCE_EXHAUSTED, "the cluster's event log is behind on this node's events; retry later"));
+        // The log acknowledges within its 5 s timeout, or the backlog is given up on; a second is a fair first wait.
+        return Err(RpcError::new(codes::RESOURCE_EXHAUSTED, "the cluster's event log is behind on this node's events; retry later").with_data(json!({"retryAfterMs": 1000})));
     }
     let mut addr = Address::from_json(msg.to)?;
     if let Some((system, agent)) = federated_target(active, &mut addr)? {

@@ -181,14 +181,14 @@ impl Extensions for TenantPlugins {
         self.methods.contains_key(method)
     }
 
-    fn call<'a>(&'a self, active: &'a Active, method: &'a str, params: &'a str) -> BoxFuture<'a, Result<Answer, RpcError>> {
+    fn call<'a>(&'a self, active: &'a Active, method: &'a str, params: String) -> BoxFuture<'a, Result<Answer, RpcError>> {
         Box::pin(async move {
             let plugin = self.method(method).ok_or_else(|| RpcError::method_not_found(method))?;
             plugin.call_rpc(active, super::caller_of(active), method, params, 0).await
         })
     }
 
-    fn call_from<'a>(&'a self, from: &'a str, active: &'a Active, method: &'a str, params: &'a str, hops: u8) -> BoxFuture<'a, Result<Answer, RpcError>> {
+    fn call_from<'a>(&'a self, from: &'a str, active: &'a Active, method: &'a str, params: String, hops: u8) -> BoxFuture<'a, Result<Answer, RpcError>> {
         Box::pin(async move {
             let plugin = self.method(method).ok_or_else(|| RpcError::method_not_found(method))?;
             if plugin.name() == from {

@@ -1,8 +1,9 @@
 //! What a plugin instance's store holds: WASI (no ambient authority),
 //! resource limits, the call deadline and the context host imports act in.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use wasmtime::component::ResourceTable;
@@ -55,8 +56,14 @@ pub struct PluginState {
     http: WasiHttpCtx,
     outbound: Policy,
     pub limiter: Limiter,
-    /// When the current call must have finished.
+    /// When the current call must have finished: its deadline, moved
+    /// later by `excused`.
     pub deadline: Instant,
+    /// Nanoseconds of the current call spent waiting for the store, up to
+    /// `MAX_EXCUSED`: the deadline bounds the plugin's own time, and a disk
+    /// or database that stalls for a moment is the host's. Shared with the
+    /// call's outer bound, which moves with it.
+    pub excused: Arc<AtomicU64>,
     pub ctx: Arc<Context>,
     /// The session of the current call (none for calls not made by a participant).
     pub caller: Option<Active>,
@@ -83,6 +90,7 @@ impl PluginState {
             outbound: ctx.outbound.clone(),
             limiter: Limiter { memory_bytes },
             deadline: Instant::now(),
+            excused: Arc::default(),
             ctx,
             caller: None,
             hops: 0,
@@ -94,10 +102,27 @@ impl PluginState {
     /// Prepare for the next call.
     pub fn reset(&mut self, deadline: Instant, caller: Option<Active>, hops: u8) {
         self.deadline = deadline;
+        self.excused.store(0, Ordering::Relaxed);
         self.caller = caller;
         self.hops = hops;
         self.deferred.clear();
         self.deferred_bytes = 0;
+    }
+}
+
+/// Most of one call's store waits excused from its deadline: a store
+/// stalled for longer fails the calls that wait for it.
+pub const MAX_EXCUSED: Duration = Duration::from_secs(10);
+
+impl PluginState {
+    /// Excuse the wait for the store that began at `since` (up to `MAX_EXCUSED` a call).
+    pub fn excuse_since(&mut self, since: Instant) {
+        let before = Duration::from_nanos(self.excused.load(Ordering::Relaxed));
+        let granted = since.elapsed().min(MAX_EXCUSED.saturating_sub(before));
+        if !granted.is_zero() {
+            self.deadline += granted;
+            self.excused.store((before + granted).as_nanos() as u64, Ordering::Relaxed);
+        }
     }
 }
 

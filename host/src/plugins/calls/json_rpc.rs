@@ -17,11 +17,11 @@ impl TenantPlugin {
     /// Call `rpc.handle`. With the result come the notifications the plugin
     /// sent to its caller, to be written after the response.
     /// `hops`: how many plugin calls (router calls, observer hops) this one is nested in.
-    pub async fn call_rpc(self: &Arc<Self>, active: &Active, caller: Caller, method: &str, params: &str, hops: u8) -> Result<(Box<RawValue>, Vec<Frame>), RpcError> {
+    pub async fn call_rpc(self: &Arc<Self>, active: &Active, caller: Caller, method: &str, params: String, hops: u8) -> Result<(Box<RawValue>, Vec<Frame>), RpcError> {
         if let Some(owner) = self.elsewhere() {
             return self.forward_rpc(owner, active, caller, method, params, hops).await;
         }
-        let invocation = Invocation::Rpc { caller, method: method.to_string(), params: params.to_string() };
+        let invocation = Invocation::Rpc { caller, method: method.to_string(), params };
         let (answer, deferred) = self
             .run(Some(active.clone()), hops, invocation, |tp, returned| match returned {
                 Returned::Rpc(Ok(text)) => tp.check_result(text).map(Ok),

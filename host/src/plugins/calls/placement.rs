@@ -67,8 +67,8 @@ impl TenantPlugin {
         }
     }
 
-    pub(super) async fn forward_rpc(&self, to: &Placement, active: &Active, caller: Caller, method: &str, params: &str, hops: u8) -> Result<(Box<RawValue>, Vec<Frame>), RpcError> {
-        let params = RawValue::from_string(params.to_string()).map_err(|e| RpcError::invalid_params(e.to_string()))?;
+    pub(super) async fn forward_rpc(&self, to: &Placement, active: &Active, caller: Caller, method: &str, params: String, hops: u8) -> Result<(Box<RawValue>, Vec<Frame>), RpcError> {
+        let params = RawValue::from_string(params).map_err(|e| RpcError::invalid_params(e.to_string()))?;
         let caller = singletons::Caller {
             session_id: active.session_id.clone(),
             participant_id: active.participant_id.clone(),
@@ -197,7 +197,7 @@ impl Serve for TenantPlugin {
             let active = self.forwarded_actor(call.caller);
             let answer = match call.method.starts_with(super::RESOURCES_PREFIX) {
                 true => self.forwarded_resources(&active, caller, call.params.get()).await.map(|result| (result, Vec::new())),
-                false => self.call_rpc(&active, caller, &call.method, call.params.get(), call.hops).await,
+                false => self.call_rpc(&active, caller, &call.method, String::from(Box::<str>::from(call.params)), call.hops).await,
             };
             match answer {
                 Ok((result, deferred)) => RpcReply::Ok { result, deferred: deferred.iter().map(|f| f.as_str().to_string()).collect() },
