@@ -319,3 +319,33 @@ async fn tenants_see_only_their_own_plugins() {
     let (_, default_hello) = gw.ws_connected("client", None).await;
     assert_eq!(extension_uris(&default_hello).iter().filter(|u| u.starts_with("urn:map:ext:e") || u.contains("misbehave")).count(), 2);
 }
+
+/// A call's wait for the store is not the plugin's time: a `mail/create`
+/// held up by another process's lock on the database for longer than the
+/// mail plugin's deadline (and the outer bound past it) is answered with
+/// its conversation once the lock goes, and the conversation is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_kept_waiting_by_the_store_past_its_deadline_still_succeeds() {
+    const DEADLINE_MS: u64 = 300;
+    let mail = common::cluster::standard_plugins().join("mail.wasm");
+    let gw = Gateway::start_config("max_message_bytes = 65536", &format!("[plugins.mail]\npath = {mail:?}\ndeadline_ms = {DEADLINE_MS}\n"));
+    let (mut ws, _) = gw.ws_connected("client", None).await;
+    ok(&ws.call("mail/create", json!({"subject": "before the lock"})).await);
+
+    // Another process takes the database's write lock; the gateway's writer waits for it.
+    let db = rusqlite::Connection::open(gw.dir.path().join("data").join("gateway.db")).expect("the store's file opens");
+    db.execute_batch("BEGIN IMMEDIATE").expect("the write lock");
+    let call = tokio::spawn(async move {
+        let answer = ws.call_within("mail/create", json!({"subject": "held up"}), SLACK).await;
+        (ws, answer)
+    });
+    // Held for the deadline, the outer bound's 500 ms past it, and as long again.
+    tokio::time::sleep(Duration::from_millis(2 * (DEADLINE_MS + 500))).await;
+    assert!(!call.is_finished(), "the call waits for the store while the lock is held");
+    db.execute_batch("ROLLBACK").expect("the lock is let go");
+
+    let (mut ws, answer) = call.await.expect("the call task");
+    let id = ok(&answer)["conversation"]["id"].as_str().unwrap_or_else(|| panic!("{answer}")).to_string();
+    let got = ws.call("mail/get", json!({"conversationId": id})).await;
+    assert_eq!(ok(&got)["conversation"]["subject"], "held up", "{got}");
+}
