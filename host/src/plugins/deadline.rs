@@ -5,18 +5,20 @@
 
 use std::future::Future;
 use std::pin::pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
 /// `fut`'s output, or `None` if `deadline` passed first.
 pub async fn by<F: Future>(deadline: Instant, fut: F) -> Option<F::Output> {
-    by_excused(deadline, &AtomicU64::new(0), fut).await
+    by_extended(deadline, || Duration::ZERO, fut).await
 }
 
-/// `by`, with the deadline moved later by the nanoseconds `excused` holds
-/// (which may grow while `fut` runs: a plugin call's waits for the store).
-pub async fn by_excused<F: Future>(deadline: Instant, excused: &AtomicU64, fut: F) -> Option<F::Output> {
+/// `by`, with the deadline moved later by what `extension` says, which may
+/// change while `fut` runs (a plugin call's waits for the store). It is
+/// asked again whenever `fut` is polled and when the timer fires, so it
+/// must not grow by itself with time: a wait still going on counts as
+/// its bound.
+pub async fn by_extended<F: Future>(deadline: Instant, extension: impl Fn() -> Duration, fut: F) -> Option<F::Output> {
     let mut fut = pin!(fut);
     let mut timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
     std::future::poll_fn(|cx| {
@@ -24,29 +26,26 @@ pub async fn by_excused<F: Future>(deadline: Instant, excused: &AtomicU64, fut: 
             return Poll::Ready(Some(out));
         }
         loop {
-            let due = tokio::time::Instant::from(deadline + Duration::from_nanos(excused.load(Ordering::Relaxed)));
+            let due = tokio::time::Instant::from(deadline + extension());
             let timer = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due)));
-            if timer.deadline() < due {
+            if timer.deadline() != due {
                 timer.as_mut().reset(due);
             }
-            match timer.as_mut().poll(cx) {
-                Poll::Pending => return Poll::Pending,
-                // Excused more while the timer ran: wait for the new end.
-                Poll::Ready(()) if excused_since(excused, due, deadline) => continue,
-                Poll::Ready(()) => return Poll::Ready(None),
+            if timer.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            // Unless it was extended while the timer ran: then wait for the new end.
+            if deadline + extension() <= due.into_std() {
+                return Poll::Ready(None);
             }
         }
     })
     .await
 }
 
-/// Whether the excuse has grown past `due` (set from `deadline` and the excuse then).
-fn excused_since(excused: &AtomicU64, due: tokio::time::Instant, deadline: Instant) -> bool {
-    tokio::time::Instant::from(deadline + Duration::from_nanos(excused.load(Ordering::Relaxed))) > due
-}
-
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
     use std::time::Duration;
 
     use super::*;
@@ -63,22 +62,24 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn time_excused_while_the_future_runs_moves_the_deadline() {
-        let excused = std::sync::Arc::new(AtomicU64::new(0));
+    async fn an_extension_given_while_the_future_runs_moves_the_deadline() {
+        let extension = std::sync::Arc::new(AtomicU64::new(0));
+        let ms = |a: &AtomicU64| Duration::from_millis(a.load(Ordering::Relaxed));
         let started = Instant::now();
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let more = excused.clone();
+        let more = extension.clone();
         tokio::spawn(async move {
-            // Past the first deadline: excused 60 ms at 10 ms, then done at 50 ms.
+            // Past the first deadline: 60 ms more at 10 ms, then done at 50 ms.
             tokio::time::sleep(Duration::from_millis(10)).await;
-            more.fetch_add(60_000_000, Ordering::Relaxed);
+            more.store(60, Ordering::Relaxed);
             tokio::time::sleep(Duration::from_millis(40)).await;
             tx.send(()).unwrap();
         });
-        assert_eq!(by_excused(started + Duration::from_millis(20), &excused, rx).await, Some(Ok(())), "done within the excused time");
+        assert_eq!(by_extended(started + Duration::from_millis(20), || ms(&extension), rx).await, Some(Ok(())), "done within the extension");
         assert!(started.elapsed() >= Duration::from_millis(50));
         let started = Instant::now();
-        assert_eq!(by_excused(started + Duration::from_millis(10), &excused, std::future::pending::<()>()).await, None, "a future that never ends stops at the deadline plus the time excused");
+        let pending = std::future::pending::<()>();
+        assert_eq!(by_extended(started + Duration::from_millis(10), || ms(&extension), pending).await, None, "a future that never ends stops at the deadline plus the extension");
         assert!(started.elapsed() >= Duration::from_millis(70), "{:?}", started.elapsed());
     }
 }

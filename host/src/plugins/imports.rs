@@ -146,11 +146,10 @@ impl store::Host for PluginState {
 }
 
 impl PluginState {
-    /// Await a store call, the wait excused from the call's deadline (see `PluginState::excused`).
+    /// Await a store call, the wait excused from the call's deadline (see `StoreWaits`).
     async fn stored<F: std::future::Future>(&mut self, fut: F) -> F::Output {
-        let since = std::time::Instant::now();
-        let out = fut.await;
-        self.excuse_since(since);
+        let (out, excused) = self.store_waits.wait(fut).await;
+        self.deadline += excused;
         out
     }
 

@@ -1,7 +1,7 @@
 //! What a plugin instance's store holds: WASI (no ambient authority),
 //! resource limits, the call deadline and the context host imports act in.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -57,13 +57,10 @@ pub struct PluginState {
     outbound: Policy,
     pub limiter: Limiter,
     /// When the current call must have finished: its deadline, moved
-    /// later by `excused`.
+    /// later by the time its store calls waited.
     pub deadline: Instant,
-    /// Nanoseconds of the current call spent waiting for the store, up to
-    /// `MAX_EXCUSED`: the deadline bounds the plugin's own time, and a disk
-    /// or database that stalls for a moment is the host's. Shared with the
-    /// call's outer bound, which moves with it.
-    pub excused: Arc<AtomicU64>,
+    /// The current call's waits for the store, shared with its outer bound.
+    pub store_waits: Arc<StoreWaits>,
     pub ctx: Arc<Context>,
     /// The session of the current call (none for calls not made by a participant).
     pub caller: Option<Active>,
@@ -90,7 +87,7 @@ impl PluginState {
             outbound: ctx.outbound.clone(),
             limiter: Limiter { memory_bytes },
             deadline: Instant::now(),
-            excused: Arc::default(),
+            store_waits: Arc::default(),
             ctx,
             caller: None,
             hops: 0,
@@ -102,7 +99,7 @@ impl PluginState {
     /// Prepare for the next call.
     pub fn reset(&mut self, deadline: Instant, caller: Option<Active>, hops: u8) {
         self.deadline = deadline;
-        self.excused.store(0, Ordering::Relaxed);
+        self.store_waits.reset();
         self.caller = caller;
         self.hops = hops;
         self.deferred.clear();
@@ -114,15 +111,42 @@ impl PluginState {
 /// stalled for longer fails the calls that wait for it.
 pub const MAX_EXCUSED: Duration = Duration::from_secs(10);
 
-impl PluginState {
-    /// Excuse the wait for the store that began at `since` (up to `MAX_EXCUSED` a call).
-    pub fn excuse_since(&mut self, since: Instant) {
-        let before = Duration::from_nanos(self.excused.load(Ordering::Relaxed));
-        let granted = since.elapsed().min(MAX_EXCUSED.saturating_sub(before));
-        if !granted.is_zero() {
-            self.deadline += granted;
-            self.excused.store((before + granted).as_nanos() as u64, Ordering::Relaxed);
+/// What one call has waited for the store. The deadline bounds the
+/// plugin's own time; a disk or database that stalls for a moment is the
+/// host's, so those waits (up to `MAX_EXCUSED`) move the deadline later.
+#[derive(Default)]
+pub struct StoreWaits {
+    /// Nanoseconds of finished waits excused.
+    done: AtomicU64,
+    /// A wait is going on.
+    waiting: AtomicBool,
+}
+
+impl StoreWaits {
+    fn reset(&self) {
+        self.done.store(0, Ordering::Relaxed);
+        self.waiting.store(false, Ordering::Relaxed);
+    }
+
+    /// How far the call's outer bound moves: what was excused, or while a
+    /// wait goes on, as much as could be.
+    pub fn extension(&self) -> Duration {
+        match self.waiting.load(Ordering::Relaxed) {
+            true => MAX_EXCUSED,
+            false => Duration::from_nanos(self.done.load(Ordering::Relaxed)),
         }
+    }
+
+    /// Await a store call as one wait: the time excused for it comes with the output.
+    pub async fn wait<F: std::future::Future>(&self, fut: F) -> (F::Output, Duration) {
+        self.waiting.store(true, Ordering::Relaxed);
+        let started = Instant::now();
+        let out = fut.await;
+        let before = Duration::from_nanos(self.done.load(Ordering::Relaxed));
+        let granted = started.elapsed().min(MAX_EXCUSED.saturating_sub(before));
+        self.done.store((before + granted).as_nanos() as u64, Ordering::Relaxed);
+        self.waiting.store(false, Ordering::Relaxed);
+        (out, granted)
     }
 }
 

@@ -118,10 +118,10 @@ impl TenantPlugin {
         let instance = lease.instance();
         instance.arm(ready_at + limits.deadline, caller, hops);
         let Instance { store, bound, .. } = instance;
-        let excused = store.data().excused.clone();
+        let waits = store.data().store_waits.clone();
         // The epoch check interrupts wasm code; the outer bound also covers
         // host calls. Both move later by the time spent waiting for the store.
-        match deadline::by_excused(ready_at + limits.deadline + Duration::from_millis(500), &excused, bound.invoke(store, invocation)).await {
+        match deadline::by_extended(ready_at + limits.deadline + Duration::from_millis(500), || waits.extension(), bound.invoke(store, invocation)).await {
             None => Err(Failure::new(CallOutcome::TimedOut, format!("timed out after {} ms", limits.deadline.as_millis()))),
             Some(Err(e)) => Err(classify(&e, limits.deadline.as_millis(), limits.memory_bytes)),
             Some(Ok(returned)) => accept(self, returned).map_err(|reason| Failure::new(CallOutcome::Error, reason)),
