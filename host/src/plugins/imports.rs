@@ -59,24 +59,21 @@ impl store::Host for PluginState {
         if let Err(e) = own(&collection) {
             return Ok(Err(e));
         }
-        let ctx = self.ctx.clone();
-        Ok(self.stored(ctx.db.get(&ctx.scope, &collection, &key)).await.map_err(store_err))
+        Ok(self.store_waits.wait(self.ctx.db.get(&self.ctx.scope, &collection, &key)).await.map_err(store_err))
     }
 
     async fn put(&mut self, collection: String, key: String, value: String) -> Wt<Result<(), store::StoreError>> {
         if let Err(e) = own(&collection) {
             return Ok(Err(e));
         }
-        let ctx = self.ctx.clone();
-        Ok(self.stored(ctx.db.put(&ctx.scope, &collection, &key, &value)).await.map_err(store_err))
+        Ok(self.store_waits.wait(self.ctx.db.put(&self.ctx.scope, &collection, &key, &value)).await.map_err(store_err))
     }
 
     async fn delete(&mut self, collection: String, key: String) -> Wt<Result<bool, store::StoreError>> {
         if let Err(e) = own(&collection) {
             return Ok(Err(e));
         }
-        let ctx = self.ctx.clone();
-        Ok(self.stored(ctx.db.delete(&ctx.scope, &collection, &key)).await.map_err(store_err))
+        Ok(self.store_waits.wait(self.ctx.db.delete(&self.ctx.scope, &collection, &key)).await.map_err(store_err))
     }
 
     async fn scan(&mut self, collection: String, o: store::ScanOptions) -> Wt<Result<Vec<store::Entry>, store::StoreError>> {
@@ -84,8 +81,7 @@ impl store::Host for PluginState {
             return Ok(Err(e));
         }
         let opts = ScanOptions { prefix: o.prefix, after: o.after, before: o.before, limit: o.limit, reverse: o.reverse };
-        let ctx = self.ctx.clone();
-        let rows = self.stored(ctx.db.scan(&ctx.scope, &collection, &opts, self.read_budget())).await.map_err(store_err);
+        let rows = self.store_waits.wait(self.ctx.db.scan(&self.ctx.scope, &collection, &opts, self.read_budget())).await.map_err(store_err);
         Ok(rows.map(|rows| rows.into_iter().map(|(key, value)| store::Entry { key, value }).collect()))
     }
 
@@ -93,8 +89,7 @@ impl store::Host for PluginState {
         if let Err(e) = own(&collection) {
             return Ok(Err(e));
         }
-        let ctx = self.ctx.clone();
-        Ok(self.stored(ctx.db.count(&ctx.scope, &collection, &prefix)).await.map_err(store_err))
+        Ok(self.store_waits.wait(self.ctx.db.count(&self.ctx.scope, &collection, &prefix)).await.map_err(store_err))
     }
 
     async fn batch(&mut self, writes: Vec<store::Write>) -> Wt<Result<(), store::StoreError>> {
@@ -102,8 +97,7 @@ impl store::Host for PluginState {
             return Ok(Err(e));
         }
         let writes = writes.into_iter().map(|w| Write { collection: w.collection, key: w.key, value: w.value }).collect();
-        let ctx = self.ctx.clone();
-        Ok(self.stored(ctx.db.batch(&ctx.scope, writes)).await.map_err(store_err))
+        Ok(self.store_waits.wait(self.ctx.db.batch(&self.ctx.scope, writes)).await.map_err(store_err))
     }
 
     async fn get_many(&mut self, keys: Vec<store::KeyRef>) -> Wt<Result<Vec<Option<store::Item>>, store::StoreError>> {
@@ -111,8 +105,7 @@ impl store::Host for PluginState {
             return Ok(Err(e));
         }
         let keys: Vec<(String, String)> = keys.into_iter().map(|k| (k.collection, k.key)).collect();
-        let ctx = self.ctx.clone();
-        let found = self.stored(ctx.db.get_many(&ctx.scope, &keys, self.read_budget())).await;
+        let found = self.store_waits.wait(self.ctx.db.get_many(&self.ctx.scope, &keys, self.read_budget())).await;
         Ok(found.map(|items| items.into_iter().map(|i| i.map(item)).collect()).map_err(store_err))
     }
 
@@ -123,8 +116,7 @@ impl store::Host for PluginState {
         let opts = ScanOptions { prefix: o.prefix, after: o.after, before: o.before, limit: o.limit, reverse: o.reverse };
         let hard = self.read_budget();
         let soft = if o.max_bytes == 0 { hard } else { (o.max_bytes as usize).min(hard) };
-        let ctx = self.ctx.clone();
-        let page = self.stored(ctx.db.scan_page(&ctx.scope, &collection, &opts, soft, hard)).await.map_err(store_err);
+        let page = self.store_waits.wait(self.ctx.db.scan_page(&self.ctx.scope, &collection, &opts, soft, hard)).await.map_err(store_err);
         Ok(page.map(|p| store::Page {
             entries: p.entries.into_iter().map(|(key, i)| store::KeyedItem { key, item: item(i) }).collect(),
             next: p.next,
@@ -136,8 +128,7 @@ impl store::Host for PluginState {
         if let Some(e) = ops.iter().find_map(|o| own(o.collection()).err()) {
             return Ok(Err(e));
         }
-        let ctx = self.ctx.clone();
-        let outcome = self.stored(ctx.db.commit(&ctx.scope, ops)).await.map_err(store_err);
+        let outcome = self.store_waits.wait(self.ctx.db.commit(&self.ctx.scope, ops)).await.map_err(store_err);
         Ok(outcome.map(|o| match o {
             Outcome::Committed { version, counters, .. } => store::Outcome::Committed(store::Committed { version, counters }),
             Outcome::Conflict(i) => store::Outcome::Conflict(i),
@@ -146,13 +137,6 @@ impl store::Host for PluginState {
 }
 
 impl PluginState {
-    /// Await a store call, the wait excused from the call's deadline (see `StoreWaits`).
-    async fn stored<F: std::future::Future>(&mut self, fut: F) -> F::Output {
-        let (out, excused) = self.store_waits.wait(fut).await;
-        self.deadline += excused;
-        out
-    }
-
     /// Who the plugin acts as: the caller's session, else `plugin:<name>`.
     fn acting(&self) -> Active {
         self.caller.clone().unwrap_or_else(|| self.ctx.tenant.system_actor(&format!("plugin:{}", self.ctx.plugin)))
@@ -355,7 +339,8 @@ impl grpc_stream::Host for PluginState {
         if body.len() > self.ctx.max_message_bytes {
             return Ok(Err(format!("the message has {} bytes; the limit is {}", body.len(), self.ctx.max_message_bytes)));
         }
-        Ok(self.ctx.grpc.write(call, body, self.deadline.checked_sub(self.ctx.grace).unwrap_or(self.deadline)).await)
+        let deadline = self.call_deadline();
+        Ok(self.ctx.grpc.write(call, body, deadline.checked_sub(self.ctx.grace).unwrap_or(deadline)).await)
     }
 
     async fn finish(&mut self, call: u64, status: grpc_types::Status) -> Wt<Result<(), String>> {

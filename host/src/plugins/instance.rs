@@ -58,7 +58,7 @@ impl Instance {
         let mut store = Store::new(engine, PluginState::new(ctx, memory_bytes));
         store.limiter(|s| &mut s.limiter);
         store.epoch_deadline_callback(|ctx| {
-            if Instant::now() >= ctx.data().deadline {
+            if Instant::now() >= ctx.data().call_deadline() {
                 Err(DeadlineExceeded.into())
             } else {
                 // Yield at every tick: plugin calls share their threads fairly.

@@ -56,8 +56,8 @@ pub struct PluginState {
     http: WasiHttpCtx,
     outbound: Policy,
     pub limiter: Limiter,
-    /// When the current call must have finished: its deadline, moved
-    /// later by the time its store calls waited.
+    /// When the current call must have finished, before its store waits
+    /// move it (`call_deadline`).
     pub deadline: Instant,
     /// The current call's waits for the store, shared with its outer bound.
     pub store_waits: Arc<StoreWaits>,
@@ -137,8 +137,8 @@ impl StoreWaits {
         }
     }
 
-    /// Await a store call as one wait: the time excused for it comes with the output.
-    pub async fn wait<F: std::future::Future>(&self, fut: F) -> (F::Output, Duration) {
+    /// Await a store call as one wait.
+    pub async fn wait<F: std::future::Future>(&self, fut: F) -> F::Output {
         self.waiting.store(true, Ordering::Relaxed);
         let started = Instant::now();
         let out = fut.await;
@@ -146,7 +146,15 @@ impl StoreWaits {
         let granted = started.elapsed().min(MAX_EXCUSED.saturating_sub(before));
         self.done.store((before + granted).as_nanos() as u64, Ordering::Relaxed);
         self.waiting.store(false, Ordering::Relaxed);
-        (out, granted)
+        out
+    }
+}
+
+impl PluginState {
+    /// When the current call must have finished: its deadline, moved later
+    /// by the store waits it has finished (wasm runs only between them).
+    pub fn call_deadline(&self) -> Instant {
+        self.deadline + self.store_waits.extension()
     }
 }
 
