@@ -384,6 +384,30 @@ test('mail/join: catch-up history and summary; 10004 when already in; mail/leave
   assert.equal((await k.conn.getConversation(id)).conversation.participantCount, 3, 'a new invitation brings it back');
 });
 
+test('turn events follow joins and leaves at once, while turns keep coming', async () => {
+  // The plugin keeps a conversation's audience between turns; each join or
+  // leave must show in the very next turn's event.
+  const a = await agent('speaker');
+  const j = await agent('comer');
+  const { conversation: conv } = await a.conn.createConversation({ subject: uid('roster') });
+  const id = conv.id;
+  for (let i = 0; i < 3; i += 1) await turn(a, id, `before ${i}`);
+  const w = await watch({ eventTypes: ['mail.turn.added', 'mail.participant.joined'], mail: { conversationId: id } }, j);
+
+  await j.conn.joinConversation({ conversationId: id, role: 'worker' });
+  const t1 = await turn(a, id, 'after the join');
+  await w.wait(ofType('mail.turn.added', (d) => d.turn.id === t1.id));
+
+  await j.conn.leaveConversation(id);
+  const t2 = await turn(a, id, 'after the leave');
+  // Back in: its own join event comes after anything sent before it.
+  await j.conn.joinConversation({ conversationId: id });
+  await w.wait(ofType('mail.participant.joined', (d) => d.participant.id === j.id), 2);
+  assert.ok(!w.events(ofType('mail.turn.added', (d) => d.turn.id === t2.id)).length, 'a turn recorded after the leave reached the leaver');
+  const t3 = await turn(a, id, 'after the return');
+  await w.wait(ofType('mail.turn.added', (d) => d.turn.id === t3.id));
+});
+
 test('mail/invite: canInvite, no privilege escalation, 10004, invited observers cannot send', async () => {
   const a = await agent('inviter');
   const b = await agent('worker');

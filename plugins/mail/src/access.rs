@@ -76,6 +76,8 @@ pub struct Visit {
     pub conv: Conversation,
     /// The caller's participant record, active or not.
     record: Option<Participant>,
+    /// The roster token read with the conversation.
+    pub roster: Option<String>,
     pub ahead: Ahead,
 }
 
@@ -84,7 +86,7 @@ pub struct Visit {
 pub fn visit(id: &str, actor: &Actor, threads: &[&str], turns: &[&str]) -> Result<Visit> {
     let s = repo::snapshot(id, Some(&actor.id), threads, turns)?;
     let conv = s.conversation.ok_or_else(|| error::conversation_not_found(id))?;
-    Ok(Visit { conv, record: s.participant, ahead: s.ahead })
+    Ok(Visit { conv, record: s.participant, roster: s.roster, ahead: s.ahead })
 }
 
 impl Visit {

@@ -14,6 +14,9 @@
 //! The write an event reports is already durable, so a failure here is
 //! logged, not answered to the client.
 
+use std::cell::RefCell;
+use std::rc::Rc;
+
 use map_plugin_sdk::{events, log};
 use serde::Serialize;
 use serde_json::Value;
@@ -54,6 +57,59 @@ pub fn audience(conv: &str) -> Vec<Participant> {
     }
 }
 
+/// [`audience`], kept by this instance between calls and reused while the
+/// conversation's roster token is the one `roster` (read before this call)
+/// says: every participant write puts a new token, so the same token means
+/// the same participants. Reading the participants costs a turn more than
+/// anything else it does. A record is reused for at most `ROSTER_REUSE_MS`
+/// (by `now`), which bounds how long a participant change written by a mail
+/// version that kept no token goes unseen, during a rolling upgrade.
+pub fn audience_of(conv: &str, roster: Option<&str>, now: u64) -> Rc<[Participant]> {
+    let Some(token) = roster else {
+        return audience(conv).into();
+    };
+    if let Some(current) = ROSTERS.with(|r| r.borrow().get(conv, token, now)) {
+        return current;
+    }
+    let current: Rc<[Participant]> = audience(conv).into();
+    ROSTERS.with(|r| r.borrow_mut().keep(conv, token, now, &current));
+    current
+}
+
+/// How long a roster read is reused at most, in milliseconds.
+const ROSTER_REUSE_MS: u64 = 1_000;
+/// Conversations whose rosters an instance keeps.
+const ROSTERS_KEPT: usize = 64;
+/// Larger rosters are read every time (they bound the memory kept).
+const ROSTER_MAX: usize = 64;
+
+thread_local! {
+    static ROSTERS: RefCell<Rosters> = RefCell::default();
+}
+
+/// Rosters read recently: (conversation, token, read at, participants).
+#[derive(Default)]
+struct Rosters(Vec<(String, String, u64, Rc<[Participant]>)>);
+
+impl Rosters {
+    fn get(&self, conv: &str, token: &str, now: u64) -> Option<Rc<[Participant]>> {
+        let (_, kept, at, current) = self.0.iter().find(|(c, ..)| c == conv)?;
+        (kept == token && now.saturating_sub(*at) < ROSTER_REUSE_MS && *at <= now).then(|| current.clone())
+    }
+
+    fn keep(&mut self, conv: &str, token: &str, now: u64, current: &Rc<[Participant]>) {
+        self.0.retain(|(c, ..)| c != conv);
+        if current.len() > ROSTER_MAX {
+            return;
+        }
+        if self.0.len() >= ROSTERS_KEPT {
+            let oldest = self.0.iter().enumerate().min_by_key(|(_, (.., at, _))| *at).map(|(i, _)| i);
+            oldest.map(|i| self.0.swap_remove(i));
+        }
+        self.0.push((conv.to_string(), token.to_string(), now, current.clone()));
+    }
+}
+
 /// An event about a conversation, for its current participants (and `also`,
 /// e.g. someone who just left) and observer clients.
 pub fn emit(kind: &str, conv: &str, data: Value, also: Option<&str>) {
@@ -77,4 +133,52 @@ pub fn emit_turn<T: Serialize + ?Sized>(kind: &str, turn: &Turn, data: &T) {
 pub fn emit_turn_to<T: Serialize + ?Sized>(kind: &str, current: &[Participant], turn: &Turn, data: &T) {
     let ids: Vec<String> = current.iter().filter(|p| access::can_see(p, turn)).map(|p| p.id.clone()).collect();
     emit_for(kind, data, &ids, turn.is_public());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ParticipantType, Permissions, Role};
+
+    fn roster(n: usize) -> Rc<[Participant]> {
+        let member = |i: usize| Participant {
+            id: format!("agent-{i}"),
+            conversation_id: "conv-1".into(),
+            kind: ParticipantType::Agent,
+            role: Role::Worker,
+            joined_at: 0,
+            left_at: None,
+            permissions: Permissions::for_role(Role::Worker),
+            invited_by: None,
+            removed_by: None,
+        };
+        (0..n).map(member).collect()
+    }
+
+    #[test]
+    fn a_roster_is_reused_only_under_the_same_token_and_for_a_while() {
+        let mut r = Rosters::default();
+        r.keep("conv-1", "t1", 1_000, &roster(2));
+        assert_eq!(r.get("conv-1", "t1", 1_500).map(|p| p.len()), Some(2));
+        assert!(r.get("conv-1", "t2", 1_500).is_none(), "a participant was written since");
+        assert!(r.get("conv-1", "t1", 1_000 + ROSTER_REUSE_MS).is_none(), "kept too long");
+        assert!(r.get("conv-1", "t1", 999).is_none(), "read after now: the clock went back");
+        assert!(r.get("conv-2", "t1", 1_500).is_none());
+        r.keep("conv-1", "t2", 1_600, &roster(3));
+        assert_eq!(r.0.len(), 1, "a conversation is kept once");
+        assert_eq!(r.get("conv-1", "t2", 1_700).map(|p| p.len()), Some(3));
+    }
+
+    #[test]
+    fn rosters_kept_are_bounded_in_number_and_size() {
+        let mut r = Rosters::default();
+        r.keep("big", "t", 0, &roster(ROSTER_MAX + 1));
+        assert!(r.get("big", "t", 1).is_none(), "too large to keep");
+        for i in 0..ROSTERS_KEPT + 5 {
+            r.keep(&format!("conv-{i}"), "t", 100 + i as u64, &roster(1));
+        }
+        assert_eq!(r.0.len(), ROSTERS_KEPT);
+        assert!(r.get("conv-0", "t", 200).is_none(), "the oldest went first");
+        assert!(r.get(&format!("conv-{}", ROSTERS_KEPT + 4), "t", 200).is_some());
+    }
 }

@@ -75,6 +75,6 @@ fn record(caller: &Caller, msg: SentMessage, mail: MailMeta) -> Result<Turn> {
         status: TurnStatus::Complete,
     };
     let turn = turns::build(&visit.conv, &visit.ahead, &author, spec, TurnSource::Intercepted { message_id: msg.id })?;
-    turns::store(&turn)?;
+    turns::store(&turn, visit.roster.as_deref())?;
     Ok(turn)
 }

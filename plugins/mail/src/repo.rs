@@ -14,6 +14,7 @@
 //! |------------------|---------------------------------------|-----------------------|
 //! | `conversations`  | `<conv>`                              | Conversation          |
 //! | `activity`       | `<conv>`                              | last write (ms, text) |
+//! | `rosters`        | `<conv>`                              | roster token (text)   |
 //! | `participants`   | `<conv>/<pid>`                        | Participant           |
 //! | `members`        | `<conv>/<pid>` (active only)          | participant id        |
 //! | `memberships`    | `<pid>/<conv>` (active only)          | conversation id       |
@@ -23,18 +24,24 @@
 //! | `threads`        | `<conv>/<thread>`                     | Thread                |
 //! | `summaries`      | `<conv>/<scope>/<pid>`                | cached summary        |
 //!
-//! Values are JSON but for `activity`. Conversation, turn and thread ids are
+//! The roster token is a fresh random id written with every participant
+//! record, so a reader that read the same token before reading the
+//! participants knows they have not changed since (see
+//! [`crate::events::audience_of`]).
+//!
+//! Values are JSON but for `activity` and `rosters`. Conversation, turn and thread ids are
 //! ULID-like and sort by creation time; participant ids come from clients
 //! and are escaped (`%`, `/`).
 
 use map_plugin_sdk::store::raw::Item;
 use map_plugin_sdk::store::{self, keys, Batch, Codec, Collection, Range, Text};
-use map_plugin_sdk::{Error, Result};
+use map_plugin_sdk::{ids, Error, Result};
 
 use crate::model::{Cached, Conversation, Participant, Thread, Turn};
 
 pub const CONVERSATIONS: Collection<Conversation> = Collection::new("conversations");
 pub const ACTIVITY: Collection<String, Text> = Collection::new("activity");
+pub const ROSTERS: Collection<String, Text> = Collection::new("rosters");
 pub const PARTICIPANTS: Collection<Participant> = Collection::new("participants");
 pub const MEMBERS: Collection<String> = Collection::new("members");
 pub const MEMBERSHIPS: Collection<String> = Collection::new("memberships");
@@ -94,7 +101,8 @@ fn every<T, C: Codec<T>>(range: Range<T, C>) -> Result<Vec<T>> {
 pub trait Writes {
     /// Record activity on a conversation (folded into its `updatedAt`).
     fn touch(&mut self, conv: &str, now: u64) -> &mut Self;
-    /// A participant record, active or not, with its membership indexes.
+    /// A participant record, active or not, with its membership indexes
+    /// and a new roster token for its conversation.
     fn participant(&mut self, p: &Participant) -> &mut Self;
     /// A new or changed turn, with its thread indexes.
     fn turn(&mut self, t: &Turn) -> &mut Self;
@@ -109,7 +117,7 @@ impl Writes for Batch {
 
     fn participant(&mut self, p: &Participant) -> &mut Self {
         let (conv, pid) = (&p.conversation_id, &p.id);
-        self.put(&PARTICIPANTS, participant_key(conv, pid), p);
+        self.put(&PARTICIPANTS, participant_key(conv, pid), p).put(&ROSTERS, conv, &ids::ulid());
         if p.is_active() {
             self.put(&MEMBERS, participant_key(conv, pid), pid).put(&MEMBERSHIPS, membership_key(pid, conv), conv)
         } else {
@@ -143,10 +151,13 @@ impl Writes for Batch {
 
 /// What a method reads of a conversation first, in one `get-many`: the
 /// conversation (with `updatedAt` brought up to date but `participantCount`
-/// left at 0, see [`count_participants`]), one participant's record, and
-/// the threads and turns the request names.
+/// left at 0, see [`count_participants`]), its roster token, one
+/// participant's record, and the threads and turns the request names.
 pub struct Snapshot {
     pub conversation: Option<Conversation>,
+    /// Absent for conversations whose participants were last written before
+    /// tokens were kept.
+    pub roster: Option<String>,
     pub participant: Option<Participant>,
     pub ahead: Ahead,
 }
@@ -187,8 +198,8 @@ impl Ahead {
     }
 }
 
-/// Read a conversation, its activity, `pid`'s participant record, and the
-/// threads and turns named (absent or not), in one store call.
+/// Read a conversation, its activity and roster token, `pid`'s participant
+/// record, and the threads and turns named (absent or not), in one store call.
 pub fn snapshot(conv: &str, pid: Option<&str>, threads: &[&str], turns: &[&str]) -> Result<Snapshot> {
     let ahead = |ids: &[&str], key: fn(&str, &str) -> String| -> Vec<(String, String)> {
         let mut out: Vec<(String, String)> = Vec::new();
@@ -204,7 +215,7 @@ pub fn snapshot(conv: &str, pid: Option<&str>, threads: &[&str], turns: &[&str])
     let member_key = pid.map(|p| participant_key(conv, p));
     let member_ahead = member_key.as_deref().filter(|k| storable(k));
 
-    let mut refs: Vec<(&str, &str)> = vec![(CONVERSATIONS.name(), conv), (ACTIVITY.name(), conv)];
+    let mut refs: Vec<(&str, &str)> = vec![(CONVERSATIONS.name(), conv), (ACTIVITY.name(), conv), (ROSTERS.name(), conv)];
     refs.extend(member_ahead.map(|k| (PARTICIPANTS.name(), k)));
     refs.extend(thread_keys.iter().map(|(_, k)| (THREADS.name(), k.as_str())));
     refs.extend(turn_keys.iter().map(|(_, k)| (TURNS.name(), k.as_str())));
@@ -212,6 +223,7 @@ pub fn snapshot(conv: &str, pid: Option<&str>, threads: &[&str], turns: &[&str])
 
     let conversation = decoded(CONVERSATIONS, conv, items.next().flatten())?;
     let activity = decoded(ACTIVITY, conv, items.next().flatten())?.and_then(|v| v.trim().parse::<u64>().ok());
+    let roster = decoded(ROSTERS, conv, items.next().flatten())?;
     let participant = match (member_ahead, &member_key) {
         (Some(k), _) => decoded(PARTICIPANTS, k, items.next().flatten())?,
         // Read on its own once the conversation is known to exist, so the
@@ -232,7 +244,7 @@ pub fn snapshot(conv: &str, pid: Option<&str>, threads: &[&str], turns: &[&str])
         c.updated_at = c.updated_at.max(activity.unwrap_or(0));
         c
     });
-    Ok(Snapshot { conversation, participant, ahead: read_ahead })
+    Ok(Snapshot { conversation, roster, participant, ahead: read_ahead })
 }
 
 /// Conversations in one store call, with `updatedAt` brought up to date
@@ -361,7 +373,7 @@ mod tests {
         b.participant(&p);
         p.left_at = Some(1);
         b.participant(&p);
-        assert_eq!(b.len(), 6, "record, members and memberships, put then deleted");
+        assert_eq!(b.len(), 8, "record, roster token, members and memberships, put then deleted");
         assert!(!b.has_conditions());
     }
 }

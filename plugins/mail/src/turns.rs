@@ -75,13 +75,15 @@ pub fn to_json(turn: &Turn) -> Result<Box<RawValue>> {
 
 /// Store a built turn with its thread indexes and the conversation's
 /// activity in one commit (it is durable once this returns), and announce
-/// it (one read: the audience). Returns the turn's JSON.
-pub fn store(turn: &Turn) -> Result<Box<RawValue>> {
+/// it (to the audience, read unless `roster`, the token read with the
+/// conversation, says the one this instance kept is current). Returns the
+/// turn's JSON.
+pub fn store(turn: &Turn, roster: Option<&str>) -> Result<Box<RawValue>> {
     let json = to_json(turn)?;
     let mut batch = Batch::new();
     batch.turn_json(turn, json.get()).touch(&turn.conversation_id, turn.timestamp);
     batch.apply()?;
-    announce_to(&events::audience(&turn.conversation_id), turn, &json);
+    announce_to(&events::audience_of(&turn.conversation_id, roster, turn.timestamp), turn, &json);
     Ok(json)
 }
 
@@ -167,7 +169,7 @@ pub fn record(call: &Call) -> Result<Reply> {
         status: p.status.unwrap_or_default(),
     };
     let turn = build(&visit.conv, &visit.ahead, &author, spec, TurnSource::Explicit { method: "mail/turn".into() })?;
-    let json = store(&turn)?;
+    let json = store(&turn, visit.roster.as_deref())?;
     Ok(turn_result(&json))
 }
 
