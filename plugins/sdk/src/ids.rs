@@ -38,10 +38,12 @@ thread_local! {
     static LAST: Cell<(u64, u128)> = const { Cell::new((0, 0)) };
 }
 
-/// 64 random bits: `RandomState` is keyed from the WASI random source.
-fn random_u64() -> u64 {
+/// 64 random bits: `RandomState` is keyed from the WASI random source (and
+/// each one made differs), so hashing the time already read is enough; a
+/// second clock read would cost a host call per id.
+fn random_u64(ms: u64) -> u64 {
     let mut h = RandomState::new().build_hasher();
-    h.write_u64(now_ms());
+    h.write_u64(ms);
     h.finish()
 }
 
@@ -53,7 +55,7 @@ pub fn ulid() -> String {
 /// A new ULID and the millisecond it carries.
 pub fn ulid_at() -> (String, u64) {
     let (ms, sub_ns) = now();
-    let fresh = ((sub_ns as u128) << 60) | (random_u64() as u128 & ((1 << 60) - 1));
+    let fresh = ((sub_ns as u128) << 60) | (random_u64(ms) as u128 & ((1 << 60) - 1));
     let (ms, entropy) = LAST.with(|last| {
         let next = successor(last.get(), (ms.min(MS_MAX), fresh));
         last.set(next);
