@@ -33,6 +33,10 @@
 //! ULID-like and sort by creation time; participant ids come from clients
 //! and are escaped (`%`, `/`).
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::thread::LocalKey;
+
 use map_plugin_sdk::store::raw::Item;
 use map_plugin_sdk::store::{self, keys, Batch, Codec, Collection, Range, Text};
 use map_plugin_sdk::{ids, Error, Result};
@@ -86,6 +90,57 @@ fn storable(key: &str) -> bool {
 /// A value of `collection` read by a `get-many` across collections.
 fn decoded<T, C: Codec<T>>(collection: Collection<T, C>, key: &str, item: Option<Item>) -> Result<Option<T>> {
     item.map(|i| C::decode(&i.value).map_err(|e| Error::damaged(collection.name(), key, e))).transpose()
+}
+
+/// Records decoded recently, by key and store version. A version names one
+/// value of its key for good (every write gives a greater one), so a record
+/// read again at the version it had is cloned instead of decoded: decoding
+/// JSON in wasm is most of what a turn's first read costs in the plugin.
+struct Recent<T> {
+    kept: HashMap<String, (u64, T)>,
+}
+
+impl<T> Default for Recent<T> {
+    fn default() -> Self {
+        Recent { kept: HashMap::new() }
+    }
+}
+
+/// Records kept per collection; all are dropped when one more would not fit.
+const RECENT_KEPT: usize = 256;
+/// Larger values are decoded every time (they bound the memory kept).
+const RECENT_MAX_BYTES: usize = 2048;
+
+impl<T: Clone> Recent<T> {
+    fn get(&self, key: &str, version: u64) -> Option<T> {
+        self.kept.get(key).filter(|(v, _)| *v == version).map(|(_, value)| value.clone())
+    }
+
+    fn keep(&mut self, key: &str, version: u64, value: &T) {
+        if self.kept.len() >= RECENT_KEPT && !self.kept.contains_key(key) {
+            self.kept.clear();
+        }
+        self.kept.insert(key.to_string(), (version, value.clone()));
+    }
+}
+
+thread_local! {
+    static RECENT_CONVERSATIONS: RefCell<Recent<Conversation>> = RefCell::default();
+    static RECENT_PARTICIPANTS: RefCell<Recent<Participant>> = RefCell::default();
+}
+
+/// [`decoded`] through `recent`.
+fn decoded_recent<T: Clone, C: Codec<T>>(recent: &'static LocalKey<RefCell<Recent<T>>>, collection: Collection<T, C>, key: &str, item: Option<Item>) -> Result<Option<T>> {
+    let Some(item) = item else { return Ok(None) };
+    if let Some(value) = recent.with(|r| r.borrow().get(key, item.version)) {
+        return Ok(Some(value));
+    }
+    let (version, small) = (item.version, item.value.len() <= RECENT_MAX_BYTES);
+    let value = decoded(collection, key, Some(item))?.expect("an item was given");
+    if small {
+        recent.with(|r| r.borrow_mut().keep(key, version, &value));
+    }
+    Ok(Some(value))
 }
 
 /// Every value of a range, read up to 1,000 entries per call.
@@ -221,11 +276,11 @@ pub fn snapshot(conv: &str, pid: Option<&str>, threads: &[&str], turns: &[&str])
     refs.extend(turn_keys.iter().map(|(_, k)| (TURNS.name(), k.as_str())));
     let mut items = store::get_many(&refs)?.into_iter();
 
-    let conversation = decoded(CONVERSATIONS, conv, items.next().flatten())?;
+    let conversation = decoded_recent(&RECENT_CONVERSATIONS, CONVERSATIONS, conv, items.next().flatten())?;
     let activity = decoded(ACTIVITY, conv, items.next().flatten())?.and_then(|v| v.trim().parse::<u64>().ok());
     let roster = decoded(ROSTERS, conv, items.next().flatten())?;
     let participant = match (member_ahead, &member_key) {
-        (Some(k), _) => decoded(PARTICIPANTS, k, items.next().flatten())?,
+        (Some(k), _) => decoded_recent(&RECENT_PARTICIPANTS, PARTICIPANTS, k, items.next().flatten())?,
         // Read on its own once the conversation is known to exist, so the
         // store's refusal of the key comes after a missing conversation.
         (None, Some(k)) if conversation.is_some() => PARTICIPANTS.get(k)?,
@@ -336,6 +391,22 @@ mod tests {
         assert!(storable(&"x".repeat(512)));
         assert!(!storable(&"x".repeat(513)));
         assert!(!storable("a\u{10FFFF}"));
+    }
+
+    #[test]
+    fn a_record_is_reused_only_at_the_version_it_was_read() {
+        let mut r: Recent<String> = Recent::default();
+        r.keep("conv-1", 7, &"seven".to_string());
+        assert_eq!(r.get("conv-1", 7).as_deref(), Some("seven"));
+        assert!(r.get("conv-1", 8).is_none(), "written since");
+        assert!(r.get("conv-2", 7).is_none());
+        r.keep("conv-1", 8, &"eight".to_string());
+        assert_eq!(r.get("conv-1", 8).as_deref(), Some("eight"));
+        assert_eq!(r.kept.len(), 1);
+        for i in 0..RECENT_KEPT + 1 {
+            r.keep(&format!("k{i}"), 1, &String::new());
+        }
+        assert!(r.kept.len() <= RECENT_KEPT, "bounded");
     }
 
     #[test]
