@@ -99,7 +99,13 @@ pub struct Registry {
     /// agent has overrides or a non-public visibility): until then the
     /// checks of `agent_permissions` cost one load. Never turns off.
     pub agent_rules: bool,
+    /// `sessions_with_capability` answers by path, with the sessions'
+    /// generation they were found at.
+    capable: HashMap<String, (u64, Vec<String>)>,
 }
+
+/// Capability paths whose sessions are kept (plugins name them; a few do).
+const CAPABLE_PATHS: usize = 16;
 
 impl Registry {
     pub fn agent(&self, id: &str) -> Result<&Agent, RpcError> {
@@ -160,10 +166,20 @@ impl Registry {
 
     /// The sessions whose capabilities, as declared at `map/connect`, hold
     /// `true` at a dotted path (`mail.canObserve`), detached ones included
-    /// (their frames wait for a resume), in id order.
-    pub fn sessions_with_capability(&self, path: &str) -> Vec<String> {
+    /// (their frames wait for a resume), in id order. Found by a walk of
+    /// every session once per change to the sessions, not once per call: a
+    /// plugin asks on every event it sends to observers.
+    pub fn sessions_with_capability(&mut self, path: &str) -> Vec<String> {
+        let generation = self.sessions.generation();
+        if let Some((_, found)) = self.capable.get(path).filter(|(g, _)| *g == generation) {
+            return found.clone();
+        }
         let mut found: Vec<String> = self.sessions.values().filter(|s| declares(&s.capabilities, path)).map(|s| s.id.clone()).collect();
         found.sort();
+        if self.capable.len() >= CAPABLE_PATHS && !self.capable.contains_key(path) {
+            self.capable.clear();
+        }
+        self.capable.insert(path.to_string(), (generation, found.clone()));
         found
     }
 
@@ -377,7 +393,7 @@ mod tests {
     fn sessions_with_a_capability_include_detached_ones() {
         let mut detached = session("s3", "p3", json!({"mail": {"canObserve": true}}), 5);
         detached.connected = false;
-        let reg = registry(vec![
+        let mut reg = registry(vec![
             session("s2", "p2", json!({"mail": {"canObserve": true}}), 5),
             session("s1", "p1", json!({"mail": {"canObserve": false}}), 5),
             detached,
@@ -385,6 +401,20 @@ mod tests {
         ]);
         assert_eq!(reg.sessions_with_capability("mail.canObserve"), ["s2", "s3"]);
         assert!(reg.sessions_with_capability("mail.canCreate").is_empty());
+        // Answers kept by path follow every change to the sessions.
+        reg.sessions.insert("s4".into(), session("s4", "p4", json!({"mail": {"canObserve": true}}), 6));
+        assert_eq!(reg.sessions_with_capability("mail.canObserve"), ["s2", "s3", "s4"]);
+        reg.sessions.remove("s2");
+        assert_eq!(reg.sessions_with_capability("mail.canObserve"), ["s3", "s4"]);
+        reg.sessions.get_mut("s3").unwrap().capabilities = Value::Null;
+        assert_eq!(reg.sessions_with_capability("mail.canObserve"), ["s4"]);
+        reg.sessions.insert_quiet("s5".into(), session("s5", "p5", json!({"mail": {"canObserve": true}}), 7));
+        assert_eq!(reg.sessions_with_capability("mail.canObserve"), ["s4", "s5"], "a change applied from another node counts too");
+        for i in 0..CAPABLE_PATHS + 2 {
+            reg.sessions_with_capability(&format!("x{i}.y"));
+        }
+        assert!(reg.capable.len() <= CAPABLE_PATHS, "paths kept are bounded");
+        assert_eq!(reg.sessions_with_capability("mail.canObserve"), ["s4", "s5"]);
     }
 
     #[test]

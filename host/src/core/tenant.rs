@@ -153,7 +153,7 @@ impl Tenant {
     /// capability path (see `Registry::sessions_with_capability`), read in
     /// one hold of the directory.
     pub fn sessions_for(&self, ids: &[String], capability: Option<&str>) -> Vec<String> {
-        let reg = self.registry.lock();
+        let mut reg = self.registry.lock();
         let mut sessions: Vec<String> = ids
             .iter()
             .filter_map(|id| reg.participants.get(id).cloned().or_else(|| reg.agents.get(id).map(|a| a.session.clone())))

@@ -28,11 +28,14 @@ pub struct Tracked<V> {
     order: BTreeSet<Position>,
     /// Keys written since the last `take_dirty` (`None`: not tracking).
     dirty: Option<Vec<String>>,
+    /// Counts every write, so a view derived from the entries can tell it
+    /// is still current.
+    generation: u64,
 }
 
 impl<V> Default for Tracked<V> {
     fn default() -> Self {
-        Tracked { map: HashMap::default(), order: BTreeSet::new(), dirty: None }
+        Tracked { map: HashMap::default(), order: BTreeSet::new(), dirty: None, generation: 0 }
     }
 }
 
@@ -47,6 +50,11 @@ impl<V> Tracked<V> {
 
     pub fn len(&self) -> usize {
         self.map.len()
+    }
+
+    /// Changes with every insert, removal and `get_mut` (of an existing key).
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     pub fn is_empty(&self) -> bool {
@@ -121,6 +129,7 @@ impl<V: Created + Clone> Tracked<V> {
 
     /// Write without counting it as a change (applying someone else's).
     pub fn insert_quiet(&mut self, key: String, value: V) -> Option<V> {
+        self.generation += 1;
         self.order.insert((value.created_at(), key.clone()));
         let old = self.map.insert(key.clone(), Arc::new(value))?;
         if old.created_at() != self.map[&key].created_at() {
@@ -131,13 +140,16 @@ impl<V: Created + Clone> Tracked<V> {
 
     pub fn remove_quiet(&mut self, key: &str) -> Option<V> {
         let old = self.map.remove(key)?;
+        self.generation += 1;
         self.order.remove(&(old.created_at(), key.to_string()));
         Some(Arc::unwrap_or_clone(old))
     }
 
     /// The entry to change: a copy if a listing still holds it.
     pub fn get_mut_quiet(&mut self, key: &str) -> Option<&mut V> {
-        self.map.get_mut(key).map(Arc::make_mut)
+        let entry = self.map.get_mut(key)?;
+        self.generation += 1;
+        Some(Arc::make_mut(entry))
     }
 }
 
