@@ -65,6 +65,7 @@ options:
   --pairs N           sender/receiver pairs (default min(10, inflight)); in flight per pair = inflight / pairs
   --members N         scope members for fanout (default 10; scale 1000)
   --sessions N        idle sessions (default 10000); scale: sessions (default 100000)
+  --idle N            mail: idle sessions held open beside the load (default 0)
   --rate N            scale, soak: map/send per second, paced (scale default 1000)
   --out DIR           soak: where soak.csv and soak.svg go (default target/bench/soak of the workspace)
   --targets a,b       all: only these targets (default reference,gateway,ceiling)
@@ -99,6 +100,7 @@ struct Opts {
     pairs: Option<usize>,
     members: usize,
     sessions: usize,
+    idle: usize,
     url: Option<String>,
     pid: Option<u32>,
     gateway_bin: Option<PathBuf>,
@@ -129,6 +131,7 @@ fn parse() -> Result<Opts, String> {
         pairs: None,
         members: 10,
         sessions: 10_000,
+        idle: 0,
         url: None,
         pid: None,
         gateway_bin: None,
@@ -158,6 +161,7 @@ fn parse() -> Result<Opts, String> {
             "--pairs" => o.pairs = Some(num(val()?)? as usize),
             "--members" => members = Some(num(val()?)? as usize),
             "--sessions" => sessions = Some(num(val()?)? as usize),
+            "--idle" => o.idle = num(val()?)? as usize,
             "--rate" => o.rate = Some(num(val()?)?),
             "--out" => o.out = Some(val()?.into()),
             "--url" => o.url = Some(val()?),
@@ -363,7 +367,7 @@ async fn all(o: &Opts, p: &Paths, notes: &mut Vec<String>) -> Vec<Row> {
             push(&mut rows, "watch", format!("map/send {} in flight + 1 subscriber", pairs as u64 * per), target, out);
         }
         if !skip("mail") {
-            let out = if target == Target::Ceiling { Outcome::NotApplicable("no mail".into()) } else { scenarios::mail(&server, pairs, per, t).await };
+            let out = if target == Target::Ceiling { Outcome::NotApplicable("no mail".into()) } else { scenarios::mail(&server, pairs, per, t, 0).await };
             push(&mut rows, "mail", format!("mail/turn, {} in flight", pairs as u64 * per), target, out);
         }
         server.stop();
@@ -392,7 +396,10 @@ async fn single(o: &Opts, p: &Paths) -> Result<Vec<Row>, String> {
         "send" => ("send", format!("map/send 1:1, {} in flight", pairs as u64 * per), scenarios::send(&server, pairs, per, t, false).await),
         "watch" => ("watch", format!("map/send {} in flight + 1 subscriber", pairs as u64 * per), scenarios::send(&server, pairs, per, t, true).await),
         "fanout" => ("fanout", format!("scope fan-out to {}", o.members), scenarios::fanout(&server, o.members, o.inflight, t).await),
-        "mail" => ("mail", format!("mail/turn, {} in flight", pairs as u64 * per), scenarios::mail(&server, pairs, per, t).await),
+        "mail" => {
+            let idle = if o.idle > 0 { format!(", {} idle sessions", o.idle) } else { String::new() };
+            ("mail", format!("mail/turn, {} in flight{idle}", pairs as u64 * per), scenarios::mail(&server, pairs, per, t, o.idle).await)
+        }
         "idle" => ("idle", format!("{} idle sessions", o.sessions), scenarios::idle(&server, o.sessions).await),
         "startup" => ("startup", "start-up to ready".into(), Outcome::Startup { ms: server.ready_after.as_secs_f64() * 1000.0, note: startup_note(target, p) }),
         other => return Err(format!("unknown scenario {other}")),
@@ -466,7 +473,7 @@ fn main() {
             std::process::exit(1);
         }
     }
-    if nofile < o.sessions as u64 + 1000 && (o.command == "all" || o.command == "idle") {
+    if (nofile < o.sessions as u64 + 1000 && (o.command == "all" || o.command == "idle")) || nofile < o.idle as u64 + 1000 {
         notes.push(format!("open-file limit is {nofile}: fewer idle sessions may open than asked"));
     }
 

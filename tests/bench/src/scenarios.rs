@@ -642,10 +642,16 @@ async fn drive_requests(c: Conn, window: u64, clock: Clock, make: impl Fn(u64) -
 }
 
 /// `mail/turn` through the mail plugin: `sockets` agents, each in its own
-/// conversation, each keeping `window` turns in flight. Not applicable when
-/// `mail/create` is an unknown method (no mail plugin loaded).
-pub async fn mail(server: &Server, sockets: usize, window: u64, timing: Timing) -> Outcome {
+/// conversation, each keeping `window` turns in flight, beside `idle`
+/// sessions held open (the host's work per turn should not grow with
+/// them). Not applicable when `mail/create` is an unknown method (no mail
+/// plugin loaded).
+pub async fn mail(server: &Server, sockets: usize, window: u64, timing: Timing, idle: usize) -> Outcome {
     let url = server.agent_url();
+    let held = open_idle(&url, idle).await;
+    if held.conns.len() < idle {
+        return Outcome::Failed(format!("{} of {idle} idle sessions opened: {}", held.conns.len(), held.first_error.unwrap_or_default()));
+    }
     let mut conns = Vec::new();
     for i in 0..sockets {
         let setup = async {
@@ -684,6 +690,7 @@ pub async fn mail(server: &Server, sockets: usize, window: u64, timing: Timing) 
         .collect();
     let mut load = measure_requests(&[server], tasks, clock, timing).await;
     load.note = format!("{sockets} sockets x {window} in flight, latency = request to answer");
+    drop(held);
     Outcome::Load(load)
 }
 
@@ -753,33 +760,9 @@ pub async fn calls(server: &Server, cpu_of: &[&Server], method: &str, params: &s
 /// server's VmRSS before and after.
 pub async fn idle(server: &Server, n: usize) -> Outcome {
     let Some(before) = server.rss_kib() else { return Outcome::NotApplicable("no pid to read VmRSS of".into()) };
-    let url = server.agent_url();
     let started = Instant::now();
-    let results: Vec<Result<Conn, String>> = stream::iter(0..n)
-        .map(|_| {
-            let url = url.clone();
-            async move {
-                let mut c = client::open(&url, true).await?;
-                c.connect("agent").await?;
-                Ok(c)
-            }
-        })
-        .buffer_unordered(64)
-        .collect()
-        .await;
+    let Held { conns, failed, first_error } = open_idle(&server.agent_url(), n).await;
     let open_secs = started.elapsed().as_secs_f64();
-    let mut conns = Vec::with_capacity(n);
-    let mut failed = 0;
-    let mut first_error = None;
-    for r in results {
-        match r {
-            Ok(c) => conns.push(c),
-            Err(e) => {
-                failed += 1;
-                first_error.get_or_insert(e);
-            }
-        }
-    }
     // Let the server settle (allocations behind the last answers, timers).
     tokio::time::sleep(Duration::from_secs(1)).await;
     let after = server.rss_kib().unwrap_or(before);
@@ -801,6 +784,37 @@ pub async fn idle(server: &Server, n: usize) -> Outcome {
     }
 }
 
+/// Idle sessions, open until dropped.
+struct Held {
+    conns: Vec<Conn>,
+    failed: usize,
+    first_error: Option<String>,
+}
+
+/// Open `n` WebSockets and `map/connect` each, 64 at a time.
+async fn open_idle(url: &str, n: usize) -> Held {
+    let results: Vec<Result<Conn, String>> = stream::iter(0..n)
+        .map(|_| async move {
+            let mut c = client::open(url, true).await?;
+            c.connect("agent").await?;
+            Ok(c)
+        })
+        .buffer_unordered(64)
+        .collect()
+        .await;
+    let mut held = Held { conns: Vec::with_capacity(n), failed: 0, first_error: None };
+    for r in results {
+        match r {
+            Ok(c) => held.conns.push(c),
+            Err(e) => {
+                held.failed += 1;
+                held.first_error.get_or_insert(e);
+            }
+        }
+    }
+    held
+}
+
 /// The extensions a `map/connect` result advertises (names, else URIs).
 pub async fn extensions(server: &Server) -> Vec<String> {
     let Ok(mut c) = client::open(&server.agent_url(), false).await else { return Vec::new() };
@@ -818,6 +832,25 @@ pub async fn extensions(server: &Server) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A second of `mail/turn` against the real gateway with the mail
+    /// plugin, beside idle sessions: every turn answered, none failed.
+    #[test]
+    fn tiny_mail_beside_idle_sessions() {
+        crate::servers::raise_nofile();
+        let p = crate::servers::test_paths("mail", &["mail.wasm", "mail.toml"]);
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let timing = Timing { warmup: Duration::from_millis(200), secs: Duration::from_secs(1) };
+        let out = rt.block_on(async {
+            let server = Server::start(servers::Target::Gateway, &p, "mail").expect("the gateway starts");
+            mail(&server, 2, 4, timing, 50).await
+        });
+        let _ = std::fs::remove_dir_all(&p.scratch);
+        match out {
+            Outcome::Load(l) => assert!(l.rate > 0.0 && l.errors == 0, "rate {} errors {} ({:?})", l.rate, l.errors, l.first_error),
+            _ => panic!("not a load"),
+        }
+    }
 
     #[test]
     fn frame_parsing() {
