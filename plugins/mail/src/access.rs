@@ -234,21 +234,11 @@ pub fn visible_turn(conv: &str, ahead: &Ahead, turn_id: &str, reader: &impl Sees
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Permissions, Role};
+    use crate::model::Role;
     use serde_json::Map;
 
     fn member(id: &str, role: Role) -> Participant {
-        Participant {
-            id: id.into(),
-            conversation_id: "conv-1".into(),
-            kind: ParticipantType::Agent,
-            role,
-            joined_at: 0,
-            left_at: None,
-            permissions: Permissions::for_role(role),
-            invited_by: None,
-            removed_by: None,
-        }
+        Participant::sample(id, role)
     }
 
     fn turn(by: &str, visibility: Option<Visibility>, internal: bool) -> Turn {

@@ -103,8 +103,9 @@ impl Rosters {
             return;
         }
         if self.0.len() >= ROSTERS_KEPT {
-            let oldest = self.0.iter().enumerate().min_by_key(|(_, (.., at, _))| *at).map(|(i, _)| i);
-            oldest.map(|i| self.0.swap_remove(i));
+            if let Some(oldest) = self.0.iter().enumerate().min_by_key(|(_, (.., at, _))| *at).map(|(i, _)| i) {
+                self.0.swap_remove(oldest);
+            }
         }
         self.0.push((conv.to_string(), token.to_string(), now, current.clone()));
     }
@@ -138,21 +139,10 @@ pub fn emit_turn_to<T: Serialize + ?Sized>(kind: &str, current: &[Participant], 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{ParticipantType, Permissions, Role};
+    use crate::model::Role;
 
     fn roster(n: usize) -> Rc<[Participant]> {
-        let member = |i: usize| Participant {
-            id: format!("agent-{i}"),
-            conversation_id: "conv-1".into(),
-            kind: ParticipantType::Agent,
-            role: Role::Worker,
-            joined_at: 0,
-            left_at: None,
-            permissions: Permissions::for_role(Role::Worker),
-            invited_by: None,
-            removed_by: None,
-        };
-        (0..n).map(member).collect()
+        (0..n).map(|i| Participant::sample(&format!("agent-{i}"), Role::Worker)).collect()
     }
 
     #[test]

@@ -321,6 +321,24 @@ pub struct Cached {
 }
 
 #[cfg(test)]
+impl Participant {
+    /// An active agent of `conv-1` in `role`, with the role's permissions, for tests to adjust.
+    pub fn sample(id: &str, role: Role) -> Participant {
+        Participant {
+            id: id.into(),
+            conversation_id: "conv-1".into(),
+            kind: ParticipantType::Agent,
+            role,
+            joined_at: 0,
+            left_at: None,
+            permissions: Permissions::for_role(role),
+            invited_by: None,
+            removed_by: None,
+        }
+    }
+}
+
+#[cfg(test)]
 impl Turn {
     /// A complete, explicit text turn of `conv-1` by `by`, for tests to adjust.
     pub fn sample(id: &str, by: &str) -> Turn {

@@ -370,7 +370,7 @@ pub fn threads(conv: &str) -> Result<Vec<Thread>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{ParticipantType, Permissions, Role};
+    use crate::model::Role;
 
     fn turn(id: &str, thread: Option<&str>) -> Turn {
         Turn { thread_id: thread.map(String::from), ..Turn::sample(id, "a/b") }
@@ -429,17 +429,7 @@ mod tests {
         let mut b = Batch::new();
         b.turn(&turn("turn-1", Some("thread-1")));
         assert_eq!(b.len(), 3, "the turn, its thread copy and the thread's author");
-        let mut p = Participant {
-            id: "a".into(),
-            conversation_id: "conv-1".into(),
-            kind: ParticipantType::Agent,
-            role: Role::Worker,
-            joined_at: 0,
-            left_at: None,
-            permissions: Permissions::for_role(Role::Worker),
-            invited_by: None,
-            removed_by: None,
-        };
+        let mut p = Participant::sample("a", Role::Worker);
         let mut b = Batch::new();
         b.participant(&p);
         p.left_at = Some(1);
