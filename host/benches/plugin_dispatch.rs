@@ -2,7 +2,8 @@
 //! and `state/count` through a singleton, against the same gateway path with
 //! a native handler, per call (p50/p99), plus the cost of one fresh
 //! instantiation, and a gRPC unary call through the singleton's
-//! `grpc-handler` over a real HTTP/2 connection (the `h2` client).
+//! `grpc-handler` over a real HTTP/2 connection (the `h2` client), beside
+//! the same calls to a bare hyper HTTP/2 server (the floor on this machine).
 //!
 //! Then the audit example (examples/audit) built in Rust, Python,
 //! JavaScript and C: component size, start-up with a cold and a warm artifact
@@ -74,10 +75,40 @@ const GRPC_CALLS: usize = 5_000;
 /// plain HTTP/2 client: request headers, one length-prefixed message, the
 /// reply and its `grpc-status` trailer.
 async fn grpc_unary(gw: std::sync::Arc<Gateway>) -> anyhow::Result<Vec<Duration>> {
-    use bytes::{BufMut, BytesMut};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     tokio::spawn(map_gateway::transport::serve(gw, listener, None));
+    unary_calls(addr).await
+}
+
+/// The floor for the gRPC row: the same calls against a bare hyper HTTP/2
+/// server that reads the request's message and echoes it with an OK status
+/// trailer (no gateway, no plugin), on the same runtime.
+async fn bare_h2_unary() -> anyhow::Result<Vec<Duration>> {
+    use http_body_util::{BodyExt, StreamBody};
+    use hyper::body::Frame;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let service = hyper::service::service_fn(|req: http::Request<hyper::body::Incoming>| async move {
+                let message = req.into_body().collect().await?.to_bytes();
+                let mut trailers = http::HeaderMap::new();
+                trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+                let frames = [Ok::<_, std::convert::Infallible>(Frame::data(message)), Ok(Frame::trailers(trailers))];
+                let body = StreamBody::new(futures_util::stream::iter(frames));
+                Ok::<_, hyper::Error>(http::Response::builder().header("content-type", "application/grpc").body(body).expect("a response"))
+            });
+            let conn = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new()).serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            tokio::spawn(conn);
+        }
+    });
+    unary_calls(addr).await
+}
+
+/// Time unary calls to `echo.v1.Echo/Unary` at `addr` over one HTTP/2 connection, sorted.
+async fn unary_calls(addr: std::net::SocketAddr) -> anyhow::Result<Vec<Duration>> {
+    use bytes::{BufMut, BytesMut};
     let (client, conn) = h2::client::handshake(tokio::net::TcpStream::connect(addr).await?).await?;
     tokio::spawn(conn);
     let mut client = client.ready().await?;
@@ -137,6 +168,7 @@ fn main() -> anyhow::Result<()> {
         let inst = instantiations(&gw, "echo/call", 200).await?;
 
         let grpc = grpc_unary(gw.clone()).await?;
+        let bare = bare_h2_unary().await?;
 
         println!("plugin dispatch, {CALLS} calls each, in-process (no socket); gRPC {GRPC_CALLS} calls over loopback HTTP/2");
         println!("| path | p50 µs | p99 µs |");
@@ -150,6 +182,7 @@ fn main() -> anyhow::Result<()> {
             micros(percentile(&plugin, 0.99)) - micros(percentile(&native, 0.99))
         );
         println!("| gRPC unary through a plugin (echo.v1.Echo/Unary, singleton, loopback HTTP/2) | {:.1} | {:.1} |", micros(percentile(&grpc, 0.5)), micros(percentile(&grpc, 0.99)));
+        println!("| the same calls to a bare hyper HTTP/2 echo (no gateway, the floor) | {:.1} | {:.1} |", micros(percentile(&bare, 0.5)), micros(percentile(&bare, 0.99)));
         println!("| fresh instantiation (pooling allocator) | {:.1} | {:.1} |", micros(percentile(&inst, 0.5)), micros(percentile(&inst, 0.99)));
         anyhow::Ok(())
     })?;
