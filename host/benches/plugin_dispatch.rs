@@ -1,9 +1,10 @@
 //! Plugin dispatch overhead: `echo/call` through the echo component (pooled)
 //! and `state/count` through a singleton, against the same gateway path with
 //! a native handler, per call (p50/p99), plus the cost of one fresh
-//! instantiation, and a gRPC unary call through the singleton's
-//! `grpc-handler` over a real HTTP/2 connection (the `h2` client), beside
-//! the same calls to a bare hyper HTTP/2 server (the floor on this machine).
+//! instantiation, and a gRPC unary call through the singleton over a real
+//! HTTP/2 connection (the `h2` client), answered in one `grpc-unary`
+//! callback and through `grpc-handler`'s four, beside the same calls to a
+//! bare hyper HTTP/2 server (the floor on this machine).
 //!
 //! Then the audit example (examples/audit) built in Rust, Python,
 //! JavaScript and C: component size, start-up with a cold and a warm artifact
@@ -74,11 +75,11 @@ const GRPC_CALLS: usize = 5_000;
 /// Serve the gateway on a loopback port and time unary gRPC calls with a
 /// plain HTTP/2 client: request headers, one length-prefixed message, the
 /// reply and its `grpc-status` trailer.
-async fn grpc_unary(gw: std::sync::Arc<Gateway>) -> anyhow::Result<Vec<Duration>> {
+async fn serve_gateway(gw: std::sync::Arc<Gateway>) -> anyhow::Result<std::net::SocketAddr> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     tokio::spawn(map_gateway::transport::serve(gw, listener, None));
-    unary_calls(addr).await
+    Ok(addr)
 }
 
 /// The floor for the gRPC row: the same calls against a bare hyper HTTP/2
@@ -103,11 +104,11 @@ async fn bare_h2_unary() -> anyhow::Result<Vec<Duration>> {
             tokio::spawn(conn);
         }
     });
-    unary_calls(addr).await
+    unary_calls(addr, "Unary").await
 }
 
-/// Time unary calls to `echo.v1.Echo/Unary` at `addr` over one HTTP/2 connection, sorted.
-async fn unary_calls(addr: std::net::SocketAddr) -> anyhow::Result<Vec<Duration>> {
+/// Time unary calls to `echo.v1.Echo/<method>` at `addr` over one HTTP/2 connection, sorted.
+async fn unary_calls(addr: std::net::SocketAddr, method: &str) -> anyhow::Result<Vec<Duration>> {
     use bytes::{BufMut, BytesMut};
     let (client, conn) = h2::client::handshake(tokio::net::TcpStream::connect(addr).await?).await?;
     tokio::spawn(conn);
@@ -117,7 +118,7 @@ async fn unary_calls(addr: std::net::SocketAddr) -> anyhow::Result<Vec<Duration>
     let mut times = Vec::with_capacity(GRPC_CALLS);
     for i in 0..WARMUP + GRPC_CALLS {
         let started = Instant::now();
-        let request = http::Request::post(format!("http://{addr}/echo.v1.Echo/Unary")).header("content-type", "application/grpc").header("te", "trailers").body(())?;
+        let request = http::Request::post(format!("http://{addr}/echo.v1.Echo/{method}")).header("content-type", "application/grpc").header("te", "trailers").body(())?;
         let (response, mut send) = client.send_request(request, false)?;
         let mut frame = BytesMut::with_capacity(5 + message.len());
         frame.put_u8(0);
@@ -167,7 +168,9 @@ fn main() -> anyhow::Result<()> {
 
         let inst = instantiations(&gw, "echo/call", 200).await?;
 
-        let grpc = grpc_unary(gw.clone()).await?;
+        let addr = serve_gateway(gw.clone()).await?;
+        let grpc = unary_calls(addr, "Unary").await?;
+        let callbacks = unary_calls(addr, "Callbacks").await?;
         let bare = bare_h2_unary().await?;
 
         println!("plugin dispatch, {CALLS} calls each, in-process (no socket); gRPC {GRPC_CALLS} calls over loopback HTTP/2");
@@ -181,7 +184,8 @@ fn main() -> anyhow::Result<()> {
             micros(percentile(&plugin, 0.5)) - micros(percentile(&native, 0.5)),
             micros(percentile(&plugin, 0.99)) - micros(percentile(&native, 0.99))
         );
-        println!("| gRPC unary through a plugin (echo.v1.Echo/Unary, singleton, loopback HTTP/2) | {:.1} | {:.1} |", micros(percentile(&grpc, 0.5)), micros(percentile(&grpc, 0.99)));
+        println!("| gRPC unary through a plugin, one grpc-unary callback (echo.v1.Echo/Unary, singleton, loopback HTTP/2) | {:.1} | {:.1} |", micros(percentile(&grpc, 0.5)), micros(percentile(&grpc, 0.99)));
+        println!("| the same through grpc-handler's four callbacks (echo.v1.Echo/Callbacks) | {:.1} | {:.1} |", micros(percentile(&callbacks, 0.5)), micros(percentile(&callbacks, 0.99)));
         println!("| the same calls to a bare hyper HTTP/2 echo (no gateway, the floor) | {:.1} | {:.1} |", micros(percentile(&bare, 0.5)), micros(percentile(&bare, 0.99)));
         println!("| fresh instantiation (pooling allocator) | {:.1} | {:.1} |", micros(percentile(&inst, 0.5)), micros(percentile(&inst, 0.99)));
         anyhow::Ok(())

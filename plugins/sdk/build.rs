@@ -23,6 +23,7 @@ const WORLDS: &[(&str, &str)] = &[
     ("http-service", "HTTP_SERVICE"),
     ("grpc-extension", "GRPC_EXTENSION"),
     ("resources-provider", "RESOURCES_PROVIDER"),
+    ("grpc-unary-provider", "GRPC_UNARY_PROVIDER"),
 ];
 
 fn main() {

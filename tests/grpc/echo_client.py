@@ -68,6 +68,7 @@ def main():
 
     # Each stream kind.
     assert echo.Unary(Msg(text="hi"), metadata=creds, timeout=10).text == "hi"
+    assert echo.Callbacks(Msg(text="cb"), metadata=creds, timeout=10).text == "cb"
     assert [m.text for m in echo.ServerStream(Msg(text="s"), metadata=creds, timeout=10)] == ["s-1", "s-2", "s-3"]
     assert echo.ClientStream(iter([Msg(text=t) for t in "abc"]), metadata=creds, timeout=10).text == "a+b+c"
     assert [m.text for m in echo.Bidi(iter([Msg(text=t) for t in "xyz"]), metadata=creds, timeout=10)] == ["x", "y", "z"]
@@ -75,15 +76,32 @@ def main():
     assert list(echo.Empty(Msg(text="e"), metadata=creds, timeout=10)) == []
     print("stream kinds: ok")
 
-    # Every call that opened was closed on the plugin's side.
+    # Every call that opened was closed on the plugin's side; `Unary`, which
+    # grpc-unary answers, ran one callback and never opened.
     deadline = time.monotonic() + 5
     while True:
         state = rpc(addr, api_key, "state/grpc", {})
         if state["open"] == 0 or time.monotonic() > deadline:
             break
         time.sleep(0.05)
-    assert state["open"] == 0 and state["closed"] == 5, state
+    assert state["open"] == 0 and state["closed"] == 5 and state["unary"] == 1, state
     print("closed callbacks: ok", state)
+
+    # Unary methods answered in one callback: its error status, a trap, no
+    # grpc-stream writes to the call, exactly one request message, and a
+    # response over max_message_bytes.
+    expect_error(grpc.StatusCode.FAILED_PRECONDITION, lambda: echo.Refuse(Msg(text="x"), metadata=creds, timeout=10), "refused in one callback")
+    expect_error(grpc.StatusCode.INTERNAL, lambda: echo.Trap(Msg(text="x"), metadata=creds, timeout=10), "trapped")
+    assert "not open" in echo.Sneak(Msg(text="x"), metadata=creds, timeout=10).text
+    as_stream = channel.stream_unary("/echo.v1.Echo/Unary", request_serializer=None, response_deserializer=None)
+    two = [Msg(text=t).SerializeToString() for t in "ab"]
+    expect_error(grpc.StatusCode.INTERNAL, lambda: as_stream(iter(two), metadata=creds, timeout=10), "the client sent more")
+    expect_error(grpc.StatusCode.INTERNAL, lambda: as_stream(iter([]), metadata=creds, timeout=10), "the client sent none")
+    assert echo.Double(Msg(text="d"), metadata=creds, timeout=10).text == "dd"
+    expect_error(grpc.StatusCode.RESOURCE_EXHAUSTED, lambda: echo.Double(Msg(text="d" * 600_000), metadata=creds, timeout=10), "the limit is")
+    before = rpc(addr, api_key, "state/grpc", {})
+    assert before["unary"] >= 1 and before["open"] == 0, before
+    print("unary in one callback: ok", before)
 
 
     # Status codes: a path no plugin serves, a refusal, a plugin failure, bad credentials.

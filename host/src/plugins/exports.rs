@@ -60,6 +60,8 @@ pub enum Invocation {
     GrpcMessage(u64, Vec<u8>),
     GrpcHalfClose(u64),
     GrpcClosed(u64),
+    UnaryMethods,
+    GrpcUnary(CallInfo, Vec<u8>),
     ResourceKinds,
     ResourceList { caller: Caller, kind: String, filter: String, cursor: Option<String>, limit: u32 },
     ResourceGet { caller: Caller, kind: String, id: String },
@@ -69,13 +71,13 @@ impl Invocation {
     /// What kind of call this is, for its trace span.
     pub fn kind(&self) -> &'static str {
         match self {
-            Invocation::Describe | Invocation::Interest | Invocation::Services | Invocation::ResourceKinds => "describe",
+            Invocation::Describe | Invocation::Interest | Invocation::Services | Invocation::UnaryMethods | Invocation::ResourceKinds => "describe",
             Invocation::Init => "init",
             Invocation::Rpc { .. } => "rpc",
             Invocation::Observe { .. } => "observe",
             Invocation::Http(_) => "http",
             Invocation::Timer { .. } => "timer",
-            Invocation::GrpcOpen(_) | Invocation::GrpcMessage(..) | Invocation::GrpcHalfClose(_) | Invocation::GrpcClosed(_) => "grpc",
+            Invocation::GrpcOpen(_) | Invocation::GrpcMessage(..) | Invocation::GrpcHalfClose(_) | Invocation::GrpcClosed(_) | Invocation::GrpcUnary(..) => "grpc",
             Invocation::ResourceList { .. } | Invocation::ResourceGet { .. } => "resources",
         }
     }
@@ -83,7 +85,7 @@ impl Invocation {
     /// The gRPC call a callback is about.
     pub fn grpc_call(&self) -> Option<u64> {
         match self {
-            Invocation::GrpcOpen(info) => Some(info.id),
+            Invocation::GrpcOpen(info) | Invocation::GrpcUnary(info, _) => Some(info.id),
             Invocation::GrpcMessage(id, _) | Invocation::GrpcHalfClose(id) | Invocation::GrpcClosed(id) => Some(*id),
             _ => None,
         }
@@ -99,6 +101,8 @@ pub enum Returned {
     Rpc(Result<String, RpcError>),
     Http(HttpResponse),
     Grpc(Result<(), Status>),
+    UnaryMethods(Vec<String>),
+    GrpcUnary(Result<Vec<u8>, Status>),
     Kinds(Vec<String>),
     ResourcePage(Result<ResourcePage, RpcError>),
     Resource(Result<Option<ResourceItem>, RpcError>),
@@ -117,6 +121,7 @@ pub struct Exports {
     observer: Option<Versioned<guest::send_observer::GuestIndices, contract_0_1::guest::interceptor::GuestIndices>>,
     http: Option<Versioned<guest::http_handler::GuestIndices, contract_0_1::http::exports::map_gateway::plugin::http_handler::GuestIndices>>,
     grpc: Option<guest::grpc_handler::GuestIndices>,
+    unary: Option<guest::grpc_unary::GuestIndices>,
     lifecycle: Option<guest::lifecycle::GuestIndices>,
     resources: Option<guest::resources::GuestIndices>,
 }
@@ -127,6 +132,7 @@ pub struct Bound {
     observer: Option<Versioned<guest::send_observer::Guest, contract_0_1::guest::interceptor::Guest>>,
     http: Option<Versioned<guest::http_handler::Guest, contract_0_1::http::exports::map_gateway::plugin::http_handler::Guest>>,
     grpc: Option<guest::grpc_handler::Guest>,
+    unary: Option<guest::grpc_unary::Guest>,
     lifecycle: Option<guest::lifecycle::Guest>,
     resources: Option<guest::resources::Guest>,
 }
@@ -146,7 +152,7 @@ impl Exports {
     /// export of the package that is unknown, or that does not have the
     /// functions its interface names, is an error: nothing is ignored.
     pub fn find(pre: &InstancePre<PluginState>) -> anyhow::Result<Exports> {
-        let mut exports = Exports { rpc: None, observer: None, http: None, grpc: None, lifecycle: None, resources: None };
+        let mut exports = Exports { rpc: None, observer: None, http: None, grpc: None, unary: None, lifecycle: None, resources: None };
         let component = pre.component();
         let names: Vec<String> = component.component_type().exports(component.engine()).map(|(name, _)| name.to_string()).collect();
         for name in names {
@@ -165,6 +171,7 @@ impl Exports {
                     exports.http = Some(Versioned::Contract0_1(contract_0_1::http::exports::map_gateway::plugin::http_handler::GuestIndices::new(pre).map_err(bad)?))
                 }
                 ("grpc-handler", true, _) => exports.grpc = Some(guest::grpc_handler::GuestIndices::new(pre).map_err(bad)?),
+                ("grpc-unary", true, _) => exports.unary = Some(guest::grpc_unary::GuestIndices::new(pre).map_err(bad)?),
                 ("lifecycle", true, _) => exports.lifecycle = Some(guest::lifecycle::GuestIndices::new(pre).map_err(bad)?),
                 ("resources", true, _) => exports.resources = Some(guest::resources::GuestIndices::new(pre).map_err(bad)?),
                 _ => anyhow::bail!("the component exports {name}, which this gateway does not know (it serves map-gateway:plugin 0.1 and 0.2)"),
@@ -172,6 +179,9 @@ impl Exports {
         }
         if exports.rpc.is_none() && exports.observer.is_none() && exports.http.is_none() && exports.grpc.is_none() && exports.resources.is_none() {
             anyhow::bail!("the component exports none of map-gateway:plugin/rpc, send-observer, http-handler, grpc-handler or resources");
+        }
+        if exports.unary.is_some() && exports.grpc.is_none() {
+            anyhow::bail!("the component exports map-gateway:plugin/grpc-unary without grpc-handler, which declares its services");
         }
         Ok(exports)
     }
@@ -182,6 +192,7 @@ impl Exports {
             observer: load!(self.observer, store, instance),
             http: load!(self.http, store, instance),
             grpc: self.grpc.as_ref().map(|i| i.load(&mut *store, instance)).transpose()?,
+            unary: self.unary.as_ref().map(|i| i.load(&mut *store, instance)).transpose()?,
             lifecycle: self.lifecycle.as_ref().map(|i| i.load(&mut *store, instance)).transpose()?,
             resources: self.resources.as_ref().map(|i| i.load(&mut *store, instance)).transpose()?,
         })
@@ -198,6 +209,9 @@ impl Exports {
     }
     pub fn grpc(&self) -> bool {
         self.grpc.is_some()
+    }
+    pub fn unary(&self) -> bool {
+        self.unary.is_some()
     }
     pub fn lifecycle(&self) -> bool {
         self.lifecycle.is_some()
@@ -218,6 +232,7 @@ impl Exports {
         push(self.observer.is_some(), matches!(self.observer, Some(Versioned::Contract0_1(_))), "send-observer@0.2", "interceptor@0.1");
         push(self.http.is_some(), matches!(self.http, Some(Versioned::Contract0_1(_))), "http-handler@0.2", "http-handler@0.1");
         push(self.grpc.is_some(), false, "grpc-handler@0.2", "");
+        push(self.unary.is_some(), false, "grpc-unary@0.2", "");
         push(self.lifecycle.is_some(), false, "lifecycle@0.2", "");
         push(self.resources.is_some(), false, "resources@0.2", "");
         names
@@ -286,6 +301,8 @@ impl Bound {
                 self.grpc()?.call_closed(&mut *store, call).await?;
                 Returned::Done
             }
+            I::UnaryMethods => Returned::UnaryMethods(self.unary()?.call_unary_methods(&mut *store).await?),
+            I::GrpcUnary(info, request) => Returned::GrpcUnary(self.unary()?.call_unary(&mut *store, &info, &request).await?),
             I::ResourceKinds => Returned::Kinds(self.resources()?.call_kinds(&mut *store).await?),
             I::ResourceList { caller, kind, filter, cursor, limit } => {
                 Returned::ResourcePage(self.resources()?.call_list(&mut *store, &caller, &kind, &filter, cursor.as_deref(), limit).await?)
@@ -352,6 +369,10 @@ impl Bound {
 
     fn grpc(&self) -> wasmtime::Result<&guest::grpc_handler::Guest> {
         self.grpc.as_ref().ok_or_else(|| NotExported("grpc-handler").into())
+    }
+
+    fn unary(&self) -> wasmtime::Result<&guest::grpc_unary::Guest> {
+        self.unary.as_ref().ok_or_else(|| NotExported("grpc-unary").into())
     }
 
     fn lifecycle(&self) -> wasmtime::Result<&guest::lifecycle::Guest> {

@@ -30,6 +30,7 @@ pub mod code {
     pub const CANCELLED: u32 = 1;
     pub const UNKNOWN_STATUS: u32 = 2;
     pub const DEADLINE_EXCEEDED: u32 = 4;
+    pub const RESOURCE_EXHAUSTED: u32 = 8;
     pub const INTERNAL: u32 = 13;
     pub const UNAVAILABLE: u32 = 14;
 }
@@ -121,6 +122,44 @@ pub struct CallGuard {
 impl Drop for CallGuard {
     fn drop(&mut self) {
         self.calls.end(self.id, status(code::CANCELLED, "the client went away"));
+    }
+}
+
+/// The host's end of a call `grpc-unary` answers: one message or a status.
+/// It is not registered among the open calls, so `grpc-stream` cannot
+/// write to it.
+pub struct Answer {
+    messages: mpsc::Sender<Vec<u8>>,
+    status: oneshot::Sender<Status>,
+}
+
+impl Answer {
+    /// A call answered in one callback (`unary` names its id).
+    pub fn unary() -> (u64, Response, Answer) {
+        let id = NEXT_CALL.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::channel(1);
+        let (status_tx, status_rx) = oneshot::channel();
+        (id, Response { messages: rx, status: status_rx, guard: Box::new(()), drive: None }, Answer { messages: tx, status: status_tx })
+    }
+
+    /// The response message, then OK.
+    pub fn reply(self, body: Vec<u8>) {
+        // The queue is empty and holds one: this only fails when the client is gone.
+        let _ = self.messages.try_send(body);
+        self.end(status(code::OK, ""));
+    }
+
+    /// End with `status`, after the message queued before it (the status
+    /// is in place before the queue closes, as `GrpcCalls::end` does).
+    pub fn end(self, status: Status) {
+        let Answer { messages, status: tx } = self;
+        let _ = tx.send(status);
+        drop(messages);
+    }
+
+    /// Resolves when the client went away (the response was dropped).
+    pub async fn abandoned(&mut self) {
+        self.status.closed().await
     }
 }
 

@@ -65,6 +65,8 @@ pub struct Declarations {
     pub interest: Option<Vec<String>>,
     /// gRPC services (`None`: no `grpc-handler` export).
     pub services: Option<Vec<Service>>,
+    /// Unary methods answered in one callback (`grpc-unary`), as paths.
+    pub unary: Vec<String>,
     /// Resource types (`None`: no `resources` export).
     pub kinds: Option<Vec<String>>,
 }
@@ -90,7 +92,7 @@ impl Plugin {
             name: name.to_string(),
             exports,
             limits,
-            declared: Declarations { descriptor: None, interest: None, services: None, kinds: None },
+            declared: Declarations { descriptor: None, interest: None, services: None, unary: Vec::new(), kinds: None },
             engine: component.engine().clone(),
             pre,
             budget,
@@ -175,6 +177,13 @@ impl Plugin {
                 _ => unreachable!("services answers services"),
             },
         };
+        let unary = match self.exports.unary() {
+            false => Vec::new(),
+            true => match self.ask(&mut inst, Invocation::UnaryMethods).await? {
+                Returned::UnaryMethods(paths) => check_unary(name, paths, services.as_deref().unwrap_or_default())?,
+                _ => unreachable!("unary-methods answers paths"),
+            },
+        };
         let kinds = match self.exports.resources() {
             false => None,
             true => match self.ask(&mut inst, Invocation::ResourceKinds).await? {
@@ -182,7 +191,7 @@ impl Plugin {
                 _ => unreachable!("kinds answers types"),
             },
         };
-        Ok(Declarations { descriptor, interest, services, kinds })
+        Ok(Declarations { descriptor, interest, services, unary, kinds })
     }
 
     async fn ask(&self, inst: &mut Instance, what: Invocation) -> anyhow::Result<Returned> {
@@ -254,4 +263,40 @@ fn check_services(name: &str, services: Vec<Service>) -> anyhow::Result<Vec<Serv
         }
     }
     Ok(services)
+}
+
+/// Each path `grpc-unary` answers is a method the services declare with
+/// neither side streaming.
+fn check_unary(name: &str, paths: Vec<String>, services: &[Service]) -> anyhow::Result<Vec<String>> {
+    for path in &paths {
+        let method = path.strip_prefix('/').and_then(|p| p.split_once('/')).and_then(|(service, method)| {
+            services.iter().find(|s| s.name == service)?.methods.iter().find(|m| m.name == method)
+        });
+        match method {
+            Some(m) if !m.client_streaming && !m.server_streaming => {}
+            Some(_) => anyhow::bail!("plugin {name} answers {path} in grpc-unary, but the method streams"),
+            None => anyhow::bail!("plugin {name} answers {path} in grpc-unary, but its services declare no such method"),
+        }
+    }
+    Ok(paths)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugins::exports::Service;
+    use crate::plugins::bindings::map_gateway::plugin::grpc_types::Method;
+
+    #[test]
+    fn grpc_unary_answers_only_declared_unary_methods() {
+        let m = |name: &str, client_streaming, server_streaming| Method { name: name.into(), client_streaming, server_streaming };
+        let services = [Service { name: "echo.v1.Echo".into(), methods: vec![m("Unary", false, false), m("Stream", false, true), m("Up", true, false)] }];
+        let paths = |p: &[&str]| p.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(check_unary("p", paths(&["/echo.v1.Echo/Unary"]), &services).unwrap(), paths(&["/echo.v1.Echo/Unary"]));
+        for bad in ["/echo.v1.Echo/Stream", "/echo.v1.Echo/Up", "/echo.v1.Echo/Nope", "/other.v1.X/Unary", "echo.v1.Echo/Unary", "/echo.v1.Echo"] {
+            let e = check_unary("p", paths(&[bad]), &services).unwrap_err().to_string();
+            assert!(e.contains(bad), "{bad}: {e}");
+        }
+        assert!(check_unary("p", paths(&["/echo.v1.Echo/Unary"]), &[]).is_err(), "no services, nothing to answer");
+    }
 }

@@ -12,7 +12,7 @@ from . import _wit
 from .call import Call
 
 # Exports this SDK does not serve yet: build those components without it.
-_UNSERVED = {"HttpHandler": "http-handler", "GrpcHandler": "grpc-handler"}
+_UNSERVED = {"HttpHandler": "http-handler", "GrpcHandler": "grpc-handler", "GrpcUnary": "grpc-unary"}
 
 
 def classes(ext: Any) -> Dict[str, type]:

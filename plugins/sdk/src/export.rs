@@ -8,6 +8,7 @@
 //! | [`Lifecycle`] | `lifecycle` | `init` in every new instance, `on-timer` for due timers |
 //! | [`HttpHandler`] | `http-handler` | `handle` for each request under the plugin's prefix |
 //! | [`GrpcHandler`] | `grpc-handler` | `services`, then `open`/`message`/`half-close`/`closed` per call |
+//! | [`GrpcUnary`] | `grpc-unary` | `unary-methods`, then `unary` once per call of one of them |
 //! | [`Resources`](crate::resources::Resources) | `resources` | `kinds`, then `list` and `get` for `map/resources/*` |
 //!
 //! | macro | world | traits the type implements |
@@ -20,6 +21,7 @@
 //! | [`export_http_service!`](crate::export_http_service) | `http-service` | `HttpHandler`, `Extension`, `Lifecycle` |
 //! | [`export_grpc_extension!`](crate::export_grpc_extension) | `grpc-extension` | `GrpcHandler`, `Extension`, `Lifecycle` |
 //! | [`export_resources!`](crate::export_resources) | `resources-provider` | `Resources`, beside one of the others |
+//! | [`export_grpc_unary!`](crate::export_grpc_unary) | `grpc-unary-provider` | `GrpcUnary`, beside `export_grpc_extension!` |
 
 use crate::bindings::map_gateway::plugin::grpc_types::{CallInfo, Service, Status};
 use crate::bindings::map_gateway::plugin::types::{Caller, RpcError};
@@ -128,6 +130,17 @@ pub trait GrpcHandler {
     fn closed(call: u64);
 }
 
+/// Unary gRPC methods answered in one callback, without `open`, `message`,
+/// `half-close` and `closed` (and without `grpc::write`/`finish`): the
+/// request message in, the response message or an error status out. The
+/// methods must be declared, unary, by the type's [`GrpcHandler::services`],
+/// which still serves every other method.
+pub trait GrpcUnary {
+    /// The methods answered here, as `/package.Service/Method`.
+    fn unary_methods() -> Vec<String>;
+    fn unary(call: CallInfo, request: Vec<u8>) -> Result<Vec<u8>, Status>;
+}
+
 /// `Extension::handle` on the wire types.
 #[doc(hidden)]
 pub fn handle<T: Extension>(caller: &Caller, method: &str, params: &str) -> Result<String, RpcError> {
@@ -139,7 +152,7 @@ mod glue {
     //! implements the SDK's trait of the same interface.
 
     use super::*;
-    use crate::bindings::exports::map_gateway::plugin::{grpc_handler, http_handler, lifecycle, rpc, send_observer};
+    use crate::bindings::exports::map_gateway::plugin::{grpc_handler, grpc_unary, http_handler, lifecycle, rpc, send_observer};
 
     impl<T: Extension> rpc::Guest for T {
         fn describe() -> rpc::Descriptor {
@@ -215,6 +228,16 @@ mod glue {
 
         fn closed(call: u64) {
             T::closed(call)
+        }
+    }
+
+    impl<T: GrpcUnary> grpc_unary::Guest for T {
+        fn unary_methods() -> Vec<String> {
+            T::unary_methods()
+        }
+
+        fn unary(call: CallInfo, request: Vec<u8>) -> Result<Vec<u8>, Status> {
+            T::unary(call, request)
         }
     }
 }
@@ -358,6 +381,29 @@ macro_rules! export_resources {
             #[unsafe(link_section = "component-type:map-plugin-sdk:resources-provider")]
             #[doc(hidden)]
             pub static __MAP_PLUGIN_SDK_RESOURCES_TYPE: [u8; $crate::bindings::worlds::RESOURCES_PROVIDER.len()] = $crate::bindings::worlds::RESOURCES_PROVIDER;
+        };
+    };
+}
+
+/// Export a type implementing [`GrpcUnary`] (world `grpc-unary-provider`)
+/// beside its [`export_grpc_extension!`](crate::export_grpc_extension):
+/// `export_grpc_extension!(Hub); export_grpc_unary!(Hub);`. Like
+/// [`export_resources!`](crate::export_resources), its component type goes
+/// in a section of its own.
+#[macro_export]
+macro_rules! export_grpc_unary {
+    ($ty:ident) => {
+        $crate::__export_interface!(grpc_unary, $ty);
+        #[cfg(not(target_arch = "wasm32"))]
+        #[doc(hidden)]
+        pub fn __map_plugin_sdk_native_grpc_unary() {
+            let _ = (<$ty as $crate::GrpcUnary>::unary_methods, <$ty as $crate::GrpcUnary>::unary);
+        }
+        const _: () = {
+            #[cfg(target_arch = "wasm32")]
+            #[unsafe(link_section = "component-type:map-plugin-sdk:grpc-unary-provider")]
+            #[doc(hidden)]
+            pub static __MAP_PLUGIN_SDK_GRPC_UNARY_TYPE: [u8; $crate::bindings::worlds::GRPC_UNARY_PROVIDER.len()] = $crate::bindings::worlds::GRPC_UNARY_PROVIDER;
         };
     };
 }

@@ -77,7 +77,7 @@ pub use bindings::map_gateway::plugin::timers;
 pub use bindings::CONTRACT_VERSION;
 pub use bindings::map_gateway::plugin::types::{Caller, RpcError};
 pub use error::{ErrorRange, Error, Result};
-pub use export::{Extension, GrpcHandler, HttpHandler, HttpRequest, HttpResponse, Lifecycle, Observer, SentMessage};
+pub use export::{Extension, GrpcHandler, GrpcUnary, HttpHandler, HttpRequest, HttpResponse, Lifecycle, Observer, SentMessage};
 pub use rpc::{Call, Describe, EventFilter, Handler, Methods, Reply};
 pub use store::{retry, Attempt, Batch, Collection, Counter};
 

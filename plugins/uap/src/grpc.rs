@@ -1,7 +1,7 @@
 //! The `uap.v1.AgentHub` service: agents `Register`, wait for work on
 //! `Listen`, and run accepted sessions on `Execute` / `Translate`.
 
-use map_plugin_sdk::grpc::{self, CallInfo, Method, Service, Status};
+use map_plugin_sdk::grpc::{CallInfo, Method, Service, Status};
 use map_plugin_sdk::{ids, log};
 use prost::Message;
 use serde_json::json;
@@ -13,6 +13,9 @@ use crate::repo::{self, AGENTS};
 use crate::values;
 
 pub const SERVICE: &str = "uap.v1.AgentHub";
+
+/// `Register` is unary: answered in one callback (`grpc-unary`).
+pub const REGISTER: &str = "/uap.v1.AgentHub/Register";
 
 pub fn services() -> Vec<Service> {
     let method = |name: &str, streaming: bool| Method { name: name.into(), client_streaming: streaming, server_streaming: streaming };
@@ -35,10 +38,6 @@ fn metadata<'a>(call: &'a CallInfo, key: &str) -> Option<&'a str> {
 pub fn open(call: CallInfo) -> Result<(), Status> {
     let method = call.path.rsplit('/').next().unwrap_or_default();
     match method {
-        "Register" => on_hub(|h| {
-            h.open_register(call.id);
-            Ok(())
-        }),
         "Listen" => {
             let id = metadata(&call, "x-client-id").ok_or_else(|| status(code::NOT_FOUND, "Listen needs the x-client-id metadata that Register issued"))?;
             let agent = AGENTS.get(id).map_err(internal)?.ok_or_else(|| status(code::NOT_FOUND, format!("unknown client id {id:?}: Register first")))?;
@@ -57,7 +56,6 @@ pub fn message(call: u64, body: Vec<u8>) -> Result<(), Status> {
     on_hub(|h| match h.stream(call) {
         // This instance did not open the call: an earlier one did and is gone.
         None => Err(status(code::UNAVAILABLE, "the hub restarted; open the stream again")),
-        Some(Stream::Register) => register(h, call, &body),
         Some(Stream::Listen { agent }) => h.listen_message(&agent, &body),
         Some(Stream::Run { session }) => {
             let report = decode_report(h, &session, &body)?;
@@ -72,7 +70,6 @@ pub fn message(call: u64, body: Vec<u8>) -> Result<(), Status> {
 pub fn half_close(call: u64) -> Result<(), Status> {
     on_hub(|h| match h.stream(call) {
         None => Ok(()),
-        Some(Stream::Register) => Err(status(code::INVALID_ARGUMENT, "Register needs one AgentRegistration")),
         // The agent sends nothing more, but still receives proposals.
         Some(Stream::Listen { .. }) => Ok(()),
         Some(Stream::Run { session }) => Err(h.ended_early(&session).map_err(internal)?),
@@ -99,7 +96,8 @@ pub fn registration(body: &[u8]) -> Result<proto::AgentRegistration, Status> {
     Ok(reg)
 }
 
-fn register(h: &mut Hub, call: u64, body: &[u8]) -> Result<(), Status> {
+/// `Register`: the agent's client id, which `Listen` names it by.
+pub fn register(body: &[u8]) -> Result<Vec<u8>, Status> {
     let reg = registration(body)?;
     let capabilities = reg.capabilities.iter().map(|c| serde_json::to_value(c).unwrap_or_default()).collect();
     // A ULID's time and 80 random bits, and 80 more: the id lets its holder take the agent's work.
@@ -107,10 +105,7 @@ fn register(h: &mut Hub, call: u64, body: &[u8]) -> Result<(), Status> {
     let agent = Agent { client_id: client_id.clone(), display_name: reg.display_name, capabilities, registered_at: repo::now() };
     AGENTS.put(&client_id, &agent).map_err(internal)?;
     map_plugin_sdk::events::emit("uap.agent.registered", &json!({"clientId": client_id, "displayName": agent.display_name, "capabilities": agent.capabilities}));
-    let answer = proto::AgentRegistrationResponse { client_id };
-    h.forget(call);
-    grpc::write(call, &answer.encode_to_vec()).map_err(|e| status(code::UNAVAILABLE, e))?;
-    grpc::finish(call, &status(code::OK, "")).map_err(|e| status(code::UNAVAILABLE, e))
+    Ok(proto::AgentRegistrationResponse { client_id }.encode_to_vec())
 }
 
 fn decode_report(h: &Hub, session: &str, body: &[u8]) -> Result<Report, Status> {

@@ -38,7 +38,6 @@ pub fn status(code: u32, message: impl Into<String>) -> Status {
 /// What an open gRPC call is.
 #[derive(Clone, Debug)]
 pub enum Stream {
-    Register,
     Listen { agent: String },
     Run { session: String },
 }
@@ -138,15 +137,6 @@ impl Hub {
 
     pub fn stream(&self, call: u64) -> Option<Stream> {
         self.calls.get(&call).cloned()
-    }
-
-    pub fn open_register(&mut self, call: u64) {
-        self.calls.insert(call, Stream::Register);
-    }
-
-    /// The call needs nothing more from the hub (it is being finished).
-    pub fn forget(&mut self, call: u64) {
-        self.calls.remove(&call);
     }
 
     pub fn session_kind(&self, session: &str) -> Option<Kind> {

@@ -21,7 +21,7 @@ mod settings;
 mod values;
 
 use map_plugin_sdk::grpc::{CallInfo, Service, Status};
-use map_plugin_sdk::{log, Call, Describe, ErrorRange, EventFilter, Extension, GrpcHandler, Lifecycle, Methods, Reply, Result};
+use map_plugin_sdk::{log, Call, Describe, ErrorRange, EventFilter, Extension, GrpcHandler, GrpcUnary, Lifecycle, Methods, Reply, Result};
 
 struct Uap;
 
@@ -84,7 +84,18 @@ impl GrpcHandler for Uap {
     }
 }
 
+impl GrpcUnary for Uap {
+    fn unary_methods() -> Vec<String> {
+        vec![grpc::REGISTER.into()]
+    }
+
+    fn unary(_call: CallInfo, request: Vec<u8>) -> std::result::Result<Vec<u8>, Status> {
+        grpc::register(&request)
+    }
+}
+
 use resources::JobResources;
 
 map_plugin_sdk::export_grpc_extension!(Uap);
+map_plugin_sdk::export_grpc_unary!(Uap);
 map_plugin_sdk::export_resources!(JobResources);

@@ -10,7 +10,7 @@ use futures_util::StreamExt;
 use super::TenantPlugin;
 use crate::cluster::singletons::GrpcOpen;
 use crate::plugins::exports::{CallInfo, Invocation, Returned};
-use crate::plugins::grpc_calls::{code, status, Drive, Requests, Response, Status};
+use crate::plugins::grpc_calls::{code, status, Answer, Drive, Requests, Response, Status};
 use crate::rpc::codes;
 
 /// How long a unary or client-streaming gRPC call may stay unanswered
@@ -55,17 +55,71 @@ impl TenantPlugin {
         timeout: Option<Duration>,
         requests: Requests,
     ) -> Response {
-        let (id, mut response, ended) = self.ctx.grpc.open();
         let streams_out = self.grpc_method(&path).is_some_and(|(_, server_streaming)| server_streaming);
         let timeout = timeout.or((!streams_out).then_some(UNARY_GRPC_DEADLINE));
-        let info = CallInfo { id, path, metadata, principal, timeout_ms: timeout.map(|t| t.as_millis() as u64) };
+        let timeout_ms = timeout.map(|t| t.as_millis() as u64);
         let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
         let this = self.clone();
         // Its callbacks are children of the call's span (current here).
         let span = tracing::Span::current();
+        if self.unary.contains(&path) {
+            let (id, mut response, answer) = Answer::unary();
+            let info = CallInfo { id, path, metadata, principal, timeout_ms };
+            let drive = tracing::Instrument::instrument(async move { this.drive_unary(info, requests, answer, deadline).await }, span);
+            response.drive = Some(Drive::new(Box::pin(drive), self.runtime.clone()));
+            return response;
+        }
+        let (id, mut response, ended) = self.ctx.grpc.open();
+        let info = CallInfo { id, path, metadata, principal, timeout_ms };
         let drive = tracing::Instrument::instrument(async move { this.drive_grpc(info, requests, ended, deadline).await }, span);
         response.drive = Some(Drive::new(Box::pin(drive), self.runtime.clone()));
         response
+    }
+
+    /// A call `grpc-unary` answers: the client's one request message (up to
+    /// its half-close), then one callback whose result is the answer.
+    async fn drive_unary(self: Arc<Self>, info: CallInfo, mut requests: Requests, mut answer: Answer, deadline: Option<tokio::time::Instant>) {
+        let request = async {
+            let first = match requests.next().await {
+                Some(Ok(body)) => body,
+                Some(Err(s)) => return Err(s),
+                None => return Err(status(code::INTERNAL, "a unary method takes one request message; the client sent none")),
+            };
+            match requests.next().await {
+                None => Ok(first),
+                Some(Ok(_)) => Err(status(code::INTERNAL, "a unary method takes one request message; the client sent more")),
+                Some(Err(s)) => Err(s),
+            }
+        };
+        let expired = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        let request = tokio::select! {
+            biased;
+            r = request => Some(r),
+            () = expired => Some(Err(status(code::DEADLINE_EXCEEDED, "the call's deadline passed"))),
+            () = answer.abandoned() => None,
+        };
+        let request = match request {
+            None => return,
+            Some(Err(s)) => return answer.end(s),
+            Some(Ok(body)) => body,
+        };
+        let replied = self.callback(Invocation::GrpcUnary(info, request), |r| match r {
+            Returned::GrpcUnary(r) => Some(r),
+            _ => None,
+        });
+        match replied.await {
+            Ok(body) if body.len() > self.ctx.max_message_bytes => {
+                let why = format!("the plugin's response has {} bytes; the limit is {}", body.len(), self.ctx.max_message_bytes);
+                answer.end(status(code::RESOURCE_EXHAUSTED, why))
+            }
+            Ok(body) => answer.reply(body),
+            Err(s) => answer.end(s),
+        }
     }
 
     async fn drive_grpc(
@@ -119,19 +173,26 @@ impl TenantPlugin {
         let _ = self.grpc_step(Invocation::GrpcClosed(id)).await;
     }
 
-    /// One gRPC callback (no hand-off of its own: the drive runs in the
-    /// request's task for at most one slice, then on the plugin threads); a plugin failure is
-    /// INTERNAL, no free instance UNAVAILABLE.
+    /// One `grpc-handler` callback.
     async fn grpc_step(&self, invocation: Invocation) -> Result<(), Status> {
+        self.callback(invocation, |returned| match returned {
+            Returned::Grpc(r) => Some(r),
+            Returned::Done => Some(Ok(())),
+            _ => None,
+        })
+        .await
+    }
+
+    /// One gRPC callback (no hand-off of its own: the drive runs in the
+    /// request's task for at most one slice, then on the plugin threads);
+    /// `pick` takes its answer from what it returned. A plugin failure is
+    /// INTERNAL, no free instance UNAVAILABLE.
+    async fn callback<T>(&self, invocation: Invocation, pick: impl FnOnce(Returned) -> Option<Result<T, Status>>) -> Result<T, Status> {
         let ran = self
-            .run_here(None, 0, invocation, |_, returned| match returned {
-                Returned::Grpc(r) => Ok(r),
-                Returned::Done => Ok(Ok(())),
-                _ => Err("answered a gRPC callback with something else".into()),
-            })
+            .run_here(None, 0, invocation, |_, returned| pick(returned).ok_or_else(|| "answered a gRPC callback with something else".to_string()))
             .await;
         match ran {
-            Ok((Ok(()), _)) => Ok(()),
+            Ok((Ok(answer), _)) => Ok(answer),
             Ok((Err(s), _)) if s.code > 16 => Err(status(code::UNKNOWN_STATUS, s.message)),
             Ok((Err(s), _)) => Err(s),
             Err(e) if e.code == codes::RESOURCE_EXHAUSTED => Err(status(code::UNAVAILABLE, e.message)),

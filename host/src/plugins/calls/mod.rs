@@ -49,6 +49,8 @@ pub struct TenantPlugin {
     pub descriptor: Option<Descriptor>,
     pub interest: Option<Vec<String>>,
     pub services: Option<Vec<Service>>,
+    /// Unary methods answered in one callback (`grpc-unary`), as paths.
+    unary: Vec<String>,
     /// Resource types it provides in this tenant (`None`: no `resources` export).
     pub kinds: Option<Vec<String>>,
     ctx: Arc<Context>,
@@ -79,6 +81,7 @@ impl TenantPlugin {
             descriptor: declared.descriptor,
             interest: declared.interest,
             services: declared.services,
+            unary: declared.unary,
             kinds: declared.kinds,
             ctx,
             pool,
