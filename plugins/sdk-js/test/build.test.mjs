@@ -36,7 +36,7 @@ test('worlds: the exports of each, includes followed', async () => {
   assert.ok(all.extension && all['intercepting-extension']);
   assert.deepEqual(await worldExports(WIT, 'intercepting-extension'), ['rpc', 'send-observer']);
   assert.deepEqual(await worldExports(WIT, 'stateful-extension'), ['rpc', 'lifecycle']);
-  assert.deepEqual((await worldExports(WIT, 'plugin')).sort(), ['grpc-handler', 'http-handler', 'lifecycle', 'resources', 'rpc', 'send-observer']);
+  assert.deepEqual((await worldExports(WIT, 'plugin')).sort(), ['grpc-handler', 'grpc-unary', 'http-handler', 'lifecycle', 'resources', 'rpc', 'send-observer']);
   await assert.rejects(worldExports(WIT, 'nope'), /no world nope/);
 });
 
