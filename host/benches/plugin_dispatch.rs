@@ -71,10 +71,12 @@ async fn instantiations(gw: &Gateway, method: &str, n: usize) -> anyhow::Result<
 }
 
 const GRPC_CALLS: usize = 5_000;
+/// The gRPC rows take turns in rounds of this many calls, so that a change
+/// in the machine's speed during the run falls on all of them alike.
+const GRPC_ROUND: usize = 500;
 
-/// Serve the gateway on a loopback port and time unary gRPC calls with a
-/// plain HTTP/2 client: request headers, one length-prefixed message, the
-/// reply and its `grpc-status` trailer.
+/// Serve the gateway on a loopback port, for unary gRPC calls from a plain
+/// HTTP/2 client (`GrpcClient`).
 async fn serve_gateway(gw: std::sync::Arc<Gateway>) -> anyhow::Result<std::net::SocketAddr> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
@@ -82,10 +84,10 @@ async fn serve_gateway(gw: std::sync::Arc<Gateway>) -> anyhow::Result<std::net::
     Ok(addr)
 }
 
-/// The floor for the gRPC row: the same calls against a bare hyper HTTP/2
-/// server that reads the request's message and echoes it with an OK status
-/// trailer (no gateway, no plugin), on the same runtime.
-async fn bare_h2_unary() -> anyhow::Result<Vec<Duration>> {
+/// The floor for the gRPC rows: a bare hyper HTTP/2 server that reads the
+/// request's message and echoes it with an OK status trailer (no gateway,
+/// no plugin), on the same runtime.
+async fn bare_h2_echo() -> anyhow::Result<std::net::SocketAddr> {
     use http_body_util::{BodyExt, StreamBody};
     use hyper::body::Frame;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -104,22 +106,55 @@ async fn bare_h2_unary() -> anyhow::Result<Vec<Duration>> {
             tokio::spawn(conn);
         }
     });
-    unary_calls(addr, "Unary").await
+    Ok(addr)
 }
 
-/// Time unary calls to `echo.v1.Echo/<method>` at `addr` over one HTTP/2 connection, sorted.
-async fn unary_calls(addr: std::net::SocketAddr, method: &str) -> anyhow::Result<Vec<Duration>> {
-    use bytes::{BufMut, BytesMut};
-    let (client, conn) = h2::client::handshake(tokio::net::TcpStream::connect(addr).await?).await?;
-    tokio::spawn(conn);
-    let mut client = client.ready().await?;
-    // Msg { text: "hello" }
-    let message = b"\x0a\x05hello";
-    let mut times = Vec::with_capacity(GRPC_CALLS);
-    for i in 0..WARMUP + GRPC_CALLS {
+/// Time unary calls to `echo.v1.Echo/<method>` at each of `targets` over
+/// one HTTP/2 connection each, after a warm-up, in alternating rounds; each
+/// target's times sorted.
+async fn grpc_rounds(targets: &[(std::net::SocketAddr, &str)]) -> anyhow::Result<Vec<Vec<Duration>>> {
+    let mut clients = Vec::new();
+    for &(addr, method) in targets {
+        let mut client = GrpcClient::connect(addr, method).await?;
+        for _ in 0..WARMUP {
+            client.call().await?;
+        }
+        clients.push(client);
+    }
+    let mut times = vec![Vec::with_capacity(GRPC_CALLS); targets.len()];
+    for _ in 0..GRPC_CALLS / GRPC_ROUND {
+        for (client, times) in clients.iter_mut().zip(&mut times) {
+            for _ in 0..GRPC_ROUND {
+                times.push(client.call().await?);
+            }
+        }
+    }
+    times.iter_mut().for_each(|t| t.sort());
+    Ok(times)
+}
+
+/// Unary calls to one method over one HTTP/2 connection: request headers,
+/// one length-prefixed message, the reply and its `grpc-status` trailer.
+struct GrpcClient {
+    client: h2::client::SendRequest<bytes::Bytes>,
+    uri: String,
+}
+
+impl GrpcClient {
+    async fn connect(addr: std::net::SocketAddr, method: &str) -> anyhow::Result<GrpcClient> {
+        let (client, conn) = h2::client::handshake(tokio::net::TcpStream::connect(addr).await?).await?;
+        tokio::spawn(conn);
+        Ok(GrpcClient { client: client.ready().await?, uri: format!("http://{addr}/echo.v1.Echo/{method}") })
+    }
+
+    /// One call, timed.
+    async fn call(&mut self) -> anyhow::Result<Duration> {
+        use bytes::{BufMut, BytesMut};
+        // Msg { text: "hello" }
+        let message = b"\x0a\x05hello";
         let started = Instant::now();
-        let request = http::Request::post(format!("http://{addr}/echo.v1.Echo/{method}")).header("content-type", "application/grpc").header("te", "trailers").body(())?;
-        let (response, mut send) = client.send_request(request, false)?;
+        let request = http::Request::post(&self.uri).header("content-type", "application/grpc").header("te", "trailers").body(())?;
+        let (response, mut send) = self.client.send_request(request, false)?;
         let mut frame = BytesMut::with_capacity(5 + message.len());
         frame.put_u8(0);
         frame.put_u32(message.len() as u32);
@@ -134,13 +169,10 @@ async fn unary_calls(addr: std::net::SocketAddr, method: &str) -> anyhow::Result
         }
         let trailers = body.trailers().await?.unwrap_or_default();
         anyhow::ensure!(trailers.get("grpc-status").is_some_and(|s| s == "0") && got == 5 + message.len(), "gRPC call failed: {trailers:?}");
-        if i >= WARMUP {
-            times.push(started.elapsed());
-        }
-        client = client.ready().await?;
+        let took = started.elapsed();
+        self.client = self.client.clone().ready().await?;
+        Ok(took)
     }
-    times.sort();
-    Ok(times)
 }
 
 fn main() -> anyhow::Result<()> {
@@ -169,9 +201,9 @@ fn main() -> anyhow::Result<()> {
         let inst = instantiations(&gw, "echo/call", 200).await?;
 
         let addr = serve_gateway(gw.clone()).await?;
-        let grpc = unary_calls(addr, "Unary").await?;
-        let callbacks = unary_calls(addr, "Callbacks").await?;
-        let bare = bare_h2_unary().await?;
+        let bare = bare_h2_echo().await?;
+        let mut rows = grpc_rounds(&[(addr, "Unary"), (addr, "Callbacks"), (bare, "Unary")]).await?.into_iter();
+        let (grpc, callbacks, bare) = (rows.next().expect("a row"), rows.next().expect("a row"), rows.next().expect("a row"));
 
         println!("plugin dispatch, {CALLS} calls each, in-process (no socket); gRPC {GRPC_CALLS} calls over loopback HTTP/2");
         println!("| path | p50 µs | p99 µs |");
