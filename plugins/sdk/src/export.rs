@@ -362,26 +362,41 @@ macro_rules! export_grpc_extension {
     };
 }
 
-/// Export a type implementing [`Resources`](crate::resources::Resources)
-/// (world `resources-provider`), beside the export of another world:
-/// `export_extension!(Tasks); export_resources!(Tasks);`. Its component
-/// type goes in a section of its own, which the component's linker merges
-/// with the other world's.
+/// One interface exported beside another world's, with its own world's
+/// component type in a section of its own (which the component's linker
+/// merges with the other world's), and natively a function naming what the
+/// export would call.
+#[doc(hidden)]
 #[macro_export]
-macro_rules! export_resources {
-    ($ty:ident) => {
-        $crate::__export_interface!(resources, $ty);
+macro_rules! __export_beside {
+    ($ty:ident, $interface:ident, $section:literal, $world:ident, $native:ident, [$($called:expr),+]) => {
+        $crate::__export_interface!($interface, $ty);
         #[cfg(not(target_arch = "wasm32"))]
         #[doc(hidden)]
-        pub fn __map_plugin_sdk_native_resources() {
-            let _ = (<$ty as $crate::resources::Resources>::kinds, <$ty as $crate::resources::Resources>::list, <$ty as $crate::resources::Resources>::get);
+        pub fn $native() {
+            let _ = ($($called),+);
         }
         const _: () = {
             #[cfg(target_arch = "wasm32")]
-            #[unsafe(link_section = "component-type:map-plugin-sdk:resources-provider")]
+            #[unsafe(link_section = $section)]
             #[doc(hidden)]
-            pub static __MAP_PLUGIN_SDK_RESOURCES_TYPE: [u8; $crate::bindings::worlds::RESOURCES_PROVIDER.len()] = $crate::bindings::worlds::RESOURCES_PROVIDER;
+            pub static __MAP_PLUGIN_SDK_COMPONENT_TYPE: [u8; $crate::bindings::worlds::$world.len()] = $crate::bindings::worlds::$world;
         };
+    };
+}
+
+/// Export a type implementing [`Resources`](crate::resources::Resources)
+/// (world `resources-provider`), beside the export of another world:
+/// `export_extension!(Tasks); export_resources!(Tasks);`. Its component
+/// type goes in a section of its own.
+#[macro_export]
+macro_rules! export_resources {
+    ($ty:ident) => {
+        $crate::__export_beside!($ty, resources, "component-type:map-plugin-sdk:resources-provider", RESOURCES_PROVIDER, __map_plugin_sdk_native_resources, [
+            <$ty as $crate::resources::Resources>::kinds,
+            <$ty as $crate::resources::Resources>::list,
+            <$ty as $crate::resources::Resources>::get
+        ]);
     };
 }
 
@@ -393,17 +408,9 @@ macro_rules! export_resources {
 #[macro_export]
 macro_rules! export_grpc_unary {
     ($ty:ident) => {
-        $crate::__export_interface!(grpc_unary, $ty);
-        #[cfg(not(target_arch = "wasm32"))]
-        #[doc(hidden)]
-        pub fn __map_plugin_sdk_native_grpc_unary() {
-            let _ = (<$ty as $crate::GrpcUnary>::unary_methods, <$ty as $crate::GrpcUnary>::unary);
-        }
-        const _: () = {
-            #[cfg(target_arch = "wasm32")]
-            #[unsafe(link_section = "component-type:map-plugin-sdk:grpc-unary-provider")]
-            #[doc(hidden)]
-            pub static __MAP_PLUGIN_SDK_GRPC_UNARY_TYPE: [u8; $crate::bindings::worlds::GRPC_UNARY_PROVIDER.len()] = $crate::bindings::worlds::GRPC_UNARY_PROVIDER;
-        };
+        $crate::__export_beside!($ty, grpc_unary, "component-type:map-plugin-sdk:grpc-unary-provider", GRPC_UNARY_PROVIDER, __map_plugin_sdk_native_grpc_unary, [
+            <$ty as $crate::GrpcUnary>::unary_methods,
+            <$ty as $crate::GrpcUnary>::unary
+        ]);
     };
 }
