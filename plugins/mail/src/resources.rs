@@ -55,7 +55,11 @@ impl Resources for ConversationResources {
 
     fn kinds() -> Vec<String> {
         // Off for the tenant: no kind to advertise.
-        settings::enabled().then(|| vec![KIND.into()]).unwrap_or_default()
+        if settings::enabled() {
+            vec![KIND.into()]
+        } else {
+            Vec::new()
+        }
     }
 
     fn list(caller: &Caller, query: &Query) -> Result<Page> {
