@@ -9,6 +9,7 @@ use wasmtime::component::{Component, InstancePre, Linker};
 use wasmtime::Engine;
 
 use super::budget::{Budget, Ticket};
+use super::bindings::map_gateway::plugin::grpc_types::Method;
 use super::exports::{Described, Exports, Invocation, Returned, Service};
 use super::instance::{classify, Instance};
 use super::state::{Context, PluginState};
@@ -265,14 +266,17 @@ fn check_services(name: &str, services: Vec<Service>) -> anyhow::Result<Vec<Serv
     Ok(services)
 }
 
+/// The method `/package.Service/Method` names among `services`.
+pub fn grpc_method<'a>(services: &'a [Service], path: &str) -> Option<&'a Method> {
+    let (service, method) = path.strip_prefix('/')?.split_once('/')?;
+    services.iter().find(|s| s.name == service)?.methods.iter().find(|m| m.name == method)
+}
+
 /// Each path `grpc-unary` answers is a method the services declare with
 /// neither side streaming.
 fn check_unary(name: &str, paths: Vec<String>, services: &[Service]) -> anyhow::Result<Vec<String>> {
     for path in &paths {
-        let method = path.strip_prefix('/').and_then(|p| p.split_once('/')).and_then(|(service, method)| {
-            services.iter().find(|s| s.name == service)?.methods.iter().find(|m| m.name == method)
-        });
-        match method {
+        match grpc_method(services, path) {
             Some(m) if !m.client_streaming && !m.server_streaming => {}
             Some(_) => anyhow::bail!("plugin {name} answers {path} in grpc-unary, but the method streams"),
             None => anyhow::bail!("plugin {name} answers {path} in grpc-unary, but its services declare no such method"),
@@ -284,8 +288,6 @@ fn check_unary(name: &str, paths: Vec<String>, services: &[Service]) -> anyhow::
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::exports::Service;
-    use crate::plugins::bindings::map_gateway::plugin::grpc_types::Method;
 
     #[test]
     fn grpc_unary_answers_only_declared_unary_methods() {

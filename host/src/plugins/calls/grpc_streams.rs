@@ -20,9 +20,7 @@ const UNARY_GRPC_DEADLINE: Duration = Duration::from_secs(30);
 impl TenantPlugin {
     /// Whether this plugin serves a gRPC path; `Some(streams_responses)`.
     pub fn grpc_method(&self, path: &str) -> Option<(bool, bool)> {
-        let (service, method) = path.strip_prefix('/')?.split_once('/')?;
-        let s = self.services.as_ref()?.iter().find(|s| s.name == service)?;
-        let m = s.methods.iter().find(|m| m.name == method)?;
+        let m = crate::plugins::plugin::grpc_method(self.services.as_deref()?, path)?;
         Some((m.client_streaming, m.server_streaming))
     }
 
