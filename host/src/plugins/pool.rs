@@ -121,7 +121,8 @@ impl Pool {
                 let instance = match ready {
                     Some((i, _)) => i,
                     None => {
-                        let started = plugin.start(ctx.clone()).await?;
+                        // Boxed: the rare start would otherwise size every call's future.
+                        let started = Box::pin(plugin.start(ctx.clone())).await?;
                         ready_at = Instant::now();
                         started
                     }
@@ -138,7 +139,7 @@ impl Pool {
                         let why = format!("it is restarting after failing: {}", guard.last_error.as_deref().unwrap_or("unknown"));
                         return Err(Refused::Busy { retry_after: at - Instant::now(), why });
                     }
-                    match plugin.start(ctx.clone()).await {
+                    match Box::pin(plugin.start(ctx.clone())).await {
                         Ok(i) => guard.instance = Some(i),
                         Err(Refused::Failed(reason)) => {
                             record_failure(&mut guard, plugin, ctx, &reason);

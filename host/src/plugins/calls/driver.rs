@@ -121,7 +121,10 @@ impl TenantPlugin {
         let waits = store.data().store_waits.clone();
         // The epoch check interrupts wasm code; the outer bound also covers
         // host calls. Both move later by the time spent waiting for the store.
-        match deadline::by_extended(ready_at + limits.deadline + Duration::from_millis(500), || waits.extension(), bound.invoke(store, invocation)).await {
+        // Boxed once here: the call's future is large, and unboxed it would be
+        // copied again into each future that awaits it, up to the caller's.
+        let call = Box::pin(bound.invoke(store, invocation));
+        match deadline::by_extended(ready_at + limits.deadline + Duration::from_millis(500), || waits.extension(), call).await {
             None => Err(Failure::new(CallOutcome::TimedOut, format!("timed out after {} ms", limits.deadline.as_millis()))),
             Some(Err(e)) => Err(classify(&e, limits.deadline.as_millis(), limits.memory_bytes)),
             Some(Ok(returned)) => accept(self, returned).map_err(|reason| Failure::new(CallOutcome::Error, reason)),

@@ -39,7 +39,7 @@ impl TenantPlugin {
     ) -> Response {
         if let Some(owner) = self.elsewhere() {
             let open = GrpcOpen { path, metadata, principal, timeout_ms: timeout.map(|t| t.as_millis() as u64) };
-            return self.relay_grpc(owner, open, requests).await;
+            return Box::pin(self.relay_grpc(owner, open, requests)).await;
         }
         self.start_grpc(path, metadata, principal, timeout, requests)
     }

@@ -10,7 +10,7 @@ impl TenantPlugin {
     /// Call `http-handler.handle`. Failures are the caller's to turn into a 5xx.
     pub async fn call_http(self: &Arc<Self>, req: HttpRequest) -> Result<HttpResponse, RpcError> {
         if let Some(owner) = self.elsewhere() {
-            return self.forward_http(owner, req).await;
+            return Box::pin(self.forward_http(owner, req)).await;
         }
         let (response, _) = self
             .run(None, 0, Invocation::Http(req), |tp, returned| match returned {

@@ -19,7 +19,9 @@ impl TenantPlugin {
     /// `hops`: how many plugin calls (router calls, observer hops) this one is nested in.
     pub async fn call_rpc(self: &Arc<Self>, active: &Active, caller: Caller, method: &str, params: String, hops: u8) -> Result<(Box<RawValue>, Vec<Frame>), RpcError> {
         if let Some(owner) = self.elsewhere() {
-            return self.forward_rpc(owner, active, caller, method, params, hops).await;
+            // Boxed (here and in the other kinds of call): the cluster path would
+            // otherwise size every local call's future.
+            return Box::pin(self.forward_rpc(owner, active, caller, method, params, hops)).await;
         }
         let invocation = Invocation::Rpc { caller, method: method.to_string(), params };
         let (answer, deferred) = self

@@ -33,7 +33,7 @@ impl TenantPlugin {
         if let Some(owner) = self.elsewhere() {
             let params = serde_json::to_string(call).map_err(|e| RpcError::internal(e.to_string()))?;
             let method = format!("{RESOURCES_PREFIX}call");
-            return self.forward_rpc(owner, active, caller, &method, params, 0).await.map(|(result, _)| result);
+            return Box::pin(self.forward_rpc(owner, active, caller, &method, params, 0)).await.map(|(result, _)| result);
         }
         self.resources_here(active, caller, call.clone()).await
     }
