@@ -18,6 +18,11 @@ use std::time::{Duration, Instant};
 use map_gateway::config::{Config, InstanceMode, PluginConfig};
 use map_gateway::core::{Conn, Gateway};
 
+// The allocator the gateway ships with (main.rs), so that the rows measure
+// the gateway as it runs.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const CALLS: usize = 20_000;
 const WARMUP: usize = 2_000;
 
