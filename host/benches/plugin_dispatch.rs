@@ -175,7 +175,7 @@ impl GrpcClient {
         let trailers = body.trailers().await?.unwrap_or_default();
         anyhow::ensure!(trailers.get("grpc-status").is_some_and(|s| s == "0") && got == 5 + message.len(), "gRPC call failed: {trailers:?}");
         let took = started.elapsed();
-        self.client = self.client.clone().ready().await?;
+        std::future::poll_fn(|cx| self.client.poll_ready(cx)).await?;
         Ok(took)
     }
 }
@@ -207,8 +207,8 @@ fn main() -> anyhow::Result<()> {
 
         let addr = serve_gateway(gw.clone()).await?;
         let bare = bare_h2_echo().await?;
-        let mut rows = grpc_rounds(&[(addr, "Unary"), (addr, "Callbacks"), (bare, "Unary")]).await?.into_iter();
-        let (grpc, callbacks, bare) = (rows.next().expect("a row"), rows.next().expect("a row"), rows.next().expect("a row"));
+        let rows = grpc_rounds(&[(addr, "Unary"), (addr, "Callbacks"), (bare, "Unary")]).await?;
+        let [grpc, callbacks, bare]: [Vec<Duration>; 3] = rows.try_into().expect("a row per target");
 
         println!("plugin dispatch, {CALLS} calls each, in-process (no socket); gRPC {GRPC_CALLS} calls over loopback HTTP/2");
         println!("| path | p50 µs | p99 µs |");
