@@ -3,8 +3,10 @@
 # target for plugins; with --tests, the npm packages of the interop suite, the
 # Python gRPC client (grpcio) in target/pyenv, the A2A SDK (a2a-sdk) in
 # target/a2a-pyenv, Chromium for the dashboard's
-# browser test, Debian's docker-registry for the OCI tests, and the C audit
-# example's tools (clang, wasi-libc; wit-bindgen and wasm-tools in target/tools).
+# browser test, Debian's docker-registry for the OCI tests, the C audit
+# example's tools (clang, wasi-libc; wit-bindgen and wasm-tools in target/tools),
+# and mdBook for the book (in ${XDG_CACHE_HOME:-~/.cache}/map-gateway/tools/bin,
+# once per machine; test.sh puts it on PATH).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -63,16 +65,20 @@ if [ "${1:-}" = "--tests" ]; then
             break
         fi
     done
+    # Tools built with cargo, pinned, with only the features the build uses:
     # wit-bindgen (C bindings of wit/) and wasm-tools (core module to
-    # component), pinned, in target/tools; only the features the build uses.
-    cargo_tool() { # crate version binary [cargo install args...]
-        local crate=$1 version=$2 bin=$3
-        shift 3
-        if ! target/tools/bin/"$bin" --version 2>/dev/null | grep -qF " $version"; then
-            echo "==> installing $crate $version (target/tools; the C audit example)"
-            cargo install --locked --root target/tools "$crate@$version" "$@"
+    # component) in target/tools; mdBook (test.sh builds the book in docs/)
+    # once per machine, outside the checkout, so every clone shares it.
+    cargo_tool() { # root crate version binary [cargo install args...]
+        local root=$1 crate=$2 version=$3 bin=$4
+        shift 4
+        if ! "$root/bin/$bin" --version 2>/dev/null | grep -qF -e " $version" -e " v$version"; then
+            echo "==> installing $crate $version ($root)"
+            cargo install --locked --root "$root" "$crate@$version" "$@"
         fi
     }
-    cargo_tool wit-bindgen-cli 0.57.1 wit-bindgen --no-default-features --features c
-    cargo_tool wasm-tools 1.258.3 wasm-tools --no-default-features --features component,validate,print
+    cargo_tool target/tools wit-bindgen-cli 0.57.1 wit-bindgen --no-default-features --features c
+    cargo_tool target/tools wasm-tools 1.258.3 wasm-tools --no-default-features --features component,validate,print
+    # `mdbook build` only: no serve or watch (a web server and a file watcher).
+    cargo_tool "${XDG_CACHE_HOME:-$HOME/.cache}/map-gateway/tools" mdbook 0.5.4 mdbook --no-default-features --features search
 fi

@@ -1,11 +1,24 @@
 #!/usr/bin/env bash
-# Builds everything (host, plugins, fixtures) and runs every test: Rust unit
-# and black-box tests, then the interop suite with the real MAP SDK client.
+# Builds everything (host, plugins, fixtures, the book in docs/) and runs
+# every test: Rust unit and black-box tests, then the interop suite with the
+# real MAP SDK client, which runs the README's and the book's code blocks too.
 # Needs PostgreSQL on 127.0.0.1:5432 (database `test`) for the storage tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/setup.sh --tests
+# Tools installed once per machine (setup.sh): mdbook.
+export PATH="${XDG_CACHE_HOME:-$HOME/.cache}/map-gateway/tools/bin:$PATH"
+
+echo "==> building the book (docs/ into target/book)"
+mkdir -p target
+mdbook build docs 2>&1 | tee target/book.log
+# mdbook logs an include whose file is missing and builds on: fail here instead.
+if grep -q ERROR target/book.log; then
+    echo "the book has errors (above)" >&2
+    exit 1
+fi
+
 scripts/build-plugins.sh --fixtures
 
 echo "==> building the gateway"

@@ -1,6 +1,11 @@
-// Reading README.md for readme.test.mjs: its fenced code blocks with the
-// marker before each, the commands of a shell block with the output shown
-// under them, and the notation of that output (… stands for what varies).
+// Reading README.md and the book's pages (docs/) for readme.test.mjs: the
+// pages in the book's order, their fenced code blocks with the marker before
+// each (mdBook's `{{#include}}` expanded), the commands of a shell block with
+// the output shown under them, the notation of that output (… stands for what
+// varies), and the relative links and heading anchors of a page.
+
+import { existsSync, readFileSync } from 'node:fs';
+import { dirname, join, relative } from 'node:path';
 
 const MARKER = /^<!--\s*readme-test:\s*(run|skip)\b:?\s*(.*?)\s*-->\s*$/;
 
@@ -186,4 +191,137 @@ export function missingInOrder(texts, output) {
     from = m.index + m[0].length;
   }
   return null;
+}
+
+/**
+ * The pages whose blocks run, in order: README.md, then every page that
+ * docs/SUMMARY.md lists, in its order. Paths are relative to `root`.
+ */
+export function bookPages(root) {
+  const summary = readFileSync(join(root, 'docs', 'SUMMARY.md'), 'utf8');
+  const pages = [];
+  for (const m of stripCode(summary).matchAll(/\]\(([^)\s]+\.md)\)/g)) {
+    const page = join('docs', m[1]);
+    if (!pages.includes(page)) pages.push(page);
+  }
+  return ['README.md', ...pages];
+}
+
+/**
+ * A block's text with mdBook's `{{#include PATH}}` lines replaced by the
+ * file (relative to the page's folder `dir`), as mdBook includes it: whole
+ * (anchor lines dropped), `PATH:FROM:TO` lines (1-based, either may be
+ * left out), `PATH:LINE`, or `PATH:NAME` between `ANCHOR: NAME` and
+ * `ANCHOR_END: NAME`. A missing file or anchor throws.
+ */
+export function expandIncludes(text, dir) {
+  return text.replace(/\{\{#include\s+([^}\s]+)\s*\}\}/g, (_, spec) => {
+    const [path, ...range] = spec.split(':');
+    const file = join(dir, path);
+    if (!existsSync(file)) throw new Error(`{{#include ${spec}}}: no file ${file}`);
+    const lines = readFileSync(file, 'utf8').replace(/\n$/, '').split('\n');
+    const isAnchor = (l) => /ANCHOR(_END)?:\s*[\w-]+/.test(l);
+    let picked;
+    if (range.length === 0) {
+      picked = lines.filter((l) => !isAnchor(l));
+    } else if (range.length === 1 && /^[A-Za-z_][\w-]*$/.test(range[0])) {
+      const name = range[0];
+      const from = lines.findIndex((l) => new RegExp(`ANCHOR:\\s*${name}\\b`).test(l));
+      const to = lines.findIndex((l, i) => i > from && new RegExp(`ANCHOR_END:\\s*${name}\\b`).test(l));
+      if (from < 0 || to < 0) throw new Error(`{{#include ${spec}}}: no anchor ${name} in ${file}`);
+      picked = lines.slice(from + 1, to).filter((l) => !isAnchor(l));
+    } else {
+      const from = range[0] ? Number(range[0]) : 1;
+      const to = range.length === 1 ? from : (range[1] ? Number(range[1]) : lines.length);
+      picked = lines.slice(from - 1, to);
+    }
+    return picked.join('\n');
+  });
+}
+
+/** Every `{{#include PATH…}}` of a page, outside inline code: { line, spec }. */
+export function includes(markdown) {
+  const out = [];
+  for (const [i, l] of markdown.split('\n').entries()) {
+    for (const m of l.replace(/`[^`]*`/g, '').matchAll(/\{\{#include\s+([^}\s]+)\s*\}\}/g)) out.push({ line: i + 1, spec: m[1] });
+  }
+  return out;
+}
+
+/** The text with fenced blocks blanked (lines kept) and inline code removed: what links are read from. */
+function stripCode(markdown) {
+  const lines = markdown.split('\n');
+  let fence = null;
+  return lines.map((l) => {
+    const open = /^ {0,3}(`{3,}|~{3,})/.exec(l);
+    if (fence) {
+      if (open && l.trim().startsWith(fence)) fence = null;
+      return '';
+    }
+    if (open) {
+      fence = open[1];
+      return '';
+    }
+    return l.replace(/(`+)[\s\S]*?\1/g, '');
+  }).join('\n');
+}
+
+/**
+ * The relative links and images of a page: { line, target } for each
+ * `[text](target)` whose target names no scheme (`https:`, `mailto:`).
+ */
+export function relativeLinks(markdown) {
+  const out = [];
+  for (const [i, l] of stripCode(markdown).split('\n').entries()) {
+    for (const m of l.matchAll(/\]\(<?([^)\s>]+)>?(?:\s+"[^"]*")?\)/g)) {
+      if (!/^[a-z][a-z0-9+.-]*:/i.test(m[1])) out.push({ line: i + 1, target: m[1] });
+    }
+  }
+  return out;
+}
+
+/**
+ * The anchors of a page's headings, as GitHub and mdBook make them: the
+ * heading's text without its markup, lower case, spaces as `-`, other
+ * punctuation dropped; a repeated one gets `-1`, `-2`, ….
+ */
+export function headingAnchors(markdown) {
+  const seen = new Map();
+  const anchors = new Set();
+  for (const l of stripCodeBlocks(markdown)) {
+    const h = /^ {0,3}#{1,6}\s+(.*?)\s*#*\s*$/.exec(l);
+    if (!h) continue;
+    const text = h[1].replace(/!?\[([^\]]*)\]\([^)]*\)/g, '$1').replace(/<[^>]+>/g, '').replace(/[`*]/g, '');
+    const base = [...text.toLowerCase()].map((c) => (/[\p{L}\p{N}_-]/u.test(c) ? c : /\s/.test(c) ? '-' : '')).join('');
+    const n = seen.get(base) ?? 0;
+    seen.set(base, n + 1);
+    anchors.add(n === 0 ? base : `${base}-${n}`);
+  }
+  return anchors;
+}
+
+function stripCodeBlocks(markdown) {
+  let fence = null;
+  return markdown.split('\n').filter((l) => {
+    const open = /^ {0,3}(`{3,}|~{3,})/.exec(l);
+    if (fence) {
+      if (open && l.trim().startsWith(fence)) fence = null;
+      return false;
+    }
+    if (open) fence = open[1];
+    return !open;
+  });
+}
+
+/**
+ * Why a relative link of `page` (a path under `root`) leads nowhere, or
+ * null: its file or folder must exist, and an anchor into a Markdown page
+ * (or into `page` itself) must name one of its headings.
+ */
+export function brokenLink(root, page, target) {
+  const [path, anchor] = target.split('#');
+  const file = path ? join(root, dirname(page), decodeURI(path)) : join(root, page);
+  if (!existsSync(file)) return `no file ${relative(root, file)}`;
+  if (anchor === undefined || !file.endsWith('.md')) return null;
+  return headingAnchors(readFileSync(file, 'utf8')).has(anchor) ? null : `no heading #${anchor} in ${relative(root, file)}`;
 }

@@ -1,38 +1,53 @@
-// README.md's code blocks, run as a reader runs them, so they cannot drift.
+// README.md's code blocks and the book's (every page docs/SUMMARY.md lists),
+// run as a reader runs them, so they cannot drift.
 //
 // Every fenced block with a language has a marker on the line before it, an
 // HTML comment that the rendered page does not show:
 //   <!-- readme-test: run [NAME] -->     run here (NAME: with the setup below)
 //   <!-- readme-test: skip: REASON -->   not run here, and why
-// A block without one fails this test: a new snippet must be classified.
+// A block without one fails this test: a new snippet must be classified. A
+// block may take its text from a file with mdBook's `{{#include PATH}}`.
 //
-// The blocks run in README order against one gateway started as
+// The blocks run page by page (README.md first, then the book in its
+// order), each page's in order, against one gateway started as
 // scripts/run.sh starts it: `map-gateway serve` without --config, in a
 // temporary folder that stands for the checkout (plugins/dist copied in, data
 // under ./data), on a free port. `127.0.0.1:4700` and `localhost:4700` in a
 // block are rewritten to that port. A shell block runs in bash (set -e, curl
 // failing on an HTTP error) with target/debug first on PATH, in a folder that
-// carries over from block to block as in a terminal; a js block runs with
-// node; a toml block is checked with `map-gateway check --config`. Where a
-// block shows output (a `# {…}` comment under a command, `// → …` after a
+// carries over from block to block as in a terminal, and so do the shell
+// variables a block sets on a line of their own (`T="…"`); a js block runs
+// with node; a toml block is checked with `map-gateway check --config`. Where
+// a block shows output (a `# {…}` comment under a command, `// → …` after a
 // console.log), what ran must have what it shows (… stands for anything).
+//
+// Every relative link of those pages must lead to a file, and an anchor to a
+// heading of its page.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createInterface } from 'node:readline';
 import { ACPAgentAdapter, ACP_PROTOCOL_VERSION } from '@multi-agent-protocol/sdk';
 import { GATEWAY_BIN, connectAgent, connectClient, rawParticipant, rejectsWithCode } from './harness.mjs';
 import {
-  fencedBlocks, looseJson, missingInOrder, outputsByCommand, separatedScript, shapeMismatch, shellCommands,
+  bookPages, brokenLink, expandIncludes, fencedBlocks, includes, looseJson, missingInOrder, outputsByCommand, relativeLinks,
+  separatedScript, shapeMismatch, shellCommands,
 } from './readme-blocks.mjs';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const ROOT = join(HERE, '..', '..');
-const BLOCKS = fencedBlocks(readFileSync(join(ROOT, 'README.md'), 'utf8'));
+const PAGES = bookPages(ROOT);
+const TEXTS = new Map(PAGES.map((page) => [page, readFileSync(join(ROOT, page), 'utf8')]));
+// Each block with its page (`where`: page:line) and its text with includes expanded.
+const BLOCKS = PAGES.flatMap((page) => fencedBlocks(TEXTS.get(page)).map((b, n) => {
+  let text = b.text;
+  try { text = expandIncludes(b.text, join(ROOT, dirname(page))); } catch { /* the links test names it */ }
+  return { ...b, text, page, where: `${page}:${b.line}`, key: `${page.replace(/\W+/g, '-')}-${n}` };
+}));
 // A `plugin new` project builds into the target folder that scripts/test.sh
 // builds the generated sdk-example into (same SDK, same lock file), so its
 // dependencies are compiled once; `notes/target` points there, and the
@@ -42,6 +57,7 @@ const PRELUDE = 'set -eo pipefail\ncurl() { command curl --fail-with-body "$@"; 
 
 let gw; // the gateway: { port, proc, work, wsUrl(), connections, stop() }
 let cwd; // the folder the shell blocks are in, carried over like a terminal's
+const carried = new Set(); // the shell variables blocks have set, carried over too
 
 before(async () => {
   const work = mkdtempSync(join(tmpdir(), 'map-readme-'));
@@ -56,18 +72,39 @@ after(async () => {
   await gw?.stop();
 });
 
-test('every README block with a language is marked run or skip (with a reason)', () => {
-  const unmarked = BLOCKS.filter((b) => b.lang && !b.marker).map((b) => `README.md:${b.line} (${b.lang})`);
+test('every block with a language is marked run or skip (with a reason)', () => {
+  const unmarked = BLOCKS.filter((b) => b.lang && !b.marker).map((b) => `${b.where} (${b.lang})`);
   assert.deepEqual(unmarked, [], 'add <!-- readme-test: run --> or <!-- readme-test: skip: REASON --> before each');
-  const noReason = BLOCKS.filter((b) => b.marker?.kind === 'skip' && !b.marker.reason).map((b) => `README.md:${b.line}`);
+  const noReason = BLOCKS.filter((b) => b.marker?.kind === 'skip' && !b.marker.reason).map((b) => b.where);
   assert.deepEqual(noReason, [], 'a skipped block says why');
   const names = BLOCKS.filter((b) => b.marker?.name).map((b) => b.marker.name);
   assert.deepEqual(names.filter((n) => !NAMED[n]), [], 'each run NAME has its setup in this file');
-  assert.deepEqual(Object.keys(NAMED).filter((n) => !names.includes(n)), [], "each setup in this file has its README block");
+  assert.deepEqual(Object.keys(NAMED).filter((n) => !names.includes(n)), [], 'each setup in this file has its block');
+});
+
+test('every page of docs/ is in docs/SUMMARY.md, so its blocks run', () => {
+  const all = (dir) => readdirSync(dir, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? all(join(dir, e.name)) : [join(dir, e.name)]));
+  const pages = all(join(ROOT, 'docs')).filter((f) => f.endsWith('.md')).map((f) => relative(ROOT, f));
+  assert.deepEqual(pages.filter((p) => p !== join('docs', 'SUMMARY.md') && !PAGES.includes(p)), []);
+});
+
+test('every relative link and include of README.md and the book leads somewhere', () => {
+  const broken = [];
+  for (const page of [...PAGES, join('docs', 'SUMMARY.md'), 'CONTRIBUTING.md', 'CHANGELOG.md'].filter((p) => existsSync(join(ROOT, p)))) {
+    const text = TEXTS.get(page) ?? readFileSync(join(ROOT, page), 'utf8');
+    for (const { line, target } of relativeLinks(text)) {
+      const why = brokenLink(ROOT, page, target);
+      if (why) broken.push(`${page}:${line} (${target}): ${why}`);
+    }
+    for (const { line, spec } of includes(text)) {
+      try { expandIncludes(`{{#include ${spec}}}`, join(ROOT, dirname(page))); } catch (e) { broken.push(`${page}:${line}: ${e.message}`); }
+    }
+  }
+  assert.deepEqual(broken, []);
 });
 
 for (const block of BLOCKS.filter((b) => b.marker)) {
-  const title = `README.md:${block.line} ${block.lang}${block.marker.name ? ` (${block.marker.name})` : ''}`;
+  const title = `${block.where} ${block.lang}${block.marker.name ? ` (${block.marker.name})` : ''}`;
   if (block.marker.kind === 'skip') {
     test(title, { skip: block.marker.reason }, () => {});
     continue;
@@ -191,9 +228,14 @@ function blockEnv() {
 async function runShell(text, { dir = cwd, checkOutput = true } = {}) {
   const cmds = shellCommands(atPort(text));
   const pwdFile = join(gw.work, '.readme-pwd');
-  const script = `${PRELUDE}${separatedScript(cmds)}\npwd > ${JSON.stringify(pwdFile)}\n`;
+  const varsFile = join(gw.work, '.readme-vars');
+  const names = [...carried, ...cmds.flatMap((c) => [...c.text.matchAll(/^\s*(?:export\s+)?([A-Za-z_]\w*)=/gm)].map((m) => m[1]))];
+  const restore = carried.size ? `. ${JSON.stringify(varsFile)}\n` : '';
+  const keep = names.length ? `declare -p ${[...new Set(names)].join(' ')} > ${JSON.stringify(varsFile)} 2>/dev/null || true\n` : '';
+  const script = `${PRELUDE}${restore}${separatedScript(cmds)}\npwd > ${JSON.stringify(pwdFile)}\n${keep}`;
   const r = await run('bash', ['-c', script], dir);
   assert.equal(r.code, 0, `the block failed (exit ${r.code}):\n${text}\nstdout: ${r.stdout.slice(-3000)}\nstderr: ${r.stderr.slice(-3000)}\nthe gateway's log: ${gw.stderr().slice(-2000)}`);
+  for (const n of names) carried.add(n);
   if (dir === cwd) cwd = readFileSync(pwdFile, 'utf8').trim();
   if (!checkOutput) return;
   const outputs = outputsByCommand(r.stdout);
@@ -219,7 +261,7 @@ async function runShell(text, { dir = cwd, checkOutput = true } = {}) {
 
 /** A js block as a module in the folder (where node_modules has the SDK and ws), run with node. */
 async function runJs(block, text) {
-  const file = join(gw.work, `readme-${block.line}.mjs`);
+  const file = join(gw.work, `readme-${block.key}.mjs`);
   writeFileSync(file, atPort(text));
   const r = await run('node', [file], gw.work);
   assert.equal(r.code, 0, `node failed (exit ${r.code}):\n${r.stdout}\n${r.stderr}`);
@@ -228,11 +270,21 @@ async function runJs(block, text) {
   assert.equal(missingInOrder(shown, printed), null, `the output shown is not what it printed:\n${r.stdout}`);
 }
 
-/** A toml block as a configuration file in a folder of its own beside plugins/, checked by `map-gateway check`. */
+/**
+ * A toml block as a configuration file in a folder of its own, checked by
+ * `map-gateway check`. Beside it, plugins/dist holds the one plugin the
+ * blocks name (mail), so that a block without a `[plugins]` table (which
+ * loads every component there) compiles one plugin, not all of them.
+ */
 async function checkToml(block, text) {
-  const dir = join(gw.work, `check-${block.line}`);
+  const dir = join(gw.work, `check-${block.key}`);
+  const plugins = join(gw.work, 'check-plugins');
+  if (!existsSync(plugins)) {
+    mkdirSync(join(plugins, 'dist'), { recursive: true });
+    for (const f of ['mail.wasm', 'mail.toml']) cpSync(join(gw.work, 'plugins', 'dist', f), join(plugins, 'dist', f));
+  }
   mkdirSync(dir);
-  symlinkSync(join(gw.work, 'plugins'), join(dir, 'plugins'));
+  symlinkSync(plugins, join(dir, 'plugins'));
   writeFileSync(join(dir, 'gateway.toml'), text);
   const r = await run(GATEWAY_BIN, ['check', '--config', join(dir, 'gateway.toml')], dir);
   assert.equal(r.code, 0, `map-gateway check refused it: ${r.stderr.slice(-3000)}`);
