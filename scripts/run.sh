@@ -22,5 +22,5 @@ if ! wait "$plugins"; then
     echo "building the plugins failed (above)" >&2
     exit 1
 fi
-echo "==> starting $PWD/target/debug/map-gateway (scripts/install.sh puts it on PATH for the README's map-gateway commands)"
+echo "==> starting $PWD/target/debug/map-gateway (scripts/install.sh puts it on PATH for the book's map-gateway commands)"
 exec target/debug/map-gateway serve "$@"

@@ -343,7 +343,7 @@ it names, so name this one there too (and the standard ones, if you want them):
 ```toml
 [plugins.@NAME@]
 path = @WASM@
-# deadline_ms = 1000, memory_mb = 64, mode = "pooled", config = { … }: see the gateway's README
+# deadline_ms = 1000, memory_mb = 64, mode = "pooled", config = { … }: see the gateway's book, docs/plugins/contract.md
 ```
 
 ## Try it

@@ -133,7 +133,7 @@ const NAMED = {
     after: () => symlinkSync(SHARED_TARGET, join(gw.work, 'notes', 'target')),
   },
   'plugin-loop': {},
-  // The README's extension as notes/src/lib.rs, in service through the loop.
+  // The Rust plugin page's extension as notes/src/lib.rs, in service through the loop.
   'notes-extension': { run: runNotesExtension },
   // The MAMP bridge delivers to an agent whose id is `alice`.
   mamp: {
@@ -145,21 +145,29 @@ const NAMED = {
     },
   },
   // Something to list: a session with two agents in a scope and a
-  // subscription. `sess-…` in the block becomes its id, and it is ended.
-  admin: {
-    before: async () => {
-      const s = await rawParticipant(gw, { participantType: 'agent', name: 'boss', register: { agentId: 'boss' } });
-      await s.call('map/agents/register', { agentId: 'worker' });
-      const { scope } = await s.call('map/scopes/create', { name: 'team' });
-      for (const agentId of ['boss', 'worker']) await s.call('map/scopes/join', { scopeId: scope.id, agentId });
-      await s.call('map/subscribe', { filter: { eventTypes: ['agent_registered'] } });
-      s.closed = new Promise((resolve) => s.ws.once('close', (code) => resolve(code)));
-      return s;
-    },
-    rewrite: (text, s) => text.replaceAll('/admin/sessions/sess-…', `/admin/sessions/${s.connectResult.sessionId}`),
+  // subscription, made for the first block that lists and kept.
+  admin: { before: () => adminSession() },
+  // That session ended by the block: `sess-…` in it becomes its id.
+  'admin-disconnect': {
+    before: () => adminSession(),
+    rewrite: (text, s) => text.replaceAll('sess-…', s.connectResult.sessionId),
     after: async (s) => assert.equal(await s.closed, 1008, 'the session the block ended closes with 1008'),
   },
 };
+
+let admin; // the admin blocks' session, made once
+function adminSession() {
+  admin ??= (async () => {
+    const s = await rawParticipant(gw, { participantType: 'agent', name: 'boss', register: { agentId: 'boss' } });
+    await s.call('map/agents/register', { agentId: 'worker' });
+    const { scope } = await s.call('map/scopes/create', { name: 'team' });
+    for (const agentId of ['boss', 'worker']) await s.call('map/scopes/join', { scopeId: scope.id, agentId });
+    await s.call('map/subscribe', { filter: { eventTypes: ['agent_registered'] } });
+    s.closed = new Promise((resolve) => s.ws.once('close', (code) => resolve(code)));
+    return s;
+  })();
+  return admin;
+}
 
 async function runAcp(block) {
   const coder = await connectAgent(gw, { name: 'coder', role: 'coder' });

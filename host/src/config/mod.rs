@@ -180,7 +180,7 @@ pub struct ClusterConfig {
     pub checkpoint_ms: u64,
     /// A singleton plugin's owner holds a lease for this long and renews it
     /// every quarter of it; when the owner dies, another node takes over
-    /// within about 1.25 times this (README: Running a cluster).
+    /// within about 1.25 times this (docs/operations/cluster.md).
     pub singleton_lease_ms: u64,
     /// Events of one tenant that this node made and the cluster's event
     /// log has not yet acknowledged, at most this many MiB: past it the

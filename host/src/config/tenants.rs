@@ -58,7 +58,7 @@ pub struct AgentPermissionsConfig {
     pub roles: BTreeMap<String, serde_json::Value>,
 }
 
-/// A tenant as a system of a federation (README: Federation).
+/// A tenant as a system of a federation (docs/wire/federation.md).
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct FederationConfig {
