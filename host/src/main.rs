@@ -219,8 +219,29 @@ fn load(path: Option<&PathBuf>) -> anyhow::Result<Config> {
     }
 }
 
-fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+fn main() -> std::process::ExitCode {
+    // An error of the user's (a missing file, a refused plugin) is one line;
+    // a backtrace is for bugs (a panic, with RUST_BACKTRACE) or asked for with
+    // RUST_LIB_BACKTRACE=1. Unset, errors capture none: RUST_BACKTRACE alone
+    // would make every error the gateway builds while serving take one.
+    let debug = std::env::var_os("RUST_LIB_BACKTRACE").is_some_and(|v| v != "0");
+    if std::env::var_os("RUST_LIB_BACKTRACE").is_none() {
+        std::env::set_var("RUST_LIB_BACKTRACE", "0");
+    }
+    match run(Cli::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) if debug => {
+            eprintln!("error: {e:?}");
+            std::process::ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Check { config } => {
             let config = load(config.as_ref())?;

@@ -1,6 +1,7 @@
 //! `map-gateway plugin new`: the project it writes builds for
 //! wasm32-wasip2 as is, loads into the gateway and answers its methods
 //! (a store write with an event, a read, a plugin-range error, -32602).
+//! The command line's errors: one line, whatever RUST_BACKTRACE says.
 //!
 //! The build goes to `target/scaffold` in this checkout, so its
 //! dependencies are compiled once and later runs only build the project.
@@ -138,4 +139,32 @@ fn plugin_install_refuses_what_is_not_a_component_and_a_listed_config() {
     let out = install(&component, &dir);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(tmp.path().join("pl/task-board.wasm").exists(), "the crate's file name becomes the plugin's name");
+}
+
+#[test]
+fn a_user_error_is_one_line_even_with_rust_backtrace_set() {
+    let tmp = TempDir::new("cli-errors");
+    let missing = tmp.path().join("missing.wasm");
+    let absent = tmp.path().join("absent.toml");
+    let runs: [&[&std::ffi::OsStr]; 4] = [
+        &["plugin".as_ref(), "install".as_ref(), missing.as_os_str()],
+        &["plugin".as_ref(), "install".as_ref(), missing.as_os_str(), "--config".as_ref(), absent.as_os_str()],
+        &["plugin".as_ref(), "verify".as_ref(), missing.as_os_str(), "--signer".as_ref(), "ed25519:nope".as_ref()],
+        &["check".as_ref(), "--config".as_ref(), absent.as_os_str()],
+    ];
+    for args in runs {
+        for backtrace in ["1", "full"] {
+            let out = Command::new(BIN).args(args).env("RUST_BACKTRACE", backtrace).env_remove("RUST_LIB_BACKTRACE").output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success(), "{args:?} failed");
+            assert_eq!(stderr.trim_end().lines().count(), 1, "{args:?}: one line, no backtrace or cause list:\n{stderr}");
+            assert!(stderr.starts_with("error: "), "{args:?}: {stderr}");
+        }
+    }
+    // The cause is on that line; asking for the library backtrace shows one.
+    let out = Command::new(BIN).args(["plugin", "install"]).arg(&missing).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("missing.wasm") && stderr.contains("No such file"), "{stderr}");
+    let out = Command::new(BIN).args(["plugin", "install"]).arg(&missing).env("RUST_LIB_BACKTRACE", "1").output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Stack backtrace"), "RUST_LIB_BACKTRACE=1 is the debug switch: {}", String::from_utf8_lossy(&out.stderr));
 }
