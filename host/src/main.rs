@@ -178,7 +178,7 @@ fn plugin(command: PluginCommand) -> anyhow::Result<()> {
             }
             let dest = install::install(&file, name, &config)?;
             println!("installed {}", dest.display());
-            println!("a running gateway loads it with: curl -X POST 'http://127.0.0.1:4700/admin/reload?wait=true'");
+            println!("a running gateway loads it with: {}", install::reload_command(&config));
             Ok(())
         }
         PluginCommand::Push { file, target, config, insecure } => {

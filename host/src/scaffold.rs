@@ -336,7 +336,8 @@ curl -X POST 'http://127.0.0.1:4700/admin/reload?wait=true'
 ```
 
 (`@DIST@` is the folder of the checkout whose SDK this project uses;
-`--config FILE` installs into that configuration's `plugin_dir` instead.) A
+`--config FILE` installs into that configuration's `plugin_dir` instead,
+and prints the reload for its listener.) A
 gateway whose configuration has a `[plugins]` table loads only the plugins
 it names, so name this one there too (and the standard ones, if you want them):
 

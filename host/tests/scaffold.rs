@@ -1,7 +1,8 @@
 //! `map-gateway plugin new`: the project it writes builds for
 //! wasm32-wasip2 as is, loads into the gateway and answers its methods
 //! (a store write with an event, a read, a plugin-range error, -32602).
-//! The command line's errors: one line, whatever RUST_BACKTRACE says.
+//! `plugin install` and the reload it prints for the configured listener,
+//! and the command line's errors: one line, whatever RUST_BACKTRACE says.
 //!
 //! The build goes to `target/scaffold` in this checkout, so its
 //! dependencies are compiled once and later runs only build the project.
@@ -55,13 +56,17 @@ async fn a_plugin_from_plugin_new_builds_loads_and_answers() {
     let plugin_dir = tmp.path().join("plugins");
     std::fs::create_dir(&plugin_dir).unwrap();
     let gw = Gateway::start_config(&format!("plugin_dir = {:?}", plugin_dir.to_string_lossy()), TENANTS);
+    // The gateway's own listener, which `plugin install` names in the reload it prints.
     let config = tmp.path().join("install.toml");
-    std::fs::write(&config, format!("[server]\nplugin_dir = {:?}\n", plugin_dir.to_string_lossy())).unwrap();
+    std::fs::write(&config, format!("[server]\nlisten = \"127.0.0.1:{}\"\nplugin_dir = {:?}\n", gw.port, plugin_dir.to_string_lossy())).unwrap();
     let out = Command::new(BIN).args(["plugin", "install"]).arg(&wasm).arg("--config").arg(&config).output().unwrap();
     assert!(out.status.success(), "plugin install failed: {}", String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("scaffold-notes.wasm"), "{}", String::from_utf8_lossy(&out.stdout));
-    let reload = http(&gw.addr(), "POST", "/admin/reload?wait=true", &[], b"").await;
-    assert_eq!(reload.status, 200, "{}", reload.text());
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(printed.contains("scaffold-notes.wasm"), "{printed}");
+    // Run the reload it prints, as a user pastes it.
+    let reload = printed.lines().find_map(|l| l.split_once("loads it with: ")).map(|(_, cmd)| cmd.to_string()).unwrap_or_else(|| panic!("no reload command in {printed}"));
+    let reloaded = Command::new("bash").args(["-c", &format!("{reload} --fail-with-body -s")]).output().unwrap();
+    assert!(reloaded.status.success(), "{reload}: {}{}", String::from_utf8_lossy(&reloaded.stdout), String::from_utf8_lossy(&reloaded.stderr));
 
     let (mut ws, connected) = gw.ws_connected("client", None).await;
     let ext = connected["capabilities"]["extensions"].as_array().unwrap().iter().find(|e| e["name"] == "x-scaffold-notes").cloned();
@@ -139,6 +144,27 @@ fn plugin_install_refuses_what_is_not_a_component_and_a_listed_config() {
     let out = install(&component, &dir);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(tmp.path().join("pl/task-board.wasm").exists(), "the crate's file name becomes the plugin's name");
+}
+
+#[test]
+fn plugin_install_prints_the_reload_of_the_configured_listener() {
+    let tmp = TempDir::new("install-listen");
+    let wasm = tmp.path().join("notes.wasm");
+    std::fs::write(&wasm, b"\0asm\x0d\0\x01\0").unwrap();
+    std::fs::create_dir(tmp.path().join("pl")).unwrap();
+    let cases = [
+        ("listen = \"127.0.0.1:4811\"", "", "curl -X POST 'http://127.0.0.1:4811/admin/reload?wait=true'"),
+        ("listen = \"0.0.0.0:4812\"", "[admin]\ntoken = \"admin-s3cret\"\n", "curl -X POST -H \"authorization: Bearer $ADMIN_TOKEN\" 'http://127.0.0.1:4812/admin/reload?wait=true'"),
+        ("listen = \"[::]:4813\"", "[tls]\ncert_file = \"c.pem\"\nkey_file = \"k.pem\"\n", "curl -X POST 'https://[::1]:4813/admin/reload?wait=true'"),
+    ];
+    for (listen, more, reload) in cases {
+        let config = tmp.path().join("gateway.toml");
+        std::fs::write(&config, format!("[server]\n{listen}\nplugin_dir = \"pl\"\n{more}")).unwrap();
+        let out = Command::new(BIN).args(["plugin", "install"]).arg(&wasm).arg("--config").arg(&config).output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && stdout.contains(reload), "{listen}: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(!stdout.contains("admin-s3cret"), "the admin token is named, never printed: {stdout}");
+    }
 }
 
 #[test]
