@@ -49,6 +49,7 @@ async fn a_plugin_from_plugin_new_builds_loads_and_answers() {
     }
     let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
     assert!(readme.contains("[plugins.scaffold-notes]"), "the README has the config stanza");
+    assert!(readme.contains(r#"capabilities["x-scaffold-notes"]"#), "the README names the capability key map/connect shows: {readme}");
 
     let wasm = build(&dir, "scaffold_notes");
     // The plugin guide's loop: a gateway loading its plugin folder, then
