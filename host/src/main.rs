@@ -114,10 +114,13 @@ enum PluginCommand {
         #[arg(long, value_name = "PATH")]
         out: PathBuf,
     },
-    /// Sign a component and its defaults (NAME.toml beside it): writes FILE.sig.
+    /// Sign components and their defaults (NAME.toml beside each): writes
+    /// NAME.wasm.sig beside each. A folder signs every component in it, e.g.
+    /// plugins/dist, the standard plugins, for a gateway with plugin_signers.
     Sign {
-        /// The component (.wasm).
-        file: PathBuf,
+        /// Components (.wasm) or folders of them.
+        #[arg(required = true, value_name = "FILE|DIR")]
+        paths: Vec<PathBuf>,
         /// The secret key file from `plugin keygen`.
         #[arg(long, value_name = "PATH")]
         key: PathBuf,
@@ -199,9 +202,11 @@ fn plugin(command: PluginCommand) -> anyhow::Result<()> {
             println!("trust it with:  plugin_signers = [\"{}\"]", std::fs::read_to_string(&public)?.trim());
             Ok(())
         }
-        PluginCommand::Sign { file, key } => {
+        PluginCommand::Sign { paths, key } => {
             let secret = std::fs::read_to_string(&key).map_err(|e| anyhow::anyhow!("reading {}: {e}", key.display()))?;
-            println!("wrote {}", signing::sign(&file, &secret)?.display());
+            for sig in signing::sign_all(&paths, &secret)? {
+                println!("wrote {}", sig.display());
+            }
             Ok(())
         }
         PluginCommand::Verify { file, signer } => {

@@ -120,6 +120,26 @@ pub fn sign(wasm: &Path, secret: &str) -> anyhow::Result<PathBuf> {
     Ok(out)
 }
 
+/// Sign each component of `paths` (a folder: every `*.wasm` in it, such as
+/// the standard plugins' `plugins/dist`): the signature files written.
+pub fn sign_all(paths: &[PathBuf], secret: &str) -> anyhow::Result<Vec<PathBuf>> {
+    let mut components = Vec::new();
+    for path in paths {
+        if !path.is_dir() {
+            components.push(path.clone());
+            continue;
+        }
+        let entries = std::fs::read_dir(path).with_context(|| format!("reading {}", path.display()))?;
+        let mut found: Vec<PathBuf> = entries.flatten().map(|e| e.path()).filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "wasm")).collect();
+        if found.is_empty() {
+            bail!("{} holds no component (*.wasm)", path.display());
+        }
+        found.sort();
+        components.append(&mut found);
+    }
+    components.iter().map(|wasm| sign(wasm, secret)).collect()
+}
+
 /// Check a component whose bytes have `digest` against trusted keys: the
 /// id of the key that signed it, or why it may not load. Errors name it
 /// `shown`: its file, or the `oci://` reference it was pulled from (not
@@ -130,7 +150,10 @@ pub fn verify(wasm: &Path, shown: &str, digest: &str, trusted: &[PublicKey]) -> 
     let text = match std::fs::read(&sig_path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && pulled => bail!("{shown} is not signed: the artifact has no signature (sign the component before `plugin push`)"),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!("{shown} is not signed: {} is missing", sig_path.display()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let folder = wasm.parent().map_or(".".into(), |d| d.display().to_string());
+            bail!("{shown} is not signed: {} is missing (`map-gateway plugin sign {folder} --key KEY` signs every component there)", sig_path.display())
+        }
         Err(e) => return Err(e).with_context(|| format!("reading the signature of {shown}")),
     };
     let file: SignatureFile = serde_json::from_slice(&text).with_context(|| format!("the signature of {shown} is not a signature file"))?;
