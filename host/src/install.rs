@@ -1,6 +1,7 @@
 //! `map-gateway plugin install FILE`: a built component into the plugin
 //! folder a gateway without a `[plugins]` table loads from.
 
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
@@ -54,6 +55,21 @@ pub fn install(file: &Path, name: Option<String>, config: &Config) -> anyhow::Re
     }
     place(&bytes, &dest)?;
     Ok(std::path::absolute(&dest).unwrap_or(dest))
+}
+
+/// The command that reloads the gateway `config` describes: its listener
+/// (an unspecified address as loopback), https under TLS, and the admin
+/// token's header when one is set (named, never printed).
+pub fn reload_command(config: &Config) -> String {
+    let listen = config.server.listen;
+    let ip = match listen.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        ip => ip,
+    };
+    let scheme = if config.tls.enabled() { "https" } else { "http" };
+    let token = if config.admin.token.is_empty() { "" } else { " -H \"authorization: Bearer $ADMIN_TOKEN\"" };
+    format!("curl -X POST{token} '{scheme}://{}/admin/reload?wait=true'", SocketAddr::new(ip, listen.port()))
 }
 
 /// Write `bytes` to `dest` through a temporary file renamed into place.

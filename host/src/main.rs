@@ -114,10 +114,13 @@ enum PluginCommand {
         #[arg(long, value_name = "PATH")]
         out: PathBuf,
     },
-    /// Sign a component and its defaults (NAME.toml beside it): writes FILE.sig.
+    /// Sign components and their defaults (NAME.toml beside each): writes
+    /// NAME.wasm.sig beside each. A folder signs every component in it, e.g.
+    /// plugins/dist, the standard plugins, for a gateway with plugin_signers.
     Sign {
-        /// The component (.wasm).
-        file: PathBuf,
+        /// Components (.wasm) or folders of them.
+        #[arg(required = true, value_name = "FILE|DIR")]
+        paths: Vec<PathBuf>,
         /// The secret key file from `plugin keygen`.
         #[arg(long, value_name = "PATH")]
         key: PathBuf,
@@ -178,7 +181,7 @@ fn plugin(command: PluginCommand) -> anyhow::Result<()> {
             }
             let dest = install::install(&file, name, &config)?;
             println!("installed {}", dest.display());
-            println!("a running gateway loads it with: curl -X POST 'http://127.0.0.1:4700/admin/reload?wait=true'");
+            println!("a running gateway loads it with: {}", install::reload_command(&config));
             Ok(())
         }
         PluginCommand::Push { file, target, config, insecure } => {
@@ -199,9 +202,11 @@ fn plugin(command: PluginCommand) -> anyhow::Result<()> {
             println!("trust it with:  plugin_signers = [\"{}\"]", std::fs::read_to_string(&public)?.trim());
             Ok(())
         }
-        PluginCommand::Sign { file, key } => {
+        PluginCommand::Sign { paths, key } => {
             let secret = std::fs::read_to_string(&key).map_err(|e| anyhow::anyhow!("reading {}: {e}", key.display()))?;
-            println!("wrote {}", signing::sign(&file, &secret)?.display());
+            for sig in signing::sign_all(&paths, &secret)? {
+                println!("wrote {}", sig.display());
+            }
             Ok(())
         }
         PluginCommand::Verify { file, signer } => {
@@ -219,8 +224,29 @@ fn load(path: Option<&PathBuf>) -> anyhow::Result<Config> {
     }
 }
 
-fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+fn main() -> std::process::ExitCode {
+    // An error of the user's (a missing file, a refused plugin) is one line;
+    // a backtrace is for bugs (a panic, with RUST_BACKTRACE) or asked for with
+    // RUST_LIB_BACKTRACE=1. Unset, errors capture none: RUST_BACKTRACE alone
+    // would make every error the gateway builds while serving take one.
+    let debug = std::env::var_os("RUST_LIB_BACKTRACE").is_some_and(|v| v != "0");
+    if std::env::var_os("RUST_LIB_BACKTRACE").is_none() {
+        std::env::set_var("RUST_LIB_BACKTRACE", "0");
+    }
+    match run(Cli::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) if debug => {
+            eprintln!("error: {e:?}");
+            std::process::ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Check { config } => {
             let config = load(config.as_ref())?;

@@ -336,7 +336,8 @@ curl -X POST 'http://127.0.0.1:4700/admin/reload?wait=true'
 ```
 
 (`@DIST@` is the folder of the checkout whose SDK this project uses;
-`--config FILE` installs into that configuration's `plugin_dir` instead.) A
+`--config FILE` installs into that configuration's `plugin_dir` instead,
+and prints the reload for its listener.) A
 gateway whose configuration has a `[plugins]` table loads only the plugins
 it names, so name this one there too (and the standard ones, if you want them):
 
@@ -348,11 +349,27 @@ path = @WASM@
 
 ## Try it
 
-After `map/connect`, any MAP client calls the methods by name, e.g. with
-the TypeScript SDK's `ClientConnection` or `AgentConnection`:
-`await connection.callExtension('@NAME@/put', { text: 'hello' })`.
-`map/connect` lists the extension in `capabilities.extensions` and shows
-`capabilities.@NAME@`; `map/subscribe {filter: {eventTypes: ["@NAME@.put"]}}`
+After `map/connect`, any MAP client calls the methods by name. With the
+TypeScript SDK (`npm i --ignore-scripts @multi-agent-protocol/sdk ws`; save
+this as `try.mjs` and run `node try.mjs` while the gateway serves the plugin):
+
+```js
+import { WebSocket } from 'ws';
+globalThis.WebSocket = WebSocket;            // Node 20 has no global WebSocket
+import { ClientConnection } from '@multi-agent-protocol/sdk';
+
+const client = await ClientConnection.connect('ws://127.0.0.1:4700/map', { name: 'try-@NAME@' });
+console.log(client.serverCapabilities['x-@NAME@']);
+// → { enabled: true }
+const item = await client.callExtension('@NAME@/put', { text: 'hello' });
+console.log(await client.callExtension('@NAME@/get', { itemId: item.id }));
+// → { id: 'item-…', text: 'hello', createdBy: 'client-…', createdAt: … }
+await client.disconnect();
+```
+
+`map/connect` lists the extension in `capabilities.extensions` (name
+`x-@NAME@`, URI `x-@NAME@:1`, its methods) and its capabilities under
+`capabilities["x-@NAME@"]`; `map/subscribe {filter: {eventTypes: ["@NAME@.put"]}}`
 receives its events.
 
 ## Where to go from here
@@ -407,7 +424,8 @@ mod tests {
         assert!(cargo_toml(&p).contains(r#"map-plugin-sdk = { path = "/src/plugins/sdk" }"#));
         let readme = readme(&p);
         assert!(readme.contains(r#"path = "/tmp/tb/target/wasm32-wasip2/release/task_board.wasm""#), "{readme}");
-        assert!(!readme.contains('@'));
+        assert!(!readme.split('@').skip(1).any(|rest| rest.starts_with(|c: char| c.is_ascii_uppercase())), "a placeholder is left: {readme}");
+        assert!(readme.contains(r#"capabilities["x-task-board"]"#) && readme.contains("client.serverCapabilities['x-task-board']"), "{readme}");
         let base = p.error_base();
         assert!(lib.contains(&format!("ErrorRange::new({base}, {})", base + 999)) && lib.contains(&format!("ERRORS.code({})", base + 1)), "{lib}");
         assert!(lib.contains(r#"Describe::new("x-task-board""#));

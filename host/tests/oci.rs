@@ -175,16 +175,28 @@ fn tampered_unsigned_and_wrongly_signed_artifacts_are_refused() {
     let (passed, said) = check(work.path(), &server, &rest);
     assert!(passed && said.contains("echo 1.0.0"), "{said}");
 
+    // Each refusal names the reference the configuration wrote, not the cache it was pulled into.
+    let refused = |tag: &str, says: &str| {
+        let source = registry.source(&format!("plugins/echo:{tag}"));
+        let (passed, said) = check(work.path(), &server, &config(&registry, &signers, &source).1);
+        assert!(!passed && said.contains(says), "{tag}: {said}");
+        assert!(said.contains(&format!("{source} {says}")) && !said.contains("plugin.wasm"), "{tag}: names {source}, not the cache: {said}");
+    };
     let unsigned = copy("echo-v2.wasm", work.path(), "unsigned.wasm");
     push(&unsigned, &registry.source("plugins/echo:unsigned"));
-    let (passed, said) = check(work.path(), &server, &config(&registry, &signers, &registry.source("plugins/echo:unsigned")).1);
-    assert!(!passed && said.contains("is not signed"), "{said}");
+    refused("unsigned", "is not signed");
 
     let rogue_signed = copy("echo-v2.wasm", work.path(), "rogue.wasm");
     sign(&rogue_signed, &rogue);
     push(&rogue_signed, &registry.source("plugins/echo:rogue"));
-    let (passed, said) = check(work.path(), &server, &config(&registry, &signers, &registry.source("plugins/echo:rogue")).1);
-    assert!(!passed && said.contains("not a trusted signer"), "{said}");
+    refused("rogue", "is signed by key");
+
+    // A signature made for another component, pushed beside this one.
+    let swapped = copy("echo-v1.wasm", work.path(), "swapped.wasm");
+    sign(&swapped, &key);
+    std::fs::copy(fixture("echo-v2.wasm"), &swapped).unwrap();
+    push(&swapped, &registry.source("plugins/echo:swapped"));
+    refused("swapped", "was signed as");
 
     let tampered = copy("echo-v2.wasm", work.path(), "tampered.wasm");
     sign(&tampered, &key);

@@ -1,6 +1,8 @@
 //! `map-gateway plugin new`: the project it writes builds for
 //! wasm32-wasip2 as is, loads into the gateway and answers its methods
 //! (a store write with an event, a read, a plugin-range error, -32602).
+//! `plugin install` and the reload it prints for the configured listener,
+//! and the command line's errors: one line, whatever RUST_BACKTRACE says.
 //!
 //! The build goes to `target/scaffold` in this checkout, so its
 //! dependencies are compiled once and later runs only build the project.
@@ -47,6 +49,7 @@ async fn a_plugin_from_plugin_new_builds_loads_and_answers() {
     }
     let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
     assert!(readme.contains("[plugins.scaffold-notes]"), "the README has the config stanza");
+    assert!(readme.contains(r#"capabilities["x-scaffold-notes"]"#), "the README names the capability key map/connect shows: {readme}");
 
     let wasm = build(&dir, "scaffold_notes");
     // The plugin guide's loop: a gateway loading its plugin folder, then
@@ -54,13 +57,17 @@ async fn a_plugin_from_plugin_new_builds_loads_and_answers() {
     let plugin_dir = tmp.path().join("plugins");
     std::fs::create_dir(&plugin_dir).unwrap();
     let gw = Gateway::start_config(&format!("plugin_dir = {:?}", plugin_dir.to_string_lossy()), TENANTS);
+    // The gateway's own listener, which `plugin install` names in the reload it prints.
     let config = tmp.path().join("install.toml");
-    std::fs::write(&config, format!("[server]\nplugin_dir = {:?}\n", plugin_dir.to_string_lossy())).unwrap();
+    std::fs::write(&config, format!("[server]\nlisten = \"127.0.0.1:{}\"\nplugin_dir = {:?}\n", gw.port, plugin_dir.to_string_lossy())).unwrap();
     let out = Command::new(BIN).args(["plugin", "install"]).arg(&wasm).arg("--config").arg(&config).output().unwrap();
     assert!(out.status.success(), "plugin install failed: {}", String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("scaffold-notes.wasm"), "{}", String::from_utf8_lossy(&out.stdout));
-    let reload = http(&gw.addr(), "POST", "/admin/reload?wait=true", &[], b"").await;
-    assert_eq!(reload.status, 200, "{}", reload.text());
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(printed.contains("scaffold-notes.wasm"), "{printed}");
+    // Run the reload it prints, as a user pastes it.
+    let reload = printed.lines().find_map(|l| l.split_once("loads it with: ")).map(|(_, cmd)| cmd.to_string()).unwrap_or_else(|| panic!("no reload command in {printed}"));
+    let reloaded = Command::new("bash").args(["-c", &format!("{reload} --fail-with-body -s")]).output().unwrap();
+    assert!(reloaded.status.success(), "{reload}: {}{}", String::from_utf8_lossy(&reloaded.stdout), String::from_utf8_lossy(&reloaded.stderr));
 
     let (mut ws, connected) = gw.ws_connected("client", None).await;
     let ext = connected["capabilities"]["extensions"].as_array().unwrap().iter().find(|e| e["name"] == "x-scaffold-notes").cloned();
@@ -138,4 +145,53 @@ fn plugin_install_refuses_what_is_not_a_component_and_a_listed_config() {
     let out = install(&component, &dir);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(tmp.path().join("pl/task-board.wasm").exists(), "the crate's file name becomes the plugin's name");
+}
+
+#[test]
+fn plugin_install_prints_the_reload_of_the_configured_listener() {
+    let tmp = TempDir::new("install-listen");
+    let wasm = tmp.path().join("notes.wasm");
+    std::fs::write(&wasm, b"\0asm\x0d\0\x01\0").unwrap();
+    std::fs::create_dir(tmp.path().join("pl")).unwrap();
+    let cases = [
+        ("listen = \"127.0.0.1:4811\"", "", "curl -X POST 'http://127.0.0.1:4811/admin/reload?wait=true'"),
+        ("listen = \"0.0.0.0:4812\"", "[admin]\ntoken = \"admin-s3cret\"\n", "curl -X POST -H \"authorization: Bearer $ADMIN_TOKEN\" 'http://127.0.0.1:4812/admin/reload?wait=true'"),
+        ("listen = \"[::]:4813\"", "[tls]\ncert_file = \"c.pem\"\nkey_file = \"k.pem\"\n", "curl -X POST 'https://[::1]:4813/admin/reload?wait=true'"),
+    ];
+    for (listen, more, reload) in cases {
+        let config = tmp.path().join("gateway.toml");
+        std::fs::write(&config, format!("[server]\n{listen}\nplugin_dir = \"pl\"\n{more}")).unwrap();
+        let out = Command::new(BIN).args(["plugin", "install"]).arg(&wasm).arg("--config").arg(&config).output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && stdout.contains(reload), "{listen}: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(!stdout.contains("admin-s3cret"), "the admin token is named, never printed: {stdout}");
+    }
+}
+
+#[test]
+fn a_user_error_is_one_line_even_with_rust_backtrace_set() {
+    let tmp = TempDir::new("cli-errors");
+    let missing = tmp.path().join("missing.wasm");
+    let absent = tmp.path().join("absent.toml");
+    let runs: [&[&std::ffi::OsStr]; 4] = [
+        &["plugin".as_ref(), "install".as_ref(), missing.as_os_str()],
+        &["plugin".as_ref(), "install".as_ref(), missing.as_os_str(), "--config".as_ref(), absent.as_os_str()],
+        &["plugin".as_ref(), "verify".as_ref(), missing.as_os_str(), "--signer".as_ref(), "ed25519:nope".as_ref()],
+        &["check".as_ref(), "--config".as_ref(), absent.as_os_str()],
+    ];
+    for args in runs {
+        for backtrace in ["1", "full"] {
+            let out = Command::new(BIN).args(args).env("RUST_BACKTRACE", backtrace).env_remove("RUST_LIB_BACKTRACE").output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success(), "{args:?} failed");
+            assert_eq!(stderr.trim_end().lines().count(), 1, "{args:?}: one line, no backtrace or cause list:\n{stderr}");
+            assert!(stderr.starts_with("error: "), "{args:?}: {stderr}");
+        }
+    }
+    // The cause is on that line; asking for the library backtrace shows one.
+    let out = Command::new(BIN).args(["plugin", "install"]).arg(&missing).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("missing.wasm") && stderr.contains("No such file"), "{stderr}");
+    let out = Command::new(BIN).args(["plugin", "install"]).arg(&missing).env("RUST_LIB_BACKTRACE", "1").output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Stack backtrace"), "RUST_LIB_BACKTRACE=1 is the debug switch: {}", String::from_utf8_lossy(&out.stderr));
 }

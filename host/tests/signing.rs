@@ -1,8 +1,9 @@
 //! Plugin signatures, black-box: `plugin keygen|sign|verify`, a gateway
 //! whose `server.plugin_signers` refuses unsigned, wrongly signed and
 //! tampered components (at start, in `check`, and at reload with 422 while
-//! the old version serves), a tenant's own signers, and `plugin install`
-//! carrying the signature along.
+//! the old version serves), a tenant's own signers, `plugin install`
+//! carrying the signature along, and `plugin sign DIR` signing the standard
+//! plugins, which a gateway with signers refuses unsigned like any other.
 
 mod common;
 
@@ -114,4 +115,40 @@ fn install_carries_the_signature_and_defaults_along() {
     let installed = plugins.join("echo.wasm");
     assert!(plugins.join("echo.wasm.sig").exists() && plugins.join("echo.toml").exists());
     succeeded(&run(&["plugin".as_ref(), "verify".as_ref(), installed.as_os_str(), "--signer".as_ref(), public.as_ref()]));
+}
+
+#[test]
+fn plugin_sign_of_a_folder_signs_the_standard_plugins_for_a_gateway_with_signers() {
+    let dir = TempDir::new("sign-dist");
+    let dist = Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/dist");
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(&dist).unwrap().flatten().map(|e| e.path()) {
+        let ext = entry.extension().and_then(|x| x.to_str());
+        if matches!(ext, Some("wasm" | "toml")) {
+            std::fs::copy(&entry, plugins.join(entry.file_name().unwrap())).unwrap();
+        }
+        if ext == Some("wasm") {
+            names.push(entry.file_stem().unwrap().to_string_lossy().into_owned());
+        }
+    }
+    assert!(names.contains(&"mail".to_string()) && names.len() >= 5, "{} lacks the standard plugins: run scripts/build-plugins.sh", dist.display());
+    let (key, public) = keygen(dir.path(), "release");
+    // No [plugins] table: every component of plugin_dir loads, and each must be signed.
+    let config = write_config_server(dir.path(), &format!("plugin_dir = {:?}\nplugin_signers = [{public:?}]", plugins.to_string_lossy()), "");
+    let check = || run(&["check".as_ref(), "--config".as_ref(), config.as_os_str()]);
+    let refused = failed(&check());
+    assert!(refused.contains("is not signed") && refused.contains("plugin sign"), "the standard plugins are refused, and the error says how to sign them: {refused}");
+
+    let signed = succeeded(&run(&["plugin".as_ref(), "sign".as_ref(), plugins.as_os_str(), "--key".as_ref(), key.as_os_str()]));
+    assert_eq!(signed.lines().count(), names.len(), "one signature per component: {signed}");
+    let checked = succeeded(&check());
+    for name in &names {
+        assert!(checked.contains(&format!(": {name} ")) || checked.contains(&format!(", {name} ")), "{name} loads: {checked}");
+    }
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let nothing = failed(&run(&["plugin".as_ref(), "sign".as_ref(), empty.as_os_str(), "--key".as_ref(), key.as_os_str()]));
+    assert!(nothing.contains("holds no component"), "{nothing}");
 }

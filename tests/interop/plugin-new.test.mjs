@@ -2,8 +2,8 @@
 // plugin SDK, Python with componentize-py, JavaScript with componentize-js),
 // built as generated, answers the real SDK client the same way: the extension
 // is listed at map/connect, `sdk-example/put` stores and emits
-// `sdk-example.put` to a subscriber, `sdk-example/get` reads back, and errors
-// keep their codes.
+// `sdk-example.put` to a subscriber, `sdk-example/get` reads back, errors
+// keep their codes, and the generated README's "Try it" runs as written.
 //
 // scripts/test.sh makes and builds the three projects (target/scaffold/); by hand:
 //   target/debug/map-gateway plugin new sdk-example --dir target/scaffold/sdk-example
@@ -16,8 +16,12 @@ import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { existsSync } from 'node:fs';
-import { startGateway, connectClient, connectAgent, rejectsWithCode } from './harness.mjs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { startGateway, connectClient, connectAgent, rejectsWithCode, GATEWAY_BIN } from './harness.mjs';
+import { fencedBlocks, missingInOrder } from './readme-blocks.mjs';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const SCAFFOLD = join(HERE, '..', '..', 'target', 'scaffold');
@@ -74,6 +78,26 @@ for (const [lang, WASM] of Object.entries(BUILDS)) describe(`plugin new --lang $
     assert.equal(missing.data.details.itemId, 'item-none');
     const bad = await rejectsWithCode(call(c, 'sdk-example/put', { txt: 'typo' }), -32602, 'missing text');
     assert.match(bad.message, /missing field `text`/);
+  });
+
+  test("the generated README's Try it runs as written", async () => {
+    // A fresh project's README (what this binary writes now), its js block run with node against this gateway.
+    const dir = mkdtempSync(join(tmpdir(), 'plugin-new-readme-'));
+    try {
+      await promisify(execFile)(GATEWAY_BIN, ['plugin', 'new', 'sdk-example', '--lang', lang, '--dir', join(dir, 'p')]);
+      const readme = readFileSync(join(dir, 'p', 'README.md'), 'utf8');
+      assert.match(readme, /capabilities\["x-sdk-example"\]/, 'the README names the key map/connect shows the capabilities under');
+      const blocks = fencedBlocks(readme).filter((b) => b.lang === 'js');
+      assert.equal(blocks.length, 1, 'one js example');
+      symlinkSync(join(HERE, 'node_modules'), join(dir, 'node_modules'));
+      writeFileSync(join(dir, 'try.mjs'), blocks[0].text.replaceAll('127.0.0.1:4700', `127.0.0.1:${gw.port}`));
+      const { stdout } = await promisify(execFile)(process.execPath, [join(dir, 'try.mjs')], { cwd: dir, timeout: 30_000 });
+      const shown = [...blocks[0].text.matchAll(/^\s*\/\/ → (.*)$/gm)].map((m) => m[1]);
+      assert.ok(shown.length >= 2, 'the block shows what it prints');
+      assert.equal(missingInOrder(shown, stdout.replace(/\s+/g, ' ')), null, `it printed what the README shows:\n${stdout}`);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   test('tenants keep separate items', async () => {

@@ -31,6 +31,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createInterface } from 'node:readline';
+import { createServer } from 'node:net';
 import { ACPAgentAdapter, ACP_PROTOCOL_VERSION } from '@multi-agent-protocol/sdk';
 import { GATEWAY_BIN, connectAgent, connectClient, rawParticipant, rejectsWithCode } from './harness.mjs';
 import {
@@ -69,6 +70,7 @@ before(async () => {
 }, { timeout: 120_000 });
 
 after(async () => {
+  stopRegistry();
   await gw?.stop();
 });
 
@@ -133,6 +135,9 @@ const NAMED = {
     after: () => symlinkSync(SHARED_TARGET, join(gw.work, 'notes', 'target')),
   },
   'plugin-loop': {},
+  // The local registry walk-through, in the checkout's folder, with the
+  // registry on a free port instead of 5000; it is stopped at the end.
+  'local-registry': { run: runLocalRegistry },
   // The Rust plugin page's extension as notes/src/lib.rs, in service through the loop.
   'notes-extension': { run: runNotesExtension },
   // The MAMP bridge delivers to an agent whose id is `alice`.
@@ -196,6 +201,33 @@ async function runAcp(block) {
   proc.stdin.end();
   assert.equal(await exited, 0, `the bridge ends with its editor's input: ${stderr}`);
   await coder.conn.disconnect();
+}
+
+let registryPort; // the local registry's port, once a block started it
+
+async function runLocalRegistry(block) {
+  registryPort ??= await freePort();
+  await runShell(block.text.replaceAll('127.0.0.1:5000', `127.0.0.1:${registryPort}`), { dir: gw.work });
+}
+
+/** The registry the walk-through started (its pid in registry.pid), if it did. */
+function stopRegistry() {
+  if (!gw) return;
+  let pid;
+  try { pid = Number(readFileSync(join(gw.work, 'registry.pid'), 'utf8')); } catch { return; }
+  try { process.kill(pid, 'SIGTERM'); } catch { /* already gone */ }
+}
+
+/** A port nothing listens on now. */
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address();
+      server.close(() => resolve(port));
+    });
+  });
 }
 
 async function runNotesExtension(block) {

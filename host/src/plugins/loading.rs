@@ -93,32 +93,35 @@ impl PluginHost {
     #[allow(clippy::too_many_arguments)]
     async fn entry(&self, config: &Config, loaded: &HashMap<String, Loaded>, key: &str, name: &str, settings: &PluginConfig, users: &[&str], reload: bool) -> anyhow::Result<Loaded> {
         let mut settings = fetched(config, settings, reload).await.with_context(|| format!("plugin {name}"))?;
+        // Errors name what the user wrote: the oci:// reference, not the cache it was pulled into.
+        let mut shown = settings.source.clone().unwrap_or_else(|| settings.path.display().to_string());
         let mut bytes = std::fs::read(&settings.path).with_context(|| format!("reading plugin {name} at {}", settings.path.display()))?;
         let mut digest = crate::store::digest_hex(&bytes);
         if let Some(pin) = config.pins.get(key).filter(|pin| **pin != digest) {
             // A rollout names another version than the file's: one this node kept.
             let kept = kept_dir(config, pin).join("plugin.wasm");
-            bytes = std::fs::read(&kept).map_err(|_| anyhow::anyhow!("plugin {name}: this node has no component with SHA-256 {pin} (its file {} is {digest})", settings.path.display()))?;
-            (settings.path, digest) = (kept, pin.clone());
+            bytes = std::fs::read(&kept).map_err(|_| anyhow::anyhow!("plugin {name}: this node has no component with SHA-256 {pin} ({shown} is {digest})"))?;
+            (shown, settings.path, digest) = (kept.display().to_string(), kept, pin.clone());
         }
         let settings = &settings;
-        let signer = signing::admit(config, name, &settings.path, &digest, users)?;
+        let signer = signing::admit(config, name, &settings.path, &shown, &digest, users)?;
         let reuse = loaded.get(key).filter(|l| l.digest == digest && &l.settings == settings);
         let mut entry = match reuse {
             Some(l) => l.clone(),
-            None => self.load(name, settings, bytes, digest).await?,
+            None => self.load(name, &shown, settings, bytes, digest).await?,
         };
         entry.signer = signer;
         keep(config, &settings.path, &entry.digest);
         Ok(entry)
     }
 
-    async fn load(&self, name: &str, settings: &PluginConfig, bytes: Vec<u8>, digest: String) -> anyhow::Result<Loaded> {
+    /// Compile and start a component; `shown` names it in errors (its file or `oci://` reference).
+    async fn load(&self, name: &str, shown: &str, settings: &PluginConfig, bytes: Vec<u8>, digest: String) -> anyhow::Result<Loaded> {
         if let Some(pinned) = settings.sha256.as_deref().filter(|p| !p.eq_ignore_ascii_case(&digest)) {
-            anyhow::bail!("plugin {name}: {} has SHA-256 {digest}, but its sha256 pins {pinned}: refusing to load it", settings.path.display());
+            anyhow::bail!("plugin {name}: {shown} has SHA-256 {digest}, but its sha256 pins {pinned}: refusing to load it");
         }
         let source = artifacts::Source { engine: &self.engine, name, bytes, digest: &digest, cache_dir: &self.cache_dir, shared: self.shared.as_ref() };
-        let (component, origin) = artifacts::load(source).await.with_context(|| format!("compiling plugin {name} ({})", settings.path.display()))?;
+        let (component, origin) = artifacts::load(source).await.with_context(|| format!("compiling plugin {name} ({shown})"))?;
         let limits = Limits {
             deadline: Duration::from_millis(settings.deadline_ms),
             memory_bytes: (settings.memory_mb as usize) << 20,

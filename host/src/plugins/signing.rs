@@ -120,41 +120,70 @@ pub fn sign(wasm: &Path, secret: &str) -> anyhow::Result<PathBuf> {
     Ok(out)
 }
 
+/// Sign each component of `paths` (a folder: every `*.wasm` in it, such as
+/// the standard plugins' `plugins/dist`): the signature files written.
+pub fn sign_all(paths: &[PathBuf], secret: &str) -> anyhow::Result<Vec<PathBuf>> {
+    let mut components = Vec::new();
+    for path in paths {
+        if !path.is_dir() {
+            components.push(path.clone());
+            continue;
+        }
+        let entries = std::fs::read_dir(path).with_context(|| format!("reading {}", path.display()))?;
+        let mut found: Vec<PathBuf> = entries.flatten().map(|e| e.path()).filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "wasm")).collect();
+        if found.is_empty() {
+            bail!("{} holds no component (*.wasm)", path.display());
+        }
+        found.sort();
+        components.append(&mut found);
+    }
+    components.iter().map(|wasm| sign(wasm, secret)).collect()
+}
+
 /// Check a component whose bytes have `digest` against trusted keys: the
-/// id of the key that signed it, or why it may not load.
-pub fn verify(wasm: &Path, digest: &str, trusted: &[PublicKey]) -> anyhow::Result<String> {
+/// id of the key that signed it, or why it may not load. Errors name it
+/// `shown`: its file, or the `oci://` reference it was pulled from (not
+/// the cache it was pulled into).
+pub fn verify(wasm: &Path, shown: &str, digest: &str, trusted: &[PublicKey]) -> anyhow::Result<String> {
+    let pulled = shown.starts_with("oci://");
     let sig_path = signature_path(wasm);
     let text = match std::fs::read(&sig_path) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!("{} is not signed: {} is missing", wasm.display(), sig_path.display()),
-        Err(e) => return Err(e).with_context(|| format!("reading {}", sig_path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && pulled => bail!("{shown} is not signed: the artifact has no signature (sign the component before `plugin push`)"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let folder = wasm.parent().map_or(".".into(), |d| d.display().to_string());
+            bail!("{shown} is not signed: {} is missing (`map-gateway plugin sign {folder} --key KEY` signs every component there)", sig_path.display())
+        }
+        Err(e) => return Err(e).with_context(|| format!("reading the signature of {shown}")),
     };
-    let file: SignatureFile = serde_json::from_slice(&text).with_context(|| format!("{} is not a signature file", sig_path.display()))?;
+    let file: SignatureFile = serde_json::from_slice(&text).with_context(|| format!("the signature of {shown} is not a signature file"))?;
     if file.version != 1 {
-        bail!("{}: signature version {} is not known", sig_path.display(), file.version);
+        bail!("{shown}: signature version {} is not known", file.version);
     }
     if !file.component.eq_ignore_ascii_case(digest) {
-        bail!("{} was signed as SHA-256 {}, but the file is {digest}", wasm.display(), file.component);
+        bail!("{shown} was signed as SHA-256 {}, but the component is {digest}", file.component);
     }
     let defaults = defaults_digest(wasm)?;
     if file.defaults != defaults {
-        bail!("{}: its defaults ({}) are not the ones that were signed", wasm.display(), wasm.with_extension("toml").display());
+        let which = if pulled { "the artifact's defaults".to_string() } else { wasm.with_extension("toml").display().to_string() };
+        bail!("{shown}: its defaults ({which}) are not the ones that were signed");
     }
     let Some(key) = trusted.iter().find(|k| k.id == file.key) else {
-        bail!("{} is signed by key {}, which is not a trusted signer here", wasm.display(), file.key);
+        bail!("{shown} is signed by key {}, which is not a trusted signer here", file.key);
     };
     let bytes: [u8; 64] = B64.decode(&file.signature).ok().and_then(|b| b.try_into().ok()).context("the signature must be 64 bytes of base64")?;
     key.key
         .verify(statement(digest, defaults.as_deref()).as_bytes(), &Signature::from_bytes(&bytes))
-        .map_err(|_| anyhow::anyhow!("{}: the signature does not match (key {})", wasm.display(), key.id))?;
+        .map_err(|_| anyhow::anyhow!("{shown}: the signature does not match (key {})", key.id))?;
     Ok(key.id.clone())
 }
 
 /// Whether a configuration lets a component load: where the gateway
 /// (`server.plugin_signers`) or a tenant among `users`, those that bind
 /// this component, (`plugin_signers`) names signers, it must be signed by one of each.
-/// The id of the key that signed it, when signatures were checked.
-pub fn admit(config: &crate::config::Config, name: &str, wasm: &Path, digest: &str, users: &[&str]) -> anyhow::Result<Option<String>> {
+/// The id of the key that signed it, when signatures were checked. `shown`
+/// names the component in errors (see `verify`).
+pub fn admit(config: &crate::config::Config, name: &str, wasm: &Path, shown: &str, digest: &str, users: &[&str]) -> anyhow::Result<Option<String>> {
     let gateway = keys(&config.server.plugin_signers).context("server.plugin_signers")?;
     let mut tenants = Vec::new();
     for t in config.tenants.iter().filter(|t| !t.plugin_signers.is_empty() && users.contains(&t.id.as_str())) {
@@ -164,7 +193,7 @@ pub fn admit(config: &crate::config::Config, name: &str, wasm: &Path, digest: &s
         return Ok(None);
     }
     let all: Vec<PublicKey> = gateway.iter().chain(tenants.iter().flat_map(|(_, k)| k)).cloned().collect();
-    let id = verify(wasm, digest, &all).with_context(|| format!("plugin {name}"))?;
+    let id = verify(wasm, shown, digest, &all).with_context(|| format!("plugin {name}"))?;
     if !gateway.is_empty() && !gateway.iter().any(|k| k.id == id) {
         bail!("plugin {name} is signed by key {id}, which is not one of server.plugin_signers");
     }
@@ -182,7 +211,7 @@ pub fn verify_file(wasm: &Path, signers: &[String]) -> anyhow::Result<(String, S
         .map(|s| if s.starts_with(PUBLIC) { Ok(s.clone()) } else { std::fs::read_to_string(s).with_context(|| format!("reading {s}")) })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let digest = crate::store::digest_hex(&std::fs::read(wasm).with_context(|| format!("reading {}", wasm.display()))?);
-    Ok((verify(wasm, &digest, &keys(&texts)?)?, digest))
+    Ok((verify(wasm, &wasm.display().to_string(), &digest, &keys(&texts)?)?, digest))
 }
 
 /// Keys from configuration strings.
@@ -204,13 +233,13 @@ mod tests {
         let (_, stranger) = generate().unwrap();
         let digest = |p: &Path| crate::store::digest_hex(&std::fs::read(p).unwrap());
         sign(&wasm, &secret).unwrap();
-        assert_eq!(verify(&wasm, &digest(&wasm), std::slice::from_ref(&public)).unwrap(), public.id);
-        assert!(verify(&wasm, &digest(&wasm), &[stranger]).unwrap_err().to_string().contains("not a trusted signer"));
+        assert_eq!(verify(&wasm, "p.wasm", &digest(&wasm), std::slice::from_ref(&public)).unwrap(), public.id);
+        assert!(verify(&wasm, "p.wasm", &digest(&wasm), &[stranger]).unwrap_err().to_string().contains("not a trusted signer"));
         std::fs::write(wasm.with_extension("toml"), "deadline_ms = 5").unwrap();
-        assert!(verify(&wasm, &digest(&wasm), std::slice::from_ref(&public)).unwrap_err().to_string().contains("defaults"));
+        assert!(verify(&wasm, "p.wasm", &digest(&wasm), std::slice::from_ref(&public)).unwrap_err().to_string().contains("defaults"));
         sign(&wasm, &secret).unwrap();
         std::fs::write(&wasm, b"tampered").unwrap();
-        assert!(verify(&wasm, &digest(&wasm), std::slice::from_ref(&public)).unwrap_err().to_string().contains("was signed as"));
+        assert!(verify(&wasm, "p.wasm", &digest(&wasm), std::slice::from_ref(&public)).unwrap_err().to_string().contains("was signed as"));
         assert_eq!(PublicKey::parse(&public.text()).unwrap().id, public.id);
         assert!(PublicKey::parse("ed25519:AAAA").is_err() && secret_key(&public.text()).is_err());
         std::fs::remove_dir_all(&dir).unwrap();

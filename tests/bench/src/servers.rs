@@ -142,9 +142,10 @@ impl Server {
                 let _ = child.wait();
                 let text = std::fs::read_to_string(&log).unwrap_or_default();
                 let lines: Vec<&str> = text.lines().collect();
-                // The error a failed start ends with (`Error: …`, its causes), not
-                // the backtrace after it that RUST_BACKTRACE adds; else the last lines.
-                let shown = match lines.iter().rposition(|l| l.starts_with("Error: ")) {
+                // The error a failed start ends with (the gateway's one `error: …`
+                // line; another server's `Error: …` and its causes, not a backtrace
+                // after it); else the last lines.
+                let shown = match lines.iter().rposition(|l| l.starts_with("error: ") || l.starts_with("Error: ")) {
                     Some(at) => lines[at..].iter().take_while(|l| !l.starts_with("Stack backtrace:")).take(15).copied().collect::<Vec<_>>(),
                     None => lines[lines.len().saturating_sub(15)..].to_vec(),
                 };
