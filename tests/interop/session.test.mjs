@@ -2,7 +2,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  startGateway, connectAgent, connectClient, rawParticipant, rawSocket,
+  startGateway, connectAgent, connectClient, rawParticipant, rawSocket, assertMapError,
   agentIds, normType, mentions, eventIdLess, uid, sleep, pollUntil, openConnections, QUIET_MS, WAIT_MS,
 } from './harness.mjs';
 
@@ -171,4 +171,45 @@ test('map/session/list (sessions extension, advertised) via ClientConnection.lis
   const mine = r.sessions.find((x) => x.id === c.sessionId);
   assert.ok(mine, 'own session listed');
   assert.equal(typeof mine.createdAt, 'number');
+});
+
+test('an id names one session: a participant id that is another session\'s agent is refused while that session is connected, and given way to once it dropped', async () => {
+  const observer = await connectClient(gw, { name: uid('ids-observer') });
+  const first = await connectAgent(gw, { name: uid('ids-holder') });
+  const agentId = first.id;
+  assert.notEqual(first.participantId, agentId, 'connected without an agentId: the participant id is another id');
+  const connected = async () => agentIds(await observer.conn.listAgents({ filter: { connected: true } }));
+
+  // Another connection asking for the agent's id as its participant id (as an SDK agent's
+  // reconnect does): refused while the agent's own session is connected.
+  const intruder = await rawSocket(gw);
+  const refused = await intruder.request('map/connect', { protocolVersion: 1, participantType: 'agent', participantId: agentId });
+  assertMapError(refused.error, 3000, 'map/connect {participantId: <a connected session\'s agent>}');
+  assert.match(refused.error.message, /already exists/);
+  intruder.close();
+  // Every answer about the agent agrees with delivery: connected, and reached.
+  assert.ok((await connected()).includes(agentId), 'listed with filter.connected: true');
+  const marker = uid('still-there');
+  assert.deepEqual((await observer.conn.send({ agent: agentId }, { marker })).delivered, [agentId]);
+  await first.tap.waitUntil(() => first.tap.messages((m) => m?.payload?.marker === marker)[0], WAIT_MS, 'map/message at the agent');
+
+  // Nor may another session register an agent under a connected participant's id.
+  const client = await rawSocket(gw);
+  const participantId = uid('named-client');
+  await client.call('map/connect', { protocolVersion: 1, participantType: 'client', participantId });
+  const squatter = await rawParticipant(gw, { participantType: 'agent', name: uid('squatter') });
+  const taken = await squatter.request('map/agents/register', { agentId: participantId });
+  assertMapError(taken.error, 3000, 'map/agents/register {agentId: <another session\'s participant id>}');
+
+  // The agent's connection drops without a goodbye; the same agent connecting anew with its id
+  // (AgentConnection.connect({agentId})) takes it over: the dropped session gives way.
+  first.ws.terminate();
+  await pollUntil(connected, (ids) => !ids.includes(agentId), { timeoutMs: WAIT_MS * 4, what: `${agentId} to be listed as not connected` });
+  const again = await connectAgent(gw, { name: uid('ids-holder'), agentId });
+  assert.equal(again.id, agentId);
+  assert.equal(again.participantId, agentId);
+  assert.ok((await connected()).includes(agentId), 'connected again, on the new session');
+  const marker2 = uid('back');
+  assert.deepEqual((await observer.conn.send({ agent: agentId }, { marker: marker2 })).delivered, [agentId]);
+  await again.tap.waitUntil(() => again.tap.messages((m) => m?.payload?.marker === marker2)[0], WAIT_MS, 'map/message at the agent\'s new connection');
 });

@@ -250,19 +250,8 @@ fn start_session(gw: &Arc<Gateway>, conn: &mut Conn, caller: Authenticated, p: &
             if id.len() > 256 {
                 return Err(RpcError::invalid_params("participantId must be at most 256 characters"));
             }
-            // A participant id belongs to the first principal that used it.
-            let owner = tenant.registry.lock().participant_owners.entry(id.clone()).or_insert_with(|| caller.principal.clone()).clone();
-            if !ids::secrets_equal(&owner, &caller.principal) {
-                return Err(RpcError::new(codes::PERMISSION_DENIED, format!("Participant id {id} belongs to another principal")));
-            }
-            let holder = tenant.registry.lock().participants.get(id).cloned();
-            if let Some(old) = holder {
-                if gw.live(&old).is_some_and(|_| tenant.registry.lock().sessions.get(&old).is_some_and(|s| s.connected)) {
-                    return Err(RpcError::new(codes::AGENT_EXISTS, format!("Participant {id} already exists and is connected")));
-                }
-                // A detached session of the same participant gives way to the new one.
-                gw.expire(&old, "replaced by a new session");
-            }
+            let reclaiming = p.reclaim_agents.as_ref().is_some_and(|r| r.contains(id));
+            claim_participant_id(gw, &tenant, &caller.principal, id, reclaiming)?;
             id.clone()
         }
         _ => ids::prefixed(&participant_type),
@@ -287,6 +276,25 @@ fn start_session(gw: &Arc<Gateway>, conn: &mut Conn, caller: Authenticated, p: &
         home: None,
     };
     Ok(gw.open_session(conn, caller, info))
+}
+
+/// A participant id belongs to the first principal that used it (1003 for
+/// another), and names one session: detached sessions holding it give way
+/// (see `Registry::participant_id_holders`).
+fn claim_participant_id(gw: &Arc<Gateway>, tenant: &Tenant, principal: &Arc<str>, id: &str, reclaiming: bool) -> Result<(), RpcError> {
+    let yielding = {
+        let mut reg = tenant.registry.lock();
+        if reg.participant_owners.get(id).is_some_and(|owner| !ids::secrets_equal(owner, principal)) {
+            return Err(RpcError::new(codes::PERMISSION_DENIED, format!("Participant id {id} belongs to another principal")));
+        }
+        let yielding = reg.participant_id_holders(id, principal, reclaiming)?;
+        reg.participant_owners.entry(id.to_string()).or_insert_with(|| principal.clone());
+        yielding
+    };
+    for old in yielding {
+        gw.expire(&old, "replaced by a new session");
+    }
+    Ok(())
 }
 
 fn connect_result(gw: &Gateway, active: &Active, draft: bool, p: &ConnectParams) -> Value {
