@@ -28,7 +28,8 @@ pub struct SessionInfo {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub disconnected_at: Option<u64>,
     /// What happens to the agents when the session ends: unregister, orphan or
-    /// grace-period (kept until the resume window closes).
+    /// grace-period (kept until the resume window closes), as `map/connect`
+    /// said, or `map/disconnect` since.
     #[serde(skip)]
     pub agent_behavior: String,
     #[serde(skip)]

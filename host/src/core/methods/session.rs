@@ -161,9 +161,7 @@ pub fn connect(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out,
         return Err(RpcError::invalid_params("participantType must be client, agent, gateway or system"));
     }
     if let Some(b) = p.disconnect_policy.as_ref().and_then(|d| d.agent_behavior.as_deref()) {
-        if !matches!(b, "unregister" | "orphan" | "grace-period") {
-            return Err(RpcError::invalid_params("disconnectPolicy.agentBehavior must be unregister, orphan or grace-period"));
-        }
+        check_behavior("disconnectPolicy", b)?;
     }
     let caller = match caller_for(gw, conn, p.auth.as_ref()) {
         Ok(caller) => caller,
@@ -358,21 +356,51 @@ pub fn authenticate(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result
     }
 }
 
+/// What a disconnect policy may say becomes of the agents.
+fn check_behavior(field: &str, behavior: &str) -> Result<(), RpcError> {
+    match behavior {
+        "unregister" | "orphan" | "grace-period" => Ok(()),
+        _ => Err(RpcError::invalid_params(format!("{field}.agentBehavior must be unregister, orphan or grace-period"))),
+    }
+}
+
 #[derive(Deserialize, Default)]
 #[serde(default)]
 struct DisconnectParams {
     reason: Option<String>,
+    /// Replaces the one `map/connect` gave (the SDK's `TestServer` reads `policy`).
+    #[serde(alias = "disconnectPolicy")]
+    policy: Option<DisconnectPolicy>,
     /// Draft `map/shutdown`: also unregister the caller's agents.
     cascade: bool,
 }
 
+/// The session's disconnect policy now: the one given at disconnect, kept
+/// for the session's end, else the one given at connect.
+fn behavior_now(active: &Active, given: Option<String>) -> String {
+    let mut reg = active.tenant.registry.lock();
+    match (given, reg.sessions.get_mut(&active.session_id)) {
+        (Some(given), Some(info)) => {
+            info.agent_behavior.clone_from(&given);
+            given
+        }
+        (given, info) => given.or(info.map(|i| i.agent_behavior.clone())).unwrap_or_default(),
+    }
+}
+
+/// Say goodbye: the agents are unregistered or orphaned now, as the policy
+/// says (`grace-period` keeps them until the resume window closes).
 pub fn disconnect(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out, RpcError> {
     let active = conn.active()?.clone();
     let p: DisconnectParams = req.params()?;
+    let given = p.policy.and_then(|d| d.agent_behavior);
+    if let Some(b) = &given {
+        check_behavior("policy", b)?;
+    }
     let reason = p.reason.unwrap_or_else(|| "disconnected".into());
-    let unregister = p.cascade || active.tenant.registry.lock().sessions.get(&active.session_id).is_some_and(|s| s.agent_behavior == "unregister");
-    if unregister {
-        release_agents(&active.tenant, &active.session_id, false, &reason);
+    let behavior = if p.cascade { "unregister".into() } else { behavior_now(&active, given) };
+    if behavior != "grace-period" {
+        release_agents(&active.tenant, &active.session_id, behavior == "orphan", &reason);
     }
     let info = active.tenant.registry.lock().sessions.get(&active.session_id).cloned();
     // The session id stops admitting HTTP requests; its resume token still resumes it.
