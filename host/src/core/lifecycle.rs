@@ -293,6 +293,8 @@ impl Gateway {
             outbox.attach(conn.tx.clone());
         }
         tenant.fabric.join(&info.id, outbox.clone());
+        // Its subscriptions come back as blind as its permissions say.
+        tenant.fabric.observing(&info.id, super::permissions::observes(&info));
         let extensions = tenant.extensions();
         for sub in tenant.fabric.parked_subscriptions(&info.id) {
             if let Ok(filter) = sub.filter.clone().resolve(|key| extensions.data_filter(key)) {
