@@ -210,34 +210,9 @@ pub fn connect(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out,
     let mut result = connect_result(gw, &active, draft, &p);
     result["resumeToken"] = json!(gw.live(&active.session_id).map(|l| l.resume_token));
     if let Some(ids) = p.reclaim_agents.as_deref().filter(|ids| !ids.is_empty()) {
-        result["reclaimedAgents"] = json!(reclaim(&active, ids));
+        result["reclaimedAgents"] = json!(super::takeover::reclaim(&active, ids));
     }
     Ok(result.into())
-}
-
-/// Take over orphaned agents (their session ended with the `orphan` policy);
-/// agents that are not orphaned are left alone and not listed.
-fn reclaim(active: &Active, ids: &[String]) -> Vec<crate::core::model::Agent> {
-    let mut reclaimed = Vec::new();
-    let mut events = Vec::new();
-    {
-        let mut reg = active.tenant.registry.lock();
-        for id in ids {
-            let Some(agent) = reg.agents.get_mut(id).filter(|a| a.state == "orphaned" && a.session.is_empty()) else { continue };
-            agent.session = active.session_id.clone();
-            agent.owner_id = active.participant_id.clone();
-            agent.state = "active".into();
-            agent.lifecycle.last_state_change = ids::now_ms();
-            let data = json!({"agentId": id, "agent": agent, "previousState": "orphaned", "newState": "active", "reason": "reclaimed"});
-            events.push(crate::core::lifecycle::agent_event("agent_state_changed", agent, data));
-            reclaimed.push(agent.clone());
-            if let Some(s) = reg.sessions.get_mut(&active.session_id) {
-                s.agents.push(id.clone());
-            }
-        }
-    }
-    crate::core::lifecycle::publish_agent_events(&active.tenant, events);
-    reclaimed
 }
 
 fn start_session(gw: &Arc<Gateway>, conn: &mut Conn, caller: Authenticated, p: &ConnectParams, session_id: String) -> Result<Active, RpcError> {
@@ -249,7 +224,7 @@ fn start_session(gw: &Arc<Gateway>, conn: &mut Conn, caller: Authenticated, p: &
                 return Err(RpcError::invalid_params("participantId must be at most 256 characters"));
             }
             let reclaiming = p.reclaim_agents.as_ref().is_some_and(|r| r.contains(id));
-            claim_participant_id(gw, &tenant, &caller.principal, id, reclaiming)?;
+            super::takeover::claim_participant_id(gw, &tenant, &caller.principal, id, reclaiming)?;
             id.clone()
         }
         _ => ids::prefixed(&participant_type),
@@ -274,25 +249,6 @@ fn start_session(gw: &Arc<Gateway>, conn: &mut Conn, caller: Authenticated, p: &
         home: None,
     };
     Ok(gw.open_session(conn, caller, info))
-}
-
-/// A participant id belongs to the first principal that used it (1003 for
-/// another), and names one session: detached sessions holding it give way
-/// (see `Registry::participant_id_holders`).
-fn claim_participant_id(gw: &Arc<Gateway>, tenant: &Tenant, principal: &Arc<str>, id: &str, reclaiming: bool) -> Result<(), RpcError> {
-    let yielding = {
-        let mut reg = tenant.registry.lock();
-        if reg.participant_owners.get(id).is_some_and(|owner| !ids::secrets_equal(owner, principal)) {
-            return Err(RpcError::new(codes::PERMISSION_DENIED, format!("Participant id {id} belongs to another principal")));
-        }
-        let yielding = reg.participant_id_holders(id, principal, reclaiming)?;
-        reg.participant_owners.entry(id.to_string()).or_insert_with(|| principal.clone());
-        yielding
-    };
-    for old in yielding {
-        gw.expire(&old, "replaced by a new session");
-    }
-    Ok(())
 }
 
 fn connect_result(gw: &Gateway, active: &Active, draft: bool, p: &ConnectParams) -> Value {
