@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use serde_json::json;
+use serde_json::{json, Value};
 
 /// A deadline for a one-second resume window to close and the session to
 /// expire: generous, since the wait ends as soon as the event comes.
@@ -164,16 +164,18 @@ async fn resume_after_the_window_closes_fails_and_agents_are_gone() {
 async fn orphaned_agents_can_be_reclaimed() {
     let gw = Gateway::start_config("resume_window_secs = 1", "");
     let mut ws = gw.ws().await;
-    ws.call_ok("map/connect", json!({"protocolVersion": 1, "participantType": "agent", "disconnectPolicy": {"agentBehavior": "orphan"}})).await;
+    ws.call_ok("map/connect", json!({"protocolVersion": 1, "participantType": "agent", "participantId": "orphan-owner", "disconnectPolicy": {"agentBehavior": "orphan"}})).await;
     ws.call_ok("map/agents/register", json!({"agentId": "orphan-me"})).await;
     let (mut other, _) = gw.ws_connected("client", None).await;
     other.call_ok("map/subscribe", json!({"filter": {"eventTypes": ["agent_orphaned"]}})).await;
     ws.call_ok("map/disconnect", json!({})).await;
     let (orphaned, _) = other.notification_where(WINDOW_CLOSED, |n| n["method"] == "map/event" && n["params"]["event"]["data"]["agentId"] == "orphan-me").await;
-    orphaned.expect("agent_orphaned when the resume window closes");
+    let orphaned = orphaned.expect("agent_orphaned at the goodbye");
+    assert_eq!(orphaned["params"]["event"]["data"]["previousOwner"], "orphan-owner", "{orphaned}");
 
     let got = other.call_ok("map/agents/get", json!({"agentId": "orphan-me"})).await;
     assert_eq!(got["agent"]["state"], "orphaned", "{got}");
+    assert_eq!(got["agent"]["ownerId"], Value::Null, "owned by nobody: {got}");
 
     let mut heir = gw.ws().await;
     let hello = heir.call_ok("map/connect", json!({"protocolVersion": 1, "participantType": "agent", "reclaimAgents": ["orphan-me"]})).await;

@@ -89,6 +89,33 @@ test('a system participant revokes flags: merged per group, the next requests ge
   assert.equal(bystander.tap.events(idle.id).length, 0, 'a plain client of the tenant does not see other participants\' permissions');
 });
 
+test('observation.canObserve revoked: a subscription made before sends only the notices of the session\'s permissions; granted back, it goes on without a gap', async () => {
+  const system = await connectSystem(gw);
+  const client = await connectClient(gw, { name: uid('observer') });
+  const sub = await client.conn.subscribe({ eventTypes: ['agent_registered', 'permissions_client_updated'] });
+  const registered = (id) => (ev) => typeIs('agent_registered')(ev) && ev.data?.agentId === id;
+  const first = await connectAgent(gw, { name: uid('before') });
+  await client.tap.waitForEvents(sub.id, registered(first.id));
+
+  await system.call('map/permissions/update', { clientId: client.participantId, permissions: { observation: { canObserve: false } } });
+  await client.tap.waitForEvents(sub.id, typeIs('permissions_client_updated'));
+  const unseen = await connectAgent(gw, { name: uid('while-revoked') });
+  await system.call('map/permissions/update', { clientId: client.participantId, permissions: { observation: { canObserve: true } } });
+  await client.tap.waitForEvents(sub.id, typeIs('permissions_client_updated'), 2);
+  const last = await connectAgent(gw, { name: uid('after') });
+  await client.tap.waitForEvents(sub.id, registered(last.id));
+
+  // One socket, in order: had the registration made while revoked been sent, it would be here by now.
+  const got = client.tap.events(sub.id);
+  assert.deepEqual(got.map((p) => [normType(p.event.type), p.event.data?.agentId ?? null]), [
+    ['agent_registered', first.id],
+    ['permissions_client_updated', null],
+    ['permissions_client_updated', null],
+    ['agent_registered', last.id],
+  ], `nothing about ${unseen.id}`);
+  assert.deepEqual(got.map((p) => p.sequenceNumber), [1, 2, 3, 4], 'numbered without a gap');
+});
+
 test('lifecycle.canRegister revoked: the agent\'s next register and update get 1003, then work again', async () => {
   const system = await connectSystem(gw);
   const agent = await connectAgent(gw, { name: uid('worker') });
@@ -170,5 +197,23 @@ describe('two nodes: the target served by node a, the update made on node b', ()
     await system.call('map/permissions/update', { clientId: target.participantId, permissions: { messaging: { canSend: true } } });
     const sent = await target.conn.send({ agent: peer.id }, { marker: uid('y') });
     assert.deepEqual(sent.delivered, [peer.id], 'granted back, from node b');
+  });
+  test('observation.canObserve revoked from node b: the target\'s subscription on node a stops sending, and goes on once granted back', async () => {
+    const { a, b } = cluster.nodes;
+    const target = await connectClient(a, { name: uid('observer-on-a') });
+    const sub = await target.conn.subscribe({ eventTypes: ['agent_registered'] });
+    // Fan-out on node a serves both subscriptions at once: once the bystander has an event, the target's was decided.
+    const bystander = await connectClient(a, { name: uid('bystander-on-a') });
+    const seen = await bystander.conn.subscribe({ eventTypes: ['agent_registered'] });
+    const system = await connectSystem(b);
+    await pollUntil(() => system.call('map/permissions/update', { clientId: target.participantId, permissions: { observation: { canObserve: false } } }).then(() => true, () => false),
+      (done) => done, { timeoutMs: 10_000, what: `participant ${target.participantId} known on node b` });
+    const unseen = await connectAgent(a, { name: uid('while-revoked') });
+    await bystander.tap.waitForEvents(seen.id, (e) => e.data?.agentId === unseen.id);
+    await system.call('map/permissions/update', { clientId: target.participantId, permissions: { observation: { canObserve: true } } });
+    const last = await connectAgent(a, { name: uid('after') });
+    const [ev] = await target.tap.waitForEvents(sub.id, (e) => e.data?.agentId === last.id);
+    assert.equal(ev.sequenceNumber, 1, 'the first event it sent');
+    assert.deepEqual(target.tap.events(sub.id).map((p) => p.event.data?.agentId), [last.id], `nothing about ${unseen.id}`);
   });
 });

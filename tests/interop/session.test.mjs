@@ -1,8 +1,9 @@
 // Session resume via resumeToken, and map/replay after a reconnect.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { isOrphanedAgent } from '@multi-agent-protocol/sdk';
 import {
-  startGateway, connectAgent, connectClient, rawParticipant, rawSocket,
+  startGateway, connectBase, connectAgent, connectClient, rawParticipant, rawSocket, assertMapError, rejectsWithCode,
   agentIds, normType, mentions, eventIdLess, uid, sleep, pollUntil, openConnections, QUIET_MS, WAIT_MS,
 } from './harness.mjs';
 
@@ -171,4 +172,78 @@ test('map/session/list (sessions extension, advertised) via ClientConnection.lis
   const mine = r.sessions.find((x) => x.id === c.sessionId);
   assert.ok(mine, 'own session listed');
   assert.equal(typeof mine.createdAt, 'number');
+});
+
+test('an id names one session: a participant id that is another session\'s agent is refused while that session is connected, and given way to once it dropped', async () => {
+  const observer = await connectClient(gw, { name: uid('ids-observer') });
+  const first = await connectAgent(gw, { name: uid('ids-holder') });
+  const agentId = first.id;
+  assert.notEqual(first.participantId, agentId, 'connected without an agentId: the participant id is another id');
+  const connected = async () => agentIds(await observer.conn.listAgents({ filter: { connected: true } }));
+
+  // Another connection asking for the agent's id as its participant id (as an SDK agent's
+  // reconnect does): refused while the agent's own session is connected.
+  const intruder = await rawSocket(gw);
+  const refused = await intruder.request('map/connect', { protocolVersion: 1, participantType: 'agent', participantId: agentId });
+  assertMapError(refused.error, 3000, 'map/connect {participantId: <a connected session\'s agent>}');
+  assert.match(refused.error.message, /already exists/);
+  intruder.close();
+  // Every answer about the agent agrees with delivery: connected, and reached.
+  assert.ok((await connected()).includes(agentId), 'listed with filter.connected: true');
+  const marker = uid('still-there');
+  assert.deepEqual((await observer.conn.send({ agent: agentId }, { marker })).delivered, [agentId]);
+  await first.tap.waitUntil(() => first.tap.messages((m) => m?.payload?.marker === marker)[0], WAIT_MS, 'map/message at the agent');
+
+  // Nor may another session register an agent under a connected participant's id.
+  const client = await rawSocket(gw);
+  const participantId = uid('named-client');
+  await client.call('map/connect', { protocolVersion: 1, participantType: 'client', participantId });
+  const squatter = await rawParticipant(gw, { participantType: 'agent', name: uid('squatter') });
+  const taken = await squatter.request('map/agents/register', { agentId: participantId });
+  assertMapError(taken.error, 3000, 'map/agents/register {agentId: <another session\'s participant id>}');
+
+  // The agent's connection drops without a goodbye; the same agent connecting anew with its id
+  // (AgentConnection.connect({agentId})) takes it over: the dropped session gives way.
+  first.ws.terminate();
+  await pollUntil(connected, (ids) => !ids.includes(agentId), { timeoutMs: WAIT_MS * 4, what: `${agentId} to be listed as not connected` });
+  const again = await connectAgent(gw, { name: uid('ids-holder'), agentId });
+  assert.equal(again.id, agentId);
+  assert.equal(again.participantId, agentId);
+  assert.ok((await connected()).includes(agentId), 'connected again, on the new session');
+  const marker2 = uid('back');
+  assert.deepEqual((await observer.conn.send({ agent: agentId }, { marker: marker2 })).delivered, [agentId]);
+  await again.tap.waitUntil(() => again.tap.messages((m) => m?.payload?.marker === marker2)[0], WAIT_MS, 'map/message at the agent\'s new connection');
+});
+
+test('map/disconnect {policy}: orphan at once, with agent_orphaned {previousOwner} and ownerId null (the SDK\'s isOrphanedAgent); the goodbye\'s policy replaces the connect\'s', async () => {
+  const observer = await connectClient(gw, { name: uid('policy-observer') });
+  const sub = await observer.conn.subscribe({ eventTypes: ['agent_orphaned', 'agent_unregistered'] });
+  const about = (id) => (ev) => ev?.data?.agentId === id;
+
+  // As the SDK's own tests do it: BaseConnection, register, then a goodbye saying orphan.
+  const leaving = await connectBase(gw);
+  const hello = await leaving.request('map/connect', { protocolVersion: 1, participantType: 'agent', name: uid('orphaner') });
+  const { agent } = await leaving.request('map/agents/register', { name: uid('orphan-me') });
+  assert.equal(agent.ownerId, hello.participantId);
+  const bye = await leaving.request('map/disconnect', { policy: { agentBehavior: 'orphan' } });
+  assert.equal(typeof bye.resumeToken, 'string', 'still resumable');
+  const [ev] = await observer.tap.waitForEvents(sub.id, about(agent.id));
+  assert.equal(normType(ev.event.type), 'agent_orphaned');
+  assert.equal(ev.event.data.previousOwner, hello.participantId, JSON.stringify(ev.event.data));
+  assert.equal(ev.event.data.ownerId, null);
+  const { agent: orphan } = await observer.conn.getAgent(agent.id);
+  assert.equal(orphan.state, 'orphaned');
+  assert.equal(isOrphanedAgent(orphan), true, `ownerId null: ${JSON.stringify(orphan)}`);
+
+  // A connect's orphan policy, replaced at the goodbye by unregister.
+  const other = await connectBase(gw);
+  await other.request('map/connect', { protocolVersion: 1, participantType: 'agent', disconnectPolicy: { agentBehavior: 'orphan' } });
+  const { agent: second } = await other.request('map/agents/register', { name: uid('unregister-me') });
+  // A policy that is none of the three is refused, and the session goes on.
+  await rejectsWithCode(other.request('map/disconnect', { policy: { agentBehavior: 'vanish' } }), -32602, 'unknown agentBehavior');
+  await other.request('map/disconnect', { policy: { agentBehavior: 'unregister' } });
+  const [gone] = await observer.tap.waitForEvents(sub.id, about(second.id));
+  assert.equal(normType(gone.event.type), 'agent_unregistered');
+  await rejectsWithCode(observer.conn.getAgent(second.id), 2001, 'unregistered at the goodbye');
+  assert.equal(observer.tap.events(sub.id).length, 2, 'one event per agent');
 });

@@ -283,6 +283,10 @@ impl Fabric for ClusterFabric {
         self.local.pause(session, subscription, paused)
     }
 
+    fn observing(&self, session: &str, allowed: bool) {
+        self.local.observing(session, allowed)
+    }
+
     fn replay(&self, query: &ReplayQuery) -> ReplayPage {
         self.local.replay(query)
     }

@@ -30,7 +30,8 @@ pub enum StreamRefused {
 pub(crate) fn agent_event(kind: &'static str, agent: &Agent, mut data: Value) -> NewEvent {
     if let Value::Object(d) = &mut data {
         d.entry("agentId").or_insert_with(|| json!(agent.id));
-        d.entry("ownerId").or_insert_with(|| json!(agent.owner_id));
+        // An orphan's owner is null, as the SDK's `isOrphanedAgent` reads it.
+        d.entry("ownerId").or_insert_with(|| if agent.owner_id.is_empty() { Value::Null } else { json!(agent.owner_id) });
         if let Some(name) = &agent.name {
             d.entry("name").or_insert_with(|| json!(name));
         }
@@ -38,7 +39,7 @@ pub(crate) fn agent_event(kind: &'static str, agent: &Agent, mut data: Value) ->
             d.entry("role").or_insert_with(|| json!(&**role));
         }
     }
-    let source = Source { agent_id: Some(agent.id.clone()), participant_id: Some(agent.owner_id.clone()), scope_id: None };
+    let source = Source { agent_id: Some(agent.id.clone()), participant_id: Some(agent.owner_id.clone()).filter(|o| !o.is_empty()), scope_id: None };
     let mut ev = NewEvent::new(kind, source, data);
     if agent.visibility.as_deref().is_some_and(|v| v != "public") {
         ev.hidden_agent = Some(Box::new(agent.clone()));
@@ -83,27 +84,28 @@ pub(crate) fn publish_agent_events(tenant: &Tenant, mut events: Vec<NewEvent>) {
 /// agents must not stall the tenant (or the process) while it ends.
 const RELEASE_BATCH: usize = 256;
 
-/// Unregister every agent of a session (or orphan them) and publish the
-/// events, in batches, each in time linear in its size; the events are
-/// made after the lock is released. Very many agents are released off
-/// the runtime's worker (see `off_worker`).
+/// Unregister every agent of a session (or orphan them: `agent_orphaned`
+/// says who owned each, `previousOwner`) and publish the events, in
+/// batches, each in time linear in its size; the events are made after the
+/// lock is released. Very many agents are released off the runtime's
+/// worker (see `off_worker`).
 pub(crate) fn release_agents(tenant: &Tenant, session_id: &str, orphan: bool, reason: &str) {
     let owned = match tenant.registry.lock().sessions.get_mut(session_id) {
         Some(s) => std::mem::take(&mut s.agents),
         None => return,
     };
-    let kind = if orphan { "agent_orphaned" } else { "agent_unregistered" };
     let release = || {
         for batch in owned.chunks(RELEASE_BATCH) {
-            let released: Vec<Agent> = {
+            // Each agent as it is now, with the participant that owned it.
+            let released: Vec<(Agent, String)> = {
                 let mut reg = tenant.registry.lock();
                 if orphan {
-                    batch.iter().filter_map(|id| orphaned(reg.agents.get_mut(id)?)).collect()
+                    batch.iter().filter_map(|id| reg.agents.get_mut(id).map(orphaned)).collect()
                 } else {
-                    reg.remove_agents(batch)
+                    reg.remove_agents(batch).into_iter().map(|a| (a, String::new())).collect()
                 }
             };
-            let events = released.iter().map(|a| agent_event(kind, a, json!({"agentId": a.id, "agent": a, "reason": reason}))).collect();
+            let events = released.iter().map(|(a, owner)| released_event(a, owner, orphan, reason)).collect();
             publish_agent_events(tenant, events);
         }
     };
@@ -114,12 +116,22 @@ pub(crate) fn release_agents(tenant: &Tenant, session_id: &str, orphan: bool, re
     }
 }
 
-/// Mark an agent orphaned: its copy as it is now.
-fn orphaned(a: &mut Agent) -> Option<Agent> {
+/// Mark an agent orphaned, owned by nobody: its copy as it is now, and who owned it.
+fn orphaned(a: &mut Agent) -> (Agent, String) {
     a.state = "orphaned".into();
     a.lifecycle.last_state_change = ids::now_ms();
     a.session = String::new();
-    Some(a.clone())
+    let owner = std::mem::take(&mut a.owner_id);
+    (a.clone(), owner)
+}
+
+/// `agent_orphaned` (with `previousOwner`) or `agent_unregistered`.
+fn released_event(a: &Agent, owner: &str, orphan: bool, reason: &str) -> NewEvent {
+    if orphan {
+        agent_event("agent_orphaned", a, json!({"agentId": a.id, "agent": a, "previousOwner": owner, "reason": reason}))
+    } else {
+        agent_event("agent_unregistered", a, json!({"agentId": a.id, "agent": a, "reason": reason}))
+    }
 }
 
 /// Run long synchronous work on a runtime worker while the runtime moves
@@ -281,6 +293,8 @@ impl Gateway {
             outbox.attach(conn.tx.clone());
         }
         tenant.fabric.join(&info.id, outbox.clone());
+        // Its subscriptions come back as blind as its permissions say.
+        tenant.fabric.observing(&info.id, super::permissions::observes(&info));
         let extensions = tenant.extensions();
         for sub in tenant.fabric.parked_subscriptions(&info.id) {
             if let Ok(filter) = sub.filter.clone().resolve(|key| extensions.data_filter(key)) {

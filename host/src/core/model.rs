@@ -11,7 +11,9 @@ use crate::rpc::{codes, RpcError};
 #[serde(rename_all = "camelCase")]
 pub struct Agent {
     pub id: String,
-    /// Participant id of the session that owns the agent.
+    /// Participant id of the session that owns the agent; empty while it
+    /// is orphaned, and `null` on the wire then (the SDK's `isOrphanedAgent`).
+    #[serde(serialize_with = "owner_or_null", deserialize_with = "null_or_owner")]
     pub owner_id: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
@@ -50,6 +52,18 @@ pub struct Agent {
     /// The state before `map/agents/suspend`, which resume restores.
     #[serde(skip)]
     pub suspended_from: Option<String>,
+}
+
+fn owner_or_null<S: serde::Serializer>(owner: &str, s: S) -> Result<S::Ok, S::Error> {
+    if owner.is_empty() {
+        s.serialize_none()
+    } else {
+        s.serialize_str(owner)
+    }
+}
+
+fn null_or_owner<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    Ok(Option::<String>::deserialize(d)?.unwrap_or_default())
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -19,7 +19,7 @@ use crate::rpc::{codes, RpcError};
 /// `map/unsubscribe` needs none, so a revoked observer can still let go.
 pub fn required(method: &str) -> Option<&'static str> {
     Some(match method {
-        "map/subscribe" | "map/replay" => "observation.canObserve",
+        "map/subscribe" | "map/replay" => OBSERVE,
         "map/agents/list" | "map/agents/get" | "map/scopes/list" | "map/scopes/get" | "map/scopes/members" | "map/structure/graph" => "observation.canQuery",
         "map/agents/register" | "map/agents/update" => "lifecycle.canRegister",
         "map/agents/spawn" => "lifecycle.canSpawn",
@@ -57,6 +57,15 @@ pub fn changed(info: &SessionInfo, path: &str) -> Option<bool> {
 /// Whether the session's flag at `path` has been revoked.
 pub fn revoked(info: &SessionInfo, path: &str) -> bool {
     changed(info, path) == Some(false)
+}
+
+/// What subscribing and replay need, and what a subscription delivers by.
+pub const OBSERVE: &str = "observation.canObserve";
+
+/// Whether a session may observe now: its subscriptions deliver only while
+/// it may (see `Fabric::observing`).
+pub fn observes(info: &SessionInfo) -> bool {
+    !revoked(info, OBSERVE)
 }
 
 pub fn denied(path: &str) -> RpcError {

@@ -28,7 +28,8 @@ pub struct SessionInfo {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub disconnected_at: Option<u64>,
     /// What happens to the agents when the session ends: unregister, orphan or
-    /// grace-period (kept until the resume window closes).
+    /// grace-period (kept until the resume window closes), as `map/connect`
+    /// said, or `map/disconnect` since.
     #[serde(skip)]
     pub agent_behavior: String,
     #[serde(skip)]
@@ -183,17 +184,59 @@ impl Registry {
         found
     }
 
-    /// Since when (Unix ms) a participant or agent id has had a live,
-    /// connected session: a participant since its session was last taken up,
-    /// an agent since it registered (or since its session resumed, if later).
-    /// `None` for unknown ids, orphaned agents and detached sessions.
-    pub fn connected_since(&self, id: &str) -> Option<u64> {
-        let live = |session: &str| self.sessions.get(session).filter(|s| s.connected);
-        if let Some(session) = self.participants.get(id) {
-            return live(session).map(|s| s.connected_at);
+    /// The session an id reaches, as `map/send` finds it: an agent's owning
+    /// session (none while the agent is orphaned), else a participant's.
+    /// Every answer about who an id is and whether it is connected reads
+    /// this, so none can disagree with delivery.
+    pub fn session_for(&self, id: &str) -> Option<&SessionInfo> {
+        match self.agents.get(id) {
+            Some(agent) => self.sessions.get(&agent.session),
+            None => self.sessions.get(self.participants.get(id)?),
         }
-        let agent = self.agents.get(id)?;
-        live(&agent.session).map(|s| agent.lifecycle.created_at.max(s.connected_at))
+    }
+
+    /// Since when (Unix ms) an agent or participant id has had a live,
+    /// connected session (see `session_for`): an agent since it registered
+    /// (or since its session resumed, if later), a participant since its
+    /// session was last taken up. `None` for unknown ids, orphaned agents
+    /// and detached sessions.
+    pub fn connected_since(&self, id: &str) -> Option<u64> {
+        let session = self.session_for(id).filter(|s| s.connected)?;
+        Some(self.agents.get(id).map_or(session.connected_at, |a| a.lifecycle.created_at.max(session.connected_at)))
+    }
+
+    /// Whether a new session of `principal` may take `id` as its participant
+    /// id: not while another session is connected as that participant or
+    /// owns an agent of that id (3000), so an id never names two sessions.
+    /// A detached session of this node holding it gives way: its id is
+    /// returned, to be ended first (agents of the same principal only, and
+    /// only if ending it leaves no orphan of that id, unless `reclaiming`
+    /// it; an orphan of that id likewise only to be reclaimed).
+    pub fn participant_id_holders(&self, id: &str, principal: &str, reclaiming: bool) -> Result<Vec<String>, RpcError> {
+        let taken = |what: &str| {
+            Err(RpcError::new(codes::AGENT_EXISTS, format!("{what} {id} already exists; a participant id may name no other session's participant or agent")))
+        };
+        let mut yielding = Vec::new();
+        if let Some(holder) = self.participants.get(id).and_then(|s| self.sessions.get(s)) {
+            if holder.connected {
+                return taken("Participant");
+            }
+            // Another node's detached session keeps its agents; the id moves here.
+            if holder.home.is_none() {
+                yielding.push(holder.id.clone());
+            }
+        }
+        if let Some(agent) = self.agents.get(id) {
+            let owner = self.sessions.get(&agent.session);
+            let leaves = owner.is_some_and(|s| {
+                !s.connected && s.home.is_none() && crate::ids::secrets_equal(&s.principal, principal) && (reclaiming || s.agent_behavior != "orphan")
+            });
+            if !(leaves || (agent.session.is_empty() && reclaiming)) {
+                return taken("Agent");
+            }
+            yielding.extend(owner.map(|s| s.id.clone()).filter(|s| !yielding.contains(s)));
+        }
+        Ok(yielding)
     }
 
     /// Ancestors of an agent, nearest first, at most `depth` levels.
@@ -431,5 +474,41 @@ mod tests {
         reg.sessions.get_mut("s1").unwrap().connected = false;
         assert_eq!(reg.connected_since("p1"), None, "a dropped session awaiting resume is not connected");
         assert_eq!(reg.connected_since("a1"), None);
+    }
+
+    #[test]
+    fn an_agent_id_reaches_its_owner_before_a_participant_of_that_id() {
+        let mut reg = registry(vec![session("s1", "p1", Value::Null, 100), session("s2", "x", Value::Null, 200)]);
+        reg.agents.insert("x".into(), agent("x", "s1", 150));
+        reg.sessions.get_mut("s2").unwrap().connected = false;
+        assert_eq!(reg.session_for("x").map(|s| s.id.as_str()), Some("s1"), "as map/send {{agent}} finds it");
+        assert_eq!(reg.connected_since("x"), Some(150));
+        reg.agents.get_mut("x").unwrap().session = String::new();
+        assert_eq!(reg.session_for("x").map(|s| s.id.as_str()), None, "an orphan reaches nobody");
+        assert_eq!(reg.connected_since("x"), None);
+    }
+
+    #[test]
+    fn a_participant_id_is_had_only_where_no_other_session_holds_it() {
+        let mut reg = registry(vec![session("s1", "p1", Value::Null, 100), session("s2", "p2", Value::Null, 100)]);
+        reg.agents.insert("a1".into(), agent("a1", "s1", 150));
+        reg.agents.insert("a2".into(), agent("a2", "s2", 150));
+        reg.agents.insert("orphan".into(), agent("orphan", "", 50));
+        let code = |r: Result<Vec<String>, RpcError>| r.map_err(|e| e.code);
+        assert_eq!(code(reg.participant_id_holders("p1", "p", false)), Err(codes::AGENT_EXISTS), "a connected participant");
+        assert_eq!(code(reg.participant_id_holders("a1", "p", false)), Err(codes::AGENT_EXISTS), "a connected session's agent");
+        assert_eq!(code(reg.participant_id_holders("fresh", "p", false)), Ok(vec![]));
+        assert_eq!(code(reg.participant_id_holders("orphan", "p", false)), Err(codes::AGENT_EXISTS), "an orphan, unless reclaimed");
+        assert_eq!(code(reg.participant_id_holders("orphan", "p", true)), Ok(vec![]));
+        reg.sessions.get_mut("s1").unwrap().connected = false;
+        assert_eq!(code(reg.participant_id_holders("p1", "p", false)), Ok(vec!["s1".into()]), "a detached session gives way");
+        assert_eq!(code(reg.participant_id_holders("a1", "p", false)), Ok(vec!["s1".into()]), "…for its agent too");
+        assert_eq!(code(reg.participant_id_holders("a1", "q", false)), Err(codes::AGENT_EXISTS), "not to another principal");
+        reg.sessions.get_mut("s1").unwrap().agent_behavior = "orphan".into();
+        assert_eq!(code(reg.participant_id_holders("a1", "p", false)), Err(codes::AGENT_EXISTS), "its end would leave an orphan of that id");
+        assert_eq!(code(reg.participant_id_holders("a1", "p", true)), Ok(vec!["s1".into()]), "…that this session reclaims");
+        reg.sessions.get_mut("s1").unwrap().home = Some("other-node".into());
+        assert_eq!(code(reg.participant_id_holders("a1", "p", true)), Err(codes::AGENT_EXISTS), "another node's session cannot be ended here");
+        assert_eq!(code(reg.participant_id_holders("p1", "p", false)), Ok(vec![]), "its participant id moves here");
     }
 }

@@ -144,7 +144,7 @@ impl Tenant {
         self.fabric.publish(event);
     }
 
-    /// The sessions that speak for these participant or agent ids now.
+    /// The sessions that speak for these agent or participant ids now (see `Registry::session_for`).
     pub fn sessions_of(&self, ids: &[String]) -> Vec<String> {
         self.sessions_for(ids, None)
     }
@@ -156,8 +156,7 @@ impl Tenant {
         let mut reg = self.registry.lock();
         let mut sessions: Vec<String> = ids
             .iter()
-            .filter_map(|id| reg.participants.get(id).cloned().or_else(|| reg.agents.get(id).map(|a| a.session.clone())))
-            .filter(|s| !s.is_empty())
+            .filter_map(|id| reg.session_for(id).map(|s| s.id.clone()))
             .collect();
         if let Some(path) = capability {
             sessions.extend(reg.sessions_with_capability(path));

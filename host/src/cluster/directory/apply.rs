@@ -27,12 +27,18 @@ pub(super) fn apply(node: &str, tenants: &foldhash::HashMap<String, MirroredTena
         t.tenant.restricted.store(true, std::sync::atomic::Ordering::Relaxed);
     }
     let mut reg = t.tenant.registry.lock();
+    let mut taken = None;
     match kind {
         AGENT => apply_agent(&mut reg, &t.mirrored, id, body),
         SCOPE => apply_scope(&mut reg, id, body),
-        SESSION => apply_session(&mut reg, &t.mirrored, id, body),
+        SESSION => taken = apply_session(&mut reg, &t.mirrored, id, body),
         SUBSCRIPTION => apply_subscription(&reg, &t.mirrored, id, body),
         _ => {}
+    }
+    drop(reg);
+    // Its subscriptions here follow the session's new permissions (told outside the directory's lock).
+    if let Some((session, allowed)) = taken {
+        t.tenant.fabric.observing(&session, allowed);
     }
 }
 
@@ -79,13 +85,14 @@ fn apply_scope(reg: &mut Registry, id: String, body: Option<Value>) {
 }
 
 /// Another node's session set or ended, and with it the route to that node.
-fn apply_session(reg: &mut Registry, mirrored: &Mirrored, id: String, body: Option<Value>) {
+/// Permissions another node changed for a session served here are taken:
+/// that session, and whether it may observe now.
+fn apply_session(reg: &mut Registry, mirrored: &Mirrored, id: String, body: Option<Value>) -> Option<(String, bool)> {
     match body {
         Some(v) => {
-            let Ok(r) = serde_json::from_value::<SessionRecord>(v) else { return };
+            let r = serde_json::from_value::<SessionRecord>(v).ok()?;
             if served_here(reg, &id) {
-                take_permissions(reg, &id, r.permissions);
-                return;
+                return take_permissions(reg, &id, r.permissions).map(|allowed| (id, allowed));
             }
             let info = r.into_info();
             let home = info.home.clone().expect("records name their node");
@@ -95,7 +102,7 @@ fn apply_session(reg: &mut Registry, mirrored: &Mirrored, id: String, body: Opti
         }
         None => {
             if served_here(reg, &id) {
-                return;
+                return None;
             }
             if let Some(info) = reg.sessions.remove_quiet(&id) {
                 if reg.participants.get(&info.participant_id).is_some_and(|s| *s == id) {
@@ -106,17 +113,19 @@ fn apply_session(reg: &mut Registry, mirrored: &Mirrored, id: String, body: Opti
             mirrored.parked.lock().remove(&id);
         }
     }
+    None
 }
 
 /// Permissions another node changed for a session served here: kept when
 /// newer than this node's, and so written back as this node's record, which
-/// tells the other node they apply here now.
-fn take_permissions(reg: &mut Registry, id: &str, theirs: Option<Granted>) {
-    let Some(theirs) = theirs else { return };
+/// tells the other node they apply here now. Whether the session may
+/// observe, when they were kept.
+fn take_permissions(reg: &mut Registry, id: &str, theirs: Option<Granted>) -> Option<bool> {
+    let theirs = theirs?;
     let newer = reg.sessions.get(id).is_some_and(|s| s.permissions.as_ref().is_none_or(|mine| mine.rev < theirs.rev));
-    if let Some(s) = reg.sessions.get_mut(id).filter(|_| newer) {
-        s.permissions = Some(Granted { confirmed: true, ..theirs });
-    }
+    let s = reg.sessions.get_mut(id).filter(|_| newer)?;
+    s.permissions = Some(Granted { confirmed: true, ..theirs });
+    Some(crate::core::permissions::observes(s))
 }
 
 /// A checkpoint of another node's subscription, parked under its session

@@ -12,6 +12,10 @@ mod spelling;
 
 pub use self::filter::{DataFilterSpec, Filter};
 
+/// The event telling a participant its permissions changed: a session
+/// that may not observe still gets it (see `Fabric::observing`).
+pub const PERMISSIONS_UPDATED: &str = "permissions_client_updated";
+
 /// Who caused an event. On the wire `event.source` is one id, as the
 /// schema's `ParticipantId` says: the agent, else the participant (null
 /// when neither); the scope is a filter facet only.

@@ -20,6 +20,8 @@ pub(super) struct Events {
     pub(super) log: Log,
     /// Event ids, made under this lock so the log stays in id order.
     pub(super) ids: UlidGen,
+    /// Sessions that may not observe now (see `Fabric::observing`).
+    pub(super) blind: foldhash::HashSet<String>,
 }
 
 /// The single-process fabric: one per tenant, so tenants never share a queue.
@@ -40,7 +42,7 @@ impl LocalFabric {
     pub fn new(log_capacity: usize, log_max_bytes: usize) -> LocalFabric {
         LocalFabric {
             outboxes: RwLock::default(),
-            events: Mutex::new(Events { subscriptions: Vec::new(), log: Log::new(log_capacity, log_max_bytes), ids: UlidGen::new() }),
+            events: Mutex::new(Events { subscriptions: Vec::new(), log: Log::new(log_capacity, log_max_bytes), ids: UlidGen::new(), blind: Default::default() }),
             subscribers: AtomicUsize::new(0),
             saved_through: Mutex::new(None),
         }
@@ -54,7 +56,7 @@ impl LocalFabric {
         let mut bodies: Vec<(String, String)> = Vec::new();
         let parsed = OnceCell::new();
         for sub in events.subscriptions.iter_mut() {
-            if event.visible_to(&sub.session) && sub.filter.matches_with(&event, &parsed) {
+            if sub.sees(&event.kind) && event.visible_to(&sub.session) && sub.filter.matches_with(&event, &parsed) {
                 let kind = sub.filter.spelling(&event.kind);
                 let at = match bodies.iter().position(|(k, _)| *k == *kind) {
                     Some(at) => at,
@@ -79,9 +81,10 @@ impl LocalFabric {
         let mut inner = self.events.lock();
         let outbox = self.outboxes.read().get(session).cloned().unwrap_or_else(|| Arc::new(Outbox::new(1, 1)));
         let mut sub = Subscription::new(id, session, filter, outbox, sequence, inner.log.newest(), paused);
+        sub.set_blind(inner.blind.contains(session));
         if let Some(from) = from {
             for r in inner.log.since(&from) {
-                if r.event.visible_to(&sub.session) && sub.filter.matches(&r.event) {
+                if sub.sees(&r.event.kind) && r.event.visible_to(&sub.session) && sub.filter.matches(&r.event) {
                     let id = r.event_id.as_str();
                     let body = body_of(id, r.timestamp, &sub.filter.spelling(&r.event.kind), &r.event);
                     sub.offer(id, r.timestamp, r.event.caused_by.as_deref(), &body);
@@ -110,6 +113,7 @@ impl Fabric for LocalFabric {
     fn leave(&self, session: &str) {
         let mut events = self.events.lock();
         self.outboxes.write().remove(session);
+        events.blind.remove(session);
         events.subscriptions.retain(|s| s.session != session);
         self.subscribers.store(events.subscriptions.len(), Ordering::Relaxed);
     }
@@ -151,6 +155,16 @@ impl Fabric for LocalFabric {
         let Some(sub) = inner.subscriptions.iter_mut().find(|s| s.id == subscription && s.session == session) else { return false };
         sub.set_paused(paused);
         true
+    }
+
+    fn observing(&self, session: &str, allowed: bool) {
+        let mut events = self.events.lock();
+        let changed = if allowed { events.blind.remove(session) } else { events.blind.insert(session.to_string()) };
+        if changed {
+            for sub in events.subscriptions.iter_mut().filter(|s| s.session == session) {
+                sub.set_blind(!allowed);
+            }
+        }
     }
 
     fn unsubscribe(&self, session: &str, subscription: &str) -> bool {
@@ -226,6 +240,26 @@ mod tests {
         assert_eq!(got[0]["params"]["event"]["data"]["oldestDropped"], ids[2].as_str());
         assert_eq!(got[0]["params"]["event"]["data"]["newestDropped"], ids[3].as_str());
         assert_eq!(got[1]["params"]["sequenceNumber"], 4);
+    }
+
+    #[test]
+    fn a_session_that_may_not_observe_gets_only_the_notices_of_its_permissions() {
+        let (fabric, mut rx, sub) = subscribed();
+        assert!(fabric.pause("s1", &sub, true));
+        fabric.publish(NewEvent::new("held", Source::default(), json!({})));
+        fabric.observing("s1", false);
+        assert!(fabric.pause("s1", &sub, false));
+        assert!(frames(&mut rx).is_empty(), "what the pause held is dropped");
+        fabric.publish(NewEvent::new("x_happened", Source::default(), json!({})));
+        fabric.publish(NewEvent::new(crate::core::events::PERMISSIONS_UPDATED, Source::default(), json!({})));
+        let later = fabric.subscribe("s1", Filter::default(), Some(ReplayFrom::Timestamp(0)));
+        let got = frames(&mut rx);
+        let seen: Vec<(&str, &str)> = got.iter().map(|f| (f["params"]["subscriptionId"].as_str().unwrap(), f["params"]["event"]["type"].as_str().unwrap())).collect();
+        assert_eq!(seen, [(sub.as_str(), "permissions_client_updated"), (later.as_str(), "permissions_client_updated")], "live, and in a new subscription's replay");
+        fabric.observing("s1", true);
+        fabric.publish(NewEvent::new("x_happened", Source::default(), json!({})));
+        let got = frames(&mut rx);
+        assert_eq!(got[0]["params"]["sequenceNumber"], 2, "numbered on without a gap");
     }
 
     #[test]

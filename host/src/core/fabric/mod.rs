@@ -82,6 +82,12 @@ pub trait Fabric: Send + Sync {
     /// Hold a subscription's events (`paused`), or send what it held and go
     /// on delivering; false when the session has no such subscription.
     fn pause(&self, session: &str, subscription: &str, paused: bool) -> bool;
+    /// Whether a session may observe now (its `observation.canObserve` is
+    /// not revoked), said by whoever changes its permissions where it is
+    /// served. While it may not, its subscriptions stay but send only
+    /// `permissions_client_updated`, and what a paused one held is dropped;
+    /// once it may again they go on, numbered without a gap.
+    fn observing(&self, session: &str, allowed: bool);
     fn replay(&self, query: &ReplayQuery) -> ReplayPage;
     /// For the operator: the live subscriptions and the replay log's size.
     fn inspect(&self) -> FabricView;

@@ -8,7 +8,7 @@ use serde_json::json;
 
 use super::wire::event_frame;
 use super::SubscriptionView;
-use crate::core::events::Filter;
+use crate::core::events::{Filter, PERMISSIONS_UPDATED};
 use crate::core::outbox::Outbox;
 use crate::ids::{self, Ulid};
 
@@ -69,6 +69,9 @@ pub(super) struct Subscription {
     held: VecDeque<Held>,
     held_bytes: usize,
     lost_while_paused: Gap,
+    /// The session may not observe now (`observation.canObserve` revoked):
+    /// only the notices of its permissions changing go out.
+    blind: bool,
 }
 
 impl Subscription {
@@ -87,6 +90,22 @@ impl Subscription {
             held: VecDeque::new(),
             held_bytes: 0,
             lost_while_paused: Gap::default(),
+            blind: false,
+        }
+    }
+
+    /// Whether an event of this type may go out: checked per event, so a bool
+    /// set when the session's permissions change, not a look at them.
+    pub(super) fn sees(&self, kind: &str) -> bool {
+        !self.blind || kind == PERMISSIONS_UPDATED
+    }
+
+    /// The session may no longer observe (what a pause held goes too), or may again.
+    pub(super) fn set_blind(&mut self, blind: bool) {
+        self.blind = blind;
+        if blind {
+            self.held.clear();
+            self.held_bytes = 0;
         }
     }
 

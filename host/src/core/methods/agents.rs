@@ -89,10 +89,15 @@ fn check_registration(p: &RegisterParams) -> Result<(), RpcError> {
     Ok(())
 }
 
-/// The id is free, the parent exists, and only the parent's session spawns under it.
+/// The id is free (no agent has it, and no other session is the participant
+/// of that id: an id names one session), the parent exists, and only the
+/// parent's session spawns under it.
 fn check_placement(reg: &Registry, active: &Active, id: &str, parent: Option<&str>, spawn: bool) -> Result<(), RpcError> {
     if reg.agents.contains_key(id) {
         return Err(RpcError::new(codes::AGENT_EXISTS, format!("Agent already exists: {id}")));
+    }
+    if reg.participants.get(id).is_some_and(|s| *s != active.session_id) {
+        return Err(RpcError::new(codes::AGENT_EXISTS, format!("Participant {id} already exists; an agent id may name no other session's participant")));
     }
     let Some(parent) = parent else { return Ok(()) };
     let parent = reg.agent(parent)?;

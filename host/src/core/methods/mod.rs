@@ -11,6 +11,7 @@ pub(crate) mod scopes;
 pub(crate) mod session;
 mod structure;
 pub(crate) mod subscriptions;
+mod takeover;
 pub(crate) mod workspace;
 
 use std::sync::Arc;

@@ -10,8 +10,8 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::session::capabilities;
-use crate::core::events::{NewEvent, Source};
-use crate::core::permissions::{effective, holds, merge};
+use crate::core::events::{NewEvent, Source, PERMISSIONS_UPDATED};
+use crate::core::permissions::{effective, holds, merge, observes};
 use crate::core::registry::Granted;
 use crate::core::{Active, Gateway, Out, Tenant};
 use crate::rpc::{codes, Request, RpcError};
@@ -58,10 +58,13 @@ pub fn update(gw: &Arc<Gateway>, active: &Active, req: &Request) -> Result<Out, 
         return Err(RpcError::new(codes::PERMISSION_DENIED, format!("Cannot grant {path}: the caller does not hold it")));
     }
     let applied = apply(active, &client_id, &changes, granted, &admins)?;
+    if let Some(allowed) = applied.observes {
+        active.tenant.fabric.observing(&applied.session, allowed);
+    }
     let result = json!({"success": true, "effectivePermissions": applied.effective});
     let data = json!({"clientId": client_id, "changes": changes, "effectivePermissions": applied.effective, "updatedBy": active.participant_id});
     let source = Source { participant_id: Some(active.participant_id.clone()), ..Source::default() };
-    active.tenant.emit(NewEvent { audience: Some(applied.audience), ..NewEvent::new("permissions_client_updated", source, data) });
+    active.tenant.emit(NewEvent { audience: Some(applied.audience), ..NewEvent::new(PERMISSIONS_UPDATED, source, data) });
     match applied.elsewhere {
         None => Ok(result.into()),
         Some(rev) => {
@@ -123,6 +126,9 @@ struct Applied {
     audience: Vec<String>,
     /// The change's revision, when another cluster node serves the session.
     elsewhere: Option<u64>,
+    /// Whether the session may observe now, when this node serves it (its
+    /// subscriptions are told here; another node is told by the directory).
+    observes: Option<bool>,
 }
 
 fn apply(active: &Active, client_id: &str, changes: &Map<String, Value>, granted: Value, admins: &[String]) -> Result<Applied, RpcError> {
@@ -136,6 +142,7 @@ fn apply(active: &Active, client_id: &str, changes: &Map<String, Value>, granted
     granted_now.confirmed = info.home.is_none();
     let elsewhere = (!granted_now.confirmed).then_some(granted_now.rev);
     info.permissions = Some(granted_now);
+    let observing = info.home.is_none().then(|| observes(info));
     let effective = effective(granted, Some(info));
     let mut audience: Vec<String> = reg
         .sessions
@@ -147,7 +154,7 @@ fn apply(active: &Active, client_id: &str, changes: &Map<String, Value>, granted
     audience.push(active.session_id.clone());
     audience.sort();
     audience.dedup();
-    Ok(Applied { session, effective, audience, elsewhere })
+    Ok(Applied { session, effective, audience, elsewhere, observes: observing })
 }
 
 /// Wait (a while) until the node serving a session has permissions of

@@ -161,9 +161,7 @@ pub fn connect(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out,
         return Err(RpcError::invalid_params("participantType must be client, agent, gateway or system"));
     }
     if let Some(b) = p.disconnect_policy.as_ref().and_then(|d| d.agent_behavior.as_deref()) {
-        if !matches!(b, "unregister" | "orphan" | "grace-period") {
-            return Err(RpcError::invalid_params("disconnectPolicy.agentBehavior must be unregister, orphan or grace-period"));
-        }
+        check_behavior("disconnectPolicy", b)?;
     }
     let caller = match caller_for(gw, conn, p.auth.as_ref()) {
         Ok(caller) => caller,
@@ -212,34 +210,9 @@ pub fn connect(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out,
     let mut result = connect_result(gw, &active, draft, &p);
     result["resumeToken"] = json!(gw.live(&active.session_id).map(|l| l.resume_token));
     if let Some(ids) = p.reclaim_agents.as_deref().filter(|ids| !ids.is_empty()) {
-        result["reclaimedAgents"] = json!(reclaim(&active, ids));
+        result["reclaimedAgents"] = json!(super::takeover::reclaim(&active, ids));
     }
     Ok(result.into())
-}
-
-/// Take over orphaned agents (their session ended with the `orphan` policy);
-/// agents that are not orphaned are left alone and not listed.
-fn reclaim(active: &Active, ids: &[String]) -> Vec<crate::core::model::Agent> {
-    let mut reclaimed = Vec::new();
-    let mut events = Vec::new();
-    {
-        let mut reg = active.tenant.registry.lock();
-        for id in ids {
-            let Some(agent) = reg.agents.get_mut(id).filter(|a| a.state == "orphaned" && a.session.is_empty()) else { continue };
-            agent.session = active.session_id.clone();
-            agent.owner_id = active.participant_id.clone();
-            agent.state = "active".into();
-            agent.lifecycle.last_state_change = ids::now_ms();
-            let data = json!({"agentId": id, "agent": agent, "previousState": "orphaned", "newState": "active", "reason": "reclaimed"});
-            events.push(crate::core::lifecycle::agent_event("agent_state_changed", agent, data));
-            reclaimed.push(agent.clone());
-            if let Some(s) = reg.sessions.get_mut(&active.session_id) {
-                s.agents.push(id.clone());
-            }
-        }
-    }
-    crate::core::lifecycle::publish_agent_events(&active.tenant, events);
-    reclaimed
 }
 
 fn start_session(gw: &Arc<Gateway>, conn: &mut Conn, caller: Authenticated, p: &ConnectParams, session_id: String) -> Result<Active, RpcError> {
@@ -250,19 +223,8 @@ fn start_session(gw: &Arc<Gateway>, conn: &mut Conn, caller: Authenticated, p: &
             if id.len() > 256 {
                 return Err(RpcError::invalid_params("participantId must be at most 256 characters"));
             }
-            // A participant id belongs to the first principal that used it.
-            let owner = tenant.registry.lock().participant_owners.entry(id.clone()).or_insert_with(|| caller.principal.clone()).clone();
-            if !ids::secrets_equal(&owner, &caller.principal) {
-                return Err(RpcError::new(codes::PERMISSION_DENIED, format!("Participant id {id} belongs to another principal")));
-            }
-            let holder = tenant.registry.lock().participants.get(id).cloned();
-            if let Some(old) = holder {
-                if gw.live(&old).is_some_and(|_| tenant.registry.lock().sessions.get(&old).is_some_and(|s| s.connected)) {
-                    return Err(RpcError::new(codes::AGENT_EXISTS, format!("Participant {id} already exists and is connected")));
-                }
-                // A detached session of the same participant gives way to the new one.
-                gw.expire(&old, "replaced by a new session");
-            }
+            let reclaiming = p.reclaim_agents.as_ref().is_some_and(|r| r.contains(id));
+            super::takeover::claim_participant_id(gw, &tenant, &caller.principal, id, reclaiming)?;
             id.clone()
         }
         _ => ids::prefixed(&participant_type),
@@ -350,21 +312,51 @@ pub fn authenticate(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result
     }
 }
 
+/// What a disconnect policy may say becomes of the agents.
+fn check_behavior(field: &str, behavior: &str) -> Result<(), RpcError> {
+    match behavior {
+        "unregister" | "orphan" | "grace-period" => Ok(()),
+        _ => Err(RpcError::invalid_params(format!("{field}.agentBehavior must be unregister, orphan or grace-period"))),
+    }
+}
+
 #[derive(Deserialize, Default)]
 #[serde(default)]
 struct DisconnectParams {
     reason: Option<String>,
+    /// Replaces the one `map/connect` gave (the SDK's `TestServer` reads `policy`).
+    #[serde(alias = "disconnectPolicy")]
+    policy: Option<DisconnectPolicy>,
     /// Draft `map/shutdown`: also unregister the caller's agents.
     cascade: bool,
 }
 
+/// The session's disconnect policy now: the one given at disconnect, kept
+/// for the session's end, else the one given at connect.
+fn behavior_now(active: &Active, given: Option<String>) -> String {
+    let mut reg = active.tenant.registry.lock();
+    match (given, reg.sessions.get_mut(&active.session_id)) {
+        (Some(given), Some(info)) => {
+            info.agent_behavior.clone_from(&given);
+            given
+        }
+        (given, info) => given.or(info.map(|i| i.agent_behavior.clone())).unwrap_or_default(),
+    }
+}
+
+/// Say goodbye: the agents are unregistered or orphaned now, as the policy
+/// says (`grace-period` keeps them until the resume window closes).
 pub fn disconnect(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out, RpcError> {
     let active = conn.active()?.clone();
     let p: DisconnectParams = req.params()?;
+    let given = p.policy.and_then(|d| d.agent_behavior);
+    if let Some(b) = &given {
+        check_behavior("policy", b)?;
+    }
     let reason = p.reason.unwrap_or_else(|| "disconnected".into());
-    let unregister = p.cascade || active.tenant.registry.lock().sessions.get(&active.session_id).is_some_and(|s| s.agent_behavior == "unregister");
-    if unregister {
-        release_agents(&active.tenant, &active.session_id, false, &reason);
+    let behavior = if p.cascade { "unregister".into() } else { behavior_now(&active, given) };
+    if behavior != "grace-period" {
+        release_agents(&active.tenant, &active.session_id, behavior == "orphan", &reason);
     }
     let info = active.tenant.registry.lock().sessions.get(&active.session_id).cloned();
     // The session id stops admitting HTTP requests; its resume token still resumes it.
