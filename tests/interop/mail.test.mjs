@@ -8,7 +8,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import {
   startGateway, connectAgent, connectClient, rejectsWithCode, uid, sleep, QUIET_MS, WAIT_MS,
 } from './harness.mjs';
@@ -114,7 +114,7 @@ async function turn(h, conversationId, body, more = {}) {
 // capability advertisement
 // ---------------------------------------------------------------------------
 
-test('map/connect advertises capabilities.mail and the mail extension with its 15 methods', async () => {
+test('map/connect advertises capabilities.mail and the mail extension (mail 1.1.0) with its 15 methods', async () => {
   const c = await connectClient(gw);
   const caps = c.connectResult.capabilities;
   assert.equal(caps.mail?.enabled, true, `capabilities.mail: ${JSON.stringify(caps.mail)}`);
@@ -125,6 +125,11 @@ test('map/connect advertises capabilities.mail and the mail extension with its 1
     'mail/close', 'mail/create', 'mail/get', 'mail/invite', 'mail/join', 'mail/leave', 'mail/list', 'mail/presence',
     'mail/reopen', 'mail/replay', 'mail/summary', 'mail/thread/create', 'mail/thread/list', 'mail/turn', 'mail/turns/list',
   ]);
+  // the protocol's version (mail v1.1), and the plugin's own beside it; the group does not repeat it
+  assert.equal(ext.version, '1.1.0', `extension entry: ${JSON.stringify(ext)}`);
+  const crate = readFileSync(join(HERE, '..', '..', 'plugins', 'mail', 'Cargo.toml'), 'utf8').match(/^version = "([^"]+)"/m)[1];
+  assert.equal(ext.pluginVersion, crate);
+  assert.equal(caps.mail.protocolVersion, undefined);
 });
 
 // ---------------------------------------------------------------------------

@@ -50,6 +50,8 @@ impl Extension for Mail {
 
     fn describe() -> Describe {
         Describe::new("mail", env!("CARGO_PKG_VERSION"))
+            // Mail v1.1: mail/reopen, mail/presence and mail/turn.received.
+            .protocol_version("1.1.0")
             // Described per tenant: a tenant's `enabled = false` shows at map/connect.
             .capabilities(serde_json::json!({
                 "enabled": settings::enabled(),
