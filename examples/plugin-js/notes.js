@@ -16,7 +16,7 @@
 //
 // How componentize-js maps the WIT contract onto JavaScript:
 // - Each imported interface is an ES module named by its full WIT name
-//   (`map-gateway:plugin/store@0.2.5`); its functions are named exports in
+//   (`map-gateway:plugin/store@0.2.6`); its functions are named exports in
 //   camelCase.
 // - The exported interface `rpc` is an object exported under the interface's
 //   name, with one method per WIT function. Record fields are camelCase
@@ -31,10 +31,10 @@
 //   handle() turns unexpected exceptions into -32603 itself and keeps its
 //   instance.
 
-import * as store from 'map-gateway:plugin/store@0.2.5';
-import { emit } from 'map-gateway:plugin/events@0.2.5';
-import { log } from 'map-gateway:plugin/log@0.2.5';
-import { all as configAll } from 'map-gateway:plugin/config@0.2.5';
+import * as store from 'map-gateway:plugin/store@0.2.6';
+import { emit } from 'map-gateway:plugin/events@0.2.6';
+import { log } from 'map-gateway:plugin/log@0.2.6';
+import { all as configAll } from 'map-gateway:plugin/config@0.2.6';
 
 const VERSION = '1.0.0';
 const COLLECTION = 'notes';

@@ -417,6 +417,44 @@ async fn turn(client: &mut Client, conversation: &str, text: &str, reply_to: Opt
     r["turn"].clone()
 }
 
+/// An agent session that declared `capabilities.mail` at `map/connect`.
+async fn mail_agent(node: &Node, id: &str) -> Client {
+    let mut c = node.connect_with(json!({"protocolVersion": 1, "participantType": "agent", "capabilities": {"mail": {"canJoin": true}}})).await;
+    c.register(id, json!({})).await;
+    c
+}
+
+/// `mail/turn.received` reaches participants' sessions on other nodes, in
+/// both directions, and not the author's own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mail_turn_received_across_nodes() {
+    let cluster = Cluster::start(&["a", "b"], ClusterOptions::default()).await;
+    let mut alice = mail_agent(cluster.node("a"), "alice-m").await;
+    let mut bob = mail_agent(cluster.node("b"), "bob-m").await;
+    alice.wait_for_agent("bob-m").await;
+    let created = alice.ok("mail/create", json!({"subject": "heard across nodes", "initialParticipants": [{"id": "bob-m"}]})).await;
+    let conv = created["conversation"]["id"].as_str().unwrap_or_else(|| panic!("mail/create on node a: {created}")).to_string();
+    let received = |turn: &Value| {
+        let id = turn["id"].clone();
+        move |n: &Value| n["method"] == "mail/turn.received" && n["params"]["turn_id"] == id
+    };
+
+    let t1 = turn(&mut alice, &conv, "from a", None).await;
+    let heard = bob.expect_note("mail/turn.received on node b for alice's turn (written on node a)", REPLICATION, received(&t1)).await;
+    let want = json!({
+        "conversation_id": conv, "turn_id": t1["id"], "participant_id": "alice-m", "content_type": "text", "content": {"text": "from a"},
+        "thread_id": null, "created_at": t1["timestamp"],
+    });
+    assert_eq!(heard["params"], want, "{heard}");
+    let t2 = turn(&mut bob, &conv, "from b", Some(t1["id"].as_str().unwrap_or_default())).await;
+    alice.expect_note("mail/turn.received on node a for bob's turn (written on node b)", REPLICATION, received(&t2)).await;
+    // Each socket's frames come in order: its own turn's would have come first.
+    assert!(alice.note(Duration::ZERO, received(&t1)).await.is_none(), "alice was told of her own turn");
+    let t3 = turn(&mut alice, &conv, "again from a", None).await;
+    bob.expect_note("mail/turn.received on node b for alice's second turn", REPLICATION, received(&t3)).await;
+    assert!(bob.note(Duration::ZERO, received(&t2)).await.is_none(), "bob was told of his own turn");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mail_conversation_across_nodes() {
     let cluster = Cluster::start(&["a", "b", "c"], ClusterOptions::default()).await;

@@ -2,13 +2,13 @@
 // every mail/* method, the rules the reference server skips (participants only, closed
 // conversations, canSend, visibility, historyAccess, content types, nesting limit), every
 // spec error code 10000–10010, intercepted turns from map/send, mail.* events and the
-// `mail` subscription filter; observer clients (capabilities.mail.canObserve), mail/reopen
-// and mail/presence.
+// `mail` subscription filter; observer clients (capabilities.mail.canObserve), mail/reopen,
+// mail/presence and the mail/turn.received notification.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import {
   startGateway, connectAgent, connectClient, rejectsWithCode, uid, sleep, QUIET_MS, WAIT_MS,
 } from './harness.mjs';
@@ -114,7 +114,7 @@ async function turn(h, conversationId, body, more = {}) {
 // capability advertisement
 // ---------------------------------------------------------------------------
 
-test('map/connect advertises capabilities.mail and the mail extension with its 15 methods', async () => {
+test('map/connect advertises capabilities.mail and the mail extension (mail 1.1.0) with its 15 methods', async () => {
   const c = await connectClient(gw);
   const caps = c.connectResult.capabilities;
   assert.equal(caps.mail?.enabled, true, `capabilities.mail: ${JSON.stringify(caps.mail)}`);
@@ -125,6 +125,11 @@ test('map/connect advertises capabilities.mail and the mail extension with its 1
     'mail/close', 'mail/create', 'mail/get', 'mail/invite', 'mail/join', 'mail/leave', 'mail/list', 'mail/presence',
     'mail/reopen', 'mail/replay', 'mail/summary', 'mail/thread/create', 'mail/thread/list', 'mail/turn', 'mail/turns/list',
   ]);
+  // the protocol's version (mail v1.1), and the plugin's own beside it; the group does not repeat it
+  assert.equal(ext.version, '1.1.0', `extension entry: ${JSON.stringify(ext)}`);
+  const crate = readFileSync(join(HERE, '..', '..', 'plugins', 'mail', 'Cargo.toml'), 'utf8').match(/^version = "([^"]+)"/m)[1];
+  assert.equal(ext.pluginVersion, crate);
+  assert.equal(caps.mail.protocolVersion, undefined);
 });
 
 // ---------------------------------------------------------------------------
@@ -1124,6 +1129,98 @@ test('mail/presence: which participants are connected now, and since when', asyn
   // who left is no longer listed
   await b.conn.leaveConversation(id);
   assert.deepEqual(Object.keys(await presence(a)).sort(), [a.id, c.participantId, ghost].sort());
+});
+
+// ---------------------------------------------------------------------------
+// mail/turn.received (mail v1.1)
+// ---------------------------------------------------------------------------
+
+/** Declared at map/connect: the session takes part in mail, so it hears of new turns. */
+const MAIL = { mail: { canJoin: true } };
+const RECEIVED = 'mail/turn.received';
+
+/** The mail/turn.received params a handle's socket got so far. */
+const received = (h) => h.tap.frames.filter((f) => f?.method === RECEIVED && !('id' in f)).map((f) => f.params);
+
+/** Wait until `h` got mail/turn.received for `turnId`; its params. */
+async function receivedFor(h, turnId) {
+  const got = await h.tap.waitUntil(() => received(h).find((p) => p.turn_id === turnId), WAIT_MS, `${RECEIVED} for ${turnId} on ${h.label}`);
+  return got;
+}
+
+/** What mail v1.1 sends for a turn, field for field. */
+const receivedOf = (t) => ({
+  conversation_id: t.conversationId,
+  turn_id: t.id,
+  participant_id: t.participant,
+  content_type: t.contentType,
+  content: t.content,
+  thread_id: t.threadId ?? null,
+  created_at: t.timestamp,
+});
+
+test('mail/turn.received: each participant session that declared capabilities.mail hears of a new turn, but the author and the undeclared', async () => {
+  const a = await agent('author', { capabilities: MAIL });
+  const b = await agent('hearer', { capabilities: MAIL });
+  const c = await connectClient(gw, { name: uid('human'), capabilities: MAIL });
+  const d = await agent('undeclared');
+  const heard = [];
+  b.conn.onNotification(RECEIVED, (p) => { heard.push(p); });
+  const id = await conversation(a, [[b, 'worker'], [c, 'worker'], [d, 'worker']]);
+
+  const t1 = await turn(a, id, 'hello, all');
+  for (const h of [b, c]) {
+    const p = await receivedFor(h, t1.id);
+    assert.deepEqual(p, receivedOf(t1), `${h.label} gets the turn in mail v1.1's field names`);
+    assert.deepEqual(Object.keys(p).sort(), ['content', 'content_type', 'conversation_id', 'created_at', 'participant_id', 'thread_id', 'turn_id']);
+  }
+  assert.deepEqual(heard.map((p) => p.turn_id), [t1.id], "the SDK's onNotification handler fires for it");
+  // A notification to d would be queued before a's mail/turn was answered, so before d's next answer.
+  await d.conn.callExtension('mail/get', { conversationId: id });
+  assert.deepEqual(received(d), [], 'a session that did not declare capabilities.mail gets none');
+
+  // b's turn in a thread: a hears of it (with the thread), b does not
+  const { thread } = await a.conn.callExtension('mail/thread/create', { conversationId: id, rootTurnId: t1.id });
+  const t2 = await turn(b, id, 'in the thread', { threadId: thread.id });
+  assert.deepEqual(await receivedFor(a, t2.id), receivedOf(t2));
+  assert.equal((await receivedFor(c, t2.id)).thread_id, thread.id);
+  assert.deepEqual(received(a).map((p) => p.turn_id), [t2.id], "the author's own session is not told of its own turn");
+  await b.conn.callExtension('mail/get', { conversationId: id });
+  assert.deepEqual(received(b).map((p) => p.turn_id), [t1.id], 'nor is b of its own');
+
+  // a private turn reaches no one else; a map/send with meta.mail is a turn like any other
+  await turn(a, id, 'note to self', { visibility: { type: 'private' } });
+  const payload = { task: uid('task') };
+  await a.conn.send({ agent: b.id }, payload, { mail: { conversationId: id } });
+  const p = await b.tap.waitUntil(() => received(b).find((x) => x.content?.task === payload.task), WAIT_MS, 'the intercepted turn');
+  assert.equal(p.content_type, 'data');
+  assert.equal(p.participant_id, a.id);
+  const t3 = (await a.conn.callExtension('mail/turns/list', { conversationId: id, order: 'desc', limit: 1 })).turns[0];
+  assert.deepEqual(p, receivedOf(t3));
+  await receivedFor(c, t3.id);
+  assert.deepEqual(received(c).map((x) => x.turn_id), [t1.id, t2.id, t3.id], 'c: each turn it may see, once, in order; not the private one');
+  assert.deepEqual(received(d), []);
+});
+
+test('mail/turn.received: a participant that disconnects gets the turns it missed once when it resumes', async () => {
+  const a = await agent('author', { capabilities: MAIL });
+  const name = uid('roamer');
+  const r = await connectClient(gw, { name, capabilities: MAIL });
+  const id = await conversation(a, [[r, 'worker']]);
+  const before = await turn(a, id, 'before the break');
+  await receivedFor(r, before.id);
+
+  const resumeToken = await r.conn.disconnect();
+  assert.equal(typeof resumeToken, 'string');
+  const missed = [await turn(a, id, 'while away 1'), await turn(a, id, 'while away 2')];
+
+  const back = await connectClient(gw, { name, capabilities: MAIL, resumeToken });
+  assert.equal(back.sessionId, r.sessionId, 'the same session');
+  for (const t of missed) assert.deepEqual(await receivedFor(back, t.id), receivedOf(t));
+  const after = await turn(a, id, 'after the resume');
+  await receivedFor(back, after.id);
+  assert.deepEqual(received(back).map((p) => p.turn_id), [...missed, after].map((t) => t.id), 'each missed turn once, then the live ones');
+  assert.deepEqual(received(r).map((p) => p.turn_id), [before.id], 'the first socket got only what came before the break');
 });
 
 // ---------------------------------------------------------------------------

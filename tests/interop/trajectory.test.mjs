@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { canPerformMethod } from '@multi-agent-protocol/sdk';
 import {
   startGateway, connectAgent, connectClient, rejectsWithCode, sourceAgent,
@@ -15,6 +15,8 @@ import {
 } from './harness.mjs';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
+/** The version in a standard plugin's Cargo.toml. */
+const crateVersion = (plugin) => readFileSync(join(HERE, '..', '..', 'plugins', plugin, 'Cargo.toml'), 'utf8').match(/^version = "([^"]+)"/m)[1];
 const TRAJECTORY_WASM = process.env.TRAJECTORY_WASM ?? join(HERE, '..', '..', 'plugins', 'dist', 'trajectory.wasm');
 const pluginToml = (extra = '') => `[plugins.trajectory]\npath = ${JSON.stringify(TRAJECTORY_WASM)}\n${extra}`;
 /** Large artifacts are uploaded in one trajectory/checkpoint frame. */
@@ -104,6 +106,9 @@ test('map/connect advertises the trajectory extension and its capabilities', asy
   const ext = caps.extensions.find((e) => e.uri === 'urn:map:ext:trajectory:1');
   assert.ok(ext, `extensions list urn:map:ext:trajectory:1: ${JSON.stringify(caps.extensions)}`);
   assert.deepEqual([...ext.methods].sort(), ['trajectory/checkpoint', 'trajectory/content', 'trajectory/get', 'trajectory/list']);
+  // the protocol's version (trajectory 1.0.0), and the plugin's own beside it
+  assert.equal(ext.version, '1.0.0', `extension entry: ${JSON.stringify(ext)}`);
+  assert.equal(ext.pluginVersion, crateVersion('trajectory'));
 });
 
 test('trajectory/checkpoint keeps the client id, sets the server timestamp and defaults agentId', async () => {

@@ -126,6 +126,23 @@ pub fn check(d: &Declared) -> Result<Option<String>, String> {
     }))
 }
 
+/// Check the version of the protocol an extension says it implements: a
+/// release number `<major>.<minor>.<patch>` whose major is its URI's, when
+/// the URI ends in `:<major>` (`1.1.0` for `urn:map:ext:mail:1`).
+pub fn check_protocol_version(uri: &str, version: &str) -> Result<(), String> {
+    let parts: Vec<&str> = version.split('.').collect();
+    if parts.len() != 3 || !parts.iter().all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())) {
+        return Err(format!("protocol version {version:?} is not of the form <major>.<minor>.<patch>"));
+    }
+    let uri_major = uri.rsplit_once(':').map(|(_, major)| major).filter(|m| !m.is_empty() && m.bytes().all(|b| b.is_ascii_digit()));
+    match uri_major {
+        Some(major) if major.parse::<u64>().ok() != parts[0].parse::<u64>().ok() => {
+            Err(format!("protocol version {version} is not of the major version {major} that the URI {uri:?} names"))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Why two extensions cannot be loaded together: their error ranges
 /// overlap. Declarations of one URI are one extension (two versions, or
 /// one component loaded twice) and may share codes.
@@ -196,6 +213,18 @@ mod tests {
             assert!(check(&declared("echo", bad, "echo", &echo, (20000, 20099))).unwrap_err().contains("is not of the form"), "{bad}");
         }
         assert!(check(&declared("x-a", "", "x-a", &echo, (90000, 90099))).unwrap_err().contains("empty"));
+    }
+
+    #[test]
+    fn a_protocol_version_is_a_release_of_the_uris_major() {
+        assert_eq!(check_protocol_version("urn:map:ext:mail:1", "1.1.0"), Ok(()));
+        assert_eq!(check_protocol_version("x-uap:1", "1.0.12"), Ok(()));
+        assert_eq!(check_protocol_version("urn:example:notes", "0.3.0"), Ok(()), "a URI without a major holds any");
+        let e = check_protocol_version("urn:map:ext:mail:1", "2.0.0").unwrap_err();
+        assert!(e.contains("major version 1"), "{e}");
+        for bad in ["1.1", "1.1.0-rc1", "v1.1.0", "", "1..0"] {
+            assert!(check_protocol_version("urn:map:ext:mail:1", bad).unwrap_err().contains("is not of the form"), "{bad}");
+        }
     }
 
     #[test]

@@ -78,6 +78,24 @@ pub fn declares(capabilities: &Value, path: &str) -> bool {
     at == &Value::Bool(true)
 }
 
+/// Whether declared capabilities take part in a group at a dotted path:
+/// `true` there, or a JSON object without `"enabled": false` (`{"mail":
+/// {"canJoin": true}}` declares `mail`).
+pub fn declares_group(capabilities: &Value, path: &str) -> bool {
+    let mut at = capabilities;
+    for key in path.split('.') {
+        match at.get(key) {
+            Some(next) if !key.is_empty() => at = next,
+            _ => return false,
+        }
+    }
+    match at {
+        Value::Bool(b) => *b,
+        Value::Object(group) => group.get("enabled") != Some(&Value::Bool(false)),
+        _ => false,
+    }
+}
+
 /// Who is looking, for agent visibility.
 pub struct Viewer<'a> {
     pub session: &'a str,
@@ -430,6 +448,19 @@ mod tests {
         assert!(!declares(&caps, "mail..canObserve"));
         assert!(!declares(&caps, ""));
         assert!(!declares(&Value::Null, "mail.canObserve"));
+    }
+
+    #[test]
+    fn a_group_is_declared_as_true_or_as_an_object_not_switched_off() {
+        let caps = json!({"mail": {"canJoin": true}, "on": true, "off": false, "none": null, "word": "yes", "x": {"enabled": false}, "y": {"enabled": true}});
+        assert!(declares_group(&caps, "mail"));
+        assert!(declares_group(&caps, "on"));
+        assert!(declares_group(&caps, "y"));
+        assert!(declares_group(&caps, "mail.canJoin"));
+        for path in ["off", "none", "word", "x", "absent", "mail.canObserve", "", "mail..canJoin"] {
+            assert!(!declares_group(&caps, path), "{path}");
+        }
+        assert!(!declares_group(&Value::Null, "mail"));
     }
 
     #[test]

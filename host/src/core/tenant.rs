@@ -166,6 +166,23 @@ impl Tenant {
         sessions
     }
 
+    /// The sessions that speak for these participant or agent ids now and,
+    /// given a capability path, declared that group (see
+    /// `registry::declares_group`), but for `skip`; each once.
+    pub fn sessions_declaring(&self, ids: &[String], capability: Option<&str>, skip: Option<&str>) -> Vec<String> {
+        let reg = self.registry.lock();
+        let mut sessions: Vec<String> = ids
+            .iter()
+            .filter_map(|id| reg.participants.get(id).or_else(|| reg.agents.get(id).map(|a| &a.session)))
+            .filter(|s| !s.is_empty() && Some(s.as_str()) != skip)
+            .filter(|s| capability.is_none_or(|path| reg.sessions.get(s.as_str()).is_some_and(|info| super::registry::declares_group(&info.capabilities, path))))
+            .cloned()
+            .collect();
+        sessions.sort();
+        sessions.dedup();
+        sessions
+    }
+
     /// For each participant or agent id, since when it has been connected
     /// (see `Registry::connected_since`).
     pub fn connected_since(&self, ids: &[String]) -> Vec<Option<u64>> {

@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 use super::bindings::map_gateway::plugin::{config, events, grpc_stream, grpc_types, log, metrics, router, store, timers, types};
 use super::state::PluginState;
 use crate::core::events::{NewEvent, Source};
+use crate::core::outbox::Frame;
 use crate::core::send::{Outgoing, Sent};
 use crate::core::Active;
 use crate::rpc::RpcError;
@@ -169,6 +170,19 @@ impl PluginState {
         };
         Ok(NewEvent::with_text(event_type, source, data))
     }
+
+    /// A frame for the caller's own session waits for the response to its
+    /// request: `Some(taken)` when `session` is the caller's, `None` otherwise.
+    fn defer_to_caller(&mut self, session: &str, frame: &Frame) -> Option<bool> {
+        let caller = self.caller.as_ref().filter(|c| c.session_id == session)?;
+        let bytes = frame.len();
+        if self.deferred.len() >= caller.outbox.capacity() || self.deferred_bytes + bytes > self.ctx.host_bytes {
+            return Some(false);
+        }
+        self.deferred_bytes += bytes;
+        self.deferred.push(frame.clone());
+        Some(true)
+    }
 }
 
 impl events::Host for PluginState {
@@ -227,19 +241,41 @@ impl router::Host for PluginState {
         let Some(session) = self.ctx.tenant.session_of_participant(&participant_id) else {
             return Ok(Err(to_wit(RpcError::new(crate::rpc::codes::ADDRESS_NOT_FOUND, format!("Participant {participant_id} has no session")))));
         };
-        let frame: crate::core::outbox::Frame = crate::rpc::encode_notification(&method, &params).into();
+        let frame: Frame = crate::rpc::encode_notification(&method, &params).into();
         let full = || to_wit(RpcError::new(crate::rpc::codes::DELIVERY_FAILED, format!("Participant {participant_id} cannot take more notifications now")));
-        // The caller's own notifications follow the response to its request.
-        if let Some(caller) = self.caller.as_ref().filter(|c| c.session_id == session) {
-            let bytes = frame.len();
-            if self.deferred.len() >= caller.outbox.capacity() || self.deferred_bytes + bytes > self.ctx.host_bytes {
-                return Ok(Err(full()));
-            }
-            self.deferred_bytes += bytes;
-            self.deferred.push(frame);
-            return Ok(Ok(()));
+        match self.defer_to_caller(&session, &frame) {
+            Some(true) => Ok(Ok(())),
+            Some(false) => Ok(Err(full())),
+            None => Ok(self.ctx.tenant.notify(&session, frame).map_err(|_| full())),
         }
-        Ok(self.ctx.tenant.notify(&session, frame).map_err(|_| full()))
+    }
+
+    async fn notify_for(&mut self, method: String, params: String, to: router::Recipients) -> Wt<Result<u32, types::RpcError>> {
+        let params: Box<RawValue> = match RawValue::from_string(params) {
+            Ok(p) if p.get().starts_with('{') => p,
+            _ => return Ok(Err(to_wit(RpcError::invalid_params("params must be a JSON object")))),
+        };
+        if method.is_empty() {
+            return Ok(Err(to_wit(RpcError::invalid_params("method must not be empty"))));
+        }
+        if let Some(path) = to.capability.as_deref().filter(|p| p.split('.').any(str::is_empty)) {
+            return Ok(Err(to_wit(RpcError::invalid_params(format!("capability {path:?} is not a dotted path")))));
+        }
+        let skip = self.caller.as_ref().filter(|_| to.skip_caller).map(|c| c.session_id.as_str());
+        let sessions = self.ctx.tenant.sessions_declaring(&to.ids, to.capability.as_deref(), skip);
+        if sessions.is_empty() {
+            return Ok(Ok(0));
+        }
+        let frame: Frame = crate::rpc::encode_notification(&method, &params).into();
+        let mut taken = 0;
+        for session in &sessions {
+            let ok = match self.defer_to_caller(session, &frame) {
+                Some(deferred) => deferred,
+                None => self.ctx.tenant.notify(session, frame.clone()).is_ok(),
+            };
+            taken += u32::from(ok);
+        }
+        Ok(Ok(taken))
     }
 
     async fn connected_since(&mut self, ids: Vec<String>) -> Wt<Vec<Option<u64>>> {
@@ -267,15 +303,12 @@ impl router::Host for PluginState {
         match extensions.call_from(&self.ctx.plugin, &active, &method, params, self.hops + 1).await {
             Ok((result, deferred)) => {
                 // The callee's notifications to the caller follow this call's response.
-                if let Some(caller) = &self.caller {
+                if let Some(session) = self.caller.as_ref().map(|c| c.session_id.clone()) {
                     for frame in deferred {
-                        let bytes = frame.len();
-                        if self.deferred.len() >= caller.outbox.capacity() || self.deferred_bytes + bytes > self.ctx.host_bytes {
+                        if self.defer_to_caller(&session, &frame) != Some(true) {
                             tracing::warn!(plugin = self.ctx.plugin, tenant = self.ctx.scope.tenant, method, "the caller's queue is full: notifications from a router call dropped");
                             break;
                         }
-                        self.deferred_bytes += bytes;
-                        self.deferred.push(frame);
                     }
                 }
                 Ok(Ok(result.get().to_string()))

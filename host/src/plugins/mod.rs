@@ -1,6 +1,6 @@
 //! Protocol handlers as WebAssembly components: loading, per-tenant plugin
 //! sets, limits, hot swap. The contract is `wit/` (package
-//! `map-gateway:plugin@0.2.5`; components built against 0.1.0 and 0.2.0 still load).
+//! `map-gateway:plugin@0.2.6`; components built against 0.1.0 and 0.2.0 still load).
 //!
 //! One job per file: `engine` (wasmtime), `artifacts` (compiled components:
 //! the disk cache, the cluster's shared store, the compiler), `bindings`

@@ -46,7 +46,11 @@ pub enum Refused {
 #[derive(Debug, Clone)]
 pub struct Descriptor {
     pub name: String,
+    /// The plugin's own version.
     pub version: String,
+    /// The version of the extension's protocol, from its capability group's
+    /// `protocolVersion` (taken out of the group).
+    pub protocol_version: Option<String>,
     pub uri: String,
     pub capability_group: String,
     pub capabilities: Value,
@@ -210,7 +214,8 @@ impl Plugin {
 }
 
 fn check_descriptor(name: &str, d: Described) -> anyhow::Result<Descriptor> {
-    let capabilities: Value = serde_json::from_str(&d.capabilities).map_err(|e| anyhow::anyhow!("plugin {name}: capabilities are not JSON: {e}"))?;
+    let mut capabilities: Value = serde_json::from_str(&d.capabilities).map_err(|e| anyhow::anyhow!("plugin {name}: capabilities are not JSON: {e}"))?;
+    let protocol_version = take_protocol_version(name, &d.uri, &mut capabilities)?;
     let (lo, hi) = d.error_range;
     if lo > hi || RESERVED_CODES.iter().any(|&(a, b)| lo <= b && a <= hi) {
         anyhow::bail!("plugin {name} declares error range {lo}..={hi}, which is empty or overlaps codes reserved for JSON-RPC and the MAP core ({RESERVED_CODES:?})");
@@ -232,6 +237,7 @@ fn check_descriptor(name: &str, d: Described) -> anyhow::Result<Descriptor> {
     Ok(Descriptor {
         name: d.name,
         version: d.version,
+        protocol_version,
         uri: d.uri,
         capability_group: d.capability_group,
         capabilities,
@@ -239,6 +245,18 @@ fn check_descriptor(name: &str, d: Described) -> anyhow::Result<Descriptor> {
         error_range: d.error_range,
         event_filters,
     })
+}
+
+/// The key of a capability group that holds the extension's protocol version (wit/rpc.wit).
+const PROTOCOL_VERSION: &str = "protocolVersion";
+
+/// The capability group's `protocolVersion`, taken out of it: it is listed
+/// in `capabilities.extensions`, not shown in the group.
+fn take_protocol_version(name: &str, uri: &str, capabilities: &mut Value) -> anyhow::Result<Option<String>> {
+    let Some(version) = capabilities.as_object_mut().and_then(|group| group.remove(PROTOCOL_VERSION)) else { return Ok(None) };
+    let Value::String(version) = version else { anyhow::bail!("plugin {name} declares {PROTOCOL_VERSION} {version}, which is not a string") };
+    ext_registry::check_protocol_version(uri, &version).map_err(|why| anyhow::anyhow!("plugin {name}: {why}"))?;
+    Ok(Some(version))
 }
 
 /// Resource types are `<namespace>/<name>`, outside MAP's reserved `map/`.

@@ -141,7 +141,9 @@ impl TenantPlugins {
     }
 
     /// Add each extension's capability group and URI to `map/connect`
-    /// capabilities, with the group's overrides for `participant_type`.
+    /// capabilities, with the group's overrides for `participant_type`. An
+    /// extension's `version` is its protocol's (the plugin's own when it
+    /// declares none), `pluginVersion` the plugin's.
     pub fn advertise(&self, capabilities: &mut Value, participant_type: &str) {
         for tp in &self.plugins {
             let Some(d) = &tp.descriptor else { continue };
@@ -149,7 +151,8 @@ impl TenantPlugins {
                 capabilities[&d.capability_group] = for_participant(&d.capabilities, participant_type);
             }
             if let Some(list) = capabilities.get_mut("extensions").and_then(Value::as_array_mut) {
-                list.push(json!({"uri": d.uri, "name": d.name, "version": d.version, "methods": d.methods}));
+                let version = d.protocol_version.as_ref().unwrap_or(&d.version);
+                list.push(json!({"uri": d.uri, "name": d.name, "version": version, "pluginVersion": d.version, "methods": d.methods}));
             }
         }
     }

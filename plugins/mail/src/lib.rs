@@ -1,10 +1,11 @@
 //! The MAP mail extension as a gateway plugin (world `intercepting-extension`):
 //! persistent conversations, participants, turns and threads on the host's
-//! storage, the fifteen `mail/*` methods, `mail.*` events, turns recorded
-//! from `map/send` messages that carry `meta.mail`, observer clients
-//! (`capabilities.mail.canObserve`) that watch without taking part, and
-//! conversations as resources of the type `x-mail/conversation`
-//! (`map/resources/*`, `resources`).
+//! storage, the fifteen `mail/*` methods, `mail.*` events, the
+//! `mail/turn.received` notification to participants' sessions that declared
+//! `capabilities.mail`, turns recorded from `map/send` messages that carry
+//! `meta.mail`, observer clients (`capabilities.mail.canObserve`) that watch
+//! without taking part, and conversations as resources of the type
+//! `x-mail/conversation` (`map/resources/*`, `resources`).
 
 mod access;
 mod conversations;
@@ -15,6 +16,7 @@ mod intercept;
 mod model;
 mod params;
 mod participants;
+mod received;
 mod repo;
 mod resources;
 mod settings;
@@ -48,6 +50,8 @@ impl Extension for Mail {
 
     fn describe() -> Describe {
         Describe::new("mail", env!("CARGO_PKG_VERSION"))
+            // Mail v1.1: mail/reopen, mail/presence and mail/turn.received.
+            .protocol_version("1.1.0")
             // Described per tenant: a tenant's `enabled = false` shows at map/connect.
             .capabilities(serde_json::json!({
                 "enabled": settings::enabled(),

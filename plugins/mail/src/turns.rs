@@ -11,6 +11,7 @@ use crate::error;
 use crate::events;
 use crate::model::{valid_content_type, Conversation, Participant, Turn, TurnSource, TurnStatus, Visibility};
 use crate::params::{self, OneOrMany};
+use crate::received;
 use crate::repo::{self, Ahead, Writes};
 
 /// Turns returned per page unless the request says otherwise.
@@ -119,9 +120,11 @@ fn turn_result(json: &RawValue) -> Reply {
     Reply::raw(format!(r#"{{"turn":{}}}"#, json.get()))
 }
 
-/// `mail.turn.added`, for participants already known to be the current ones.
+/// `mail.turn.added` and `mail/turn.received`, for participants already
+/// known to be the current ones.
 pub fn announce_to(current: &[Participant], turn: &Turn, json: &RawValue) {
     events::emit_turn_to(events::TURN_ADDED, current, turn, &TurnEvent::added(turn, json));
+    received::notify(current, turn);
 }
 
 #[derive(Deserialize)]

@@ -2,5 +2,5 @@
 this SDK is written against: the only place it is spelled.
 tests/test_contract.py holds it equal to `wit/package.wit`."""
 
-CONTRACT_PACKAGE = "map-gateway:plugin@0.2.5"
+CONTRACT_PACKAGE = "map-gateway:plugin@0.2.6"
 CONTRACT_VERSION = CONTRACT_PACKAGE.rsplit("@", 1)[1]

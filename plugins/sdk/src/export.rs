@@ -156,7 +156,10 @@ mod glue {
 
     impl<T: Extension> rpc::Guest for T {
         fn describe() -> rpc::Descriptor {
-            let d = T::describe();
+            let mut d = T::describe();
+            if let (Some(version), Some(group)) = (d.protocol_version.take(), d.capabilities.as_object_mut()) {
+                group.insert("protocolVersion".into(), version.into());
+            }
             rpc::Descriptor {
                 name: d.name,
                 version: d.version,

@@ -15,6 +15,18 @@ pub fn notify<T: Serialize + ?Sized>(participant_id: &str, method: &str, params:
     wit::notify(participant_id, method, &params)
 }
 
+/// Push the notification `method` with `params` (serialised to a JSON
+/// object) to the sessions of these participant or agent ids that declared
+/// the capability group `capability` at `map/connect` (`true`, or an object
+/// without `enabled: false`; `None`: all of them), leaving out the current
+/// caller's own session when `skip_caller`. A session that may still resume
+/// gets it when it does. Returns how many sessions took it.
+pub fn notify_for<T: Serialize + ?Sized>(ids: &[String], capability: Option<&str>, skip_caller: bool, method: &str, params: &T) -> Result<u32, RpcError> {
+    let params = serde_json::to_string(params).map_err(|e| RpcError { code: -32603, message: format!("Notification params cannot be written as JSON: {e}"), data: None })?;
+    let recipients = wit::Recipients { ids: ids.to_vec(), capability: capability.map(String::from), skip_caller };
+    wit::notify_for(method, &params, &recipients)
+}
+
 /// Send a MAP message as `map/send` would, as the current caller (outside a
 /// call, as the participant `plugin:<name>`); the `map/send` result.
 pub fn send(to: &Value, payload: &Value, meta: Option<&Value>) -> Result<Value, RpcError> {

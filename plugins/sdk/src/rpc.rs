@@ -140,7 +140,11 @@ impl std::fmt::Debug for Methods {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Describe {
     pub name: String,
+    /// The plugin's own version.
     pub version: String,
+    /// The version of the protocol the extension implements, when it is not
+    /// the plugin's own (`protocolVersion` in the capability group).
+    pub protocol_version: Option<String>,
     pub uri: String,
     pub capability_group: String,
     pub capabilities: Value,
@@ -163,12 +167,21 @@ impl Describe {
         Describe {
             name: name.into(),
             version: version.into(),
+            protocol_version: None,
             uri,
             capability_group: name.into(),
             capabilities: serde_json::json!({ "enabled": true }),
             methods: Vec::new(),
             event_filters: Vec::new(),
         }
+    }
+
+    /// The version of the protocol the extension implements (e.g. `1.1.0`
+    /// for mail v1.1), listed as its `version` in `capabilities.extensions`
+    /// beside the plugin's own (`pluginVersion`). Its major must be the URI's.
+    pub fn protocol_version(mut self, version: &str) -> Describe {
+        self.protocol_version = Some(version.into());
+        self
     }
 
     /// The URI listed in `capabilities.extensions`.

@@ -39,6 +39,7 @@ impl Extension for Trajectory {
 
     fn describe() -> Describe {
         Describe::new("trajectory", env!("CARGO_PKG_VERSION"))
+            .protocol_version("1.0.0")
             // Described per tenant: a tenant's `enabled = false` shows at map/connect.
             .capabilities(serde_json::json!({
                 "enabled": Settings::load().enabled,
