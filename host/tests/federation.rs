@@ -514,6 +514,7 @@ async fn a_peer_sees_and_reaches_only_what_is_exposed_to_it() {
     assert_eq!(r["messageId"], "m-1", "{r}");
     let m = message(&mut bob, WAIT).await.expect("bob gets the routed message");
     assert_eq!(m["from"], "globex:agent:gina", "{m}");
+    assert_eq!(m["id"], "m-1", "the routed message keeps its id: {m}");
     assert_eq!(m["payload"], json!({"n": 1}), "{m}");
     let envelope = json!({"payload": {"id": "m-2", "from": "gina", "to": "acme:agent:carol", "payload": {"n": 2}},
                           "federation": {"sourceSystem": "globex", "targetSystem": "acme", "hopCount": 0, "maxHops": 5, "path": ["globex"], "originTimestamp": 1}});
@@ -530,6 +531,10 @@ async fn a_peer_sees_and_reaches_only_what_is_exposed_to_it() {
     let r = globex.call_ok("map/federation/route", json!({"systemId": "acme", "message": {"id": "m-1", "from": "gina", "to": {"agent": "bob"}, "payload": {"n": 1}}})).await;
     assert_eq!(r["routed"], true, "{r}");
     assert!(message(&mut bob, QUIET).await.is_none(), "a repeated message id is delivered once");
+    // An id too long to keep: refused, not renamed.
+    let long = "m".repeat(257);
+    let r = globex.call("map/federation/route", json!({"systemId": "acme", "message": {"id": long, "from": "gina", "to": {"agent": "bob"}, "payload": {}}})).await;
+    assert_eq!(err_code(&r), -32602, "{r}");
 
     // An agent not shown to globex, and one that does not exist: 5003, nothing delivered.
     for to in [json!({"agent": "eve"}), json!({"agent": "nobody"})] {
@@ -635,6 +640,7 @@ async fn routes_go_on_through_a_system_and_loops_and_long_routes_are_refused() {
     assert_eq!(ok(&r)["messageId"], "fwd-1", "{r}");
     let m = message(&mut carol, ACROSS).await.expect("carol gets the forwarded message");
     assert_eq!(m["from"], "a:agent:alice", "{m}");
+    assert_eq!(m["id"], "fwd-1", "the forwarded message keeps its id: {m}");
     assert_eq!(m["payload"], json!({"id": "fwd-1"}), "{m}");
 
     // b on the path already: 5010 at b.
@@ -684,6 +690,9 @@ async fn agents_of_two_systems_message_each_other_by_both_address_forms() {
         let m = message(&mut bob, ACROSS).await.unwrap_or_else(|| panic!("bob gets message {n}; {}", pair.logs()));
         assert_eq!(m["from"], "acme:agent:alice", "{m}");
         assert_eq!(m["payload"], json!({"n": n}), "{m}");
+        // Under the id alice's send returned, so both sides can correlate.
+        assert!(r["messageId"].is_string(), "{r}");
+        assert_eq!(m["id"], r["messageId"], "bob's message keeps the sender's id: {m} / {r}");
     }
     // Bob answers to the address he was shown, and in the object form.
     for (n, to) in [(3, json!("acme:agent:alice")), (4, json!({"system": "acme", "agent": "alice"}))] {
@@ -692,6 +701,7 @@ async fn agents_of_two_systems_message_each_other_by_both_address_forms() {
         let m = message(&mut alice, ACROSS).await.unwrap_or_else(|| panic!("alice gets message {n}; {}", pair.logs()));
         assert_eq!(m["from"], "globex:agent:bob", "{m}");
         assert_eq!(m["payload"], json!({"n": n}), "{m}");
+        assert_eq!(m["id"], ok(&r)["messageId"], "alice's message keeps the sender's id: {m} / {r}");
     }
     // {system, agent} naming this system is a local agent.
     let mut ann = agent(&pair.acme, "acme-key", "ann", json!({})).await;
@@ -819,11 +829,13 @@ async fn messages_wait_while_the_peer_is_down_and_arrive_once_in_order_after_it_
     // Its agents are no longer listed.
     assert!(!ids(&listed(&mut alice).await).contains(&"globex:agent:bob".to_string()), "a peer that is down shows no agents");
 
+    let mut held = Vec::new();
     for n in 1..=3 {
         let r = send(&mut alice, json!({"system": "globex", "agent": "bob"}), json!({"n": n})).await;
         let r = ok(&r);
         assert_eq!(r["queued"], true, "message {n} waits: {r}");
         assert_eq!(r["delivered"], json!([]), "{r}");
+        held.push(r["messageId"].clone());
     }
     // Globex is back, and the links with it, before bob registers again:
     // the held messages wait for him (refused meanwhile, tried again).
@@ -838,6 +850,7 @@ async fn messages_wait_while_the_peer_is_down_and_arrive_once_in_order_after_it_
         let m = message(&mut bob, ACROSS).await.unwrap_or_else(|| panic!("held message {n}; {}", pair.logs()));
         assert_eq!(m["payload"], json!({"n": n}), "in order: {m}");
         assert_eq!(m["from"], "acme:agent:alice", "{m}");
+        assert_eq!(m["id"], held[n - 1], "a held message keeps the id its send returned: {m}");
     }
     assert!(message(&mut bob, QUIET).await.is_none(), "each held message is delivered once");
     // And the link carries new messages at once again.
