@@ -860,6 +860,56 @@ async fn messages_wait_while_the_peer_is_down_and_arrive_once_in_order_after_it_
 }
 
 #[tokio::test]
+async fn a_held_message_whose_agent_is_not_back_holds_back_only_that_agents_messages() {
+    let mut pair = Pair::start(Terms { acme_shows: SHOW_ALL, acme_imports: "[]", globex_shows: SHOW_ALL, globex_imports: "[]" }).await;
+    let _bob = agent(&pair.globex, "globex-key", "bob", json!({})).await;
+    let mut alice = agent(&pair.acme, "acme-key", "alice", json!({})).await;
+    wait_listed(&mut alice, "globex:agent:bob", LINK).await;
+    let mut links = watcher(&pair.acme, "acme-key", &["federation_connected", "federation_disconnected"]).await;
+    let mut failures = watcher(&pair.acme, "acme-key", &["federation_message_failed"]).await;
+    pair.globex.kill9();
+    event(&mut links, "federation_disconnected", json!({"systemId": "globex", "direction": "outbound"}), LINK).await.expect("acme's link to globex down");
+
+    // Held while globex is down: xavier (back later), yuri (never back)
+    // and bob, interleaved; xavier's and yuri's come first.
+    let mut held = Vec::new();
+    for (who, n) in [("xavier", 1), ("yuri", 1), ("bob", 1), ("xavier", 2), ("yuri", 2), ("bob", 2)] {
+        let r = send(&mut alice, json!({"system": "globex", "agent": who}), json!({"to": who, "n": n})).await;
+        assert_eq!(ok(&r)["queued"], true, "{who} {n} waits: {r}");
+        held.push((who, ok(&r)["messageId"].as_str().unwrap().to_string()));
+    }
+    // Globex comes back with bob only: his messages arrive at once, in
+    // order, not after the others' 30 s of retries.
+    pair.globex = pair.globex.restart();
+    pair.globex_door.point_at(&pair.globex);
+    event(&mut links, "federation_connected", json!({"systemId": "globex", "direction": "outbound"}), LINK).await.unwrap_or_else(|| panic!("link back; {}", pair.logs()));
+    let mut bob = agent(&pair.globex, "globex-key", "bob", json!({})).await;
+    let back = tokio::time::Instant::now();
+    for n in 1..=2 {
+        let m = message(&mut bob, ACROSS).await.unwrap_or_else(|| panic!("bob's held message {n} within {ACROSS:?}; {}", pair.logs()));
+        assert_eq!(m["payload"], json!({"to": "bob", "n": n}), "in order: {m}");
+    }
+    assert!(back.elapsed() < ACROSS, "bob's messages took {:?}", back.elapsed());
+    // Xavier registers a few seconds later, within the retries: his come, in order.
+    let mut xavier = agent(&pair.globex, "globex-key", "xavier", json!({})).await;
+    for n in 1..=2 {
+        let m = message(&mut xavier, ACROSS).await.unwrap_or_else(|| panic!("xavier's held message {n}; {}", pair.logs()));
+        assert_eq!(m["payload"], json!({"to": "xavier", "n": n}), "in order: {m}");
+    }
+    // Yuri never comes: 30 s after his first refusal both of his are
+    // dropped and reported, in order.
+    for id in held.iter().filter(|(who, _)| *who == "yuri").map(|(_, id)| id) {
+        let e = event(&mut failures, "federation_message_failed", json!({}), Duration::from_secs(40)).await;
+        let e = e.unwrap_or_else(|| panic!("yuri's message {id} reported; {}", pair.logs()));
+        assert_eq!(e["data"]["messageId"], id.as_str(), "{e}");
+        assert_eq!(e["data"]["to"], json!({"agent": "yuri"}), "{e}");
+        assert_eq!(e["data"]["code"], 5003, "{e}");
+    }
+    assert!(back.elapsed() < Duration::from_secs(40), "yuri's messages were given up on after {:?}", back.elapsed());
+    assert!(message(&mut bob, QUIET).await.is_none() && message(&mut xavier, Duration::ZERO).await.is_none(), "each delivered once");
+}
+
+#[tokio::test]
 async fn held_messages_survive_a_kill_of_the_sender_too() {
     let mut pair = Pair::start(Terms { acme_shows: SHOW_ALL, acme_imports: "[]", globex_shows: SHOW_ALL, globex_imports: "[]" }).await;
     let mut alice = agent(&pair.acme, "acme-key", "alice", json!({})).await;

@@ -82,7 +82,8 @@ struct Peer {
     seen: Mutex<Recent>,
     /// Whether the link to the peer is up.
     linked: std::sync::atomic::AtomicBool,
-    /// Held messages the peer refused for want of their agent, with when it first did.
+    /// Recipients (a message's `to` as JSON text) of held messages the peer
+    /// refused for want of their agent, with when it first did.
     refused: Mutex<HashMap<String, u64>>,
     /// The resume token of this gateway's session at the peer: a new link
     /// takes the session (and its subscriptions) up again.
