@@ -163,9 +163,14 @@ impl Pair {
     /// Globex starts first, so that agents registered on it (`before`)
     /// are there when acme's link comes up.
     async fn start(terms: Terms) -> Pair {
+        Pair::start_with(terms, "").await
+    }
+
+    /// `start`, with more lines of `[tenants.federation]` on both sides.
+    async fn start_with(terms: Terms, limits: &str) -> Pair {
         let (acme_door, globex_door) = (Door::new(), Door::new());
-        let acme_config = system_config("acme", &acme_door.url(), "", &[("globex", globex_door.url(), terms.acme_shows, terms.acme_imports)]);
-        let globex_config = system_config("globex", &globex_door.url(), "", &[("acme", acme_door.url(), terms.globex_shows, terms.globex_imports)]);
+        let acme_config = system_config("acme", &acme_door.url(), limits, &[("globex", globex_door.url(), terms.acme_shows, terms.acme_imports)]);
+        let globex_config = system_config("globex", &globex_door.url(), limits, &[("acme", acme_door.url(), terms.globex_shows, terms.globex_imports)]);
         let globex = Gateway::start_with(65536, &globex_config);
         globex_door.point_at(&globex);
         let acme = Gateway::start_with(65536, &acme_config);
@@ -719,6 +724,63 @@ async fn agents_of_two_systems_message_each_other_by_both_address_forms() {
     // Nothing more arrived anywhere.
     assert!(message(&mut bob, QUIET).await.is_none(), "bob got each message once");
     assert!(message(&mut alice, Duration::ZERO).await.is_none(), "alice got each message once");
+}
+
+/// README's "Two organisations, step by step": each system shows the other
+/// its agents tagged `partner`; alice (not tagged) writes to bob, who answers.
+#[tokio::test]
+async fn an_agent_not_shown_to_a_peer_is_answered_by_the_peer_it_wrote_to_for_the_reply_window() {
+    const PARTNERS: &str = r#"{ agents = "tagged", tags = ["partner"] }"#;
+    const WINDOW: Duration = Duration::from_secs(5);
+    let terms = Terms { acme_shows: PARTNERS, acme_imports: "[]", globex_shows: PARTNERS, globex_imports: "[]" };
+    let pair = Pair::start_with(terms, &format!("reply_window_secs = {}", WINDOW.as_secs())).await;
+    let mut bob = agent(&pair.globex, "globex-key", "bob", json!({"metadata": {"tags": ["partner"]}})).await;
+    let mut alice = agent(&pair.acme, "acme-key", "alice", json!({})).await;
+    let mut carol = agent(&pair.acme, "acme-key", "carol", json!({})).await;
+    let _dave = agent(&pair.acme, "acme-key", "dave", json!({"metadata": {"tags": ["partner"]}})).await;
+    // Both links are up once each side lists the other's partner.
+    wait_listed(&mut alice, "globex:agent:bob", LINK).await;
+    wait_listed(&mut bob, "acme:agent:dave", LINK).await;
+
+    // Before alice writes, she is not bob's to reach.
+    let r = send(&mut bob, json!("acme:agent:alice"), json!({"n": 0})).await;
+    assert_eq!(err_code(&r), 5003, "{r}");
+    let r = send(&mut alice, json!({"system": "globex", "agent": "bob"}), json!({"n": 1})).await;
+    let sent_at = tokio::time::Instant::now();
+    assert_eq!(ok(&r)["delivered"], json!(["globex:agent:bob"]), "{r}; {}", pair.logs());
+    let m = message(&mut bob, ACROSS).await.unwrap_or_else(|| panic!("bob gets alice's message; {}", pair.logs()));
+    assert_eq!(m["from"], "acme:agent:alice", "{m}");
+    // Bob answers to that address, in both forms.
+    for (n, to) in [(2, m["from"].clone()), (3, json!({"system": "acme", "agent": "alice"}))] {
+        let r = send(&mut bob, to.clone(), json!({"n": n})).await;
+        assert_eq!(ok(&r)["delivered"], json!(["acme:agent:alice"]), "{to}: {r}; {}", pair.logs());
+        let m = message(&mut alice, ACROSS).await.unwrap_or_else(|| panic!("alice gets bob's answer {n}; {}", pair.logs()));
+        assert_eq!(m["from"], "globex:agent:bob", "{m}");
+        assert_eq!(m["payload"], json!({"n": n}), "{m}");
+    }
+    // Alice is answerable, not shown: globex does not list her.
+    let shown = ids(&listed(&mut bob).await);
+    assert!(shown.contains(&"acme:agent:dave".to_string()) && !shown.iter().any(|id| id.contains("alice")), "{shown:?}");
+    // Carol, who did not write, is still out of reach.
+    let r = send(&mut bob, json!("acme:agent:carol"), json!({})).await;
+    assert_eq!(err_code(&r), 5003, "{r}");
+    assert!(message(&mut carol, QUIET).await.is_none(), "carol is not reachable from globex");
+    assert!(sent_at.elapsed() < WINDOW, "the checks above ran within the reply window (took {:?})", sent_at.elapsed());
+
+    // The window closes: bob's answer is refused again.
+    tokio::time::sleep_until(sent_at + WINDOW + Duration::from_millis(300)).await;
+    let r = send(&mut bob, json!("acme:agent:alice"), json!({"n": 4})).await;
+    assert_eq!(err_code(&r), 5003, "after the reply window: {r}");
+    // Alice writes again; she leaves and registers again: the grant went with her.
+    let r = send(&mut alice, json!("globex:agent:bob"), json!({"n": 5})).await;
+    assert_eq!(ok(&r)["delivered"], json!(["globex:agent:bob"]), "{r}");
+    message(&mut bob, ACROSS).await.expect("bob gets message 5");
+    let r = alice.call_ok("map/agents/unregister", json!({"agentId": "alice"})).await;
+    assert!(r.is_object(), "{r}");
+    alice.call_ok("map/agents/register", json!({"agentId": "alice"})).await;
+    let r = send(&mut bob, json!("acme:agent:alice"), json!({"n": 6})).await;
+    assert_eq!(err_code(&r), 5003, "alice registered anew has not written to globex: {r}");
+    assert!(message(&mut alice, QUIET).await.is_none(), "refused answers deliver nothing");
 }
 
 #[tokio::test]

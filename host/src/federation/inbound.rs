@@ -6,6 +6,7 @@ use std::sync::Arc;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
+use super::replies::Registration;
 use super::{tokens, Peer, System};
 use crate::core::send::{Outgoing, Remote, Sent};
 use crate::core::Active;
@@ -192,8 +193,7 @@ async fn deliver(system: &System, active: &Active, peer: &Arc<Peer>, r: &Routed,
     let agent = agent.strip_prefix(&format!("{}:agent:", system.config.system_id)).unwrap_or(agent).to_string();
     let source = r.source.clone().unwrap_or_else(|| peer.config.system_id.clone());
     let not_here = || RpcError::new(codes::FEDERATION_ROUTE_REJECTED, format!("System {} has no agent {agent:?} that it shows to {source}", system.config.system_id));
-    let shown = active.tenant.registry.lock().agents.get(&agent).is_some_and(|a| peer.exposure.admits(a));
-    if !shown {
+    if !reachable(active, peer, &agent, &source).await {
         return Err(not_here());
     }
     if peer.seen.lock().contains(&message_id) {
@@ -216,6 +216,24 @@ async fn deliver(system: &System, active: &Active, peer: &Arc<Peer>, r: &Routed,
     peer.seen.lock().note(&message_id);
     let sent: Value = serde_json::from_str(&sent).unwrap_or(Value::Null);
     Ok(json!({"routed": true, "messageId": message_id, "delivered": sent["delivered"]}))
+}
+
+/// Whether the peer may route to `agent`: it is shown to the peer, or it
+/// wrote to the peer lately (and the message comes from the peer itself,
+/// not from a system behind it).
+async fn reachable(active: &Active, peer: &Peer, agent: &str, source: &str) -> bool {
+    let who = match active.tenant.registry.lock().agents.get(agent) {
+        None => return false,
+        Some(a) if peer.exposure.admits(a) => return true,
+        Some(a) => Registration::of(a),
+    };
+    if source != peer.config.system_id {
+        return false;
+    }
+    peer.replies.allows(&who).await.unwrap_or_else(|e| {
+        tracing::warn!(peer = peer.config.system_id, agent, error = %e, "reading a reply grant failed: the route is refused");
+        false
+    })
 }
 
 /// A token bucket per peer: `rate` routes a second, bursts of as many.

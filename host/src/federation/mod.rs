@@ -10,12 +10,16 @@
 //!   queued messages in order, mirrors the peer's exposed agents, and
 //!   re-emits the event types imported from it.
 //! - `outbox`: messages waiting for a peer, in the store (bounded).
+//! - `replies`: the local agents a peer may answer, though they are not
+//!   shown to it (they wrote to it lately), in the store.
 //!
-//! What a peer sees of this system is its `expose` setting, nothing else.
+//! What a peer sees of this system is its `expose` setting, nothing else;
+//! it reaches those agents, and the ones that wrote to it.
 
 mod inbound;
 mod link;
 mod outbox;
+mod replies;
 mod tokens;
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -33,6 +37,7 @@ use crate::core::{Active, Gateway, Tenant};
 use crate::rpc::{codes, RpcError};
 use crate::store::Store;
 use outbox::{Entry, Outbox};
+use replies::{Registration, Replies};
 
 /// How long a send waits for the peer's answer before it reports `queued`.
 const ANSWER_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
@@ -72,6 +77,8 @@ struct Peer {
     /// The peer's gateway session here, once it has connected.
     inbound: Mutex<Option<String>>,
     outbox: Outbox,
+    /// Local agents that wrote to the peer, which it may answer.
+    replies: Replies,
     /// New messages were queued.
     wake: Notify,
     /// Sends waiting to hear the peer's answer, by message id.
@@ -118,11 +125,13 @@ pub async fn start(gateway: &Arc<Gateway>, db: &Store) -> anyhow::Result<()> {
         let mut peers = HashMap::new();
         for p in &config.peers {
             let outbox = Outbox::open(db.clone(), &t.id, &p.system_id, config.buffer_messages, config.buffer_bytes).await.map_err(|e| anyhow::anyhow!("reading the federation outbox of {}: {e}", p.system_id))?;
+            let replies = Replies::open(db.clone(), &t.id, &p.system_id, config.reply_window_secs).await.map_err(|e| anyhow::anyhow!("reading the reply grants of {}: {e}", p.system_id))?;
             let peer = Peer {
                 config: p.clone(),
                 exposure: exposure(p),
                 inbound: Mutex::new(None),
                 outbox,
+                replies,
                 wake: Notify::new(),
                 waiting: Mutex::new(HashMap::new()),
                 mirror: Mutex::new(Vec::new()),
@@ -155,6 +164,18 @@ impl System {
 
     fn peer(&self, system: &str) -> Result<&Arc<Peer>, RpcError> {
         self.peers.get(system).ok_or_else(|| RpcError::new(codes::FEDERATION_SYSTEM_NOT_FOUND, format!("System {system:?} is not a peer of system {}", self.config.system_id)))
+    }
+
+    /// The local agent `from` wrote to `peer`: the peer may answer it for a
+    /// while. Without a grant (the store failed, or the peer's grants are at
+    /// their limit) the message still goes; only an answer would be refused.
+    async fn grant_reply(&self, peer: &Peer, from: &str) {
+        let Some(who) = self.tenant.upgrade().and_then(|t| t.registry.lock().agents.get(from).map(Registration::of)) else { return };
+        match peer.replies.grant(&who).await {
+            Ok(granted) if granted || self.config.reply_window_secs == 0 => {}
+            Ok(_) => tracing::warn!(system = self.config.system_id, peer = peer.config.system_id, agent = from, "reply grants for this peer are at their limit: the peer cannot answer this agent"),
+            Err(e) => tracing::warn!(system = self.config.system_id, peer = peer.config.system_id, agent = from, error = %e, "storing a reply grant failed: the peer cannot answer this agent"),
+        }
     }
 
     /// Queue an envelope for a peer and wait (a while) for its answer:
@@ -207,6 +228,7 @@ impl Federation for System {
                 "sourceSystem": system.config.system_id, "targetSystem": m.system, "hopCount": 0,
                 "maxHops": system.config.max_hops, "path": [system.config.system_id], "originTimestamp": m.timestamp,
             }});
+            system.grant_reply(&peer, &m.from).await;
             let answer = system.carry(&peer, m.message_id.clone(), envelope).await?;
             let mut result = json!({"messageId": m.message_id, "delivered": []});
             if answer["routed"] == true {
