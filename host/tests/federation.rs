@@ -8,6 +8,7 @@
 mod common;
 
 use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -1036,4 +1037,107 @@ async fn the_queue_for_an_unreachable_peer_is_bounded_and_old_messages_expire() 
     let r = send(&mut alice, json!({"system": "globex", "agent": "bob"}), json!({"n": 4})).await;
     assert_eq!(ok(&r)["delivered"], json!(["globex:agent:bob"]), "{r}");
     assert_eq!(message(&mut bob, ACROSS).await.expect("message 4")["payload"], json!({"n": 4}));
+}
+
+// ---------------------------------------------------------------------------
+// Links over TLS
+
+/// A certificate authority made for the test, as a PEM file in `dir`.
+fn authority(dir: &Path, name: &str) -> rcgen::CertifiedIssuer<'static, rcgen::KeyPair> {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params.distinguished_name.push(rcgen::DnType::CommonName, name);
+    let ca = rcgen::CertifiedIssuer::self_signed(params, rcgen::KeyPair::generate().unwrap()).unwrap();
+    std::fs::write(dir.join(format!("{name}.pem")), ca.pem()).unwrap();
+    ca
+}
+
+/// A server certificate for 127.0.0.1 signed by `ca`: `[tls]` lines naming its files in `dir`.
+fn served_by(dir: &Path, ca: &rcgen::CertifiedIssuer<'static, rcgen::KeyPair>) -> String {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap().signed_by(&key, &**ca).unwrap();
+    std::fs::write(dir.join("cert.pem"), cert.pem()).unwrap();
+    std::fs::write(dir.join("key.pem"), key.serialize_pem()).unwrap();
+    format!("[tls]\ncert_file = {:?}\nkey_file = {:?}\n", dir.join("cert.pem"), dir.join("key.pem"))
+}
+
+/// A plain port in front of a gateway that serves TLS only, for the test's
+/// own clients (who trust `ca`): its `ws://` URL.
+async fn plain_front(gw: &Gateway, ca: &rcgen::CertifiedIssuer<'static, rcgen::KeyPair>) -> String {
+    use tokio_rustls::rustls::{pki_types::ServerName, ClientConfig, RootCertStore};
+    let mut roots = RootCertStore::empty();
+    roots.add(ca.der().clone()).unwrap();
+    let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+    let mut config = ClientConfig::builder_with_provider(provider).with_safe_default_protocol_versions().unwrap().with_root_certificates(roots).with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (front, upstream) = (listener.local_addr().unwrap().port(), gw.addr());
+    tokio::spawn(async move {
+        while let Ok((mut down, _)) = listener.accept().await {
+            let (connector, upstream) = (connector.clone(), upstream.clone());
+            tokio::spawn(async move {
+                let Ok(tcp) = tokio::net::TcpStream::connect(&upstream).await else { return };
+                let Ok(mut up) = connector.connect(ServerName::try_from("127.0.0.1").unwrap(), tcp).await else { return };
+                let _ = tokio::io::copy_bidirectional(&mut down, &mut up).await;
+            });
+        }
+    });
+    format!("ws://127.0.0.1:{front}/map")
+}
+
+#[tokio::test]
+async fn a_link_to_a_wss_peer_checks_its_certificate_against_the_peers_ca_file() {
+    let dir = TempDir::new("fed-tls");
+    let ca = authority(dir.path(), "globex-ca");
+    let _other = authority(dir.path(), "other-ca");
+    // Globex serves TLS only; acme links to it, globex does not link back.
+    let globex = Gateway::start_with(65536, &format!("{}{}", served_by(dir.path(), &ca), system_config("globex", "wss://globex.example/map", "", &[("acme", String::new(), SHOW_ALL, "[]")])));
+    let front = plain_front(&globex, &ca).await;
+    let mut bob = Ws::connect(&front).await;
+    let r = bob.call_ok("map/connect", json!({"protocolVersion": 1, "participantType": "agent", "auth": api_key("globex-key")})).await;
+    assert!(r["sessionId"].is_string(), "{r}");
+    bob.call_ok("map/agents/register", json!({"agentId": "bob"})).await;
+
+    // Acme links to globex three times over: with globex's CA file, with
+    // another CA's, and with the system's roots (which do not hold it).
+    let wss = format!("wss://127.0.0.1:{}/map", globex.port);
+    let mut acme_config = system_config("acme", "ws://acme.example/map", "", &[("globex", wss.clone(), SHOW_ALL, "[]")]);
+    acme_config = acme_config.replacen(&format!("endpoint = \"{wss}\"\n"), &format!("endpoint = \"{wss}\"\nca_file = {:?}\n", dir.path().join("globex-ca.pem")), 1);
+    for (peer, ca_line) in [("initech", format!("ca_file = {:?}\n", dir.path().join("other-ca.pem"))), ("umbrella", String::new())] {
+        acme_config.push_str(&format!("[[tenants.federation.peers]]\nsystem_id = \"{peer}\"\nendpoint = \"{wss}\"\n{ca_line}principal = \"{peer}\"\n"));
+    }
+    let acme = Gateway::start_with(65536, &acme_config);
+    let mut alice = agent(&acme, "acme-key", "alice", json!({})).await;
+    let shown = wait_listed(&mut alice, "globex:agent:bob", LINK).await;
+    assert_eq!(shown["metadata"]["_federatedFrom"], "globex", "{shown}");
+    let r = send(&mut alice, json!({"system": "globex", "agent": "bob"}), json!({"over": "tls"})).await;
+    assert_eq!(ok(&r)["delivered"], json!(["globex:agent:bob"]), "{r}; acme log:\n{}", acme.log_tail(30));
+    let m = message(&mut bob, ACROSS).await.expect("bob gets alice's message over the TLS link");
+    assert_eq!(m["payload"], json!({"over": "tls"}), "{m}");
+
+    // The links whose certificate check fails say so, and carry nothing.
+    for peer in ["initech", "umbrella"] {
+        let deadline = tokio::time::Instant::now() + LINK;
+        let line = loop {
+            let log = acme.log();
+            if let Some(line) = log.lines().find(|l| l.contains("federation link down") && l.contains(peer)) {
+                break line.to_string();
+            }
+            assert!(tokio::time::Instant::now() < deadline, "no link failure logged for {peer}:\n{log}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert!(line.contains("TLS handshake") && line.contains("invalid peer certificate"), "the reason names the certificate check: {line}");
+        let r = send(&mut alice, json!({"system": peer, "agent": "bob"}), json!({"over": peer})).await;
+        assert_eq!(ok(&r)["queued"], true, "nothing goes to {peer}: {r}");
+    }
+    assert!(message(&mut bob, QUIET).await.is_none(), "only the verified link carries messages");
+
+    // A CA file is for wss:// peers.
+    let plain = system_config("acme", "ws://acme.example/map", "", &[("globex", "ws://127.0.0.1:1/map".into(), SHOW_ALL, "[]")]).replacen("principal = \"globex\"\n", &format!("principal = \"globex\"\nca_file = {:?}\n", dir.path().join("globex-ca.pem")), 1);
+    let config = dir.path().join("plain.toml");
+    std::fs::write(&config, plain).unwrap();
+    let out = std::process::Command::new(BIN).args(["check", "--config"]).arg(&config).output().unwrap();
+    assert!(!out.status.success(), "a ca_file on a ws:// peer is refused");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("ca_file"), "{}", String::from_utf8_lossy(&out.stderr));
 }

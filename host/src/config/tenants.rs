@@ -113,9 +113,13 @@ impl Default for FederationConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct PeerConfig {
     pub system_id: String,
-    /// Where this gateway connects to reach it (`ws://…/map`); empty: the
-    /// peer connects here, and messages to it wait for that.
+    /// Where this gateway connects to reach it (`ws://…/map` or
+    /// `wss://…/map`); empty: the peer connects here, and messages to it
+    /// wait for that.
     pub endpoint: String,
+    /// With a `wss://` endpoint: the PEM file of the CAs the peer's
+    /// certificate is checked against; empty: the system's root certificates.
+    pub ca_file: std::path::PathBuf,
     /// What this gateway presents to the peer: `map/connect` and
     /// `map/federation/connect` `auth` (`{method, credential}`).
     pub auth: Option<serde_json::Value>,

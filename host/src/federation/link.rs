@@ -41,7 +41,7 @@ pub async fn keep(system: Weak<System>, peer: Arc<Peer>) {
         let Some(s) = system.upgrade() else { return };
         let (max_bytes, endpoint) = (s.gateway.upgrade().map_or(1 << 20, |g| g.config.server.max_message_bytes), peer.config.endpoint.clone());
         drop(s);
-        let outcome = match map_client::websocket(&endpoint, Bounds { max_frame_bytes: max_bytes, call_timeout: CALL_TIMEOUT }).await {
+        let outcome = match map_client::websocket(&endpoint, Bounds { max_frame_bytes: max_bytes, call_timeout: CALL_TIMEOUT }, peer.trust.as_ref()).await {
             Ok((link, notes)) => serve(&system, &peer, link, notes, &mut wait).await,
             Err(e) => Err(format!("{e:#}")),
         };

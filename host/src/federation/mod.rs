@@ -30,6 +30,7 @@ use parking_lot::Mutex;
 use serde_json::{json, Value};
 use tokio::sync::{oneshot, Notify};
 
+use crate::acp::wss::Trust;
 use crate::config::{FederationConfig, PeerConfig};
 use crate::core::events::{NewEvent, Source};
 use crate::core::federation::{Exposure, Federation, Outbound, Shown};
@@ -87,6 +88,8 @@ struct Peer {
     mirror: Mutex<Vec<Value>>,
     /// Ids of messages from the peer delivered here lately.
     seen: Mutex<Recent>,
+    /// The certificates its `wss://` endpoint is checked against.
+    trust: Option<Trust>,
     /// Whether the link to the peer is up.
     linked: std::sync::atomic::AtomicBool,
     /// Recipients (a message's `to` as JSON text) of held messages the peer
@@ -117,6 +120,15 @@ fn exposure(p: &PeerConfig) -> Exposure {
     }
 }
 
+/// What a peer's `wss://` endpoint is checked against: its CA file, or the system's roots.
+fn trust(p: &PeerConfig) -> anyhow::Result<Option<Trust>> {
+    if !p.endpoint.starts_with("wss://") {
+        return Ok(None);
+    }
+    let ca_file = Some(p.ca_file.as_path()).filter(|f| !f.as_os_str().is_empty());
+    Trust::new(ca_file).map(Some).map_err(|e| anyhow::anyhow!("federation peer {}: {e:#}", p.system_id))
+}
+
 /// Make every federating tenant a system and start its links to peers.
 pub async fn start(gateway: &Arc<Gateway>, db: &Store) -> anyhow::Result<()> {
     for t in &gateway.config.tenants {
@@ -132,6 +144,7 @@ pub async fn start(gateway: &Arc<Gateway>, db: &Store) -> anyhow::Result<()> {
                 inbound: Mutex::new(None),
                 outbox,
                 replies,
+                trust: trust(p)?,
                 wake: Notify::new(),
                 waiting: Mutex::new(HashMap::new()),
                 mirror: Mutex::new(Vec::new()),
