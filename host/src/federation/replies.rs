@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::core::model::Agent;
-use crate::store::{ScanOptions, Scope, Store, StoreError};
+use crate::store::{ScanOptions, Scope, Store, StoreError, Write};
 
 const COLLECTION: &str = "replies";
 /// Grants kept per peer; past it, expired ones are removed first, and a new
@@ -51,6 +51,8 @@ pub struct Replies {
     written: Mutex<HashMap<String, (Registration, u64)>>,
     /// Grants in the store at the last count, and grants written since.
     counted: Mutex<(u64, u64)>,
+    /// `MAX_GRANTS`.
+    max: u64,
 }
 
 impl Replies {
@@ -60,7 +62,7 @@ impl Replies {
         let prefix = format!("{peer}/");
         let stored = db.count(&scope, COLLECTION, &prefix).await?;
         let window_ms = window_secs.saturating_mul(1000);
-        Ok(Replies { db, scope, prefix, window_ms, written: Mutex::new(HashMap::new()), counted: Mutex::new((stored, 0)) })
+        Ok(Replies { db, scope, prefix, window_ms, written: Mutex::new(HashMap::new()), counted: Mutex::new((stored, 0)), max: MAX_GRANTS })
     }
 
     fn key(&self, agent: &str) -> String {
@@ -81,12 +83,12 @@ impl Replies {
         }
         let full = {
             let c = self.counted.lock();
-            c.0 + c.1 >= MAX_GRANTS
+            c.0 + c.1 >= self.max
         };
         if full {
             let live = self.prune(now).await?;
             *self.counted.lock() = (live, 0);
-            if live >= MAX_GRANTS {
+            if live >= self.max {
                 return Ok(false);
             }
         }
@@ -95,7 +97,7 @@ impl Replies {
         self.db.put(&self.scope, COLLECTION, &self.key(&who.agent), &text).await?;
         self.counted.lock().1 += 1;
         let mut written = self.written.lock();
-        if written.len() as u64 >= MAX_GRANTS {
+        if written.len() as u64 >= self.max {
             written.retain(|_, w| w.1 > now);
         }
         written.insert(who.agent.clone(), (who.clone(), until));
@@ -115,18 +117,57 @@ impl Replies {
         loop {
             let o = ScanOptions { prefix: self.prefix.clone(), after: after.clone(), before: None, limit: 500, reverse: false };
             let page = self.db.scan(&self.scope, COLLECTION, &o, 16 << 20).await?;
+            let mut expired = Vec::new();
             for (key, text) in &page {
                 match serde_json::from_str::<Grant>(text) {
                     Ok(g) if g.until > now => live += 1,
-                    _ => {
-                        self.db.delete(&self.scope, COLLECTION, key).await?;
-                    }
+                    _ => expired.push(Write { collection: COLLECTION.into(), key: key.clone(), value: None }),
                 }
             }
+            self.db.batch(&self.scope, expired).await?;
             match page.last() {
                 Some((key, _)) if page.len() == 500 => after = Some(key.clone()),
                 _ => return Ok(live),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn who(agent: &str, registered_at: u64) -> Registration {
+        Registration { agent: agent.into(), owner: "p-1".into(), registered_at }
+    }
+
+    #[tokio::test]
+    async fn grants_hold_for_their_registration_and_are_bounded_expired_ones_first() {
+        let dir = std::env::temp_dir().join(format!("map-gateway-replies-{}", crate::ids::secret()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let db = Store::open(&format!("sqlite://{}", dir.join("t.db").display()), false, 0).await.unwrap();
+        let mut replies = Replies::open(db.clone(), "t", "globex", 3600).await.unwrap();
+        replies.max = 2;
+        // Two grants that expire at once, then room for new ones.
+        replies.window_ms = 1;
+        for a in ["a", "b"] {
+            assert!(replies.grant(&who(a, 1)).await.unwrap());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        assert!(!replies.allows(&who("a", 1)).await.unwrap(), "expired");
+        replies.window_ms = 3_600_000;
+        for a in ["c", "d"] {
+            assert!(replies.grant(&who(a, 1)).await.unwrap(), "{a}: the expired grants make room");
+        }
+        assert!(!replies.grant(&who("e", 1)).await.unwrap(), "at the limit, none expired");
+        assert!(replies.allows(&who("c", 1)).await.unwrap());
+        assert!(!replies.allows(&who("e", 1)).await.unwrap());
+        // Another registration of the same id has no grant.
+        assert!(!replies.allows(&who("c", 2)).await.unwrap());
+        // A later run sees what is stored.
+        let again = Replies::open(db, "t", "globex", 3600).await.unwrap();
+        assert_eq!(*again.counted.lock(), (2, 0));
+        assert!(again.allows(&who("d", 1)).await.unwrap());
+        let _ = std::fs::remove_dir_all(dir);
     }
 }
