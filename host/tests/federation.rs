@@ -8,6 +8,7 @@
 mod common;
 
 use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -163,9 +164,14 @@ impl Pair {
     /// Globex starts first, so that agents registered on it (`before`)
     /// are there when acme's link comes up.
     async fn start(terms: Terms) -> Pair {
+        Pair::start_with(terms, "").await
+    }
+
+    /// `start`, with more lines of `[tenants.federation]` on both sides.
+    async fn start_with(terms: Terms, limits: &str) -> Pair {
         let (acme_door, globex_door) = (Door::new(), Door::new());
-        let acme_config = system_config("acme", &acme_door.url(), "", &[("globex", globex_door.url(), terms.acme_shows, terms.acme_imports)]);
-        let globex_config = system_config("globex", &globex_door.url(), "", &[("acme", acme_door.url(), terms.globex_shows, terms.globex_imports)]);
+        let acme_config = system_config("acme", &acme_door.url(), limits, &[("globex", globex_door.url(), terms.acme_shows, terms.acme_imports)]);
+        let globex_config = system_config("globex", &globex_door.url(), limits, &[("acme", acme_door.url(), terms.globex_shows, terms.globex_imports)]);
         let globex = Gateway::start_with(65536, &globex_config);
         globex_door.point_at(&globex);
         let acme = Gateway::start_with(65536, &acme_config);
@@ -514,6 +520,7 @@ async fn a_peer_sees_and_reaches_only_what_is_exposed_to_it() {
     assert_eq!(r["messageId"], "m-1", "{r}");
     let m = message(&mut bob, WAIT).await.expect("bob gets the routed message");
     assert_eq!(m["from"], "globex:agent:gina", "{m}");
+    assert_eq!(m["id"], "m-1", "the routed message keeps its id: {m}");
     assert_eq!(m["payload"], json!({"n": 1}), "{m}");
     let envelope = json!({"payload": {"id": "m-2", "from": "gina", "to": "acme:agent:carol", "payload": {"n": 2}},
                           "federation": {"sourceSystem": "globex", "targetSystem": "acme", "hopCount": 0, "maxHops": 5, "path": ["globex"], "originTimestamp": 1}});
@@ -530,6 +537,10 @@ async fn a_peer_sees_and_reaches_only_what_is_exposed_to_it() {
     let r = globex.call_ok("map/federation/route", json!({"systemId": "acme", "message": {"id": "m-1", "from": "gina", "to": {"agent": "bob"}, "payload": {"n": 1}}})).await;
     assert_eq!(r["routed"], true, "{r}");
     assert!(message(&mut bob, QUIET).await.is_none(), "a repeated message id is delivered once");
+    // An id too long to keep: refused, not renamed.
+    let long = "m".repeat(257);
+    let r = globex.call("map/federation/route", json!({"systemId": "acme", "message": {"id": long, "from": "gina", "to": {"agent": "bob"}, "payload": {}}})).await;
+    assert_eq!(err_code(&r), -32602, "{r}");
 
     // An agent not shown to globex, and one that does not exist: 5003, nothing delivered.
     for to in [json!({"agent": "eve"}), json!({"agent": "nobody"})] {
@@ -635,6 +646,7 @@ async fn routes_go_on_through_a_system_and_loops_and_long_routes_are_refused() {
     assert_eq!(ok(&r)["messageId"], "fwd-1", "{r}");
     let m = message(&mut carol, ACROSS).await.expect("carol gets the forwarded message");
     assert_eq!(m["from"], "a:agent:alice", "{m}");
+    assert_eq!(m["id"], "fwd-1", "the forwarded message keeps its id: {m}");
     assert_eq!(m["payload"], json!({"id": "fwd-1"}), "{m}");
 
     // b on the path already: 5010 at b.
@@ -684,6 +696,9 @@ async fn agents_of_two_systems_message_each_other_by_both_address_forms() {
         let m = message(&mut bob, ACROSS).await.unwrap_or_else(|| panic!("bob gets message {n}; {}", pair.logs()));
         assert_eq!(m["from"], "acme:agent:alice", "{m}");
         assert_eq!(m["payload"], json!({"n": n}), "{m}");
+        // Under the id alice's send returned, so both sides can correlate.
+        assert!(r["messageId"].is_string(), "{r}");
+        assert_eq!(m["id"], r["messageId"], "bob's message keeps the sender's id: {m} / {r}");
     }
     // Bob answers to the address he was shown, and in the object form.
     for (n, to) in [(3, json!("acme:agent:alice")), (4, json!({"system": "acme", "agent": "alice"}))] {
@@ -692,6 +707,7 @@ async fn agents_of_two_systems_message_each_other_by_both_address_forms() {
         let m = message(&mut alice, ACROSS).await.unwrap_or_else(|| panic!("alice gets message {n}; {}", pair.logs()));
         assert_eq!(m["from"], "globex:agent:bob", "{m}");
         assert_eq!(m["payload"], json!({"n": n}), "{m}");
+        assert_eq!(m["id"], ok(&r)["messageId"], "alice's message keeps the sender's id: {m} / {r}");
     }
     // {system, agent} naming this system is a local agent.
     let mut ann = agent(&pair.acme, "acme-key", "ann", json!({})).await;
@@ -709,6 +725,63 @@ async fn agents_of_two_systems_message_each_other_by_both_address_forms() {
     // Nothing more arrived anywhere.
     assert!(message(&mut bob, QUIET).await.is_none(), "bob got each message once");
     assert!(message(&mut alice, Duration::ZERO).await.is_none(), "alice got each message once");
+}
+
+/// README's "Two organisations, step by step": each system shows the other
+/// its agents tagged `partner`; alice (not tagged) writes to bob, who answers.
+#[tokio::test]
+async fn an_agent_not_shown_to_a_peer_is_answered_by_the_peer_it_wrote_to_for_the_reply_window() {
+    const PARTNERS: &str = r#"{ agents = "tagged", tags = ["partner"] }"#;
+    const WINDOW: Duration = Duration::from_secs(5);
+    let terms = Terms { acme_shows: PARTNERS, acme_imports: "[]", globex_shows: PARTNERS, globex_imports: "[]" };
+    let pair = Pair::start_with(terms, &format!("reply_window_secs = {}", WINDOW.as_secs())).await;
+    let mut bob = agent(&pair.globex, "globex-key", "bob", json!({"metadata": {"tags": ["partner"]}})).await;
+    let mut alice = agent(&pair.acme, "acme-key", "alice", json!({})).await;
+    let mut carol = agent(&pair.acme, "acme-key", "carol", json!({})).await;
+    let _dave = agent(&pair.acme, "acme-key", "dave", json!({"metadata": {"tags": ["partner"]}})).await;
+    // Both links are up once each side lists the other's partner.
+    wait_listed(&mut alice, "globex:agent:bob", LINK).await;
+    wait_listed(&mut bob, "acme:agent:dave", LINK).await;
+
+    // Before alice writes, she is not bob's to reach.
+    let r = send(&mut bob, json!("acme:agent:alice"), json!({"n": 0})).await;
+    assert_eq!(err_code(&r), 5003, "{r}");
+    let r = send(&mut alice, json!({"system": "globex", "agent": "bob"}), json!({"n": 1})).await;
+    let sent_at = tokio::time::Instant::now();
+    assert_eq!(ok(&r)["delivered"], json!(["globex:agent:bob"]), "{r}; {}", pair.logs());
+    let m = message(&mut bob, ACROSS).await.unwrap_or_else(|| panic!("bob gets alice's message; {}", pair.logs()));
+    assert_eq!(m["from"], "acme:agent:alice", "{m}");
+    // Bob answers to that address, in both forms.
+    for (n, to) in [(2, m["from"].clone()), (3, json!({"system": "acme", "agent": "alice"}))] {
+        let r = send(&mut bob, to.clone(), json!({"n": n})).await;
+        assert_eq!(ok(&r)["delivered"], json!(["acme:agent:alice"]), "{to}: {r}; {}", pair.logs());
+        let m = message(&mut alice, ACROSS).await.unwrap_or_else(|| panic!("alice gets bob's answer {n}; {}", pair.logs()));
+        assert_eq!(m["from"], "globex:agent:bob", "{m}");
+        assert_eq!(m["payload"], json!({"n": n}), "{m}");
+    }
+    // Alice is answerable, not shown: globex does not list her.
+    let shown = ids(&listed(&mut bob).await);
+    assert!(shown.contains(&"acme:agent:dave".to_string()) && !shown.iter().any(|id| id.contains("alice")), "{shown:?}");
+    // Carol, who did not write, is still out of reach.
+    let r = send(&mut bob, json!("acme:agent:carol"), json!({})).await;
+    assert_eq!(err_code(&r), 5003, "{r}");
+    assert!(message(&mut carol, QUIET).await.is_none(), "carol is not reachable from globex");
+    assert!(sent_at.elapsed() < WINDOW, "the checks above ran within the reply window (took {:?})", sent_at.elapsed());
+
+    // The window closes: bob's answer is refused again.
+    tokio::time::sleep_until(sent_at + WINDOW + Duration::from_millis(300)).await;
+    let r = send(&mut bob, json!("acme:agent:alice"), json!({"n": 4})).await;
+    assert_eq!(err_code(&r), 5003, "after the reply window: {r}");
+    // Alice writes again; she leaves and registers again: the grant went with her.
+    let r = send(&mut alice, json!("globex:agent:bob"), json!({"n": 5})).await;
+    assert_eq!(ok(&r)["delivered"], json!(["globex:agent:bob"]), "{r}");
+    message(&mut bob, ACROSS).await.expect("bob gets message 5");
+    let r = alice.call_ok("map/agents/unregister", json!({"agentId": "alice"})).await;
+    assert!(r.is_object(), "{r}");
+    alice.call_ok("map/agents/register", json!({"agentId": "alice"})).await;
+    let r = send(&mut bob, json!("acme:agent:alice"), json!({"n": 6})).await;
+    assert_eq!(err_code(&r), 5003, "alice registered anew has not written to globex: {r}");
+    assert!(message(&mut alice, QUIET).await.is_none(), "refused answers deliver nothing");
 }
 
 #[tokio::test]
@@ -819,11 +892,13 @@ async fn messages_wait_while_the_peer_is_down_and_arrive_once_in_order_after_it_
     // Its agents are no longer listed.
     assert!(!ids(&listed(&mut alice).await).contains(&"globex:agent:bob".to_string()), "a peer that is down shows no agents");
 
+    let mut held = Vec::new();
     for n in 1..=3 {
         let r = send(&mut alice, json!({"system": "globex", "agent": "bob"}), json!({"n": n})).await;
         let r = ok(&r);
         assert_eq!(r["queued"], true, "message {n} waits: {r}");
         assert_eq!(r["delivered"], json!([]), "{r}");
+        held.push(r["messageId"].clone());
     }
     // Globex is back, and the links with it, before bob registers again:
     // the held messages wait for him (refused meanwhile, tried again).
@@ -838,12 +913,63 @@ async fn messages_wait_while_the_peer_is_down_and_arrive_once_in_order_after_it_
         let m = message(&mut bob, ACROSS).await.unwrap_or_else(|| panic!("held message {n}; {}", pair.logs()));
         assert_eq!(m["payload"], json!({"n": n}), "in order: {m}");
         assert_eq!(m["from"], "acme:agent:alice", "{m}");
+        assert_eq!(m["id"], held[n - 1], "a held message keeps the id its send returned: {m}");
     }
     assert!(message(&mut bob, QUIET).await.is_none(), "each held message is delivered once");
     // And the link carries new messages at once again.
     let r = send(&mut alice, json!("globex:agent:bob"), json!({"n": 4})).await;
     assert_eq!(ok(&r)["delivered"], json!(["globex:agent:bob"]), "{r}");
     assert_eq!(message(&mut bob, ACROSS).await.expect("message 4")["payload"], json!({"n": 4}));
+}
+
+#[tokio::test]
+async fn a_held_message_whose_agent_is_not_back_holds_back_only_that_agents_messages() {
+    let mut pair = Pair::start(Terms { acme_shows: SHOW_ALL, acme_imports: "[]", globex_shows: SHOW_ALL, globex_imports: "[]" }).await;
+    let _bob = agent(&pair.globex, "globex-key", "bob", json!({})).await;
+    let mut alice = agent(&pair.acme, "acme-key", "alice", json!({})).await;
+    wait_listed(&mut alice, "globex:agent:bob", LINK).await;
+    let mut links = watcher(&pair.acme, "acme-key", &["federation_connected", "federation_disconnected"]).await;
+    let mut failures = watcher(&pair.acme, "acme-key", &["federation_message_failed"]).await;
+    pair.globex.kill9();
+    event(&mut links, "federation_disconnected", json!({"systemId": "globex", "direction": "outbound"}), LINK).await.expect("acme's link to globex down");
+
+    // Held while globex is down: xavier (back later), yuri (never back)
+    // and bob, interleaved; xavier's and yuri's come first.
+    let mut held = Vec::new();
+    for (who, n) in [("xavier", 1), ("yuri", 1), ("bob", 1), ("xavier", 2), ("yuri", 2), ("bob", 2)] {
+        let r = send(&mut alice, json!({"system": "globex", "agent": who}), json!({"to": who, "n": n})).await;
+        assert_eq!(ok(&r)["queued"], true, "{who} {n} waits: {r}");
+        held.push((who, ok(&r)["messageId"].as_str().unwrap().to_string()));
+    }
+    // Globex comes back with bob only: his messages arrive at once, in
+    // order, not after the others' 30 s of retries.
+    pair.globex = pair.globex.restart();
+    pair.globex_door.point_at(&pair.globex);
+    event(&mut links, "federation_connected", json!({"systemId": "globex", "direction": "outbound"}), LINK).await.unwrap_or_else(|| panic!("link back; {}", pair.logs()));
+    let mut bob = agent(&pair.globex, "globex-key", "bob", json!({})).await;
+    let back = tokio::time::Instant::now();
+    for n in 1..=2 {
+        let m = message(&mut bob, ACROSS).await.unwrap_or_else(|| panic!("bob's held message {n} within {ACROSS:?}; {}", pair.logs()));
+        assert_eq!(m["payload"], json!({"to": "bob", "n": n}), "in order: {m}");
+    }
+    assert!(back.elapsed() < ACROSS, "bob's messages took {:?}", back.elapsed());
+    // Xavier registers a few seconds later, within the retries: his come, in order.
+    let mut xavier = agent(&pair.globex, "globex-key", "xavier", json!({})).await;
+    for n in 1..=2 {
+        let m = message(&mut xavier, ACROSS).await.unwrap_or_else(|| panic!("xavier's held message {n}; {}", pair.logs()));
+        assert_eq!(m["payload"], json!({"to": "xavier", "n": n}), "in order: {m}");
+    }
+    // Yuri never comes: 30 s after his first refusal both of his are
+    // dropped and reported, in order.
+    for id in held.iter().filter(|(who, _)| *who == "yuri").map(|(_, id)| id) {
+        let e = event(&mut failures, "federation_message_failed", json!({}), Duration::from_secs(40)).await;
+        let e = e.unwrap_or_else(|| panic!("yuri's message {id} reported; {}", pair.logs()));
+        assert_eq!(e["data"]["messageId"], id.as_str(), "{e}");
+        assert_eq!(e["data"]["to"], json!({"agent": "yuri"}), "{e}");
+        assert_eq!(e["data"]["code"], 5003, "{e}");
+    }
+    assert!(back.elapsed() < Duration::from_secs(40), "yuri's messages were given up on after {:?}", back.elapsed());
+    assert!(message(&mut bob, QUIET).await.is_none() && message(&mut xavier, Duration::ZERO).await.is_none(), "each delivered once");
 }
 
 #[tokio::test]
@@ -911,4 +1037,107 @@ async fn the_queue_for_an_unreachable_peer_is_bounded_and_old_messages_expire() 
     let r = send(&mut alice, json!({"system": "globex", "agent": "bob"}), json!({"n": 4})).await;
     assert_eq!(ok(&r)["delivered"], json!(["globex:agent:bob"]), "{r}");
     assert_eq!(message(&mut bob, ACROSS).await.expect("message 4")["payload"], json!({"n": 4}));
+}
+
+// ---------------------------------------------------------------------------
+// Links over TLS
+
+/// A certificate authority made for the test, as a PEM file in `dir`.
+fn authority(dir: &Path, name: &str) -> rcgen::CertifiedIssuer<'static, rcgen::KeyPair> {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params.distinguished_name.push(rcgen::DnType::CommonName, name);
+    let ca = rcgen::CertifiedIssuer::self_signed(params, rcgen::KeyPair::generate().unwrap()).unwrap();
+    std::fs::write(dir.join(format!("{name}.pem")), ca.pem()).unwrap();
+    ca
+}
+
+/// A server certificate for 127.0.0.1 signed by `ca`: `[tls]` lines naming its files in `dir`.
+fn served_by(dir: &Path, ca: &rcgen::CertifiedIssuer<'static, rcgen::KeyPair>) -> String {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap().signed_by(&key, &**ca).unwrap();
+    std::fs::write(dir.join("cert.pem"), cert.pem()).unwrap();
+    std::fs::write(dir.join("key.pem"), key.serialize_pem()).unwrap();
+    format!("[tls]\ncert_file = {:?}\nkey_file = {:?}\n", dir.join("cert.pem"), dir.join("key.pem"))
+}
+
+/// A plain port in front of a gateway that serves TLS only, for the test's
+/// own clients (who trust `ca`): its `ws://` URL.
+async fn plain_front(gw: &Gateway, ca: &rcgen::CertifiedIssuer<'static, rcgen::KeyPair>) -> String {
+    use tokio_rustls::rustls::{pki_types::ServerName, ClientConfig, RootCertStore};
+    let mut roots = RootCertStore::empty();
+    roots.add(ca.der().clone()).unwrap();
+    let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+    let mut config = ClientConfig::builder_with_provider(provider).with_safe_default_protocol_versions().unwrap().with_root_certificates(roots).with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (front, upstream) = (listener.local_addr().unwrap().port(), gw.addr());
+    tokio::spawn(async move {
+        while let Ok((mut down, _)) = listener.accept().await {
+            let (connector, upstream) = (connector.clone(), upstream.clone());
+            tokio::spawn(async move {
+                let Ok(tcp) = tokio::net::TcpStream::connect(&upstream).await else { return };
+                let Ok(mut up) = connector.connect(ServerName::try_from("127.0.0.1").unwrap(), tcp).await else { return };
+                let _ = tokio::io::copy_bidirectional(&mut down, &mut up).await;
+            });
+        }
+    });
+    format!("ws://127.0.0.1:{front}/map")
+}
+
+#[tokio::test]
+async fn a_link_to_a_wss_peer_checks_its_certificate_against_the_peers_ca_file() {
+    let dir = TempDir::new("fed-tls");
+    let ca = authority(dir.path(), "globex-ca");
+    let _other = authority(dir.path(), "other-ca");
+    // Globex serves TLS only; acme links to it, globex does not link back.
+    let globex = Gateway::start_with(65536, &format!("{}{}", served_by(dir.path(), &ca), system_config("globex", "wss://globex.example/map", "", &[("acme", String::new(), SHOW_ALL, "[]")])));
+    let front = plain_front(&globex, &ca).await;
+    let mut bob = Ws::connect(&front).await;
+    let r = bob.call_ok("map/connect", json!({"protocolVersion": 1, "participantType": "agent", "auth": api_key("globex-key")})).await;
+    assert!(r["sessionId"].is_string(), "{r}");
+    bob.call_ok("map/agents/register", json!({"agentId": "bob"})).await;
+
+    // Acme links to globex three times over: with globex's CA file, with
+    // another CA's, and with the system's roots (which do not hold it).
+    let wss = format!("wss://127.0.0.1:{}/map", globex.port);
+    let mut acme_config = system_config("acme", "ws://acme.example/map", "", &[("globex", wss.clone(), SHOW_ALL, "[]")]);
+    acme_config = acme_config.replacen(&format!("endpoint = \"{wss}\"\n"), &format!("endpoint = \"{wss}\"\nca_file = {:?}\n", dir.path().join("globex-ca.pem")), 1);
+    for (peer, ca_line) in [("initech", format!("ca_file = {:?}\n", dir.path().join("other-ca.pem"))), ("umbrella", String::new())] {
+        acme_config.push_str(&format!("[[tenants.federation.peers]]\nsystem_id = \"{peer}\"\nendpoint = \"{wss}\"\n{ca_line}principal = \"{peer}\"\n"));
+    }
+    let acme = Gateway::start_with(65536, &acme_config);
+    let mut alice = agent(&acme, "acme-key", "alice", json!({})).await;
+    let shown = wait_listed(&mut alice, "globex:agent:bob", LINK).await;
+    assert_eq!(shown["metadata"]["_federatedFrom"], "globex", "{shown}");
+    let r = send(&mut alice, json!({"system": "globex", "agent": "bob"}), json!({"over": "tls"})).await;
+    assert_eq!(ok(&r)["delivered"], json!(["globex:agent:bob"]), "{r}; acme log:\n{}", acme.log_tail(30));
+    let m = message(&mut bob, ACROSS).await.expect("bob gets alice's message over the TLS link");
+    assert_eq!(m["payload"], json!({"over": "tls"}), "{m}");
+
+    // The links whose certificate check fails say so, and carry nothing.
+    for peer in ["initech", "umbrella"] {
+        let deadline = tokio::time::Instant::now() + LINK;
+        let line = loop {
+            let log = acme.log();
+            if let Some(line) = log.lines().find(|l| l.contains("federation link down") && l.contains(peer)) {
+                break line.to_string();
+            }
+            assert!(tokio::time::Instant::now() < deadline, "no link failure logged for {peer}:\n{log}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert!(line.contains("TLS handshake") && line.contains("invalid peer certificate"), "the reason names the certificate check: {line}");
+        let r = send(&mut alice, json!({"system": peer, "agent": "bob"}), json!({"over": peer})).await;
+        assert_eq!(ok(&r)["queued"], true, "nothing goes to {peer}: {r}");
+    }
+    assert!(message(&mut bob, QUIET).await.is_none(), "only the verified link carries messages");
+
+    // A CA file is for wss:// peers.
+    let plain = system_config("acme", "ws://acme.example/map", "", &[("globex", "ws://127.0.0.1:1/map".into(), SHOW_ALL, "[]")]).replacen("principal = \"globex\"\n", &format!("principal = \"globex\"\nca_file = {:?}\n", dir.path().join("globex-ca.pem")), 1);
+    let config = dir.path().join("plain.toml");
+    std::fs::write(&config, plain).unwrap();
+    let out = std::process::Command::new(BIN).args(["check", "--config"]).arg(&config).output().unwrap();
+    assert!(!out.status.success(), "a ca_file on a ws:// peer is refused");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("ca_file"), "{}", String::from_utf8_lossy(&out.stderr));
 }

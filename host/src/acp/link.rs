@@ -1,6 +1,7 @@
 //! The bridge's MAP side: a JSON-RPC client of a MAP session, either inside
 //! this gateway (frames go straight to the core, as from a transport) or
-//! over a WebSocket to a gateway elsewhere (`map-gateway acp --url`).
+//! over a WebSocket to a gateway elsewhere (`map-gateway acp --url`, and
+//! federation's links).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -12,9 +13,14 @@ use anyhow::Context;
 use futures_util::{SinkExt, StreamExt};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot};
+use tokio_rustls::rustls::pki_types::ServerName;
+use tokio_rustls::TlsConnector;
 use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::WebSocketStream;
 
+use super::wss::Trust;
 use crate::core::{Conn, Gateway};
 
 /// An error answer of the MAP side: its JSON-RPC error object.
@@ -139,14 +145,35 @@ pub fn in_process(gw: Arc<Gateway>, preset: Option<(String, String)>, loopback: 
     Link::over(out_tx, in_rx, bounds)
 }
 
-/// A session on the gateway at `url` (`ws://HOST:PORT/map`), whose message
-/// limit is taken to be `bounds.max_frame_bytes`.
-pub async fn websocket(url: &str, bounds: Bounds) -> anyhow::Result<(Link, mpsc::Receiver<Value>)> {
-    let rest = url.strip_prefix("ws://").with_context(|| format!("{url}: only ws:// URLs are supported (put a TLS proxy's plain side here, or run the bridge on the gateway's host)"))?;
-    let authority = rest.split('/').next().unwrap_or(rest);
-    let tcp = tokio::net::TcpStream::connect(authority).await.with_context(|| format!("connecting to {authority}"))?;
+/// A session on the gateway at `url` (`ws://HOST[:PORT]/map`, or `wss://`
+/// with `trust` saying which certificates it accepts), whose message limit
+/// is taken to be `bounds.max_frame_bytes`.
+pub async fn websocket(url: &str, bounds: Bounds, trust: Option<&Trust>) -> anyhow::Result<(Link, mpsc::Receiver<Value>)> {
+    let uri: http::Uri = url.parse().with_context(|| format!("{url} is not a URL"))?;
+    let (tls, default_port) = match uri.scheme_str() {
+        Some("ws") => (None, 80),
+        Some("wss") => (Some(trust.with_context(|| format!("{url}: this connection takes ws:// URLs only (put a TLS proxy's plain side here)"))?), 443),
+        _ => anyhow::bail!("{url}: only ws:// and wss:// URLs are supported"),
+    };
+    let host = uri.host().with_context(|| format!("{url} names no host"))?;
+    let port = uri.port_u16().unwrap_or(default_port);
+    let tcp = tokio::net::TcpStream::connect((host.trim_start_matches('[').trim_end_matches(']'), port)).await.with_context(|| format!("connecting to {host}:{port}"))?;
     let _ = tcp.set_nodelay(true);
-    let (socket, _) = tokio_tungstenite::client_async(url, tcp).await.with_context(|| format!("WebSocket handshake with {url}"))?;
+    let Some(trust) = tls else {
+        let (socket, _) = tokio_tungstenite::client_async(url, tcp).await.with_context(|| format!("WebSocket handshake with {url}"))?;
+        return Ok(serve(socket, bounds));
+    };
+    let name = ServerName::try_from(host.trim_start_matches('[').trim_end_matches(']').to_string()).with_context(|| format!("{url}: {host} is not a server name"))?;
+    let stream = TlsConnector::from(trust.config.clone())
+        .connect(name, tcp)
+        .await
+        .with_context(|| format!("TLS handshake with {host}:{port} (its certificate checked against {})", trust.roots))?;
+    let (socket, _) = tokio_tungstenite::client_async(url, stream).await.with_context(|| format!("WebSocket handshake with {url}"))?;
+    Ok(serve(socket, bounds))
+}
+
+/// Frames both ways over an open WebSocket.
+fn serve<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(socket: WebSocketStream<S>, bounds: Bounds) -> (Link, mpsc::Receiver<Value>) {
     let (mut sink, mut source) = socket.split();
     let (out_tx, mut out_rx) = mpsc::channel::<String>(64);
     let (in_tx, in_rx) = mpsc::channel::<String>(1024);
@@ -170,5 +197,5 @@ pub async fn websocket(url: &str, bounds: Bounds) -> anyhow::Result<(Link, mpsc:
             }
         }
     });
-    Ok(Link::over(out_tx, in_rx, bounds))
+    Link::over(out_tx, in_rx, bounds)
 }

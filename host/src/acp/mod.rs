@@ -9,12 +9,14 @@
 //! contract (calls in, no long-lived sockets) does not give plugins.
 //!
 //! - `link`: the MAP side (a session in this gateway, or over WebSocket);
+//! - `wss`: the certificates a `wss://` link trusts;
 //! - `bridge`: one editor connection, translated both ways;
 //! - `compat`: the `_map/*` methods for ACP-only clients.
 
 pub mod bridge;
 mod compat;
 pub mod link;
+pub mod wss;
 
 use serde_json::{json, Value};
 use tokio::io::{AsyncWriteExt, BufReader};
@@ -28,7 +30,7 @@ use crate::rpc::{read_cap, read_line_limited};
 /// closes stdin.
 pub async fn serve_stdio(url: &str, opts: bridge::Options, api_key: Option<String>, token: Option<String>) -> anyhow::Result<()> {
     let bounds = link::Bounds { max_frame_bytes: opts.max_message_bytes, call_timeout: opts.agent_request_timeout };
-    let (link, notes) = link::websocket(url, bounds).await?;
+    let (link, notes) = link::websocket(url, bounds, None).await?;
     let auth = match (api_key, token) {
         (Some(k), _) => Some(json!({"method": "api-key", "credential": k})),
         (None, Some(t)) => Some(json!({"method": "bearer", "credential": t})),

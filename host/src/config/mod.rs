@@ -286,6 +286,11 @@ impl Config {
                 rebase(&mut j.public_key_file);
             }
         }
+        for peer in self.tenants.iter_mut().filter_map(|t| t.federation.as_mut()).flat_map(|f| f.peers.iter_mut()) {
+            if !peer.ca_file.as_os_str().is_empty() {
+                rebase(&mut peer.ca_file);
+            }
+        }
         for version in self.tenants.iter_mut().flat_map(|t| t.plugin_versions.values_mut()).filter(|v| !v.starts_with("oci://")) {
             *version = dir.join(&*version).to_string_lossy().into_owned();
         }

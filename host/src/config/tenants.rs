@@ -76,6 +76,10 @@ pub struct FederationConfig {
     pub buffer_ttl_secs: u64,
     /// Routes one peer may make per second (a burst of as many); beyond: 4000 with `retryAfterMs`.
     pub routes_per_second: u32,
+    /// A local agent that writes to a peer may be answered by it this long
+    /// after its last message there (while it stays registered), though it
+    /// is not shown to it; 0: only shown agents are reachable.
+    pub reply_window_secs: u64,
     /// Issuers of federated JWTs this system trusts (`map/federation/connect`
     /// with `{method: "bearer" | "jwt", token}`): the token's `aud` must name
     /// this system, its `sub` a peer's principal, and its `map:federation`
@@ -100,7 +104,7 @@ pub struct TrustedIssuer {
 
 impl Default for FederationConfig {
     fn default() -> Self {
-        FederationConfig { system_id: String::new(), endpoint: String::new(), max_hops: 10, buffer_messages: 1000, buffer_bytes: 10 << 20, buffer_ttl_secs: 3600, routes_per_second: 500, trusted_issuers: Vec::new(), peers: Vec::new() }
+        FederationConfig { system_id: String::new(), endpoint: String::new(), max_hops: 10, buffer_messages: 1000, buffer_bytes: 10 << 20, buffer_ttl_secs: 3600, routes_per_second: 500, reply_window_secs: 3600, trusted_issuers: Vec::new(), peers: Vec::new() }
     }
 }
 
@@ -109,9 +113,13 @@ impl Default for FederationConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct PeerConfig {
     pub system_id: String,
-    /// Where this gateway connects to reach it (`ws://…/map`); empty: the
-    /// peer connects here, and messages to it wait for that.
+    /// Where this gateway connects to reach it (`ws://…/map` or
+    /// `wss://…/map`); empty: the peer connects here, and messages to it
+    /// wait for that.
     pub endpoint: String,
+    /// With a `wss://` endpoint: the PEM file of the CAs the peer's
+    /// certificate is checked against; empty: the system's root certificates.
+    pub ca_file: std::path::PathBuf,
     /// What this gateway presents to the peer: `map/connect` and
     /// `map/federation/connect` `auth` (`{method, credential}`).
     pub auth: Option<serde_json::Value>,

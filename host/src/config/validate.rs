@@ -42,8 +42,11 @@ impl Config {
                 if p.principal.is_empty() {
                     bail!("tenant {:?}: peer {} needs the principal it authenticates as here (its sessions are limited to what it is shown)", t.id, p.system_id);
                 }
-                if !p.endpoint.is_empty() && !p.endpoint.starts_with("ws://") {
-                    bail!("tenant {:?}: peer {} endpoint must be a ws:// URL (put a TLS proxy's plain side here)", t.id, p.system_id);
+                if !p.endpoint.is_empty() && !p.endpoint.starts_with("ws://") && !p.endpoint.starts_with("wss://") {
+                    bail!("tenant {:?}: peer {} endpoint must be a ws:// or wss:// URL", t.id, p.system_id);
+                }
+                if !p.ca_file.as_os_str().is_empty() && !p.endpoint.starts_with("wss://") {
+                    bail!("tenant {:?}: peer {} has a ca_file but no wss:// endpoint to check with it", t.id, p.system_id);
                 }
                 if !matches!(p.expose.agents.as_str(), "none" | "tagged" | "all") {
                     bail!("tenant {:?}: peer {} expose.agents must be none, tagged or all", t.id, p.system_id);

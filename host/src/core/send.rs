@@ -30,9 +30,17 @@ pub struct Outgoing<'a> {
     pub from: Option<&'a str>,
     /// Nested observer calls this send comes from (0 for a client's).
     pub hops: u8,
-    /// A message routed in from another system: its sender there,
-    /// `<system>:agent:<id>` (the session is that system's gateway).
-    pub remote_from: Option<&'a str>,
+    /// A message routed in from another system (the session is that
+    /// system's gateway).
+    pub remote: Option<Remote<'a>>,
+}
+
+/// A message from another system: its sender there, `<system>:agent:<id>`,
+/// and the id the sender's system gave it, which it keeps here.
+#[derive(Clone, Copy)]
+pub struct Remote<'a> {
+    pub from: &'a str,
+    pub id: &'a str,
 }
 
 /// A send's result as JSON text: now, or once recipients on other cluster
@@ -100,10 +108,14 @@ pub fn send_message(active: &Active, msg: Outgoing) -> Result<Sent, RpcError> {
         super::permissions::check_flag(active, "messaging.canSend")?;
         return send_to_system(active, system, agent, msg);
     }
-    let routing = route(active, &addr, msg.from, msg.remote_from)?;
+    let remote_from = msg.remote.map(|r| r.from);
+    let routing = route(active, &addr, msg.from, remote_from)?;
     let meta = msg.meta.filter(|m| !m.is_empty());
-    let from = msg.remote_from.or(routing.agent.as_deref()).unwrap_or(&active.participant_id);
-    let (message_id, timestamp) = ids::prefixed_at("msg");
+    let from = remote_from.or(routing.agent.as_deref()).unwrap_or(&active.participant_id);
+    let (message_id, timestamp) = match msg.remote {
+        Some(r) => (r.id.to_string(), ids::now_ms()),
+        None => ids::prefixed_at("msg"),
+    };
     let payload = msg.payload.map(RawValue::get);
     let (frame, sent) = message_frame(&message_id, from, msg.to.get(), timestamp, payload, meta.as_ref());
     let (mut refused, waiting) = deliver(active, &routing.recipients, frame);

@@ -6,13 +6,16 @@ use std::sync::Arc;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
+use super::replies::Registration;
 use super::{tokens, Peer, System};
-use crate::core::send::{Outgoing, Sent};
+use crate::core::send::{Outgoing, Remote, Sent};
 use crate::core::Active;
 use crate::rpc::{codes, RpcError};
 
 /// A challenge is good for this long (milliseconds).
 const CHALLENGE_TTL_MS: u64 = 5 * 60 * 1000;
+/// A routed message keeps its id here; a longer one is refused.
+const MAX_MESSAGE_ID: usize = 256;
 
 fn gateway_only(active: &Active, method: &str) -> Result<(), RpcError> {
     match active.participant_type.as_str() {
@@ -157,7 +160,11 @@ pub async fn route(system: &Arc<System>, active: &Active, params: Value) -> Resu
     if let Some(source) = r.source.as_deref().filter(|s| *s != peer.config.system_id && system.peers.contains_key(*s)) {
         return Err(RpcError::new(codes::FEDERATION_ROUTE_REJECTED, format!("This session speaks for system {}, not {source}", peer.config.system_id)));
     }
-    let message_id = r.message.get("id").and_then(Value::as_str).map(String::from).unwrap_or_else(|| crate::ids::prefixed_at("msg").0);
+    let message_id = match r.message.get("id").and_then(Value::as_str).filter(|id| !id.is_empty()) {
+        Some(id) if id.len() > MAX_MESSAGE_ID => return Err(RpcError::invalid_params(format!("a message id is at most {MAX_MESSAGE_ID} bytes"))),
+        Some(id) => id.to_string(),
+        None => crate::ids::prefixed_at("msg").0,
+    };
     if r.target == own {
         return deliver(system, active, peer, &r, message_id).await;
     }
@@ -165,7 +172,12 @@ pub async fn route(system: &Arc<System>, active: &Active, params: Value) -> Resu
     let next = system.peer(&r.target)?.clone();
     let mut path = r.path.clone();
     path.push(own.to_string());
-    let envelope = json!({"payload": r.message, "federation": {
+    // The message goes on under the id it has here.
+    let mut message = r.message;
+    if let Some(m) = message.as_object_mut() {
+        m.insert("id".into(), json!(message_id));
+    }
+    let envelope = json!({"payload": message, "federation": {
         "sourceSystem": r.source.clone().unwrap_or_else(|| peer.config.system_id.clone()),
         "targetSystem": r.target, "hopCount": r.hops + 1, "maxHops": r.max_hops, "path": path, "originTimestamp": crate::ids::now_ms(),
     }});
@@ -181,8 +193,7 @@ async fn deliver(system: &System, active: &Active, peer: &Arc<Peer>, r: &Routed,
     let agent = agent.strip_prefix(&format!("{}:agent:", system.config.system_id)).unwrap_or(agent).to_string();
     let source = r.source.clone().unwrap_or_else(|| peer.config.system_id.clone());
     let not_here = || RpcError::new(codes::FEDERATION_ROUTE_REJECTED, format!("System {} has no agent {agent:?} that it shows to {source}", system.config.system_id));
-    let shown = active.tenant.registry.lock().agents.get(&agent).is_some_and(|a| peer.exposure.admits(a));
-    if !shown {
+    if !reachable(active, peer, &agent, &source).await {
         return Err(not_here());
     }
     if peer.seen.lock().contains(&message_id) {
@@ -194,7 +205,8 @@ async fn deliver(system: &System, active: &Active, peer: &Arc<Peer>, r: &Routed,
     let to_raw: Box<RawValue> = RawValue::from_string(to_text).expect("JSON");
     let payload = r.message.get("payload").map(|p| RawValue::from_string(p.to_string()).expect("JSON"));
     let meta = r.message.get("meta").and_then(Value::as_object).cloned();
-    let msg = Outgoing { to: &to_raw, payload: payload.as_deref(), meta, from: None, hops: 0, remote_from: Some(&remote_from) };
+    let remote = Remote { from: &remote_from, id: &message_id };
+    let msg = Outgoing { to: &to_raw, payload: payload.as_deref(), meta, from: None, hops: 0, remote: Some(remote) };
     let sent = match active.tenant.send(active, msg) {
         Ok(Sent::Now(text)) => text,
         Ok(Sent::Later(later)) => later.await?,
@@ -204,6 +216,24 @@ async fn deliver(system: &System, active: &Active, peer: &Arc<Peer>, r: &Routed,
     peer.seen.lock().note(&message_id);
     let sent: Value = serde_json::from_str(&sent).unwrap_or(Value::Null);
     Ok(json!({"routed": true, "messageId": message_id, "delivered": sent["delivered"]}))
+}
+
+/// Whether the peer may route to `agent`: it is shown to the peer, or it
+/// wrote to the peer lately (and the message comes from the peer itself,
+/// not from a system behind it).
+async fn reachable(active: &Active, peer: &Peer, agent: &str, source: &str) -> bool {
+    let who = match active.tenant.registry.lock().agents.get(agent) {
+        None => return false,
+        Some(a) if peer.exposure.admits(a) => return true,
+        Some(a) => Registration::of(a),
+    };
+    if source != peer.config.system_id {
+        return false;
+    }
+    peer.replies.allows(&who).await.unwrap_or_else(|e| {
+        tracing::warn!(peer = peer.config.system_id, agent, error = %e, "reading a reply grant failed: the route is refused");
+        false
+    })
 }
 
 /// A token bucket per peer: `rate` routes a second, bursts of as many.

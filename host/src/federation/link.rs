@@ -5,6 +5,7 @@
 //! the agents the peer shows this system, and re-emits the imported event
 //! types.
 
+use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -26,7 +27,7 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 const BATCH: u32 = 64;
 /// A held message refused for want of its agent is tried again this often...
 const REFUSED_RETRY: Duration = Duration::from_secs(1);
-/// ...for this long after the first refusal.
+/// ...for this long after its recipient's first refusal.
 const REFUSED_GRACE: Duration = Duration::from_secs(30);
 /// How often the mirror of the peer's agents is read again.
 const MIRROR_EVERY: Duration = Duration::from_secs(5);
@@ -40,7 +41,7 @@ pub async fn keep(system: Weak<System>, peer: Arc<Peer>) {
         let Some(s) = system.upgrade() else { return };
         let (max_bytes, endpoint) = (s.gateway.upgrade().map_or(1 << 20, |g| g.config.server.max_message_bytes), peer.config.endpoint.clone());
         drop(s);
-        let outcome = match map_client::websocket(&endpoint, Bounds { max_frame_bytes: max_bytes, call_timeout: CALL_TIMEOUT }).await {
+        let outcome = match map_client::websocket(&endpoint, Bounds { max_frame_bytes: max_bytes, call_timeout: CALL_TIMEOUT }, peer.trust.as_ref()).await {
             Ok((link, notes)) => serve(&system, &peer, link, notes, &mut wait).await,
             Err(e) => Err(format!("{e:#}")),
         };
@@ -112,6 +113,8 @@ async fn serve(system: &Weak<System>, peer: &Arc<Peer>, link: Link, mut notes: m
             link.call("map/subscribe", imports).await.map_err(|e| format!("map/subscribe: {}", error_text(&e)))?;
         }
         refresh_mirror(peer, &link).await?;
+        // Agents register again once a link is back: refusals count afresh.
+        peer.refused.lock().clear();
         peer.linked.store(true, Ordering::Release);
         *wait = BACKOFF_FIRST;
         s.emit("federation_connected", json!({"systemId": peer.config.system_id, "direction": "outbound", "endpoint": peer.config.endpoint}));
@@ -142,32 +145,46 @@ async fn serve(system: &Weak<System>, peer: &Arc<Peer>, link: Link, mut notes: m
     }
 }
 
-/// Send what waits for the peer, oldest first. A message the peer refuses
-/// while its sender waits for the answer is that sender's error. One that
-/// was held (its sender heard `queued`) and is refused because its agent
-/// is not there (yet: agents register again after a restart) is tried
-/// again for `REFUSED_GRACE`, holding back those behind it, then dropped
-/// with `federation_message_failed`. `Some(wait)`: try again after it.
+/// Send what waits for the peer, oldest first and each recipient's in
+/// order. A message the peer refuses while its sender waits for the answer
+/// is that sender's error. One that was held (its sender heard `queued`) and
+/// is refused because its agent is not there (yet: agents register again
+/// after a restart) is tried again every `REFUSED_RETRY`, holding back the
+/// later ones for the same recipient only; `REFUSED_GRACE` after that
+/// recipient's first refusal since the link came up, its messages are
+/// dropped with `federation_message_failed`. `Some(wait)`: try again after it.
 async fn drain(system: &Weak<System>, peer: &Peer, link: &Link) -> Result<Option<Duration>, String> {
+    let (mut after, mut held_back) = (None::<String>, HashSet::new());
     loop {
-        let batch = peer.outbox.oldest(BATCH).await.map_err(|e| format!("reading the outbox: {e}"))?;
-        if batch.is_empty() {
-            return Ok(None);
-        }
+        let batch = peer.outbox.oldest(after.as_deref(), BATCH).await.map_err(|e| format!("reading the outbox: {e}"))?;
+        let Some((last, _)) = batch.last() else { break };
+        after = Some(last.clone());
         let s = system.upgrade().ok_or("stopping")?;
         for (key, entry) in batch {
+            let to = entry.envelope["payload"]["to"].to_string();
+            if held_back.contains(&to) {
+                continue;
+            }
             let id = entry.envelope["payload"]["id"].as_str().unwrap_or_default().to_string();
-            let answer = match attempt(&s, peer, link, &entry, &id).await? {
+            let answer = match attempt(&s, peer, link, &entry, &id, &to).await? {
                 Attempt::Answered(answer) => answer,
-                Attempt::Later => return Ok(Some(REFUSED_RETRY)),
+                Attempt::Later => {
+                    held_back.insert(to);
+                    continue;
+                }
             };
             peer.outbox.remove(&key).await.map_err(|e| format!("updating the outbox: {e}"))?;
-            peer.refused.lock().remove(&id);
+            if answer.is_ok() {
+                peer.refused.lock().remove(&to);
+            }
             if let Some(waiter) = peer.waiting.lock().remove(&id) {
                 let _ = waiter.send(answer);
             }
         }
     }
+    // Only recipients still waiting keep their first refusal's time.
+    peer.refused.lock().retain(|to, _| held_back.contains(to));
+    Ok((!held_back.is_empty()).then_some(REFUSED_RETRY))
 }
 
 enum Attempt {
@@ -177,8 +194,9 @@ enum Attempt {
     Later,
 }
 
-/// One message's route to the peer (or its expiry).
-async fn attempt(s: &System, peer: &Peer, link: &Link, entry: &super::outbox::Entry, id: &str) -> Result<Attempt, String> {
+/// One message's route to the peer (or its expiry); `recipient` keys its
+/// recipient's refusals.
+async fn attempt(s: &System, peer: &Peer, link: &Link, entry: &super::outbox::Entry, id: &str, recipient: &str) -> Result<Attempt, String> {
     let now = crate::ids::now_ms();
     let to = &entry.envelope["payload"]["to"];
     if now.saturating_sub(entry.queued_at) > s.config.buffer_ttl_secs.saturating_mul(1000) {
@@ -197,7 +215,7 @@ async fn attempt(s: &System, peer: &Peer, link: &Link, entry: &super::outbox::En
     };
     let held = !peer.waiting.lock().contains_key(id);
     if held && refusal.code == codes::FEDERATION_ROUTE_REJECTED {
-        let first = *peer.refused.lock().entry(id.to_string()).or_insert(now);
+        let first = *peer.refused.lock().entry(recipient.to_string()).or_insert(now);
         if now.saturating_sub(first) < REFUSED_GRACE.as_millis() as u64 {
             return Ok(Attempt::Later);
         }

@@ -10,12 +10,16 @@
 //!   queued messages in order, mirrors the peer's exposed agents, and
 //!   re-emits the event types imported from it.
 //! - `outbox`: messages waiting for a peer, in the store (bounded).
+//! - `replies`: the local agents a peer may answer, though they are not
+//!   shown to it (they wrote to it lately), in the store.
 //!
-//! What a peer sees of this system is its `expose` setting, nothing else.
+//! What a peer sees of this system is its `expose` setting, nothing else;
+//! it reaches those agents, and the ones that wrote to it.
 
 mod inbound;
 mod link;
 mod outbox;
+mod replies;
 mod tokens;
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -26,6 +30,7 @@ use parking_lot::Mutex;
 use serde_json::{json, Value};
 use tokio::sync::{oneshot, Notify};
 
+use crate::acp::wss::Trust;
 use crate::config::{FederationConfig, PeerConfig};
 use crate::core::events::{NewEvent, Source};
 use crate::core::federation::{Exposure, Federation, Outbound, Shown};
@@ -33,6 +38,7 @@ use crate::core::{Active, Gateway, Tenant};
 use crate::rpc::{codes, RpcError};
 use crate::store::Store;
 use outbox::{Entry, Outbox};
+use replies::{Registration, Replies};
 
 /// How long a send waits for the peer's answer before it reports `queued`.
 const ANSWER_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
@@ -72,6 +78,8 @@ struct Peer {
     /// The peer's gateway session here, once it has connected.
     inbound: Mutex<Option<String>>,
     outbox: Outbox,
+    /// Local agents that wrote to the peer, which it may answer.
+    replies: Replies,
     /// New messages were queued.
     wake: Notify,
     /// Sends waiting to hear the peer's answer, by message id.
@@ -80,9 +88,12 @@ struct Peer {
     mirror: Mutex<Vec<Value>>,
     /// Ids of messages from the peer delivered here lately.
     seen: Mutex<Recent>,
+    /// The certificates its `wss://` endpoint is checked against.
+    trust: Option<Trust>,
     /// Whether the link to the peer is up.
     linked: std::sync::atomic::AtomicBool,
-    /// Held messages the peer refused for want of their agent, with when it first did.
+    /// Recipients (a message's `to` as JSON text) of held messages the peer
+    /// refused for want of their agent, with when it first did.
     refused: Mutex<HashMap<String, u64>>,
     /// The resume token of this gateway's session at the peer: a new link
     /// takes the session (and its subscriptions) up again.
@@ -109,6 +120,15 @@ fn exposure(p: &PeerConfig) -> Exposure {
     }
 }
 
+/// What a peer's `wss://` endpoint is checked against: its CA file, or the system's roots.
+fn trust(p: &PeerConfig) -> anyhow::Result<Option<Trust>> {
+    if !p.endpoint.starts_with("wss://") {
+        return Ok(None);
+    }
+    let ca_file = Some(p.ca_file.as_path()).filter(|f| !f.as_os_str().is_empty());
+    Trust::new(ca_file).map(Some).map_err(|e| anyhow::anyhow!("federation peer {}: {e:#}", p.system_id))
+}
+
 /// Make every federating tenant a system and start its links to peers.
 pub async fn start(gateway: &Arc<Gateway>, db: &Store) -> anyhow::Result<()> {
     for t in &gateway.config.tenants {
@@ -117,11 +137,14 @@ pub async fn start(gateway: &Arc<Gateway>, db: &Store) -> anyhow::Result<()> {
         let mut peers = HashMap::new();
         for p in &config.peers {
             let outbox = Outbox::open(db.clone(), &t.id, &p.system_id, config.buffer_messages, config.buffer_bytes).await.map_err(|e| anyhow::anyhow!("reading the federation outbox of {}: {e}", p.system_id))?;
+            let replies = Replies::open(db.clone(), &t.id, &p.system_id, config.reply_window_secs).await.map_err(|e| anyhow::anyhow!("reading the reply grants of {}: {e}", p.system_id))?;
             let peer = Peer {
                 config: p.clone(),
                 exposure: exposure(p),
                 inbound: Mutex::new(None),
                 outbox,
+                replies,
+                trust: trust(p)?,
                 wake: Notify::new(),
                 waiting: Mutex::new(HashMap::new()),
                 mirror: Mutex::new(Vec::new()),
@@ -154,6 +177,18 @@ impl System {
 
     fn peer(&self, system: &str) -> Result<&Arc<Peer>, RpcError> {
         self.peers.get(system).ok_or_else(|| RpcError::new(codes::FEDERATION_SYSTEM_NOT_FOUND, format!("System {system:?} is not a peer of system {}", self.config.system_id)))
+    }
+
+    /// The local agent `from` wrote to `peer`: the peer may answer it for a
+    /// while. Without a grant (the store failed, or the peer's grants are at
+    /// their limit) the message still goes; only an answer would be refused.
+    async fn grant_reply(&self, peer: &Peer, from: &str) {
+        let Some(who) = self.tenant.upgrade().and_then(|t| t.registry.lock().agents.get(from).map(Registration::of)) else { return };
+        match peer.replies.grant(&who).await {
+            Ok(granted) if granted || self.config.reply_window_secs == 0 => {}
+            Ok(_) => tracing::warn!(system = self.config.system_id, peer = peer.config.system_id, agent = from, "reply grants for this peer are at their limit: the peer cannot answer this agent"),
+            Err(e) => tracing::warn!(system = self.config.system_id, peer = peer.config.system_id, agent = from, error = %e, "storing a reply grant failed: the peer cannot answer this agent"),
+        }
     }
 
     /// Queue an envelope for a peer and wait (a while) for its answer:
@@ -206,6 +241,7 @@ impl Federation for System {
                 "sourceSystem": system.config.system_id, "targetSystem": m.system, "hopCount": 0,
                 "maxHops": system.config.max_hops, "path": [system.config.system_id], "originTimestamp": m.timestamp,
             }});
+            system.grant_reply(&peer, &m.from).await;
             let answer = system.carry(&peer, m.message_id.clone(), envelope).await?;
             let mut result = json!({"messageId": m.message_id, "delivered": []});
             if answer["routed"] == true {

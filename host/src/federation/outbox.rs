@@ -98,9 +98,10 @@ impl Outbox {
         Ok(key)
     }
 
-    /// The oldest waiting messages, in order.
-    pub async fn oldest(&self, limit: u32) -> Result<Vec<(String, Entry)>, StoreError> {
-        let page = self.page(None, limit).await?;
+    /// The oldest waiting messages after the key `after` (from the first
+    /// when `None`), in order.
+    pub async fn oldest(&self, after: Option<&str>, limit: u32) -> Result<Vec<(String, Entry)>, StoreError> {
+        let page = self.page(after, limit).await?;
         Ok(page.into_iter().filter_map(|(k, v)| Some((k, serde_json::from_str(&v).ok()?))).collect())
     }
 

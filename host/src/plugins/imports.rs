@@ -223,7 +223,7 @@ impl router::Host for PluginState {
                 Some(m) => Some(serde_json::from_str(m).map_err(|e| RpcError::invalid_params(format!("`meta` is not a JSON object: {e}")))?),
                 None => None,
             };
-            Ok(Outgoing { to, payload: Some(payload), meta, from: None, hops: self.hops, remote_from: None })
+            Ok(Outgoing { to, payload: Some(payload), meta, from: None, hops: self.hops, remote: None })
         })();
         let result = match parsed.and_then(|msg| self.ctx.tenant.send(&self.acting(), msg)) {
             Ok(Sent::Now(result)) => Ok(result),

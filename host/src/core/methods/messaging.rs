@@ -27,7 +27,7 @@ struct SendParams<'a> {
 pub fn send(active: &Active, req: &Request) -> Result<Out, RpcError> {
     let p: SendParams = req.params()?;
     let to = p.to.ok_or_else(|| RpcError::invalid_params("`to` is required"))?;
-    let msg = Outgoing { to, payload: p.payload, meta: p.meta, from: p.from.as_deref(), hops: 0, remote_from: None };
+    let msg = Outgoing { to, payload: p.payload, meta: p.meta, from: p.from.as_deref(), hops: 0, remote: None };
     Ok(match active.tenant.send(active, msg)? {
         Sent::Now(result) => Out::Text(result),
         Sent::Later(result) => Out::Later(Box::pin(async move { result.await.map(Out::Text) })),
