@@ -7,9 +7,9 @@ use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use super::{tokens, Peer, System};
-use crate::core::send::{Outgoing, Sent};
-use crate::core::Active;
-use crate::rpc::{codes, RpcError};
+use map_core::send::{Outgoing, Sent};
+use map_core::Active;
+use map_protocol::rpc::{codes, RpcError};
 
 /// A challenge is good for this long (milliseconds).
 const CHALLENGE_TTL_MS: u64 = 5 * 60 * 1000;
@@ -27,7 +27,7 @@ fn text<'a>(params: &'a Value, key: &str) -> Option<&'a str> {
 
 /// `map_chal_` and a ULID: its first ten characters are its time.
 fn challenge() -> String {
-    format!("map_chal_{}", crate::ids::ulid())
+    format!("map_chal_{}", map_protocol::ids::ulid())
 }
 
 fn challenge_ok(c: &str) -> bool {
@@ -36,7 +36,7 @@ fn challenge_ok(c: &str) -> bool {
         let v = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ".iter().position(|x| *x == b.to_ascii_uppercase())? as u64;
         Some(acc * 32 + v)
     });
-    at.is_some_and(|at| at <= crate::ids::now_ms() && crate::ids::now_ms() - at <= CHALLENGE_TTL_MS)
+    at.is_some_and(|at| at <= map_protocol::ids::now_ms() && map_protocol::ids::now_ms() - at <= CHALLENGE_TTL_MS)
 }
 
 /// The credential of an `auth` object: `credentials`, `credential` or `token`.
@@ -84,7 +84,7 @@ pub fn connect(system: &System, active: &Active, params: Value) -> Result<Value,
         return required(Some(format!("those credentials do not identify system {system_id} here")));
     }
     *peer.inbound.lock() = Some(active.session_id.clone());
-    let now = crate::ids::now_ms();
+    let now = map_protocol::ids::now_ms();
     system.emit("federation_connected", json!({"systemId": system_id, "direction": "inbound", "endpoint": endpoint, "principal": &*principal}));
     Ok(json!({
         "connected": true,
@@ -157,7 +157,7 @@ pub async fn route(system: &Arc<System>, active: &Active, params: Value) -> Resu
     if let Some(source) = r.source.as_deref().filter(|s| *s != peer.config.system_id && system.peers.contains_key(*s)) {
         return Err(RpcError::new(codes::FEDERATION_ROUTE_REJECTED, format!("This session speaks for system {}, not {source}", peer.config.system_id)));
     }
-    let message_id = r.message.get("id").and_then(Value::as_str).map(String::from).unwrap_or_else(|| crate::ids::prefixed_at("msg").0);
+    let message_id = r.message.get("id").and_then(Value::as_str).map(String::from).unwrap_or_else(|| map_protocol::ids::prefixed_at("msg").0);
     if r.target == own {
         return deliver(system, active, peer, &r, message_id).await;
     }
@@ -167,7 +167,7 @@ pub async fn route(system: &Arc<System>, active: &Active, params: Value) -> Resu
     path.push(own.to_string());
     let envelope = json!({"payload": r.message, "federation": {
         "sourceSystem": r.source.clone().unwrap_or_else(|| peer.config.system_id.clone()),
-        "targetSystem": r.target, "hopCount": r.hops + 1, "maxHops": r.max_hops, "path": path, "originTimestamp": crate::ids::now_ms(),
+        "targetSystem": r.target, "hopCount": r.hops + 1, "maxHops": r.max_hops, "path": path, "originTimestamp": map_protocol::ids::now_ms(),
     }});
     let answer = system.carry(&next, message_id.clone(), envelope).await?;
     Ok(json!({"routed": answer["routed"] == true, "messageId": message_id, "queued": answer["queued"] == true}))
