@@ -34,7 +34,7 @@ target/debug/map-gateway plugin new sdk-example --lang js --dir target/scaffold/
 target/scaffold/sdk-example-js/build.sh
 
 echo "==> Rust tests: gateway and benchmark harness"
-cargo test --locked -p map-gateway -p map-bench
+cargo test --locked --workspace
 
 echo "==> Rust tests: standard plugins"
 (cd plugins && cargo test --locked --target-dir ../target/plugins-host)

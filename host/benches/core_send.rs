@@ -9,8 +9,8 @@ use std::alloc::{GlobalAlloc, Layout};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use map_gateway::config::Config;
-use map_gateway::core::{Conn, Gateway};
+use map_config::Config;
+use map_core::{Conn, Gateway};
 
 struct Counting;
 
@@ -45,8 +45,8 @@ fn main() -> anyhow::Result<()> {
         let gw = Gateway::new(config);
         let connect = br#"{"jsonrpc":"2.0","id":0,"method":"map/connect","params":{"protocolVersion":1,"participantType":"agent"}}"#;
         let register = br#"{"jsonrpc":"2.0","id":1,"method":"map/agents/register","params":{"name":"bench","role":"bench"}}"#;
-        let (tx_a, mut rx_a) = map_gateway::core::outbox::channel(1 << 20, 1 << 30);
-        let (tx_b, mut rx_b) = map_gateway::core::outbox::channel(1 << 20, 1 << 30);
+        let (tx_a, mut rx_a) = map_core::outbox::channel(1 << 20, 1 << 30);
+        let (tx_b, mut rx_b) = map_core::outbox::channel(1 << 20, 1 << 30);
         let mut a = Conn::new(tx_a, true, "bench");
         let mut b = Conn::new(tx_b, true, "bench");
         for conn in [&mut a, &mut b] {

@@ -15,8 +15,8 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use map_gateway::config::{Config, InstanceMode, PluginConfig};
-use map_gateway::core::{Conn, Gateway};
+use map_config::{Config, InstanceMode, PluginConfig};
+use map_core::{Conn, Gateway};
 
 // The allocator the gateway ships with (main.rs), so that the rows measure
 // the gateway as it runs.
@@ -56,7 +56,7 @@ async fn measure_n(gw: &std::sync::Arc<Gateway>, conn: &mut Conn, frame: &str, c
 
 /// A connection of the default tenant, after `map/connect`.
 async fn connected(gw: &std::sync::Arc<Gateway>) -> Conn {
-    let (tx, mut rx) = map_gateway::core::outbox::channel(1024, 1 << 30);
+    let (tx, mut rx) = map_core::outbox::channel(1024, 1 << 30);
     tokio::spawn(async move { while rx.recv().await.is_some() {} });
     let mut conn = Conn::new(tx, true, "bench");
     gw.handle_frame(&mut conn, br#"{"jsonrpc":"2.0","id":0,"method":"map/connect","params":{"protocolVersion":1}}"#).await;
@@ -66,7 +66,7 @@ async fn connected(gw: &std::sync::Arc<Gateway>) -> Conn {
 /// `n` fresh instantiations (and `init`) of the plugin serving `method`, sorted.
 async fn instantiations(gw: &Gateway, method: &str, n: usize) -> anyhow::Result<Vec<Duration>> {
     let tenant = gw.tenants.get("default").expect("default tenant");
-    let tp = map_gateway::plugins::of(&tenant).method(method).expect("the plugin is loaded");
+    let tp = map_plugin_host::of(&tenant).method(method).expect("the plugin is loaded");
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
         out.push(tp.time_instantiation().await?);

@@ -5,19 +5,20 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::Config;
-use crate::core::extensions::ExtensionHost;
-use crate::core::fabric::LocalFabric;
-use crate::cluster::Cluster;
-use crate::core::Gateway;
+use map_config::Config;
+use map_core::extensions::ExtensionHost;
+use map_core::fabric::LocalFabric;
+use map_cluster::Cluster;
+use map_core::Gateway;
 use crate::journal::Journal;
-use crate::plugins::PluginHost;
-use crate::store::Store;
+use map_plugin_host::PluginHost;
+use map_store::Store;
 
 /// A gateway with its storage and plugins, ready to serve.
 pub async fn start(config: Config, config_path: Option<PathBuf>) -> anyhow::Result<Arc<Gateway>> {
+    crate::token_client::install();
     if config.server.metrics {
-        crate::metrics::install()?;
+        map_observe::metrics::install()?;
     }
     std::fs::create_dir_all(&config.server.data_dir).map_err(|e| anyhow::anyhow!("creating the data directory {}: {e}", config.server.data_dir.display()))?;
     let db = Store::open(&config.storage_url(), config.storage.sync == "full", config.storage.cache_mb << 20).await?;
@@ -66,11 +67,11 @@ pub async fn start(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
 /// Report each tenant's replay log size when metrics are scraped.
 fn sample_log_sizes(gateway: &Arc<Gateway>) {
     let weak = Arc::downgrade(gateway);
-    crate::metrics::sample_on_scrape(move || {
+    map_observe::metrics::sample_on_scrape(move || {
         if let Some(gw) = weak.upgrade() {
             for t in gw.tenants.all() {
                 let log = t.fabric.inspect();
-                crate::metrics::event_log(&t.id, log.log_events, log.log_bytes);
+                map_observe::metrics::event_log(&t.id, log.log_events, log.log_bytes);
             }
         }
     });
@@ -81,13 +82,13 @@ fn sample_log_sizes(gateway: &Arc<Gateway>) {
 /// tenant that names it. Nothing is written to its data directory (a
 /// throwaway store and artifact cache are used). A summary, or what is wrong.
 pub async fn check(mut config: Config) -> anyhow::Result<String> {
-    let scratch = std::env::temp_dir().join(format!("map-gateway-check-{}-{}", std::process::id(), crate::ids::now_ms()));
+    let scratch = std::env::temp_dir().join(format!("map-gateway-check-{}-{}", std::process::id(), map_protocol::ids::now_ms()));
     std::fs::create_dir_all(&scratch)?;
     let result = async {
         if config.tls.enabled() {
             crate::transport::tls::load(&config.tls.cert_file, &config.tls.key_file)?;
         }
-        let storage = crate::store::redact(&config.storage_url());
+        let storage = map_store::redact(&config.storage_url());
         let plugin_dir = std::path::absolute(&config.server.plugin_dir).unwrap_or_else(|_| config.server.plugin_dir.clone());
         config.server.data_dir = scratch.clone();
         let db = Store::open(&format!("sqlite://{}", scratch.join("check.db").display()), false, 0).await?;

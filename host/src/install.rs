@@ -5,7 +5,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
-use map_gateway::config::Config;
+use map_config::Config;
 
 use crate::scaffold::check_name;
 
@@ -43,8 +43,8 @@ pub fn install(file: &Path, name: Option<String>, config: &Config) -> anyhow::Re
     }
     let dest = dir.join(format!("{name}.wasm"));
     // Its signature and defaults (which the signature covers) go along, before the component.
-    let sig = map_gateway::plugins::signing::signature_path(file);
-    let dest_sig = map_gateway::plugins::signing::signature_path(&dest);
+    let sig = map_plugin_host::signing::signature_path(file);
+    let dest_sig = map_plugin_host::signing::signature_path(&dest);
     if sig.exists() {
         place(&std::fs::read(&sig)?, &dest_sig)?;
     } else if dest_sig.exists() {

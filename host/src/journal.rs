@@ -14,13 +14,13 @@ use anyhow::Context;
 use parking_lot::Mutex;
 use rusqlite::{params, Connection};
 
-use crate::core::events::StoredEvent;
-use crate::core::fabric::{LocalFabric, Recorded};
-use crate::core::model::Scope;
-use crate::core::registry::Registry;
-use crate::core::directory::{ChangeSink, Track};
-use crate::core::tracked::Changes;
-use crate::core::Tenant;
+use map_core::events::StoredEvent;
+use map_core::fabric::{LocalFabric, Recorded};
+use map_core::model::Scope;
+use map_core::registry::Registry;
+use map_core::directory::{ChangeSink, Track};
+use map_core::tracked::Changes;
+use map_core::Tenant;
 
 /// About how many bytes of events one transaction writes: a flush holds
 /// one page of events and one serialised body at a time, not the window.
@@ -190,8 +190,8 @@ impl ChangeSink for ScopeSink {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::events::{NewEvent, Source};
-    use crate::core::fabric::Fabric;
+    use map_core::events::{NewEvent, Source};
+    use map_core::fabric::Fabric;
 
     fn saved(journal: &Journal, tenant: &str) -> Vec<String> {
         let conn = journal.conn.lock();
@@ -205,7 +205,7 @@ mod tests {
 
     #[test]
     fn the_table_holds_the_window_the_fabric_holds_by_count_and_by_bytes() {
-        let dir = std::env::temp_dir().join(format!("journal-test-{}", crate::ids::secret()));
+        let dir = std::env::temp_dir().join(format!("journal-test-{}", map_protocol::ids::secret()));
         std::fs::create_dir_all(&dir).unwrap();
         let journal = Journal::open(&dir.join("events.db"), 5).unwrap();
 

@@ -19,21 +19,13 @@
 // tenant's plugins (`plugins`). The rest is internal.
 pub mod acp;
 pub mod app;
-mod cluster;
-pub mod config;
-pub mod core;
-mod credentials;
 mod federation;
 // Every decoder of untrusted bytes as a fuzz target (`fuzz/`, tests/fuzz_smoke.rs).
 #[doc(hidden)]
 pub mod fuzzing;
+mod framing;
 mod journal;
-mod ids;
 pub mod memory;
-pub mod metrics;
-pub mod plugins;
-mod rpc;
-mod store;
 pub mod telemetry;
-mod tenants;
+mod token_client;
 pub mod transport;

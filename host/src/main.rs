@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use map_gateway::config::Config;
-use map_gateway::core::Gateway;
-use map_gateway::plugins::{oci, signing};
+use map_config::Config;
+use map_core::Gateway;
+use map_plugin_host::{oci, signing};
 use map_gateway::transport;
 
 mod install;
@@ -256,7 +256,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 std::env::set_var("MAP_GATEWAY_LOG", "warn");
             }
             // Its log format; no traces for a check.
-            let logs = map_gateway::config::TelemetryConfig { otlp_endpoint: String::new(), ..config.telemetry.clone() };
+            let logs = map_config::TelemetryConfig { otlp_endpoint: String::new(), ..config.telemetry.clone() };
             let _logs = map_gateway::telemetry::init(&logs)?;
             let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             println!("{}", runtime.block_on(map_gateway::app::check(config))?);
@@ -268,7 +268,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Acp { agent, url, api_key, token, client_request_timeout_ms, agent_request_timeout_ms, max_message_bytes } => {
             // stdout carries the protocol: logs go to stderr only (warnings by default).
-            let logs = map_gateway::config::TelemetryConfig::default();
+            let logs = map_config::TelemetryConfig::default();
             if std::env::var_os("MAP_GATEWAY_LOG").is_none() {
                 std::env::set_var("MAP_GATEWAY_LOG", "warn");
             }

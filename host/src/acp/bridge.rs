@@ -120,7 +120,7 @@ pub async fn run(link: Link, mut notes: mpsc::Receiver<Value>, mut from_editor: 
         link,
         opts,
         to_editor,
-        stream_id: format!("acp-{}", crate::ids::ulid()),
+        stream_id: format!("acp-{}", map_protocol::ids::ulid()),
         agent: None,
         connected: refusal.is_none(),
         gone: refusal,

@@ -21,7 +21,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
 use super::wss::Trust;
-use crate::core::{Conn, Gateway};
+use map_core::{Conn, Gateway};
 
 /// An error answer of the MAP side: its JSON-RPC error object.
 pub type MapError = Value;
@@ -114,7 +114,7 @@ impl Link {
 /// credentials are those the editor's connection carried (HTTP headers).
 pub fn in_process(gw: Arc<Gateway>, preset: Option<(String, String)>, loopback: bool, peer_ip: Option<IpAddr>, call_timeout: Duration) -> (Link, mpsc::Receiver<Value>) {
     let bounds = Bounds { max_frame_bytes: gw.config.server.max_message_bytes, call_timeout };
-    let (frames_tx, mut frames_rx) = crate::core::outbox::channel(gw.config.limits.outbox_frames, gw.config.limits.outbox_bytes);
+    let (frames_tx, mut frames_rx) = map_core::outbox::channel(gw.config.limits.outbox_frames, gw.config.limits.outbox_bytes);
     let (out_tx, mut out_rx) = mpsc::channel::<String>(64);
     let (in_tx, in_rx) = mpsc::channel::<String>(1024);
     let notes = in_tx.clone();

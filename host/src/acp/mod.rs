@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
-use crate::rpc::{read_cap, read_line_limited};
+use crate::framing::{read_cap, read_line_limited};
 
 /// `map-gateway acp`: an editor on stdin/stdout (one JSON-RPC message per
 /// line), bridged to `opts.agent` on the gateway at `url`, whose message

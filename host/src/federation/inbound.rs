@@ -8,9 +8,9 @@ use serde_json::{json, Value};
 
 use super::replies::Registration;
 use super::{tokens, Peer, System};
-use crate::core::send::{Outgoing, Remote, Sent};
-use crate::core::Active;
-use crate::rpc::{codes, RpcError};
+use map_core::send::{Outgoing, Remote, Sent};
+use map_core::Active;
+use map_protocol::rpc::{codes, RpcError};
 
 /// A challenge is good for this long (milliseconds).
 const CHALLENGE_TTL_MS: u64 = 5 * 60 * 1000;
@@ -30,7 +30,7 @@ fn text<'a>(params: &'a Value, key: &str) -> Option<&'a str> {
 
 /// `map_chal_` and a ULID: its first ten characters are its time.
 fn challenge() -> String {
-    format!("map_chal_{}", crate::ids::ulid())
+    format!("map_chal_{}", map_protocol::ids::ulid())
 }
 
 fn challenge_ok(c: &str) -> bool {
@@ -39,7 +39,7 @@ fn challenge_ok(c: &str) -> bool {
         let v = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ".iter().position(|x| *x == b.to_ascii_uppercase())? as u64;
         Some(acc * 32 + v)
     });
-    at.is_some_and(|at| at <= crate::ids::now_ms() && crate::ids::now_ms() - at <= CHALLENGE_TTL_MS)
+    at.is_some_and(|at| at <= map_protocol::ids::now_ms() && map_protocol::ids::now_ms() - at <= CHALLENGE_TTL_MS)
 }
 
 /// The credential of an `auth` object: `credentials`, `credential` or `token`.
@@ -87,7 +87,7 @@ pub fn connect(system: &System, active: &Active, params: Value) -> Result<Value,
         return required(Some(format!("those credentials do not identify system {system_id} here")));
     }
     *peer.inbound.lock() = Some(active.session_id.clone());
-    let now = crate::ids::now_ms();
+    let now = map_protocol::ids::now_ms();
     system.emit("federation_connected", json!({"systemId": system_id, "direction": "inbound", "endpoint": endpoint, "principal": &*principal}));
     Ok(json!({
         "connected": true,
@@ -163,7 +163,7 @@ pub async fn route(system: &Arc<System>, active: &Active, params: Value) -> Resu
     let message_id = match r.message.get("id").and_then(Value::as_str).filter(|id| !id.is_empty()) {
         Some(id) if id.len() > MAX_MESSAGE_ID => return Err(RpcError::invalid_params(format!("a message id is at most {MAX_MESSAGE_ID} bytes"))),
         Some(id) => id.to_string(),
-        None => crate::ids::prefixed_at("msg").0,
+        None => map_protocol::ids::prefixed_at("msg").0,
     };
     if r.target == own {
         return deliver(system, active, peer, &r, message_id).await;
@@ -179,7 +179,7 @@ pub async fn route(system: &Arc<System>, active: &Active, params: Value) -> Resu
     }
     let envelope = json!({"payload": message, "federation": {
         "sourceSystem": r.source.clone().unwrap_or_else(|| peer.config.system_id.clone()),
-        "targetSystem": r.target, "hopCount": r.hops + 1, "maxHops": r.max_hops, "path": path, "originTimestamp": crate::ids::now_ms(),
+        "targetSystem": r.target, "hopCount": r.hops + 1, "maxHops": r.max_hops, "path": path, "originTimestamp": map_protocol::ids::now_ms(),
     }});
     let answer = system.carry(&next, message_id.clone(), envelope).await?;
     Ok(json!({"routed": answer["routed"] == true, "messageId": message_id, "queued": answer["queued"] == true}))

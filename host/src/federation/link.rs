@@ -15,8 +15,8 @@ use tokio::sync::mpsc;
 
 use super::{Peer, System};
 use crate::acp::link::{self as map_client, Bounds, Link, MapError};
-use crate::core::events::{NewEvent, Source};
-use crate::rpc::{codes, RpcError};
+use map_core::events::{NewEvent, Source};
+use map_protocol::rpc::{codes, RpcError};
 
 /// Waits between attempts: doubling from the first to the last.
 const BACKOFF_FIRST: Duration = Duration::from_millis(250);
@@ -197,7 +197,7 @@ enum Attempt {
 /// One message's route to the peer (or its expiry); `recipient` keys its
 /// recipient's refusals.
 async fn attempt(s: &System, peer: &Peer, link: &Link, entry: &super::outbox::Entry, id: &str, recipient: &str) -> Result<Attempt, String> {
-    let now = crate::ids::now_ms();
+    let now = map_protocol::ids::now_ms();
     let to = &entry.envelope["payload"]["to"];
     if now.saturating_sub(entry.queued_at) > s.config.buffer_ttl_secs.saturating_mul(1000) {
         s.emit("federation_message_expired", json!({"systemId": peer.config.system_id, "messageId": id, "to": to, "queuedAt": entry.queued_at}));

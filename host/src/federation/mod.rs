@@ -31,12 +31,12 @@ use serde_json::{json, Value};
 use tokio::sync::{oneshot, Notify};
 
 use crate::acp::wss::Trust;
-use crate::config::{FederationConfig, PeerConfig};
-use crate::core::events::{NewEvent, Source};
-use crate::core::federation::{Exposure, Federation, Outbound, Shown};
-use crate::core::{Active, Gateway, Tenant};
-use crate::rpc::{codes, RpcError};
-use crate::store::Store;
+use map_config::{FederationConfig, PeerConfig};
+use map_core::events::{NewEvent, Source};
+use map_core::federation::{Exposure, Federation, Outbound, Shown};
+use map_core::{Active, Gateway, Tenant};
+use map_protocol::rpc::{codes, RpcError};
+use map_store::Store;
 use outbox::{Entry, Outbox};
 use replies::{Registration, Replies};
 
@@ -196,7 +196,7 @@ impl System {
     async fn carry(&self, peer: &Arc<Peer>, message_id: String, envelope: Value) -> Result<Value, RpcError> {
         let (tx, rx) = oneshot::channel();
         peer.waiting.lock().insert(message_id.clone(), tx);
-        let entry = Entry { envelope, queued_at: crate::ids::now_ms() };
+        let entry = Entry { envelope, queued_at: map_protocol::ids::now_ms() };
         if let Err(why) = peer.outbox.push(&entry).await {
             peer.waiting.lock().remove(&message_id);
             return Err(RpcError::new(codes::FEDERATION_UNAVAILABLE, format!("System {} cannot take more messages now: {why}", peer.config.system_id)));

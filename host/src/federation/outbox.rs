@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::store::{ScanOptions, Scope, Store, StoreError};
+use map_store::{ScanOptions, Scope, Store, StoreError};
 
 const COLLECTION: &str = "outbox";
 

@@ -11,8 +11,8 @@ use std::collections::HashMap;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
-use crate::core::model::Agent;
-use crate::store::{ScanOptions, Scope, Store, StoreError, Write};
+use map_core::model::Agent;
+use map_store::{ScanOptions, Scope, Store, StoreError, Write};
 
 const COLLECTION: &str = "replies";
 /// Grants kept per peer; past it, expired ones are removed first, and a new
@@ -66,7 +66,7 @@ impl Replies {
     }
 
     fn key(&self, agent: &str) -> String {
-        format!("{}{}", self.prefix, crate::store::digest_hex(agent.as_bytes()))
+        format!("{}{}", self.prefix, map_store::digest_hex(agent.as_bytes()))
     }
 
     /// `who` wrote to the peer now: the peer may answer it for the window.
@@ -75,7 +75,7 @@ impl Replies {
         if self.window_ms == 0 {
             return Ok(false);
         }
-        let now = crate::ids::now_ms();
+        let now = map_protocol::ids::now_ms();
         let until = now + self.window_ms;
         let fresh = |w: &(Registration, u64)| w.0 == *who && w.1.saturating_sub(now) > self.window_ms - self.window_ms / 10;
         if self.written.lock().get(&who.agent).is_some_and(fresh) {
@@ -108,7 +108,7 @@ impl Replies {
     pub async fn allows(&self, who: &Registration) -> Result<bool, StoreError> {
         let Some(text) = self.db.get(&self.scope, COLLECTION, &self.key(&who.agent)).await? else { return Ok(false) };
         let grant: Option<Grant> = serde_json::from_str(&text).ok();
-        Ok(grant.is_some_and(|g| g.registration == *who && g.until > crate::ids::now_ms()))
+        Ok(grant.is_some_and(|g| g.registration == *who && g.until > map_protocol::ids::now_ms()))
     }
 
     /// Remove the expired grants: how many are left.
@@ -143,7 +143,7 @@ mod tests {
 
     #[tokio::test]
     async fn grants_hold_for_their_registration_and_are_bounded_expired_ones_first() {
-        let dir = std::env::temp_dir().join(format!("map-gateway-replies-{}", crate::ids::secret()));
+        let dir = std::env::temp_dir().join(format!("map-gateway-replies-{}", map_protocol::ids::secret()));
         std::fs::create_dir_all(&dir).unwrap();
         let db = Store::open(&format!("sqlite://{}", dir.join("t.db").display()), false, 0).await.unwrap();
         let mut replies = Replies::open(db.clone(), "t", "globex", 3600).await.unwrap();

@@ -4,8 +4,8 @@
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::core::address::Address;
-use crate::rpc::codes;
+use map_core::address::Address;
+use map_protocol::rpc::codes;
 
 pub fn address(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else { return };

@@ -11,7 +11,8 @@ use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocket};
 use tokio_tungstenite::tungstenite::{Error, Message};
 
-use crate::rpc::{codes, decode_frame, encode_error, encode_result, read_line_limited, Decoded, Request, RpcError};
+use crate::framing::read_line_limited;
+use map_protocol::rpc::{codes, decode_frame, encode_error, encode_result, Decoded, Request, RpcError};
 
 fn parse(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("the gateway wrote JSON it cannot read ({e}): {text}"))

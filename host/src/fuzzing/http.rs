@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::config::Config;
-use crate::core::Gateway;
+use map_config::Config;
+use map_core::Gateway;
 
 /// How long one connection may take once its peer has sent everything and
 /// closed its side; longer is a hang.

@@ -5,8 +5,8 @@
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
-use crate::plugins::{check_error, check_result, json_depth, HttpResponse, MAX_JSON_DEPTH};
-use crate::rpc::{encode_error, encode_result_json};
+use map_plugin_host::{check_error, check_result, json_depth, HttpResponse, MAX_JSON_DEPTH};
+use map_protocol::rpc::{encode_error, encode_result_json};
 
 /// The size limit the checks apply.
 const MAX: usize = 1 << 16;
@@ -84,7 +84,7 @@ fn http_response(rest: &[u8]) {
 /// Code (four bytes) and message: sent as trailers a client can read.
 fn grpc_status(rest: &[u8]) {
     let Some((code, message)) = rest.split_first_chunk::<4>() else { return };
-    let status = crate::plugins::GrpcStatus { code: u32::from_le_bytes(*code), message: String::from_utf8_lossy(message).into_owned() };
+    let status = map_plugin_host::GrpcStatus { code: u32::from_le_bytes(*code), message: String::from_utf8_lossy(message).into_owned() };
     let resp = crate::transport::grpc::to_tonic(status).into_http::<tonic::body::Body>();
     let sent = resp.headers().get("grpc-status").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u32>().ok());
     assert!(sent.is_some_and(|c| c <= 16), "grpc-status {sent:?}");

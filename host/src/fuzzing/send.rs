@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
-use crate::config::Config;
-use crate::core::outbox::{channel, FrameRx};
-use crate::core::{Conn, Gateway};
+use map_config::Config;
+use map_core::outbox::{channel, FrameRx};
+use map_core::{Conn, Gateway};
 
 struct Peer {
     conn: Conn,

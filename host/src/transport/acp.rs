@@ -16,7 +16,7 @@ use tokio_tungstenite::tungstenite::Message;
 
 use super::reply::{error_json, Body};
 use crate::acp::{bridge, link};
-use crate::core::Gateway;
+use map_core::Gateway;
 
 pub fn upgrade(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Response<Body> {
     let agent = req.uri().query().and_then(|q| form_urlencoded::parse(q.as_bytes()).find(|(k, _)| k == "agent").map(|(_, v)| v.into_owned()));
@@ -39,7 +39,7 @@ pub fn upgrade(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Re
 /// large, not UTF-8), so that its close frame reaches the editor, as on `/map`.
 async fn session(gw: Arc<Gateway>, socket: super::ws::Socket, peer: SocketAddr, preset: Option<(String, String)>, opts: bridge::Options, linger: super::Linger) {
     let _open = gw.drain.enter();
-    let _counted = crate::metrics::connection("acp");
+    let _counted = map_observe::metrics::connection("acp");
     let (map, notes) = link::in_process(gw.clone(), preset, super::headers::is_loopback(&peer), Some(peer.ip()), opts.agent_request_timeout);
     let (mut sink, mut source) = socket.split();
     let (in_tx, in_rx) = mpsc::channel::<String>(64);

@@ -21,7 +21,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
 
 use super::reply::{error_json, full, method_not_allowed, Body};
-use crate::core::{Gateway, ReloadState};
+use map_core::{Gateway, ReloadState};
 
 fn ok_json(v: Value) -> Response<Body> {
     full(StatusCode::OK, "application/json", v.to_string())
@@ -46,7 +46,7 @@ fn authorise(gw: &Gateway, peer: SocketAddr, req: &Request<Incoming>) -> Result<
         if let Err(e) = gw.tenants.throttle.check(peer.ip()) {
             return Err(error_json(StatusCode::TOO_MANY_REQUESTS, &e.message));
         }
-        let ok = super::headers::header_credentials(req.headers()).is_some_and(|(kind, t)| kind == "bearer" && crate::ids::secrets_equal(&t, token));
+        let ok = super::headers::header_credentials(req.headers()).is_some_and(|(kind, t)| kind == "bearer" && map_protocol::ids::secrets_equal(&t, token));
         if !ok {
             gw.tenants.throttle.failed(peer.ip());
         }
@@ -69,7 +69,7 @@ pub async fn route(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -
     let listing = |v: Option<Value>| v.map_or_else(unknown_tenant, ok_json);
     let listing_text = |v: Option<String>| v.map_or_else(unknown_tenant, |text| full(StatusCode::OK, "application/json", text));
     match (req.method(), path) {
-        (&Method::GET, "/metrics") => match crate::metrics::render() {
+        (&Method::GET, "/metrics") => match map_observe::metrics::render() {
             Some(text) => full(StatusCode::OK, "text/plain; version=0.0.4", text),
             None => full(StatusCode::NOT_FOUND, "text/plain", "metrics are off (server.metrics = false)\n"),
         },

@@ -15,8 +15,8 @@ use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::server::{Grpc, StreamingService};
 use tonic::{Code, Status};
 
-use crate::core::Gateway;
-use crate::plugins::{grpc_code, GrpcRequests, GrpcResponse, GrpcStatus, TenantPlugin};
+use map_core::Gateway;
+use map_plugin_host::{grpc_code, GrpcRequests, GrpcResponse, GrpcStatus, TenantPlugin};
 
 /// How long the response headers wait for the plugin's first answer, so
 /// that a call refused at once gets a trailers-only response.
@@ -204,11 +204,11 @@ pub async fn serve(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -
         Err((_, e)) => return refuse(Code::Unauthenticated, e.message),
     };
     let path = req.uri().path().to_string();
-    let Some(plugin) = crate::plugins::of(&who.tenant).grpc_route(&path) else {
+    let Some(plugin) = map_plugin_host::of(&who.tenant).grpc_route(&path) else {
         return refuse(Code::Unimplemented, format!("no plugin of this tenant serves {path}"));
     };
     let (parent, state) = super::headers::trace_headers(req.headers());
-    let span = crate::telemetry::inbound("grpc", &path, &who.tenant.id, parent.as_deref(), state.as_deref());
+    let span = map_observe::telemetry::inbound("grpc", &path, &who.tenant.id, parent.as_deref(), state.as_deref());
     let limit = gw.config.server.max_message_bytes;
     let call = Call { plugin, path, principal: who.principal.to_string(), timeout: grpc_timeout(req.headers()) };
     let mut grpc = Grpc::new(Raw).max_decoding_message_size(limit).max_encoding_message_size(limit);

@@ -5,8 +5,8 @@ use std::net::SocketAddr;
 
 use hyper::StatusCode;
 
-use crate::core::{Authenticated, Gateway};
-use crate::rpc::RpcError;
+use map_core::{Authenticated, Gateway};
+use map_protocol::rpc::RpcError;
 
 /// Credentials a transport may carry outside `map/connect`.
 pub(crate) fn header_credentials(headers: &hyper::HeaderMap) -> Option<(String, String)> {
@@ -61,7 +61,7 @@ pub(crate) fn caller(gw: &Gateway, peer: SocketAddr, headers: &hyper::HeaderMap)
     };
     match gw.check_credential(Some(peer.ip()), &method, Some(&secret)) {
         Ok(who) => Ok(Some(who)),
-        Err(e) if e.code == crate::rpc::codes::RESOURCE_EXHAUSTED => Err((StatusCode::TOO_MANY_REQUESTS, e)),
+        Err(e) if e.code == map_protocol::rpc::codes::RESOURCE_EXHAUSTED => Err((StatusCode::TOO_MANY_REQUESTS, e)),
         Err(e) => Err((StatusCode::UNAUTHORIZED, e)),
     }
 }

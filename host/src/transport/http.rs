@@ -16,8 +16,8 @@ use serde_json::{json, Value};
 
 use super::headers::{caller, foreign_origin, origin_allowed, trace_headers};
 use super::reply::{error_json, full, method_not_allowed, Body};
-use crate::core::{Conn, Gateway, StreamRefused};
-use crate::rpc::{encode_error, RpcError};
+use map_core::{Conn, Gateway, StreamRefused};
+use map_protocol::rpc::{encode_error, RpcError};
 
 /// Header naming the session of an HTTP request (returned by `map/connect`).
 pub const SESSION_HEADER: &str = "map-session-id";
@@ -112,20 +112,20 @@ async fn plugin_http(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>)
         }
     };
     let path = req.uri().path().to_string();
-    let route = tenant.as_ref().and_then(|t| crate::plugins::of(&t.tenant).http_route(&path).map(|(tp, rest)| (tp, rest.to_string())));
+    let route = tenant.as_ref().and_then(|t| map_plugin_host::of(&t.tenant).http_route(&path).map(|(tp, rest)| (tp, rest.to_string())));
     let Some((plugin, rest)) = route else {
         // Credentials only matter for a path some tenant's plugin serves.
-        let served_somewhere = gw.tenants.all().any(|t| crate::plugins::of(t).http_route(&path).is_some());
+        let served_somewhere = gw.tenants.all().any(|t| map_plugin_host::of(t).http_route(&path).is_some());
         return match tenant {
             None if served_somewhere => plugin_refusal(StatusCode::UNAUTHORIZED, "unauthorized", "credentials required (Authorization: Bearer <key> or X-Api-Key)"),
             _ => full(StatusCode::NOT_FOUND, "text/plain", "not found\n"),
         };
     };
     let (parent, state) = trace_headers(req.headers());
-    let span = crate::telemetry::inbound("http", &path, tenant.as_ref().map_or("", |t| t.tenant.id.as_str()), parent.as_deref(), state.as_deref());
+    let span = map_observe::telemetry::inbound("http", &path, tenant.as_ref().map_or("", |t| t.tenant.id.as_str()), parent.as_deref(), state.as_deref());
     let method = req.method().to_string();
     let query = req.uri().query().unwrap_or_default().to_string();
-    let headers = plugin_headers(req.headers(), tenant.as_ref().map_or(crate::tenants::ANONYMOUS, |t| &t.principal), peer);
+    let headers = plugin_headers(req.headers(), tenant.as_ref().map_or(map_core::tenants::ANONYMOUS, |t| &t.principal), peer);
     let limit = gw.config.server.max_message_bytes;
     let linger = req.extensions().get::<super::Linger>().cloned();
     let body = match read_body(req.into_body(), limit).await {
@@ -136,11 +136,11 @@ async fn plugin_http(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>)
         }
         Err(BodyError::Unreadable) => return plugin_refusal(StatusCode::BAD_REQUEST, "invalid_request", "could not read the body"),
     };
-    let request = crate::plugins::HttpRequest { method, path: rest, query, headers, body };
+    let request = map_plugin_host::HttpRequest { method, path: rest, query, headers, body };
     match tracing::Instrument::instrument(plugin.call_http(request), span).await {
         Ok(answer) => plugin_response(answer),
         Err(e) => {
-            let (status, error) = match e.code == crate::rpc::codes::RESOURCE_EXHAUSTED {
+            let (status, error) = match e.code == map_protocol::rpc::codes::RESOURCE_EXHAUSTED {
                 true => (StatusCode::SERVICE_UNAVAILABLE, "service_unavailable"),
                 false => (StatusCode::BAD_GATEWAY, "plugin_failed"),
             };
@@ -170,7 +170,7 @@ fn plugin_headers(headers: &hyper::HeaderMap, principal: &str, peer: SocketAddr)
 
 /// A plugin's HTTP answer as sent: a status that is not one is 500, and
 /// headers that are not HTTP headers are left out.
-pub(crate) fn plugin_response(answer: crate::plugins::HttpResponse) -> Response<Body> {
+pub(crate) fn plugin_response(answer: map_plugin_host::HttpResponse) -> Response<Body> {
     let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut resp = Response::new(Full::new(Bytes::from(answer.body)).boxed());
     *resp.status_mut() = status;
@@ -236,7 +236,7 @@ fn is_json(req: &Request<Incoming>) -> bool {
 }
 
 fn session_refused(id: &str) -> Response<Body> {
-    let err = RpcError::new(crate::rpc::codes::SESSION_NOT_FOUND, format!("Session not found, expired, or not yours: {id}"));
+    let err = RpcError::new(map_protocol::rpc::codes::SESSION_NOT_FOUND, format!("Session not found, expired, or not yours: {id}"));
     rpc_error(StatusCode::NOT_FOUND, err)
 }
 
@@ -265,7 +265,7 @@ async fn rpc(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Resp
         Err(BodyError::Unreadable) => return full(StatusCode::BAD_REQUEST, "text/plain", "could not read the body\n"),
     };
     // Notifications raised while handling go nowhere: this request has no stream.
-    let (tx, _rx) = crate::core::outbox::channel(1, 1);
+    let (tx, _rx) = map_core::outbox::channel(1, 1);
     let mut conn = Conn::new(tx, super::headers::is_loopback(&peer), "http");
     conn.peer_ip = Some(peer.ip());
     conn.preset_auth = preset;
@@ -281,7 +281,7 @@ async fn rpc(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Resp
     }
     let answer = gw.handle_frame(&mut conn, &body).await;
     // Notifications for the caller wait for its event stream, after this answer.
-    if let crate::core::ConnState::Active(active) = &conn.state {
+    if let map_core::ConnState::Active(active) = &conn.state {
         for frame in conn.deferred.drain(..) {
             let _ = active.outbox.push(frame);
         }
@@ -301,7 +301,7 @@ async fn rpc(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Resp
 struct StreamGuard {
     gw: Arc<Gateway>,
     session: String,
-    tx: crate::core::outbox::FrameTx,
+    tx: map_core::outbox::FrameTx,
 }
 
 impl Drop for StreamGuard {
@@ -312,24 +312,24 @@ impl Drop for StreamGuard {
 
 fn events(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Response<Body> {
     let Some(session) = session_of(&req) else {
-        return rpc_error(StatusCode::UNAUTHORIZED, RpcError::new(crate::rpc::codes::AUTH_REQUIRED, format!("Name the session in the {SESSION_HEADER} header")));
+        return rpc_error(StatusCode::UNAUTHORIZED, RpcError::new(map_protocol::rpc::codes::AUTH_REQUIRED, format!("Name the session in the {SESSION_HEADER} header")));
     };
     let who = match caller(&gw, peer, req.headers()) {
         Ok(who) => who,
         Err((status, e)) => return rpc_error(status, e),
     };
-    let (tx, rx) = crate::core::outbox::channel(gw.config.limits.outbox_frames, gw.config.limits.outbox_bytes);
+    let (tx, rx) = map_core::outbox::channel(gw.config.limits.outbox_frames, gw.config.limits.outbox_bytes);
     match gw.attach_stream(&session, who.as_ref(), tx.clone()) {
         Ok(()) => {}
         Err(StreamRefused::NotFound) => return session_refused(&session),
         Err(StreamRefused::InUse) => {
-            let err = RpcError::new(crate::rpc::codes::SESSION_IN_USE, format!("Session {session} already has a live connection receiving its frames"));
+            let err = RpcError::new(map_protocol::rpc::codes::SESSION_IN_USE, format!("Session {session} already has a live connection receiving its frames"));
             return rpc_error(StatusCode::CONFLICT, err);
         }
     }
     let stopping = gw.drain.watch();
     let guard = StreamGuard { gw, session, tx };
-    type State = (crate::core::outbox::FrameRx, StreamGuard, tokio::sync::watch::Receiver<bool>);
+    type State = (map_core::outbox::FrameRx, StreamGuard, tokio::sync::watch::Receiver<bool>);
     let frames = stream::unfold((rx, guard, stopping), |(mut rx, guard, mut stopping): State| async move {
         let chunk = tokio::select! {
             // Shutting down: the stream ends (the client reconnects elsewhere).

@@ -23,7 +23,7 @@ use std::time::Duration;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
-use crate::core::Gateway;
+use map_core::Gateway;
 
 /// Raise the soft limit on open files to the hard limit, so the connection
 /// cap, not the descriptor table, decides how many peers fit.
@@ -144,7 +144,7 @@ async fn accepted(
         }
     };
     let _open = gateway.drain.enter();
-    let _counted = crate::metrics::connection("http");
+    let _counted = map_observe::metrics::connection("http");
     match tls {
         None => serve_connection(gateway, peer, IdleIo::new(stream, slot), waiting).await,
         Some(tls) => {
@@ -216,7 +216,7 @@ where
                 break;
             }
             _ = tokio::time::sleep(idle / 4) => {
-                if crate::ids::now_ms().saturating_sub(last_active.load(Ordering::Relaxed)) >= idle.as_millis() as u64 {
+                if map_protocol::ids::now_ms().saturating_sub(last_active.load(Ordering::Relaxed)) >= idle.as_millis() as u64 {
                     tracing::debug!(%peer, "closing an idle connection");
                     break;
                 }
@@ -284,11 +284,11 @@ struct IdleIo<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + '
 
 impl<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static> IdleIo<S> {
     fn new(inner: S, slot: tokio::sync::OwnedSemaphorePermit) -> Self {
-        IdleIo { inner: Some((inner, slot)), last_active: Arc::new(AtomicU64::new(crate::ids::now_ms())), linger: Linger::default() }
+        IdleIo { inner: Some((inner, slot)), last_active: Arc::new(AtomicU64::new(map_protocol::ids::now_ms())), linger: Linger::default() }
     }
 
     fn touch(&self) {
-        self.last_active.store(crate::ids::now_ms(), Ordering::Relaxed);
+        self.last_active.store(map_protocol::ids::now_ms(), Ordering::Relaxed);
     }
 
     fn io(&mut self) -> std::pin::Pin<&mut S> {
@@ -350,8 +350,8 @@ impl<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static> t
 /// Queue a frame's answer, then the notifications deferred behind it, for
 /// this connection's writer. Waiting for room is the backpressure: a peer
 /// that does not read stops being read. `false` when the writer is gone.
-pub(crate) async fn send_answer(conn: &mut crate::core::Conn, answer: Option<String>) -> bool {
-    use crate::core::outbox::{Frame, Refused};
+pub(crate) async fn send_answer(conn: &mut map_core::Conn, answer: Option<String>) -> bool {
+    use map_core::outbox::{Frame, Refused};
     let tx = &conn.tx;
     let mut frames = answer.map(Frame::from).into_iter().chain(conn.deferred.drain(..));
     let mut alive = true;
@@ -368,7 +368,7 @@ pub(crate) async fn send_answer(conn: &mut crate::core::Conn, answer: Option<Str
 }
 
 /// The rest of `send_answer` once the queue is full: wait for room.
-async fn wait_for_room(tx: &crate::core::outbox::FrameTx, frames: impl Iterator<Item = crate::core::outbox::Frame>) -> bool {
+async fn wait_for_room(tx: &map_core::outbox::FrameTx, frames: impl Iterator<Item = map_core::outbox::Frame>) -> bool {
     let mut alive = true;
     for frame in frames {
         alive &= tx.send(frame).await.is_ok();

@@ -4,8 +4,9 @@ use std::sync::Arc;
 
 use tokio::io::{AsyncWriteExt, BufReader};
 
-use crate::core::{Conn, Gateway};
-use crate::rpc::{encode_error, read_line_limited, RpcError};
+use map_core::{Conn, Gateway};
+use crate::framing::read_line_limited;
+use map_protocol::rpc::{encode_error, RpcError};
 
 /// Serve one peer on stdin/stdout until stdin closes.
 pub async fn serve(gw: Arc<Gateway>) -> std::io::Result<()> {
@@ -17,7 +18,7 @@ where
     R: tokio::io::AsyncRead + Unpin,
     W: tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let (tx, mut rx) = crate::core::outbox::channel(gw.config.limits.outbox_frames, gw.config.limits.outbox_bytes);
+    let (tx, mut rx) = map_core::outbox::channel(gw.config.limits.outbox_frames, gw.config.limits.outbox_bytes);
     let writer = tokio::spawn(async move {
         while let Some(frame) = rx.recv().await {
             let mut next = Some(frame);

@@ -18,7 +18,7 @@ use tokio_rustls::rustls::sign::CertifiedKey;
 use tokio_rustls::rustls::ServerConfig;
 use tokio_rustls::TlsAcceptor;
 
-use crate::config::TlsConfig;
+use map_config::TlsConfig;
 
 /// How often the files are looked at for a change.
 const WATCH_EVERY: Duration = Duration::from_secs(10);

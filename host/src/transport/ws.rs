@@ -25,8 +25,8 @@ use tokio_tungstenite::tungstenite::{self, Message, Utf8Bytes};
 use tokio_tungstenite::WebSocketStream;
 
 use super::reply::Body;
-use crate::core::outbox::{channel, Frame, FrameRx};
-use crate::core::{Conn, Gateway, Handled};
+use map_core::outbox::{channel, Frame, FrameRx};
+use map_core::{Conn, Gateway, Handled};
 
 /// Requests of one socket that may run at once; past this the socket is
 /// not read until one of them finishes.
@@ -109,7 +109,7 @@ const READ_BUFFER: usize = 4 << 10;
 pub(crate) fn socket_config(max_message_bytes: usize) -> WebSocketConfig {
     // Frames past our own limit are answered with an error; only far
     // larger ones make the WebSocket layer close with 1009.
-    let hard_cap = crate::rpc::read_cap(max_message_bytes);
+    let hard_cap = crate::framing::read_cap(max_message_bytes);
     // The read buffer is allocated per connection and zero-filled before
     // every read (tungstenite's default is 128 KiB: ~140 KiB per idle
     // session). 4 KiB holds a burst of ordinary requests; a larger frame
@@ -144,7 +144,7 @@ where
     let done = ReaderDone(control.clone());
 
     let _open = gw.drain.enter();
-    let _counted = crate::metrics::connection("websocket");
+    let _counted = map_observe::metrics::connection("websocket");
     let mut conn = Conn::new(tx.clone(), super::headers::is_loopback(&peer), "websocket");
     conn.peer_ip = Some(peer.ip());
     conn.preset_auth = preset;
