@@ -2,7 +2,7 @@
 // agent that declared capabilities.credentials gets the static secret its principal is granted,
 // is refused (11001) what it is not, and a subscriber sees credential.issued and
 // credential.denied without the secret. cred/status and cred/list answer as the SDK's types
-// say; a tenant without a broker answers 11000. host/tests/credentials.rs covers OAuth2.
+// say; a tenant without a broker answers 11000. host/tests/all/credentials.rs covers OAuth2.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { startGateway, connectAgent, connectClient, rejectsWithCode, sourceAgent, uid, WAIT_MS } from './harness.mjs';

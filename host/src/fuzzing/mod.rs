@@ -2,7 +2,7 @@
 //! those bytes that panics when the decoder breaks its contract (a panic of
 //! its own, an answer that is not the protocol's, a value that does not
 //! survive re-encoding). The libFuzzer targets in `fuzz/` and the smoke
-//! pass in `host/tests/fuzz_smoke.rs` call these same functions.
+//! pass in `host/tests/all/fuzz_smoke.rs` call these same functions.
 
 mod acp;
 mod address;
