@@ -18,15 +18,11 @@ use crate::bindings::map_gateway::plugin::types::RpcError;
 
 /// The JSON-RPC codes a plugin may answer with.
 pub mod codes {
-    pub const PARSE_ERROR: i64 = -32700;
-    pub const INVALID_REQUEST: i64 = -32600;
-    pub const METHOD_NOT_FOUND: i64 = -32601;
-    pub const INVALID_PARAMS: i64 = -32602;
-    pub const INTERNAL_ERROR: i64 = -32603;
+    pub use map_protocol::rpc::codes::{INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR};
 }
 
 /// Codes reserved by JSON-RPC and the MAP core: no extension range may touch them.
-const RESERVED: [(i64, i64); 3] = [(-32768, -32000), (1000, 9999), (16000, 16999)];
+use map_protocol::rpc::RESERVED;
 
 /// The inclusive range of error codes an extension answers with, as its
 /// descriptor declares it, and the code in it that storage failures take.

@@ -16,9 +16,8 @@ use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-const CROCKFORD: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
 /// Length of the ULID part of an id.
-pub const ULID_LEN: usize = 26;
+pub use map_protocol::ids::ULID_LEN;
 const MS_MAX: u64 = (1 << 48) - 1;
 const ENTROPY_MAX: u128 = (1 << 80) - 1;
 
@@ -89,20 +88,11 @@ pub fn new_id_at(prefix: &str) -> (String, u64) {
 }
 
 fn encode(ms: u64, entropy: u128) -> String {
-    let value: u128 = ((ms.min(MS_MAX) as u128) << 80) | (entropy & ENTROPY_MAX);
-    (0..ULID_LEN).rev().map(|i| CROCKFORD[((value >> (i * 5)) & 31) as usize] as char).collect()
+    String::from_utf8_lossy(&map_protocol::ids::encode(ms, entropy)).into_owned()
 }
 
 /// The millisecond an id (with or without a prefix) was made at.
-pub fn time_of(id: &str) -> Option<u64> {
-    let ulid = id.get(id.len().checked_sub(ULID_LEN)?..)?;
-    let mut value: u128 = 0;
-    for c in ulid.bytes() {
-        let digit = CROCKFORD.iter().position(|&d| d == c.to_ascii_uppercase())?;
-        value = (value << 5) | digit as u128;
-    }
-    Some((value >> 80) as u64)
-}
+pub use map_protocol::ids::time_of;
 
 /// The smallest and greatest id of `prefix` made in millisecond `ms`: key
 /// bounds for a time filter over records keyed by id. Times past the 48-bit
@@ -130,6 +120,7 @@ pub fn iso8601(ms: u64) -> String {
 
 #[cfg(test)]
 mod tests {
+    use map_protocol::ids::ALPHABET as CROCKFORD;
     use super::*;
 
     #[test]

@@ -18,7 +18,7 @@ use map_core::events::DataFilterSpec;
 use map_core::ext_registry::{self, Declared};
 
 /// Error codes a plugin may not claim: JSON-RPC's, and the MAP core's.
-const RESERVED_CODES: &[(i64, i64)] = &[(-32768, -32000), (1000, 9999), (16000, 16999)];
+const RESERVED_CODES: &[(i64, i64)] = &map_protocol::rpc::RESERVED;
 
 /// Per-call limits of a plugin.
 #[derive(Debug, Clone)]

@@ -7,9 +7,14 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+#[cfg(feature = "host")]
 use parking_lot::Mutex;
 
-const ALPHABET: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+/// Crockford's base32, the ULID alphabet.
+pub const ALPHABET: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+/// Characters in a ULID.
+pub const ULID_LEN: usize = 26;
+const MS_MAX: u64 = (1 << 48) - 1;
 
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> u64 {
@@ -72,6 +77,7 @@ impl Default for UlidGen {
     }
 }
 
+#[cfg(feature = "host")]
 static SHARED: Mutex<UlidGen> = Mutex::new(UlidGen::new());
 
 fn random_u128() -> u128 {
@@ -86,6 +92,7 @@ fn random_u128() -> u128 {
 }
 
 /// A process-wide monotonic ULID.
+#[cfg(feature = "host")]
 pub fn ulid() -> String {
     SHARED.lock().next_id().0.as_str().to_string()
 }
@@ -112,21 +119,37 @@ impl std::fmt::Display for Ulid {
     }
 }
 
-fn encode(ms: u64, rand: u128) -> [u8; 26] {
-    let value: u128 = ((ms as u128 & 0xFFFF_FFFF_FFFF) << 80) | rand;
-    let mut buf = [0u8; 26];
+/// A ULID's text: 48 bits of Unix milliseconds (clamped, so ids past the
+/// range still sort last), then 80 bits of `rand`.
+pub fn encode(ms: u64, rand: u128) -> [u8; ULID_LEN] {
+    let value: u128 = ((ms.min(MS_MAX) as u128) << 80) | (rand & ((1 << 80) - 1));
+    let mut buf = [0u8; ULID_LEN];
     for (i, slot) in buf.iter_mut().enumerate() {
         *slot = ALPHABET[((value >> (125 - 5 * i as u32)) & 0x1F) as usize];
     }
     buf
 }
 
+/// The millisecond a ULID (the last 26 characters of `id`, so a prefixed id
+/// too) was made at; `None` if they are not a ULID.
+pub fn time_of(id: &str) -> Option<u64> {
+    let ulid = id.get(id.len().checked_sub(ULID_LEN)?..)?;
+    let mut value: u128 = 0;
+    for c in ulid.bytes() {
+        let digit = ALPHABET.iter().position(|&d| d == c.to_ascii_uppercase())?;
+        value = (value << 5) | digit as u128;
+    }
+    Some((value >> 80) as u64)
+}
+
 /// `<prefix>-<ULID>`, e.g. `sess-01J…`.
+#[cfg(feature = "host")]
 pub fn prefixed(prefix: &str) -> String {
     prefixed_at(prefix).0
 }
 
 /// `prefixed`, with the id's millisecond timestamp.
+#[cfg(feature = "host")]
 pub fn prefixed_at(prefix: &str) -> (String, u64) {
     let mut s = String::with_capacity(prefix.len() + 27);
     s.push_str(prefix);
@@ -137,6 +160,7 @@ pub fn prefixed_at(prefix: &str) -> (String, u64) {
 }
 
 /// 128 bits from the operating system's CSPRNG.
+#[cfg(feature = "host")]
 fn os_random_u128() -> u128 {
     let mut b = [0u8; 16];
     getrandom::fill(&mut b).expect("the operating system's random source");
@@ -144,17 +168,20 @@ fn os_random_u128() -> u128 {
 }
 
 /// 64 bits from the operating system's CSPRNG.
+#[cfg(feature = "host")]
 pub fn random_u64() -> u64 {
     os_random_u128() as u64
 }
 
 /// A secret token (resume tokens): 256 bits from the CSPRNG, hex.
+#[cfg(feature = "host")]
 pub fn secret() -> String {
     format!("{:032x}{:032x}", os_random_u128(), os_random_u128())
 }
 
 /// A session id, `sess-` and 26 base32 characters: 128 bits from the CSPRNG,
 /// unrelated to every other id, so none can be derived from ids a peer sees.
+#[cfg(feature = "host")]
 pub fn session_id() -> String {
     let v = os_random_u128();
     let mut s = String::with_capacity(31);
@@ -166,18 +193,20 @@ pub fn session_id() -> String {
 }
 
 /// SHA-256 of a secret, hex: what is kept where the secret itself must not be.
+#[cfg(feature = "host")]
 pub fn secret_hash(secret: &str) -> String {
     use sha2::Digest;
     sha2::Sha256::digest(secret.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Compare two secrets in time that depends only on their lengths.
+#[cfg(feature = "host")]
 pub fn secrets_equal(a: &str, b: &str) -> bool {
     use subtle::ConstantTimeEq;
     a.len() == b.len() && bool::from(a.as_bytes().ct_eq(b.as_bytes()))
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "host"))]
 mod tests {
     #[test]
     fn iso8601_writes_utc_to_the_millisecond() {

@@ -1,6 +1,9 @@
 use serde_json::{json, Value};
 
 /// Error codes of JSON-RPC 2.0 and of the MAP specification.
+/// Code ranges no extension may claim: JSON-RPC's, the MAP core's and its sessions'.
+pub const RESERVED: [(i64, i64); 3] = [(-32768, -32000), (1000, 9999), (16000, 16999)];
+
 pub mod codes {
     pub const PARSE_ERROR: i64 = -32700;
     pub const INVALID_REQUEST: i64 = -32600;

@@ -5,4 +5,4 @@ mod codec;
 mod error;
 
 pub use codec::{decode_frame, encode_error, encode_notification, encode_result, encode_result_json, push_json_str, Decoded, Request};
-pub use error::{codes, RpcError};
+pub use error::{codes, RpcError, RESERVED};
