@@ -20,7 +20,7 @@ pub async fn start(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
         crate::metrics::install()?;
     }
     std::fs::create_dir_all(&config.server.data_dir).map_err(|e| anyhow::anyhow!("creating the data directory {}: {e}", config.server.data_dir.display()))?;
-    let db = Store::open(&config.storage_url(), config.storage.sync == "full", config.storage.cache_mb << 20).await?;
+    let db = Store::open(&config.storage_url(), config.storage.sync == "full", config.storage.cache_mb << 20, Duration::from_millis(config.storage.probe_ms)).await?;
     db.sample_cache();
     let mut host = PluginHost::new(&config, db.clone())?;
     if config.cluster.enabled() {
@@ -90,7 +90,7 @@ pub async fn check(mut config: Config) -> anyhow::Result<String> {
         let storage = crate::store::redact(&config.storage_url());
         let plugin_dir = std::path::absolute(&config.server.plugin_dir).unwrap_or_else(|_| config.server.plugin_dir.clone());
         config.server.data_dir = scratch.clone();
-        let db = Store::open(&format!("sqlite://{}", scratch.join("check.db").display()), false, 0).await?;
+        let db = Store::open(&format!("sqlite://{}", scratch.join("check.db").display()), false, 0, Duration::ZERO).await?;
         let host = PluginHost::new(&config, db)?;
         let tenants = Gateway::tenants_of(&config)?;
         host.apply(&config, &tenants).await?;

@@ -64,7 +64,7 @@ impl Default for Config {
 
 impl Default for StorageConfig {
     fn default() -> Self {
-        StorageConfig { url: String::new(), sync: "normal".into(), cache_mb: 64, event_log_flush_ms: 1000 }
+        StorageConfig { url: String::new(), sync: "normal".into(), cache_mb: 64, event_log_flush_ms: 1000, probe_ms: 5 }
     }
 }
 

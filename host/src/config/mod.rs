@@ -157,6 +157,10 @@ pub struct StorageConfig {
     /// to `<data_dir>/events.db` (events newer than this are lost to a
     /// kill -9; a graceful stop writes everything).
     pub event_log_flush_ms: u64,
+    /// PostgreSQL only: once the database is found unreachable, storage
+    /// calls fail at once (retryable) and a connection is tried this often
+    /// until one succeeds.
+    pub probe_ms: u64,
 }
 
 /// Cluster mode: several gateways on one PostgreSQL and one NATS server

@@ -94,6 +94,9 @@ impl Config {
         if !matches!(self.storage.sync.as_str(), "normal" | "full") {
             bail!("storage.sync must be normal or full");
         }
+        if !(1..=60_000).contains(&self.storage.probe_ms) {
+            bail!("storage.probe_ms must be between 1 and 60000");
+        }
         Ok(())
     }
 

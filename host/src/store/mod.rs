@@ -8,11 +8,13 @@
 //! which other gateways may write too, each write call is its own
 //! transaction and every read goes to the database; a cluster singleton's
 //! writes also check its lease's fencing token there (`leases`), and the
-//! gateways share their compiled plugins there (`artifacts`). Either
+//! gateways share their compiled plugins there (`artifacts`). While
+//! PostgreSQL is unreachable, calls fail at once (`breaker`). Either
 //! way a key's version comes from one clock per database, ticked once per
 //! transaction, so versions never repeat.
 
 mod artifacts;
+mod breaker;
 mod cache;
 mod group_commit;
 mod leases;
@@ -63,6 +65,9 @@ pub enum StoreError {
     /// A concurrent transaction touched the same keys (PostgreSQL); the
     /// commit is retried or answered as a conflict, never shown as is.
     Contended(String),
+    /// The database cannot be reached (PostgreSQL): a connection failed or
+    /// broke, or the breaker refused the call at once; retry after `retry_after`.
+    Down { why: String, retry_after: std::time::Duration },
 }
 
 impl std::fmt::Display for StoreError {
@@ -70,6 +75,7 @@ impl std::fmt::Display for StoreError {
         match self {
             StoreError::Invalid(m) => write!(f, "invalid: {m}"),
             StoreError::Unavailable(m) | StoreError::Contended(m) => write!(f, "unavailable: {m}"),
+            StoreError::Down { why, retry_after } => write!(f, "unavailable: {why}; retry in {} ms", retry_after.as_millis()),
         }
     }
 }
@@ -104,10 +110,11 @@ fn text(key: &str, bytes: Vec<u8>) -> Result<String, StoreError> {
 impl Store {
     /// Open `sqlite://PATH` (created if missing) or `postgres://…`, and run migrations.
     /// `sync_full` makes SQLite fsync every commit (survives power loss, not
-    /// only a process crash); `cache_bytes` bounds SQLite's read cache (0: none).
-    pub async fn open(url: &str, sync_full: bool, cache_bytes: usize) -> anyhow::Result<Store> {
+    /// only a process crash); `cache_bytes` bounds SQLite's read cache (0: none);
+    /// `probe` is how often an unreachable PostgreSQL is tried again.
+    pub async fn open(url: &str, sync_full: bool, cache_bytes: usize, probe: std::time::Duration) -> anyhow::Result<Store> {
         let backend = if url.starts_with("postgres:") || url.starts_with("postgresql:") {
-            Backend::Postgres(Postgres::open(url).await?)
+            Backend::Postgres(Postgres::open(url, probe).await?)
         } else if url.starts_with("sqlite:") {
             Backend::Sqlite(Arc::new(Sqlite::open(url, sync_full, cache_bytes)?))
         } else {
