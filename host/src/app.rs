@@ -8,8 +8,8 @@ use std::time::Duration;
 use crate::config::Config;
 use crate::core::extensions::ExtensionHost;
 use crate::core::fabric::LocalFabric;
-use crate::cluster::Cluster;
-use crate::core::Gateway;
+use crate::cluster::{Cluster, Joining};
+use crate::core::{Gateway, Tenants};
 use crate::journal::Journal;
 use crate::plugins::PluginHost;
 use crate::store::Store;
@@ -27,10 +27,10 @@ pub async fn start(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
         let cluster = Cluster::connect(&config).await?;
         host.join_cluster(cluster.singletons(), &cluster.node, Duration::from_millis(config.cluster.singleton_lease_ms));
         let tenants = Gateway::tenants_with(&config, |id| cluster.fabric_for(id))?;
-        host.apply(&config, &tenants).await?;
+        let joining = follow_the_rollout(&host, &config, &tenants, &db).await?;
         let host: Arc<dyn ExtensionHost> = Arc::new(host);
         let gateway = Arc::new(Gateway::assemble(config, tenants, Some(host), config_path));
-        cluster.start(&gateway).await?;
+        cluster.start(&gateway, joining).await?;
         crate::federation::start(&gateway, &db).await?;
         sample_log_sizes(&gateway);
         return Ok(gateway);
@@ -61,6 +61,34 @@ pub async fn start(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
     crate::federation::start(&gateway, &db).await?;
     sample_log_sizes(&gateway);
     Ok(gateway)
+}
+
+/// Load the plugins a cluster node starts with: the versions of the
+/// cluster's current rollout (kept in PostgreSQL), so a node that restarts,
+/// or was down while it ran, serves what the others serve; its
+/// configuration's versions when there is none, or when it cannot (then
+/// it reports why).
+async fn follow_the_rollout(host: &PluginHost, config: &Config, tenants: &Tenants, db: &Store) -> anyhow::Result<Joining> {
+    let log = db.rollout_log();
+    let current = match &log {
+        Some(log) => log.current(&config.cluster.name).await.map_err(|e| anyhow::anyhow!("reading the cluster's current rollout: {e}"))?,
+        None => None,
+    };
+    let Some(rollout) = &current else {
+        host.apply(config, tenants).await?;
+        return Ok(Joining { log, current, error: None });
+    };
+    let mut pinned = config.clone();
+    pinned.pins = rollout.pins.clone();
+    let error = match host.apply(&pinned, tenants).await {
+        Ok(()) => None,
+        Err(e) => {
+            tracing::error!(rollout = %rollout.id, error = %format!("{e:#}"), "could not load the cluster's current rollout; starting on this node's configuration");
+            host.apply(config, tenants).await?;
+            Some(format!("{e:#}"))
+        }
+    };
+    Ok(Joining { log, current, error })
 }
 
 /// Report each tenant's replay log size when metrics are scraped.

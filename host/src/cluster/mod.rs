@@ -15,7 +15,8 @@
 //!   and subscription checkpoints; every node reads it and mirrors it.
 //! - Plugin state is in PostgreSQL (`storage.url`), shared by every node.
 //! - A reload on one node is a rollout: the others load the same digests
-//!   (`<name>.rollout`, `rollout`).
+//!   (`<name>.rollout`, `rollout`); PostgreSQL keeps the current one for
+//!   nodes that start later.
 //! - A singleton plugin's calls go to the node holding its lease over NATS
 //!   core (`<name>.sg.…`, `singletons`).
 
@@ -38,6 +39,7 @@ use async_nats::jetstream;
 
 use self::directory::MirroredTenant;
 pub use self::nats_fabric::ClusterFabric;
+pub use self::rollout::Joining;
 use self::presence::{Interest, Presence};
 use crate::config::{ClusterConfig, Config};
 use crate::core::outbox::Full;
@@ -140,9 +142,10 @@ impl Cluster {
     }
 
     /// Start serving: mirror the directory, read the event log, take
-    /// deliveries, beat and watch the other nodes' hearts. Returns when the
+    /// deliveries, beat and watch the other nodes' hearts, follow rollouts
+    /// (`joining`: the one this node started on). Returns when the
     /// directory and every tenant's log have been read up to now.
-    pub async fn start(self: &Arc<Self>, gateway: &Arc<Gateway>) -> anyhow::Result<()> {
+    pub async fn start(self: &Arc<Self>, gateway: &Arc<Gateway>, joining: Joining) -> anyhow::Result<()> {
         let fabrics = self.fabrics.lock().clone();
         let by_token: foldhash::HashMap<String, Arc<ClusterFabric>> = fabrics.iter().map(|(_, f)| (f.tenant_token().to_string(), f.clone())).collect();
         let deliver = move |tenant: &str, session: &str, frame| match by_token.get(tenant) {
@@ -157,7 +160,7 @@ impl Cluster {
         directory::mirror(self, mirrored_tenants(gateway, &fabrics)).await?;
         let interests = fabrics.iter().map(|(_, f)| f.clone() as Arc<dyn Interest>).collect();
         presence::spawn(self, gateway, interests).await?;
-        rollout::serve(self, gateway).await?;
+        rollout::serve(self, gateway, joining).await?;
         for (_, f) in &fabrics {
             f.spawn_checkpoints(self);
         }

@@ -8,8 +8,9 @@
 //! which other gateways may write too, each write call is its own
 //! transaction and every read goes to the database; a cluster singleton's
 //! writes also check its lease's fencing token there (`leases`), and the
-//! gateways share their compiled plugins there (`artifacts`). While
-//! PostgreSQL is unreachable, calls fail at once (`breaker`). Either
+//! gateways share their compiled plugins there (`artifacts`) and keep the
+//! cluster's current rollout (`rollouts`). While PostgreSQL is unreachable,
+//! calls fail at once (`breaker`). Either
 //! way a key's version comes from one clock per database, ticked once per
 //! transaction, so versions never repeat.
 
@@ -21,6 +22,7 @@ mod leases;
 mod migrations;
 mod ops;
 mod postgres;
+mod rollouts;
 mod sqlite;
 mod sqlite_ops;
 
@@ -32,6 +34,7 @@ use tracing::Instrument;
 pub use self::artifacts::Artifacts;
 pub use self::leases::{Fence, Leases};
 pub use self::ops::{Item, Op, Outcome};
+pub use self::rollouts::{RolloutLog, RolloutRecord};
 use self::ops::{check_key, check_ops, over_budget, ManyFill, PageFill, MAX_PAGE};
 use self::postgres::Postgres;
 use self::sqlite::Sqlite;
@@ -147,6 +150,14 @@ impl Store {
         match &self.backend {
             Backend::Sqlite(_) => None,
             Backend::Postgres(db) => Some(db.leases()),
+        }
+    }
+
+    /// The clusters' current rollouts (PostgreSQL).
+    pub fn rollout_log(&self) -> Option<RolloutLog> {
+        match &self.backend {
+            Backend::Sqlite(_) => None,
+            Backend::Postgres(db) => Some(db.rollout_log()),
         }
     }
 

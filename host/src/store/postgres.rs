@@ -15,6 +15,7 @@ use super::artifacts::Artifacts;
 use super::breaker::{Breaker, RETRY_AFTER};
 use super::leases::{self, Fence, Leases};
 use super::migrations;
+use super::rollouts::RolloutLog;
 use super::ops::{add_to_counter, bounds, ManyFill, Op, Outcome, PageFill, PREFIX_END};
 use super::{redact, Item, Page, ScanOptions, Scope, StoreError};
 
@@ -51,6 +52,10 @@ impl Postgres {
 
     pub fn artifacts(&self) -> Artifacts {
         Artifacts { pool: self.pool.clone() }
+    }
+
+    pub fn rollout_log(&self) -> RolloutLog {
+        RolloutLog { pool: self.pool.clone(), breaker: self.breaker.clone() }
     }
 
     /// A trivial query, given two seconds; a failure opens the breaker.
