@@ -80,11 +80,15 @@ async fn follow_the_rollout(host: &PluginHost, config: &Config, tenants: &Tenant
     };
     let mut pinned = config.clone();
     pinned.pins = rollout.pins.clone();
+    pinned.keep_digests = rollout.previous.values().cloned().collect();
     let error = match host.apply(&pinned, tenants).await {
         Ok(()) => None,
         Err(e) => {
             tracing::error!(rollout = %rollout.id, error = %format!("{e:#}"), "could not load the cluster's current rollout; starting on this node's configuration");
-            host.apply(config, tenants).await?;
+            // What the rollout and its rollback pin stays kept all the same.
+            let mut own = config.clone();
+            own.keep_digests = rollout.previous.values().chain(rollout.pins.values()).cloned().collect();
+            host.apply(&own, tenants).await?;
             Some(format!("{e:#}"))
         }
     };

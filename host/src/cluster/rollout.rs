@@ -227,7 +227,7 @@ pub(super) async fn serve(cluster: &Arc<Cluster>, gateway: &Arc<Gateway>, joinin
 /// Reload pinned to another node's announcement and report how it went.
 async fn follow(gw: Weak<Gateway>, me: Arc<Rollouts>, a: Announcement) {
     let Some(gw) = gw.upgrade() else { return };
-    let result = gw.reload_pinned(a.pins.clone()).await;
+    let result = gw.reload_pinned(a.pins.clone(), a.previous.clone()).await;
     let error = result.err().map(|e| format!("{e:#}"));
     if let Some(e) = &error {
         tracing::error!(rollout = %a.id, error = %e, "could not follow a rollout; the previous plugins stay");

@@ -15,6 +15,7 @@ impl Default for ServerConfig {
             plugin_dir: PathBuf::from("plugins/dist"),
             plugin_signers: Vec::new(),
             cache_dir: PathBuf::new(),
+            keep_versions: 2,
             max_message_bytes: 8 << 20,
             resume_window_secs: 300,
             allowed_origins: Vec::new(),
@@ -56,6 +57,7 @@ impl Default for Config {
             workspace: Default::default(),
             oci: Default::default(),
             pins: Default::default(),
+            keep_digests: Default::default(),
             plugins: None,
             tenants: vec![TenantConfig { id: "default".into(), ..Default::default() }],
         }

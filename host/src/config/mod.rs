@@ -43,6 +43,11 @@ pub struct Config {
     /// cluster rollout (never read from a file).
     #[serde(skip)]
     pub pins: BTreeMap<String, String>,
+    /// Component digests kept on disk whatever `server.keep_versions` says:
+    /// those a rollback of the cluster's current rollout would pin (never
+    /// read from a file).
+    #[serde(skip)]
+    pub keep_digests: std::collections::BTreeSet<String>,
     /// Plugins by name. Absent: every `*.wasm` in `server.plugin_dir`, with default limits.
     pub plugins: Option<BTreeMap<String, PluginConfig>>,
     pub tenants: Vec<TenantConfig>,
@@ -64,6 +69,10 @@ pub struct ServerConfig {
     /// Where compiled plugins are cached; empty: `<data_dir>/cache`. Several
     /// gateways may share one (artifacts are written whole, then renamed).
     pub cache_dir: PathBuf,
+    /// Older versions of each plugin kept in `data_dir/components`, most
+    /// recently served first, besides the one serving and those the
+    /// cluster's rollout pins or a rollback would return to; more are removed.
+    pub keep_versions: usize,
     /// Largest accepted frame, line or HTTP body, in bytes.
     pub max_message_bytes: usize,
     /// How long a disconnected session can be resumed with its `resumeToken`.
