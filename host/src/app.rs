@@ -119,7 +119,7 @@ pub async fn check(mut config: Config) -> anyhow::Result<String> {
         if config.tls.enabled() {
             crate::transport::tls::load(&config.tls.cert_file, &config.tls.key_file)?;
         }
-        let storage = crate::store::redact(&config.storage_url());
+        let storage = crate::config::redact_url(&config.storage_url());
         let plugin_dir = std::path::absolute(&config.server.plugin_dir).unwrap_or_else(|_| config.server.plugin_dir.clone());
         config.server.data_dir = scratch.clone();
         let db = Store::open(&format!("sqlite://{}", scratch.join("check.db").display()), false, 0, Duration::ZERO).await?;

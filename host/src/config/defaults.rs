@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use super::plugins::{InstanceMode, PluginConfig};
 use super::tenants::TenantConfig;
+use super::secret::{Secret, SecretUrl};
 use super::{AcpConfig, AdminConfig, AuthConfig, ClusterConfig, Config, LimitsConfig, ServerConfig, StorageConfig, TelemetryConfig, TlsConfig};
 
 impl Default for ServerConfig {
@@ -32,7 +33,7 @@ impl Default for ServerConfig {
 
 impl Default for AuthConfig {
     fn default() -> Self {
-        AuthConfig { anonymous_tenant: "default".into(), anonymous_remote: false, failures_per_minute: 30, failures_per_connection: 5, token_secret: String::new(), token_ttl_secs: 3600 }
+        AuthConfig { anonymous_tenant: "default".into(), anonymous_remote: false, failures_per_minute: 30, failures_per_connection: 5, token_secret: Secret::default(), token_ttl_secs: 3600 }
     }
 }
 
@@ -66,13 +67,13 @@ impl Default for Config {
 
 impl Default for StorageConfig {
     fn default() -> Self {
-        StorageConfig { url: String::new(), sync: "normal".into(), cache_mb: 64, event_log_flush_ms: 1000, probe_ms: 5 }
+        StorageConfig { url: SecretUrl::default(), sync: "normal".into(), cache_mb: 64, event_log_flush_ms: 1000, probe_ms: 5 }
     }
 }
 
 impl Default for ClusterConfig {
     fn default() -> Self {
-        ClusterConfig { nats: String::new(), node: String::new(), name: "map".into(), presence_timeout_ms: 3000, checkpoint_ms: 250, singleton_lease_ms: 5000, event_backlog_mb: 64 }
+        ClusterConfig { nats: SecretUrl::default(), node: String::new(), name: "map".into(), presence_timeout_ms: 3000, checkpoint_ms: 250, singleton_lease_ms: 5000, event_backlog_mb: 64 }
     }
 }
 

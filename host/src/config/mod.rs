@@ -1,13 +1,15 @@
 //! TOML configuration with embedded defaults (`defaults`): every field may
 //! be left out. The sections are here; tenants and plugins have files of
-//! their own, as do the checks a loaded file must pass (`validate`) and
-//! printing it without secrets (`redact`).
+//! their own, as do the checks a loaded file must pass (`validate`), the
+//! types that hold its secrets (`secret`) and printing it without them
+//! (`redact`).
 
 mod credentials;
 mod defaults;
 mod oci;
 mod plugins;
 mod redact;
+mod secret;
 mod tenants;
 mod validate;
 mod workspace;
@@ -19,9 +21,10 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-pub use self::credentials::{pattern_matches, CredentialsConfig, GrantConfig, OAuth2Provider, ProviderConfig, Secret, StaticProvider, StaticSecret};
+pub use self::credentials::{pattern_matches, CredentialsConfig, EnvSecret, GrantConfig, OAuth2Provider, ProviderConfig, StaticProvider, StaticSecret};
 pub use self::plugins::{InstanceMode, PluginConfig};
 pub use self::oci::{OciAuth, OciConfig};
+pub use self::secret::{redact_url, Secret, SecretUrl};
 pub use self::workspace::WorkspaceConfig;
 pub use self::tenants::{AgentPermissionsConfig, Credential, ExposeConfig, FederationConfig, JwtConfig, PeerConfig, TenantConfig, TrustedIssuer};
 
@@ -132,7 +135,7 @@ pub struct AuthConfig {
     pub failures_per_connection: u32,
     /// Key that signs the access tokens `map/auth/refresh` issues (HS256).
     /// Empty: a random key per process, so tokens end with the process.
-    pub token_secret: String,
+    pub token_secret: Secret,
     /// Lifetime of an issued access token.
     pub token_ttl_secs: u64,
 }
@@ -155,7 +158,7 @@ pub struct LimitsConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct StorageConfig {
     /// `sqlite://PATH` or `postgres://…`; empty: `sqlite://<data_dir>/gateway.db`.
-    pub url: String,
+    pub url: SecretUrl,
     /// SQLite only: `normal` survives a crash of the gateway process, `full`
     /// (fsync on every commit) also a crash of the machine.
     pub sync: String,
@@ -178,7 +181,7 @@ pub struct StorageConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct ClusterConfig {
     /// `nats://host:port` of the NATS server (JetStream enabled).
-    pub nats: String,
+    pub nats: SecretUrl,
     /// This node's name, unique in the cluster; empty: the host name and process id.
     pub node: String,
     /// Prefix of every stream, bucket and subject the cluster uses: clusters
@@ -212,7 +215,7 @@ impl ClusterConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct AdminConfig {
     /// Bearer token for `/admin/*`. Empty: the admin API answers loopback peers only.
-    pub token: String,
+    pub token: Secret,
 }
 
 /// The ACP bridge (`/acp` and `map-gateway acp`).
@@ -308,12 +311,12 @@ impl Config {
         }
     }
 
-    /// The storage URL in effect.
+    /// The storage URL in effect (with its password: to connect with).
     pub fn storage_url(&self) -> String {
         if self.storage.url.is_empty() {
             format!("sqlite://{}", self.server.data_dir.join("gateway.db").display())
         } else {
-            self.storage.url.clone()
+            self.storage.url.expose().to_string()
         }
     }
 }

@@ -138,7 +138,7 @@ impl Config {
         if !self.cluster.enabled() {
             return Ok(());
         }
-        if !self.storage.url.starts_with("postgres") {
+        if !self.storage.url.expose().starts_with("postgres") {
             bail!("cluster mode keeps plugin state in PostgreSQL: set storage.url to a postgres:// URL shared by every node");
         }
         if self.cluster.name.is_empty() || !self.cluster.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {

@@ -45,8 +45,8 @@ fn client(config: &OciConfig) -> Client {
 
 fn auth(config: &OciConfig, reference: &Reference) -> RegistryAuth {
     match config.auth.get(reference.registry()) {
-        Some(a) if !a.token.is_empty() => RegistryAuth::Bearer(a.token.clone()),
-        Some(a) if !a.username.is_empty() => RegistryAuth::Basic(a.username.clone(), a.password.clone()),
+        Some(a) if !a.token.is_empty() => RegistryAuth::Bearer(a.token.expose().clone()),
+        Some(a) if !a.username.is_empty() => RegistryAuth::Basic(a.username.clone(), a.password.expose().clone()),
         _ => RegistryAuth::Anonymous,
     }
 }

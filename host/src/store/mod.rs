@@ -121,7 +121,7 @@ impl Store {
         } else if url.starts_with("sqlite:") {
             Backend::Sqlite(Arc::new(Sqlite::open(url, sync_full, cache_bytes)?))
         } else {
-            anyhow::bail!("storage url must start with sqlite: or postgres: (got {})", redact(url));
+            anyhow::bail!("storage url must start with sqlite: or postgres: (got {})", crate::config::redact_url(url));
         };
         Ok(Store { backend, fence: None })
     }
@@ -296,14 +296,6 @@ impl Store {
 pub fn digest_hex(bytes: &[u8]) -> String {
     use sha2::{Digest, Sha256};
     Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// A URL without its password, for messages.
-pub fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => format!("{}://…@{}", &url[..s], &url[at + 1..]),
-        _ => url.to_string(),
-    }
 }
 
 #[cfg(test)]

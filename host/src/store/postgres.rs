@@ -17,7 +17,8 @@ use super::leases::{self, Fence, Leases};
 use super::migrations;
 use super::rollouts::RolloutLog;
 use super::ops::{add_to_counter, bounds, ManyFill, Op, Outcome, PageFill, PREFIX_END};
-use super::{redact, Item, Page, ScanOptions, Scope, StoreError};
+use super::{Item, Page, ScanOptions, Scope, StoreError};
+use crate::config::redact_url;
 
 /// Times a commit is run again after losing to a concurrent one.
 const RETRIES: usize = 5;
@@ -71,13 +72,13 @@ impl Postgres {
 
     /// Connect and migrate; `probe`: how often an unreachable database is tried again.
     pub async fn open(url: &str, probe: Duration) -> anyhow::Result<Postgres> {
-        let options = PgConnectOptions::from_str(url).with_context(|| format!("the PostgreSQL URL {}", redact(url)))?;
+        let options = PgConnectOptions::from_str(url).with_context(|| format!("the PostgreSQL URL {}", redact_url(url)))?;
         let pool = PgPoolOptions::new()
             .max_connections(8)
             .acquire_timeout(Duration::from_secs(5))
             .connect_with(options.clone())
             .await
-            .with_context(|| format!("connecting to PostgreSQL at {}", redact(url)))?;
+            .with_context(|| format!("connecting to PostgreSQL at {}", redact_url(url)))?;
         let db = Postgres { breaker: Breaker::new(&options, pool.clone(), probe), pool };
         db.migrate().await?;
         Ok(db)

@@ -185,6 +185,11 @@ impl Gateway {
 
     /// `launch`, with the process's open-file limit (soft and hard) set to `files`.
     pub fn launch_limited(dir: TempDir, config: PathBuf, files: Option<u32>) -> Gateway {
+        Gateway::launch_env(dir, config, files, &[])
+    }
+
+    /// `launch_limited`, with these environment variables set for the process.
+    pub fn launch_env(dir: TempDir, config: PathBuf, files: Option<u32>, env: &[(&str, &str)]) -> Gateway {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.path().join("gateway.log")).expect("log file");
         let mut command = match files {
             None => Command::new(BIN),
@@ -195,6 +200,7 @@ impl Gateway {
             }
         };
         let mut child = command
+            .envs(env.iter().copied())
             .args(["serve", "--config"])
             .arg(&config)
             .args(["--listen", "127.0.0.1:0"])
