@@ -211,15 +211,18 @@ pub(super) async fn serve(cluster: &Arc<Cluster>, gateway: &Arc<Gateway>, joinin
         rollouts.report(gateway, &current.id, joining.error).await;
     }
     // Announced between reading the log and listening: followed now.
-    let latest = OptionFuture::from(joining.log.as_ref().map(|l| l.current(&cluster.name))).await;
-    match latest {
-        Some(Ok(Some(latest))) => {
-            if latest.from != *rollouts.node && rollouts.remember(Announcement::of(&latest), latest.at) {
-                tokio::spawn(follow(Arc::downgrade(gateway), rollouts, Announcement::of(&latest)));
-            }
+    let missed = match OptionFuture::from(joining.log.as_ref().map(|l| l.current(&cluster.name))).await {
+        Some(Ok(latest)) => latest.filter(|l| l.from != *rollouts.node),
+        Some(Err(e)) => {
+            tracing::warn!(error = %e, "could not read the cluster's current rollout again");
+            None
         }
-        Some(Err(e)) => tracing::warn!(error = %e, "could not read the cluster's current rollout again"),
-        _ => {}
+        None => None,
+    };
+    if let Some(latest) = missed {
+        if rollouts.remember(Announcement::of(&latest), latest.at) {
+            tokio::spawn(follow(Arc::downgrade(gateway), rollouts, Announcement::of(&latest)));
+        }
     }
     Ok(())
 }

@@ -58,7 +58,7 @@ fn copy_in(dir: &Path, wasm: &Path, digest: &str) {
                 std::fs::copy(&from, tmp.join(to))?;
             }
         }
-        std::fs::rename(&tmp, &dir)
+        std::fs::rename(&tmp, dir)
     });
     if let Err(e) = copied {
         let _ = std::fs::remove_dir_all(&tmp);

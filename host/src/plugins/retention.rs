@@ -55,7 +55,7 @@ pub fn prune(config: &Config, serving: impl IntoIterator<Item = String>) {
         by_plugin.entry(plugin).or_default().push((at, entry.path()));
     }
     for versions in by_plugin.values_mut() {
-        versions.sort_by(|a, b| b.0.cmp(&a.0));
+        versions.sort_by_key(|v| std::cmp::Reverse(v.0));
         for (_, dir) in versions.iter().skip(config.server.keep_versions) {
             match std::fs::remove_dir_all(dir) {
                 Ok(()) => tracing::info!(component = %dir.display(), "removed a kept component no rollout needs"),
