@@ -8,8 +8,8 @@ use std::time::Duration;
 use map_config::Config;
 use map_core::extensions::ExtensionHost;
 use map_core::fabric::LocalFabric;
-use map_cluster::Cluster;
-use map_core::Gateway;
+use map_cluster::{Cluster, Joining};
+use map_core::{Gateway, Tenants};
 use crate::journal::Journal;
 use map_plugin_host::PluginHost;
 use map_store::Store;
@@ -21,17 +21,17 @@ pub async fn start(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
         map_observe::metrics::install()?;
     }
     std::fs::create_dir_all(&config.server.data_dir).map_err(|e| anyhow::anyhow!("creating the data directory {}: {e}", config.server.data_dir.display()))?;
-    let db = Store::open(&config.storage_url(), config.storage.sync == "full", config.storage.cache_mb << 20).await?;
+    let db = Store::open(&config.storage_url(), config.storage.sync == "full", config.storage.cache_mb << 20, Duration::from_millis(config.storage.probe_ms)).await?;
     db.sample_cache();
     let mut host = PluginHost::new(&config, db.clone())?;
     if config.cluster.enabled() {
         let cluster = Cluster::connect(&config).await?;
         host.join_cluster(cluster.singletons(), &cluster.node, Duration::from_millis(config.cluster.singleton_lease_ms));
         let tenants = Gateway::tenants_with(&config, |id| cluster.fabric_for(id))?;
-        host.apply(&config, &tenants).await?;
+        let joining = follow_the_rollout(&host, &config, &tenants, &db).await?;
         let host: Arc<dyn ExtensionHost> = Arc::new(host);
         let gateway = Arc::new(Gateway::assemble(config, tenants, Some(host), config_path));
-        cluster.start(&gateway).await?;
+        cluster.start(&gateway, joining).await?;
         crate::federation::start(&gateway, &db).await?;
         sample_log_sizes(&gateway);
         return Ok(gateway);
@@ -64,6 +64,38 @@ pub async fn start(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
     Ok(gateway)
 }
 
+/// Load the plugins a cluster node starts with: the versions of the
+/// cluster's current rollout (kept in PostgreSQL), so a node that restarts,
+/// or was down while it ran, serves what the others serve; its
+/// configuration's versions when there is none, or when it cannot (then
+/// it reports why).
+async fn follow_the_rollout(host: &PluginHost, config: &Config, tenants: &Tenants, db: &Store) -> anyhow::Result<Joining> {
+    let log = db.rollout_log();
+    let current = match &log {
+        Some(log) => log.current(&config.cluster.name).await.map_err(|e| anyhow::anyhow!("reading the cluster's current rollout: {e}"))?,
+        None => None,
+    };
+    let Some(rollout) = &current else {
+        host.apply(config, tenants).await?;
+        return Ok(Joining { log, current, error: None });
+    };
+    let mut pinned = config.clone();
+    pinned.pins = rollout.pins.clone();
+    pinned.keep_digests = rollout.previous.values().cloned().collect();
+    let error = match host.apply(&pinned, tenants).await {
+        Ok(()) => None,
+        Err(e) => {
+            tracing::error!(rollout = %rollout.id, error = %format!("{e:#}"), "could not load the cluster's current rollout; starting on this node's configuration");
+            // What the rollout and its rollback pin stays kept all the same.
+            let mut own = config.clone();
+            own.keep_digests = rollout.previous.values().chain(rollout.pins.values()).cloned().collect();
+            host.apply(&own, tenants).await?;
+            Some(format!("{e:#}"))
+        }
+    };
+    Ok(Joining { log, current, error })
+}
+
 /// Report each tenant's replay log size when metrics are scraped.
 fn sample_log_sizes(gateway: &Arc<Gateway>) {
     let weak = Arc::downgrade(gateway);
@@ -88,10 +120,10 @@ pub async fn check(mut config: Config) -> anyhow::Result<String> {
         if config.tls.enabled() {
             crate::transport::tls::load(&config.tls.cert_file, &config.tls.key_file)?;
         }
-        let storage = map_store::redact(&config.storage_url());
+        let storage = map_config::redact_url(&config.storage_url());
         let plugin_dir = std::path::absolute(&config.server.plugin_dir).unwrap_or_else(|_| config.server.plugin_dir.clone());
         config.server.data_dir = scratch.clone();
-        let db = Store::open(&format!("sqlite://{}", scratch.join("check.db").display()), false, 0).await?;
+        let db = Store::open(&format!("sqlite://{}", scratch.join("check.db").display()), false, 0, Duration::ZERO).await?;
         let host = PluginHost::new(&config, db)?;
         let tenants = Gateway::tenants_of(&config)?;
         host.apply(&config, &tenants).await?;

@@ -8,7 +8,7 @@ use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
 use tracing::Level;
-use tracing_subscriber::filter::{EnvFilter, Targets};
+use tracing_subscriber::filter::{filter_fn, EnvFilter, FilterExt, Targets};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::Layer;
@@ -58,7 +58,10 @@ pub fn init(config: &TelemetryConfig) -> anyhow::Result<Telemetry> {
             .with_threads(false)
             .with_filter(Targets::new().with_target(TARGET, Level::INFO))
     });
-    tracing_subscriber::registry().with(logs.with_filter(filter)).with(traces).try_init()?;
+    // The NATS client traces each CONNECT it writes with the login in it:
+    // its connection's trace events never reach the log, whatever the filter.
+    let no_login = filter_fn(|meta| !(meta.target() == "async_nats::connection" && *meta.level() == Level::TRACE));
+    tracing_subscriber::registry().with(logs.with_filter(filter.and(no_login))).with(traces).try_init()?;
     Ok(Telemetry { provider })
 }
 

@@ -67,7 +67,7 @@ fn error_text(e: &MapError) -> String {
 /// when the session of an earlier link was resumed (its subscriptions too).
 async fn join(system: &System, peer: &Peer, link: &Link) -> Result<bool, String> {
     let own = &system.config.system_id;
-    let auth = peer.config.auth.clone().unwrap_or(Value::Null);
+    let auth = peer.config.auth.as_ref().map_or(Value::Null, |a| a.expose().clone());
     let mut connect = json!({"protocolVersion": 1, "participantType": "gateway", "name": own});
     if !auth.is_null() {
         connect["auth"] = auth.clone();

@@ -145,7 +145,7 @@ mod tests {
     async fn grants_hold_for_their_registration_and_are_bounded_expired_ones_first() {
         let dir = std::env::temp_dir().join(format!("map-gateway-replies-{}", map_protocol::ids::secret()));
         std::fs::create_dir_all(&dir).unwrap();
-        let db = Store::open(&format!("sqlite://{}", dir.join("t.db").display()), false, 0).await.unwrap();
+        let db = Store::open(&format!("sqlite://{}", dir.join("t.db").display()), false, 0, std::time::Duration::ZERO).await.unwrap();
         let mut replies = Replies::open(db.clone(), "t", "globex", 3600).await.unwrap();
         replies.max = 2;
         // Two grants that expire at once, then room for new ones.

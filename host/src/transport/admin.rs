@@ -46,7 +46,7 @@ fn authorise(gw: &Gateway, peer: SocketAddr, req: &Request<Incoming>) -> Result<
         if let Err(e) = gw.tenants.throttle.check(peer.ip()) {
             return Err(error_json(StatusCode::TOO_MANY_REQUESTS, &e.message));
         }
-        let ok = super::headers::header_credentials(req.headers()).is_some_and(|(kind, t)| kind == "bearer" && map_protocol::ids::secrets_equal(&t, token));
+        let ok = super::headers::header_credentials(req.headers()).is_some_and(|(kind, t)| kind == "bearer" && map_protocol::ids::secrets_equal(&t, token.expose()));
         if !ok {
             gw.tenants.throttle.failed(peer.ip());
         }

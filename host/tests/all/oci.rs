@@ -251,3 +251,60 @@ async fn a_registry_that_asks_for_a_login_gets_the_configured_one() {
     let shown = succeeded(&run(&["config".as_ref(), "--config".as_ref(), gw.config.as_os_str()]));
     assert!(!shown.contains("s3cret-pass"), "map-gateway config redacts the registry password: {shown}");
 }
+
+/// A copy of a fixture that is a version of its own: the same component
+/// with a custom section naming `n` appended (so its SHA-256 differs).
+fn variant(fixture_name: &str, dir: &Path, n: u8) -> PathBuf {
+    let mut bytes = std::fs::read(fixture(fixture_name)).unwrap();
+    let name = b"map-test-variant";
+    // A custom section: id 0, its size, then the name (length-prefixed) and the payload.
+    bytes.extend_from_slice(&[0, (1 + name.len() + 1) as u8, name.len() as u8]);
+    bytes.extend_from_slice(name);
+    bytes.push(n);
+    let to = dir.join(format!("variant-{n}.wasm"));
+    std::fs::write(&to, bytes).unwrap();
+    to
+}
+
+/// The entries of a folder, sorted (none when it does not exist).
+fn entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir).map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect()).unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// `data_dir/components` keeps what serves and `keep_versions` older
+/// versions per plugin; `data_dir/oci` keeps what the configuration's
+/// sources name. The rest goes after each load; a version pruned from both
+/// comes back from the registry when the configuration names it again.
+#[tokio::test(flavor = "multi_thread")]
+async fn kept_components_and_pulled_artifacts_are_pruned_to_what_may_still_be_needed() {
+    let work = TempDir::new("oci-prune");
+    let registry = Registry::start(work.path(), None);
+    let versions: Vec<PathBuf> = (1..=4).map(|n| variant("echo-v1.wasm", work.path(), n)).collect();
+    let manifests: Vec<String> = versions.iter().enumerate().map(|(i, v)| push(v, &registry.source(&format!("plugins/echo:{}", i + 1)))).collect();
+    let server = "keep_versions = 1";
+    let (_, rest) = config(&registry, "", &registry.source("plugins/echo:1"));
+    let gw = Gateway::start_config(server, &rest);
+    let data = gw.dir.path().join("data");
+    assert_eq!(entries(&data.join("components")), vec![sha256_hex(&versions[0])]);
+    for i in 1..4 {
+        let (_, rest) = config(&registry, "", &registry.source(&format!("plugins/echo:{}", i + 1)));
+        write_config_server(gw.dir.path(), server, &rest);
+        let done = http(&gw.addr(), "POST", "/admin/reload?wait=true", &[], b"").await;
+        assert_eq!(done.status, 200, "{}", done.text());
+        let mut kept = vec![sha256_hex(&versions[i]), sha256_hex(&versions[i - 1])];
+        kept.sort();
+        assert_eq!(entries(&data.join("components")), kept, "after loading version {}: the one serving and one older", i + 1);
+        let pulled = manifests[i].trim_start_matches("sha256:").to_string();
+        assert_eq!(entries(&data.join("oci")), vec![pulled, "tags.json".to_string()], "after loading version {}: what the configuration names", i + 1);
+    }
+    // Version 1 was pruned from both: naming it again pulls it again.
+    write_config_server(gw.dir.path(), server, &rest);
+    let done = http(&gw.addr(), "POST", "/admin/reload?wait=true", &[], b"").await;
+    assert_eq!(done.status, 200, "{}", done.text());
+    let listed = http(&gw.addr(), "GET", "/admin/plugins", &[], b"").await.json();
+    assert_eq!(listed["plugins"][0]["digest"], json!(sha256_hex(&versions[0])), "{listed}");
+    let (mut ws, _) = gw.ws_connected("client", None).await;
+    assert_eq!(ws.call_ok("echo/version", json!({})).await, json!({"version": "1.0.0"}));
+}

@@ -501,6 +501,61 @@ async fn readyz_is_503_while_the_store_is_down() {
     assert_eq!(status, 200, "{body}");
 }
 
+/// Once the store is found down, calls that need it fail at once with the
+/// plugin's storage error and `retryAfterMs` (mail's 10999, retryable),
+/// `/readyz` says so at once, and writes resume soon after it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_fail_at_once_while_the_store_is_down_and_writes_resume_when_it_is_back() {
+    let url = std::env::var("MAP_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://root@127.0.0.1:5432/test".into());
+    let (head, rest) = url.split_once('@').expect("a postgres URL with user@host");
+    let (target, db) = rest.split_once('/').expect("a postgres URL with a database");
+    let mut relay = Relay::start(target).await;
+    let via_relay = format!("{head}@127.0.0.1:{}/{db}", relay.port);
+    let plugins = format!("{}[plugins.mail]\npath = {:?}\n", misbehave_and_echo(), common::cluster::standard_plugins().join("mail.wasm"));
+    let gw = start(&config(&plugins, r#"["bad", "mail"]"#, "[]", &format!("[storage]\nurl = {via_relay:?}\n")));
+    let (mut ws, _) = tenant_ws(&gw, "acme-key").await;
+    ws.call_ok("bad/put", json!({"key": "k", "value": "before"})).await;
+    ws.call_ok("mail/create", json!({"subject": "before"})).await;
+
+    relay.down();
+    // The first call to meet the cut finds it (however long that takes) and says when to retry.
+    let first = ws.call_within("bad/put", json!({"key": "k", "value": "cut"}), Duration::from_secs(15)).await;
+    assert!(err(&first)["data"]["retryAfterMs"].as_u64().is_some_and(|ms| ms > 0), "{first}");
+    let started = Instant::now();
+    let (status, body) = readyz(&gw).await;
+    assert_eq!(status, 503, "/readyz knows at once: {body}");
+    assert!(started.elapsed() < Duration::from_millis(100), "/readyz took {:?}", started.elapsed());
+    for i in 0..10 {
+        let started = Instant::now();
+        let resp = ws.call("mail/create", json!({"subject": format!("cut {i}")})).await;
+        let took = started.elapsed();
+        let e = err(&resp);
+        assert_eq!(e["code"], 10999, "mail's storage code: {resp}");
+        assert_eq!(e["data"]["retryable"], true, "{resp}");
+        assert!(e["data"]["retryAfterMs"].as_u64().is_some_and(|ms| ms > 0), "{resp}");
+        assert!(took < Duration::from_millis(100), "call {i} failed after {took:?}, not at once: {resp}");
+        let started = Instant::now();
+        let resp = ws.call("bad/put", json!({"key": "k", "value": "cut"})).await;
+        assert!(err(&resp)["data"]["retryAfterMs"].as_u64().is_some(), "{resp}");
+        assert!(started.elapsed() < Duration::from_millis(100), "bad/put {i} failed after {:?}: {resp}", started.elapsed());
+    }
+
+    relay.up().await;
+    let restored = Instant::now();
+    let resumed = loop {
+        let resp = ws.call("bad/put", json!({"key": "k", "value": "after"})).await;
+        if resp.get("result").is_some() {
+            break restored.elapsed();
+        }
+        assert!(restored.elapsed() < Duration::from_secs(5), "writes did not resume within 5 s of the restore: {resp}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    };
+    assert!(resumed < Duration::from_secs(1), "writes resumed {resumed:?} after the restore");
+    assert_eq!(ws.call_ok("bad/get", json!({"key": "k"})).await["value"], "after");
+    ws.call_ok("mail/create", json!({"subject": "after"})).await;
+    assert_eq!(readyz(&gw).await.0, 200);
+}
+
 /// `/readyz` polled until it answers `status` (at most 15 s); its last answer.
 async fn readyz_becomes(gw: &Gateway, status: u16) -> (u16, Value) {
     let deadline = Instant::now() + Duration::from_secs(15);

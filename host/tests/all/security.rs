@@ -688,3 +688,166 @@ async fn a_client_close_frame_is_answered_with_one() {
         assert_eq!(u16::from_be_bytes([got[2], got[3]]), 1000, "{path}: the code is echoed");
     }
 }
+
+/// One distinctive secret per kind of secret a configuration holds.
+const SECRETS: &[(&str, &str)] = &[
+    ("api key", "SECRET-apikey-71a0"),
+    ("named api key", "SECRET-apikey-named-71a1"),
+    ("bearer token", "SECRET-bearer-71a2"),
+    ("JWT HMAC secret", "SECRET-jwt-hmac-key-71a3-0123"),
+    ("federation issuer secret", "SECRET-federation-issuer-71a4-0123"),
+    ("federation peer credential", "SECRET-federation-peer-71a5"),
+    ("broker static secret", "SECRET-broker-static-71a6"),
+    ("broker client secret", "SECRET-broker-client-71a7"),
+    ("token secret", "SECRET-token-secret-71a8-0123"),
+    ("admin token", "SECRET-admin-token-71a9"),
+    ("database password", "SECRET-db-password-71aa"),
+    ("registry password", "SECRET-oci-password-71ab"),
+    ("registry token", "SECRET-oci-token-71ac"),
+    ("NATS password", "SECRET-nats-password-71ad"),
+];
+
+fn secret(kind: &str) -> &'static str {
+    SECRETS.iter().find(|(k, _)| *k == kind).map(|(_, s)| *s).unwrap_or_else(|| panic!("no secret {kind}"))
+}
+
+/// A configuration with a secret in every field that holds one, in cluster
+/// mode named `cluster` (the NATS server takes a login it does not need).
+fn secret_config(dead_port: u16, cluster: &str) -> String {
+    let url = common::cluster::postgres_url();
+    let (user, rest) = url.split_once('@').expect("a postgres URL with user@host");
+    let nats_url = common::cluster::nats_url();
+    let (scheme, address) = nats_url.split_once("://").expect("a NATS URL");
+    let nats = format!("[cluster]\nnats = \"{scheme}://map:{}@{address}\"\nname = {cluster:?}\nnode = \"a\"\n", secret("NATS password"));
+    format!(
+        r#"
+[auth]
+anonymous_tenant = ""
+token_secret = "{token_secret}"
+[admin]
+token = "{admin}"
+[storage]
+url = "{user}:{db}@{rest}"
+{nats}
+[oci]
+auth = {{ "registry.example" = {{ username = "ci", password = "{oci_password}" }}, "other.example" = {{ token = "{oci_token}" }} }}
+[plugins.echo]
+path = {echo:?}
+[[tenants]]
+id = "acme"
+api_keys = ["{api_key}", {{ secret = "{named}", principal = "alice" }}]
+bearer_tokens = ["{bearer}"]
+jwt = {{ secret = "{jwt}" }}
+[tenants.federation]
+system_id = "sys-a"
+trusted_issuers = [{{ issuer = "idp", secret = "{issuer}" }}]
+[[tenants.federation.peers]]
+system_id = "sys-b"
+endpoint = "ws://127.0.0.1:{dead_port}/map"
+principal = "peer-b"
+auth = {{ method = "api-key", credential = "{peer}" }}
+[tenants.credentials.providers.vault]
+type = "static"
+secrets = {{ "github:read" = {{ type = "bearer_token", value = "{static_secret}" }} }}
+[tenants.credentials.providers.corp]
+type = "oauth2"
+token_url = "http://127.0.0.1:{dead_port}/token"
+client_id = "gw"
+client_secret = "{client}"
+scopes = ["corp:*"]
+[[tenants.credentials.grants]]
+principal = "alice"
+scopes = ["github:read", "corp:*"]
+resources = ["*"]
+"#,
+        token_secret = secret("token secret"),
+        admin = secret("admin token"),
+        db = secret("database password"),
+        oci_password = secret("registry password"),
+        oci_token = secret("registry token"),
+        echo = fixture("echo-v1.wasm"),
+        api_key = secret("api key"),
+        named = secret("named api key"),
+        bearer = secret("bearer token"),
+        jwt = secret("JWT HMAC secret"),
+        issuer = secret("federation issuer secret"),
+        peer = secret("federation peer credential"),
+        static_secret = secret("broker static secret"),
+        client = secret("broker client secret"),
+    )
+}
+
+fn assert_no_secret(what: &str, text: &str) {
+    for (kind, s) in SECRETS {
+        assert!(!text.contains(s), "the {kind} shows in {what}:\n{}", text.lines().filter(|l| l.contains(s)).take(5).collect::<Vec<_>>().join("\n"));
+    }
+}
+
+/// A gateway (a cluster node) configured with a secret in every field that
+/// holds one, its log at trace level: starting, failed and successful
+/// authentications, the credentials broker, a reload and every admin
+/// endpoint leave none of them in the log or in an admin answer, nor in
+/// `config` and `check`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_configured_secret_reaches_a_log_line_an_error_or_an_admin_answer() {
+    let dead_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let cluster = common::cluster::unique_name("maptest", '-');
+    common::cluster::require_nats(&common::cluster::nats_url());
+    let _streams = Streams(cluster.clone());
+    let dir = TempDir::new("secrets");
+    let config = write_config_server(dir.path(), "", &secret_config(dead_port, &cluster));
+    let mut gw = Gateway::launch_with(dir, config.clone(), None, vec![("MAP_GATEWAY_LOG".into(), "trace".into())]);
+    let addr = gw.addr();
+
+    // Authentication: refused, then admitted with each kind of credential.
+    let mut ws = gw.ws().await;
+    let refused = ws.call("map/connect", json!({"protocolVersion": 1, "auth": api_key("not-a-configured-key")})).await;
+    assert_eq!(refusal(&refused), "invalid_credentials", "{refused}");
+    let (_, _) = gw.ws_connected("client", Some(api_key(secret("api key")))).await;
+    let (_, _) = gw.ws_connected("client", Some(json!({"method": "bearer", "token": secret("bearer token")}))).await;
+    let mut alice = gw.ws().await;
+    let hello = json!({"protocolVersion": 1, "participantType": "agent", "auth": api_key(secret("named api key")), "capabilities": {"credentials": {"canGet": true}}});
+    alice.call_ok("map/connect", hello).await;
+    alice.call_ok("map/agents/register", json!({"agentId": "alice-bot"})).await;
+    let issued = alice.call_ok("map/auth/refresh", json!({"method": "api-key", "credential": secret("named api key")})).await;
+    assert_eq!(issued["success"], true, "{issued}");
+    let wrong = alice.call_ok("map/auth/refresh", json!({"method": "api-key", "credential": secret("api key")})).await;
+    assert_eq!(wrong["success"], false, "another principal's credential: {wrong}");
+    // The broker hands its static secret to alice (that answer is hers), and fails to reach the token endpoint.
+    alice.call_ok("cred/get", json!({"scope": "github:read", "resource": "repo"})).await;
+    err(&alice.call("cred/get", json!({"scope": "corp:read", "resource": "repo"})).await);
+
+    // The admin API, with a wrong token and with the right one; a reload.
+    let admin = format!("Bearer {}", secret("admin token"));
+    assert_eq!(http(&addr, "GET", "/admin/plugins", &[("authorization", "Bearer wrong")], b"").await.status, 401);
+    let mut answers = String::new();
+    let reload = http(&addr, "POST", "/admin/reload?wait=true", &[("authorization", &admin)], b"").await;
+    assert_eq!(reload.status, 200, "{}", reload.text());
+    answers.push_str(&reload.text());
+    for path in ["/admin/tenants", "/admin/sessions", "/admin/agents", "/admin/scopes", "/admin/subscriptions", "/admin/plugins", "/admin/reload", "/admin/rollout", "/metrics", "/readyz"] {
+        let r = http(&addr, "GET", path, &[("authorization", &admin)], b"").await;
+        assert!(r.status < 500, "{path}: {} {}", r.status, r.text());
+        answers.push_str(&format!("--- {path}\n{}\n", r.text()));
+    }
+    assert_no_secret("the admin answers", &answers);
+
+    for command in ["config", "check"] {
+        let out = std::process::Command::new(BIN).env("MAP_GATEWAY_LOG", "trace").args([command, "--config"]).arg(&config).output().unwrap();
+        assert!(out.status.success(), "{command}: {}", String::from_utf8_lossy(&out.stderr));
+        assert_no_secret(&format!("map-gateway {command}"), &format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)));
+    }
+
+    gw.terminate();
+    let log = gw.log();
+    assert!(log.contains(" DEBUG ") && log.contains("joined the cluster"), "the log is below info (at trace), in cluster mode:\n{log}");
+    assert_no_secret("the trace log", &log);
+}
+
+/// The NATS streams of a cluster, deleted on drop.
+struct Streams(String);
+
+impl Drop for Streams {
+    fn drop(&mut self) {
+        common::cluster::delete_nats_streams(&common::cluster::nats_url(), &self.0);
+    }
+}

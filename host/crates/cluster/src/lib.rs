@@ -15,7 +15,8 @@
 //!   and subscription checkpoints; every node reads it and mirrors it.
 //! - Plugin state is in PostgreSQL (`storage.url`), shared by every node.
 //! - A reload on one node is a rollout: the others load the same digests
-//!   (`<name>.rollout`, `rollout`).
+//!   (`<name>.rollout`, `rollout`); PostgreSQL keeps the current one for
+//!   nodes that start later.
 //! - A singleton plugin's calls go to the node holding its lease over NATS
 //!   core (`<name>.sg.…`, `singletons`).
 
@@ -38,6 +39,7 @@ use async_nats::jetstream;
 
 use self::directory::MirroredTenant;
 pub use self::nats_fabric::ClusterFabric;
+pub use self::rollout::Joining;
 use self::presence::{Interest, Presence};
 use map_config::{ClusterConfig, Config};
 use map_core::outbox::Full;
@@ -140,9 +142,10 @@ impl Cluster {
     }
 
     /// Start serving: mirror the directory, read the event log, take
-    /// deliveries, beat and watch the other nodes' hearts. Returns when the
+    /// deliveries, beat and watch the other nodes' hearts, follow rollouts
+    /// (`joining`: the one this node started on). Returns when the
     /// directory and every tenant's log have been read up to now.
-    pub async fn start(self: &Arc<Self>, gateway: &Arc<Gateway>) -> anyhow::Result<()> {
+    pub async fn start(self: &Arc<Self>, gateway: &Arc<Gateway>, joining: Joining) -> anyhow::Result<()> {
         let fabrics = self.fabrics.lock().clone();
         let by_token: foldhash::HashMap<String, Arc<ClusterFabric>> = fabrics.iter().map(|(_, f)| (f.tenant_token().to_string(), f.clone())).collect();
         let deliver = move |tenant: &str, session: &str, frame| match by_token.get(tenant) {
@@ -157,7 +160,7 @@ impl Cluster {
         directory::mirror(self, mirrored_tenants(gateway, &fabrics)).await?;
         let interests = fabrics.iter().map(|(_, f)| f.clone() as Arc<dyn Interest>).collect();
         presence::spawn(self, gateway, interests).await?;
-        rollout::serve(self, gateway).await?;
+        rollout::serve(self, gateway, joining).await?;
         for (_, f) in &fabrics {
             f.spawn_checkpoints(self);
         }
@@ -204,7 +207,13 @@ fn node_name(c: &ClusterConfig) -> Arc<str> {
 async fn connect_nats(c: &ClusterConfig, node: &str, presence: &Arc<Presence>) -> anyhow::Result<async_nats::Client> {
     let timeout = Duration::from_millis(c.presence_timeout_ms);
     let seen_by = presence.clone();
-    let client = async_nats::ConnectOptions::new()
+    let (servers, login) = nats_login(c.nats.expose()).with_context(|| format!("cluster.nats {}", c.nats.shown()))?;
+    let options = match login {
+        Some(Login { user, password: Some(password) }) => async_nats::ConnectOptions::with_user_and_password(user, password),
+        Some(Login { user, password: None }) => async_nats::ConnectOptions::with_token(user),
+        None => async_nats::ConnectOptions::new(),
+    };
+    let client = options
         .name(format!("map-gateway {node}"))
         .retry_on_initial_connect()
         .connection_timeout(Duration::from_secs(5))
@@ -228,18 +237,41 @@ async fn connect_nats(c: &ClusterConfig, node: &str, presence: &Arc<Presence>) -
                 }
             }
         })
-        .connect(&c.nats)
+        .connect(servers.as_str())
         .await
-        .with_context(|| format!("connecting to NATS at {}", c.nats))?;
+        .with_context(|| format!("connecting to NATS at {}", c.nats.shown()))?;
     // `retry_on_initial_connect` returns at once; wait for the first connection (bounded).
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while client.connection_state() != async_nats::connection::State::Connected {
         if tokio::time::Instant::now() > deadline {
-            anyhow::bail!("cluster.nats {}: no NATS server answered within 10 s", c.nats);
+            anyhow::bail!("cluster.nats {}: no NATS server answered within 10 s", c.nats.shown());
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     Ok(client)
+}
+
+/// The user information of a NATS URL: `user:password@`, or a token alone.
+struct Login {
+    user: String,
+    password: Option<String>,
+}
+
+/// The servers of `cluster.nats` (comma-separated URLs) without their user
+/// information, and the first login found in them: the client takes it
+/// apart from the URLs, which it logs.
+fn nats_login(urls: &str) -> anyhow::Result<(String, Option<Login>)> {
+    let decode = |s: &str| percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned();
+    let (mut servers, mut login) = (Vec::new(), None);
+    for text in urls.split(',').map(str::trim) {
+        let mut url = url::Url::parse(text).map_err(|e| anyhow::anyhow!("not a URL: {e}"))?;
+        if !url.username().is_empty() && login.is_none() {
+            login = Some(Login { user: decode(url.username()), password: url.password().map(decode) });
+        }
+        let _ = (url.set_username(""), url.set_password(None));
+        servers.push(url.to_string());
+    }
+    Ok((servers.join(","), login))
 }
 
 /// The event log: every tenant's recorded events, the replay window's worth per subject.
@@ -254,7 +286,7 @@ async fn make_event_stream(js: &jetstream::Context, c: &ClusterConfig, replay_ev
         ..Default::default()
     })
     .await
-    .with_context(|| format!("making the JetStream stream {stream_name} (is JetStream enabled on {}?)", c.nats))?;
+    .with_context(|| format!("making the JetStream stream {stream_name} (is JetStream enabled on {}?)", c.nats.shown()))?;
     Ok(())
 }
 
@@ -275,6 +307,17 @@ async fn make_directory_stream(js: &jetstream::Context, c: &ClusterConfig) -> an
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_nats_login_is_taken_out_of_the_urls() {
+        let (servers, login) = super::nats_login("nats://map:p%40ss@a:4222, nats://b:4223").unwrap();
+        assert_eq!(servers, "nats://a:4222,nats://b:4223");
+        let login = login.unwrap();
+        assert_eq!((login.user.as_str(), login.password.as_deref()), ("map", Some("p@ss")));
+        let (servers, login) = super::nats_login("nats://s3cr3t-token@a").unwrap();
+        assert_eq!((servers.as_str(), login.unwrap().password), ("nats://a", None));
+        assert!(super::nats_login("nats://a").unwrap().1.is_none());
+    }
+
     #[test]
     fn tokens_round_trip() {
         for s in ["default", "a.b c", "ünï", "x=y", ""] {

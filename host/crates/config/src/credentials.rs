@@ -44,9 +44,9 @@ pub struct StaticSecret {
     #[serde(rename = "type")]
     pub kind: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub value: Option<Secret>,
+    pub value: Option<EnvSecret>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub fields: BTreeMap<String, Secret>,
+    pub fields: BTreeMap<String, EnvSecret>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -55,7 +55,7 @@ pub struct OAuth2Provider {
     /// `https://…`, or `http://` to a loopback address.
     pub token_url: String,
     pub client_id: String,
-    pub client_secret: Secret,
+    pub client_secret: EnvSecret,
     /// MAP scopes it serves (exact, or ending in `*`).
     pub scopes: Vec<String>,
     /// The OAuth scope asked for a MAP scope; one not listed is asked as it is.
@@ -67,7 +67,7 @@ pub struct OAuth2Provider {
 
 impl Default for OAuth2Provider {
     fn default() -> Self {
-        OAuth2Provider { token_url: String::new(), client_id: String::new(), client_secret: Secret::default(), scopes: Vec::new(), oauth_scopes: BTreeMap::new(), timeout_ms: 10_000 }
+        OAuth2Provider { token_url: String::new(), client_id: String::new(), client_secret: EnvSecret::default(), scopes: Vec::new(), oauth_scopes: BTreeMap::new(), timeout_ms: 10_000 }
     }
 }
 
@@ -81,18 +81,18 @@ pub struct GrantConfig {
     pub resources: Vec<String>,
 }
 
-/// A secret: `env:NAME` (read from the environment when the configuration
+/// A broker secret: `env:NAME` (read from the environment when the configuration
 /// is applied, so the file holds no secret) or the value itself. Neither
 /// `Debug` nor the printed configuration shows a value.
 #[derive(Clone, Default, Deserialize, Serialize, PartialEq)]
 #[serde(transparent)]
-pub struct Secret(String);
+pub struct EnvSecret(String);
 
 const REDACTED: &str = "<redacted>";
 
-impl Secret {
-    pub fn new(text: impl Into<String>) -> Secret {
-        Secret(text.into())
+impl EnvSecret {
+    pub fn new(text: impl Into<String>) -> EnvSecret {
+        EnvSecret(text.into())
     }
 
     /// The environment variable it names, if it names one.
@@ -113,15 +113,15 @@ impl Secret {
     }
 
     /// As printed: an `env:` reference stays (it names no secret), a value does not.
-    fn redacted(&self) -> Secret {
+    fn redacted(&self) -> EnvSecret {
         match self.env_name() {
             Some(_) => self.clone(),
-            None => Secret(REDACTED.into()),
+            None => EnvSecret(REDACTED.into()),
         }
     }
 }
 
-impl fmt::Debug for Secret {
+impl fmt::Debug for EnvSecret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.env_name() {
             Some(_) => write!(f, "{:?}", self.0),
@@ -207,7 +207,7 @@ impl CredentialsConfig {
             match p {
                 ProviderConfig::Static(s) => {
                     for secret in s.secrets.values_mut() {
-                        secret.value = secret.value.as_ref().map(Secret::redacted);
+                        secret.value = secret.value.as_ref().map(EnvSecret::redacted);
                         secret.fields.values_mut().for_each(|f| *f = f.redacted());
                     }
                 }
@@ -237,7 +237,7 @@ impl StaticProvider {
             if s.kind == "aws_credentials" && !(s.fields.contains_key("accessKeyId") && s.fields.contains_key("secretAccessKey")) {
                 bail!("secret for {scope:?}: aws_credentials fields need accessKeyId and secretAccessKey");
             }
-            if s.value.iter().chain(s.fields.values()).any(Secret::is_empty) {
+            if s.value.iter().chain(s.fields.values()).any(EnvSecret::is_empty) {
                 bail!("secret for {scope:?}: a value or field is empty");
             }
         }

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use super::plugins::{InstanceMode, PluginConfig};
 use super::tenants::TenantConfig;
+use super::secret::{Secret, SecretUrl};
 use super::{AcpConfig, AdminConfig, AuthConfig, ClusterConfig, Config, LimitsConfig, ServerConfig, StorageConfig, TelemetryConfig, TlsConfig};
 
 impl Default for ServerConfig {
@@ -15,6 +16,7 @@ impl Default for ServerConfig {
             plugin_dir: PathBuf::from("plugins/dist"),
             plugin_signers: Vec::new(),
             cache_dir: PathBuf::new(),
+            keep_versions: 2,
             max_message_bytes: 8 << 20,
             resume_window_secs: 300,
             allowed_origins: Vec::new(),
@@ -31,7 +33,7 @@ impl Default for ServerConfig {
 
 impl Default for AuthConfig {
     fn default() -> Self {
-        AuthConfig { anonymous_tenant: "default".into(), anonymous_remote: false, failures_per_minute: 30, failures_per_connection: 5, token_secret: String::new(), token_ttl_secs: 3600 }
+        AuthConfig { anonymous_tenant: "default".into(), anonymous_remote: false, failures_per_minute: 30, failures_per_connection: 5, token_secret: Secret::default(), token_ttl_secs: 3600 }
     }
 }
 
@@ -56,6 +58,7 @@ impl Default for Config {
             workspace: Default::default(),
             oci: Default::default(),
             pins: Default::default(),
+            keep_digests: Default::default(),
             plugins: None,
             tenants: vec![TenantConfig { id: "default".into(), ..Default::default() }],
         }
@@ -64,13 +67,13 @@ impl Default for Config {
 
 impl Default for StorageConfig {
     fn default() -> Self {
-        StorageConfig { url: String::new(), sync: "normal".into(), cache_mb: 64, event_log_flush_ms: 1000 }
+        StorageConfig { url: SecretUrl::default(), sync: "normal".into(), cache_mb: 64, event_log_flush_ms: 1000, probe_ms: 5 }
     }
 }
 
 impl Default for ClusterConfig {
     fn default() -> Self {
-        ClusterConfig { nats: String::new(), node: String::new(), name: "map".into(), presence_timeout_ms: 3000, checkpoint_ms: 250, singleton_lease_ms: 5000, event_backlog_mb: 64 }
+        ClusterConfig { nats: SecretUrl::default(), node: String::new(), name: "map".into(), presence_timeout_ms: 3000, checkpoint_ms: 250, singleton_lease_ms: 5000, event_backlog_mb: 64 }
     }
 }
 

@@ -1,13 +1,15 @@
 //! TOML configuration with embedded defaults (`defaults`): every field may
 //! be left out. The sections are here; tenants and plugins have files of
-//! their own, as do the checks a loaded file must pass (`validate`) and
-//! printing it without secrets (`redact`).
+//! their own, as do the checks a loaded file must pass (`validate`), the
+//! types that hold its secrets (`secret`) and printing it without them
+//! (`redact`).
 
 mod credentials;
 mod defaults;
 mod oci;
 mod plugins;
 mod redact;
+mod secret;
 mod tenants;
 mod validate;
 mod workspace;
@@ -19,9 +21,10 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-pub use self::credentials::{pattern_matches, CredentialsConfig, GrantConfig, OAuth2Provider, ProviderConfig, Secret, StaticProvider, StaticSecret};
+pub use self::credentials::{pattern_matches, CredentialsConfig, EnvSecret, GrantConfig, OAuth2Provider, ProviderConfig, StaticProvider, StaticSecret};
 pub use self::plugins::{InstanceMode, PluginConfig};
 pub use self::oci::{OciAuth, OciConfig};
+pub use self::secret::{redact_url, Secret, SecretUrl};
 pub use self::workspace::WorkspaceConfig;
 pub use self::tenants::{AgentPermissionsConfig, Credential, ExposeConfig, FederationConfig, JwtConfig, PeerConfig, TenantConfig, TrustedIssuer};
 
@@ -43,6 +46,11 @@ pub struct Config {
     /// cluster rollout (never read from a file).
     #[serde(skip)]
     pub pins: BTreeMap<String, String>,
+    /// Component digests kept on disk whatever `server.keep_versions` says:
+    /// those a rollback of the cluster's current rollout would pin (never
+    /// read from a file).
+    #[serde(skip)]
+    pub keep_digests: std::collections::BTreeSet<String>,
     /// Plugins by name. Absent: every `*.wasm` in `server.plugin_dir`, with default limits.
     pub plugins: Option<BTreeMap<String, PluginConfig>>,
     pub tenants: Vec<TenantConfig>,
@@ -64,6 +72,10 @@ pub struct ServerConfig {
     /// Where compiled plugins are cached; empty: `<data_dir>/cache`. Several
     /// gateways may share one (artifacts are written whole, then renamed).
     pub cache_dir: PathBuf,
+    /// Older versions of each plugin kept in `data_dir/components`, most
+    /// recently served first, besides the one serving and those the
+    /// cluster's rollout pins or a rollback would return to; more are removed.
+    pub keep_versions: usize,
     /// Largest accepted frame, line or HTTP body, in bytes.
     pub max_message_bytes: usize,
     /// How long a disconnected session can be resumed with its `resumeToken`.
@@ -123,7 +135,7 @@ pub struct AuthConfig {
     pub failures_per_connection: u32,
     /// Key that signs the access tokens `map/auth/refresh` issues (HS256).
     /// Empty: a random key per process, so tokens end with the process.
-    pub token_secret: String,
+    pub token_secret: Secret,
     /// Lifetime of an issued access token.
     pub token_ttl_secs: u64,
 }
@@ -146,7 +158,7 @@ pub struct LimitsConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct StorageConfig {
     /// `sqlite://PATH` or `postgres://…`; empty: `sqlite://<data_dir>/gateway.db`.
-    pub url: String,
+    pub url: SecretUrl,
     /// SQLite only: `normal` survives a crash of the gateway process, `full`
     /// (fsync on every commit) also a crash of the machine.
     pub sync: String,
@@ -157,6 +169,10 @@ pub struct StorageConfig {
     /// to `<data_dir>/events.db` (events newer than this are lost to a
     /// kill -9; a graceful stop writes everything).
     pub event_log_flush_ms: u64,
+    /// PostgreSQL only: once the database is found unreachable, storage
+    /// calls fail at once (retryable) and a connection is tried this often
+    /// until one succeeds.
+    pub probe_ms: u64,
 }
 
 /// Cluster mode: several gateways on one PostgreSQL and one NATS server
@@ -165,7 +181,7 @@ pub struct StorageConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct ClusterConfig {
     /// `nats://host:port` of the NATS server (JetStream enabled).
-    pub nats: String,
+    pub nats: SecretUrl,
     /// This node's name, unique in the cluster; empty: the host name and process id.
     pub node: String,
     /// Prefix of every stream, bucket and subject the cluster uses: clusters
@@ -199,7 +215,7 @@ impl ClusterConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct AdminConfig {
     /// Bearer token for `/admin/*`. Empty: the admin API answers loopback peers only.
-    pub token: String,
+    pub token: Secret,
 }
 
 /// The ACP bridge (`/acp` and `map-gateway acp`).
@@ -300,12 +316,12 @@ impl Config {
         }
     }
 
-    /// The storage URL in effect.
+    /// The storage URL in effect (with its password: to connect with).
     pub fn storage_url(&self) -> String {
         if self.storage.url.is_empty() {
             format!("sqlite://{}", self.server.data_dir.join("gateway.db").display())
         } else {
-            self.storage.url.clone()
+            self.storage.url.expose().to_string()
         }
     }
 }

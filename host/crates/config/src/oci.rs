@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::secret::Secret;
+
 #[derive(Debug, Clone, Deserialize, Serialize, Default, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct OciConfig {
@@ -23,8 +25,8 @@ pub struct OciConfig {
 pub struct OciAuth {
     #[serde(skip_serializing_if = "String::is_empty")]
     pub username: String,
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub password: String,
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub token: String,
+    #[serde(skip_serializing_if = "Secret::is_empty")]
+    pub password: Secret,
+    #[serde(skip_serializing_if = "Secret::is_empty")]
+    pub token: Secret,
 }

@@ -1,51 +1,46 @@
 //! The configuration as TOML for people to read, without its secrets.
 
+use super::secret::{Secret, SecretUrl, R};
 use super::tenants::Credential;
 use super::Config;
 
 impl Config {
     /// The configuration as TOML, with every secret replaced by `"<redacted>"`.
     pub fn to_redacted_toml(&self) -> anyhow::Result<String> {
-        const R: &str = "<redacted>";
+        let hide = |s: &mut Secret| {
+            if !s.is_empty() {
+                *s = Secret::new(R.into());
+            }
+        };
         let mut c = self.clone();
         for login in c.oci.auth.values_mut() {
-            for secret in [&mut login.password, &mut login.token].into_iter().filter(|s| !s.is_empty()) {
-                *secret = R.into();
-            }
+            hide(&mut login.password);
+            hide(&mut login.token);
         }
-        for secret in [&mut c.admin.token, &mut c.auth.token_secret] {
-            if !secret.is_empty() {
-                *secret = R.into();
-            }
-        }
-        if let Some(at) = c.storage.url.find('@') {
-            // postgres://user:password@host/db: keep the user, hide the password.
-            if let Some(colon) = c.storage.url[..at].rfind(':').filter(|&i| !c.storage.url[..i].ends_with('/') && c.storage.url[..i].contains("//")) {
-                c.storage.url.replace_range(colon + 1..at, R);
-            }
-        }
+        hide(&mut c.admin.token);
+        hide(&mut c.auth.token_secret);
+        c.storage.url = SecretUrl::new(c.storage.url.shown());
+        c.cluster.nats = SecretUrl::new(c.cluster.nats.shown());
         for t in &mut c.tenants {
             for cred in t.api_keys.iter_mut().chain(t.bearer_tokens.iter_mut()) {
                 let principal = cred.principal().map(String::from);
-                *cred = Credential::WithPrincipal { secret: R.into(), principal };
+                *cred = Credential::WithPrincipal { secret: Secret::new(R.into()), principal };
             }
             if let Some(credentials) = &mut t.credentials {
                 credentials.redact();
             }
             if let Some(j) = &mut t.jwt {
-                if !j.secret.is_empty() {
-                    j.secret = R.into();
-                }
+                hide(&mut j.secret);
             }
             if let Some(f) = &mut t.federation {
-                for issuer in f.trusted_issuers.iter_mut().filter(|i| !i.secret.is_empty()) {
-                    issuer.secret = R.into();
-                }
+                f.trusted_issuers.iter_mut().for_each(|i| hide(&mut i.secret));
                 // What this gateway presents to a peer: its method stays, every other field goes.
-                for auth in f.peers.iter_mut().filter_map(|p| p.auth.as_mut()).filter_map(|a| a.as_object_mut()) {
-                    for (key, value) in auth.iter_mut().filter(|(k, _)| k.as_str() != "method") {
+                for auth in f.peers.iter_mut().filter_map(|p| p.auth.as_mut()) {
+                    let mut shown = auth.expose().clone();
+                    for (key, value) in shown.as_object_mut().into_iter().flatten().filter(|(k, _)| k.as_str() != "method") {
                         *value = serde_json::Value::String(format!("{R} ({key})"));
                     }
+                    *auth = Secret::new(shown);
                 }
             }
         }
@@ -79,5 +74,21 @@ mod tests {
         assert!(text.contains("bob") && text.contains("postgres://u:<redacted>@h/db"), "{text}");
         let back: Config = toml::from_str(&text).unwrap();
         assert_eq!(back.tenants[0].api_keys.len(), 2);
+    }
+
+    #[test]
+    fn no_debug_shows_a_secret() {
+        let c: Config = toml::from_str(
+            "[admin]\ntoken=\"adm1n\"\n[auth]\ntoken_secret=\"tok3n-secret\"\n[storage]\nurl=\"postgres://u:pw-db@h/db\"\n[cluster]\nnats=\"nats://n:pw-nats@h:4222\"\n\
+             [oci.auth.\"r.example\"]\nusername=\"ci\"\npassword=\"pw-oci\"\n[[tenants]]\nid=\"a\"\napi_keys=[\"api-k1\", {secret=\"api-k2\", principal=\"bob\"}]\n\
+             bearer_tokens=[\"bearer-b1\"]\njwt={secret=\"s3cr3t\"}\n[tenants.federation]\nsystem_id=\"sys-a\"\ntrusted_issuers=[{issuer=\"idp\", secret=\"issuer-s3cret\"}]\n\
+             [[tenants.federation.peers]]\nsystem_id=\"sys-b\"\nprincipal=\"peer-b\"\nauth={method=\"api-key\", credential=\"peer-cr3d\"}",
+        )
+        .unwrap();
+        let debug = format!("{c:?}");
+        for secret in ["adm1n", "tok3n-secret", "pw-db", "pw-nats", "pw-oci", "api-k1", "api-k2", "bearer-b1", "s3cr3t", "issuer-s3cret", "peer-cr3d"] {
+            assert!(!debug.contains(secret), "{secret} in {debug}");
+        }
+        assert!(debug.contains("postgres://u:<redacted>@h/db") && debug.contains("bob"), "{debug}");
     }
 }

@@ -5,6 +5,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use super::secret::Secret;
+
 #[derive(Debug, Clone, Deserialize, Serialize, Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct TenantConfig {
@@ -97,7 +99,7 @@ pub struct TrustedIssuer {
     /// `HS256` (default), `RS256`, `ES256`, `EdDSA`, …
     pub algorithm: String,
     /// HS*: the shared secret (at least 16 bytes).
-    pub secret: String,
+    pub secret: Secret,
     /// Others: a PEM public key file.
     pub public_key_file: std::path::PathBuf,
 }
@@ -122,7 +124,7 @@ pub struct PeerConfig {
     pub ca_file: std::path::PathBuf,
     /// What this gateway presents to the peer: `map/connect` and
     /// `map/federation/connect` `auth` (`{method, credential}`).
-    pub auth: Option<serde_json::Value>,
+    pub auth: Option<Secret<serde_json::Value>>,
     /// The principal the peer authenticates as here (a credential of this
     /// tenant names it). Its sessions are walled: they federate, and read
     /// only what `expose` shows.
@@ -160,7 +162,7 @@ impl Default for ExposeConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct JwtConfig {
     /// HS256/384/512: the shared secret.
-    pub secret: String,
+    pub secret: Secret,
     /// RS*/ES*/PS*/EdDSA: a PEM public key file.
     pub public_key_file: PathBuf,
     /// `HS256` (default), `RS256`, `ES256`, … the only algorithm accepted.
@@ -178,10 +180,10 @@ pub struct JwtConfig {
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(untagged)]
 pub enum Credential {
-    Secret(String),
+    Secret(Secret),
     WithPrincipal {
         #[serde(alias = "key", alias = "token")]
-        secret: String,
+        secret: Secret,
         principal: Option<String>,
     },
 }
@@ -189,7 +191,7 @@ pub enum Credential {
 impl Credential {
     pub fn secret(&self) -> &str {
         match self {
-            Credential::Secret(s) | Credential::WithPrincipal { secret: s, .. } => s,
+            Credential::Secret(s) | Credential::WithPrincipal { secret: s, .. } => s.expose(),
         }
     }
 

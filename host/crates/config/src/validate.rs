@@ -97,6 +97,9 @@ impl Config {
         if !matches!(self.storage.sync.as_str(), "normal" | "full") {
             bail!("storage.sync must be normal or full");
         }
+        if !(1..=60_000).contains(&self.storage.probe_ms) {
+            bail!("storage.probe_ms must be between 1 and 60000");
+        }
         Ok(())
     }
 
@@ -138,7 +141,7 @@ impl Config {
         if !self.cluster.enabled() {
             return Ok(());
         }
-        if !self.storage.url.starts_with("postgres") {
+        if !self.storage.url.expose().starts_with("postgres") {
             bail!("cluster mode keeps plugin state in PostgreSQL: set storage.url to a postgres:// URL shared by every node");
         }
         if self.cluster.name.is_empty() || !self.cluster.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {

@@ -163,18 +163,20 @@ impl Gateway {
     /// `start_reload` for one in the background). Connections stay open;
     /// calls in flight finish on the extensions they started with.
     pub async fn reload(&self) -> anyhow::Result<Value> {
-        self.reload_pinned(Pins::new()).await
+        self.reload_pinned(Pins::new(), Pins::new()).await
     }
 
     /// `reload`, loading for each plugin in `pins` the component with that
     /// digest (from its file or source, else from the components this node
-    /// kept): how a cluster node follows a rollout.
-    pub async fn reload_pinned(&self, pins: Pins) -> anyhow::Result<Value> {
+    /// kept): how a cluster node follows a rollout. The components a
+    /// rollback would pin (`rollback`) stay kept.
+    pub async fn reload_pinned(&self, pins: Pins, rollback: Pins) -> anyhow::Result<Value> {
         let Some(host) = &self.extensions else { anyhow::bail!("this gateway runs without plugins") };
         let mut config = match &self.config_path {
             Some(p) => map_config::Config::load(p)?,
             None => self.config.clone(),
         };
+        config.keep_digests = rollback.into_values().collect();
         config.pins = pins;
         let brokers = super::methods::credentials::Brokers::build(&config).inspect_err(|e| host.note_error(e))?;
         let policies = super::agent_permissions::Policies::build(&config).inspect_err(|e| host.note_error(e))?;
@@ -199,7 +201,9 @@ impl Gateway {
     /// plugin status, with the rollout's id in a cluster.
     pub async fn reload_and_announce(&self, kind: &'static str, pins: Pins) -> anyhow::Result<Value> {
         let previous = self.digests().await;
-        let mut status = self.reload_pinned(pins).await?;
+        // In a cluster, a rollback may return to what served before.
+        let rollback = if self.reloads.rollout.get().is_some() { previous.clone() } else { Pins::new() };
+        let mut status = self.reload_pinned(pins, rollback).await?;
         if let Some(rollout) = self.reloads.rollout.get() {
             status["rollout"] = serde_json::json!(rollout.announce(kind, self.digests().await, previous));
         }

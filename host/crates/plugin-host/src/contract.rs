@@ -82,6 +82,19 @@ pub fn check_error(code: i64, message: String, data: Option<String>, range: (i64
     Ok(err)
 }
 
+/// A plugin's error data with `retryAfterMs` (a store call of the call
+/// found the database unreachable): an object gains it unless it has one,
+/// absent data becomes `{"retryAfterMs": …}`, other data stays as it is.
+pub fn with_retry_after(data: Option<String>, ms: u64) -> Option<String> {
+    let mut value = match data.as_deref().map(serde_json::from_str::<Value>) {
+        None => Value::Object(Default::default()),
+        Some(Ok(v @ Value::Object(_))) => v,
+        Some(_) => return data,
+    };
+    value.as_object_mut().expect("an object").entry("retryAfterMs").or_insert(Value::from(ms));
+    Some(value.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -104,6 +117,14 @@ mod tests {
         assert!(check_result(in_string, 1 << 20).is_ok());
         let siblings = format!("[{}]", vec!["{}"; 500].join(","));
         assert!(check_result(siblings, 1 << 20).is_ok());
+    }
+
+    #[test]
+    fn retry_after_joins_object_data_or_stands_alone() {
+        assert_eq!(with_retry_after(None, 250).as_deref(), Some(r#"{"retryAfterMs":250}"#));
+        assert_eq!(with_retry_after(Some(r#"{"retryable":true}"#.into()), 250).as_deref(), Some(r#"{"retryAfterMs":250,"retryable":true}"#));
+        assert_eq!(with_retry_after(Some(r#"{"retryAfterMs":9}"#.into()), 250).as_deref(), Some(r#"{"retryAfterMs":9}"#));
+        assert_eq!(with_retry_after(Some("[1]".into()), 250).as_deref(), Some("[1]"));
     }
 
     #[test]

@@ -18,10 +18,18 @@ type Wt<T> = wasmtime::Result<T>;
 
 impl types::Host for PluginState {}
 
-fn store_err(e: StoreError) -> store::StoreError {
-    match e {
-        StoreError::Invalid(m) => store::StoreError::Invalid(m),
-        StoreError::Unavailable(m) | StoreError::Contended(m) => store::StoreError::Unavailable(m),
+impl PluginState {
+    /// A store failure as the plugin sees it. One that found the database
+    /// unreachable is noted: the call's error then says when to retry.
+    fn store_err(&self, e: StoreError) -> store::StoreError {
+        if let StoreError::Down { retry_after, .. } = &e {
+            self.store_waits.found_down(*retry_after);
+        }
+        match e {
+            StoreError::Invalid(m) => store::StoreError::Invalid(m),
+            StoreError::Unavailable(m) | StoreError::Contended(m) => store::StoreError::Unavailable(m),
+            StoreError::Down { why, retry_after } => store::StoreError::Unavailable(format!("{why}; retry in {} ms", retry_after.as_millis())),
+        }
     }
 }
 
@@ -60,21 +68,21 @@ impl store::Host for PluginState {
         if let Err(e) = own(&collection) {
             return Ok(Err(e));
         }
-        Ok(self.store_waits.wait(self.ctx.db.get(&self.ctx.scope, &collection, &key)).await.map_err(store_err))
+        Ok(self.store_waits.wait(self.ctx.db.get(&self.ctx.scope, &collection, &key)).await.map_err(|e| self.store_err(e)))
     }
 
     async fn put(&mut self, collection: String, key: String, value: String) -> Wt<Result<(), store::StoreError>> {
         if let Err(e) = own(&collection) {
             return Ok(Err(e));
         }
-        Ok(self.store_waits.wait(self.ctx.db.put(&self.ctx.scope, &collection, &key, &value)).await.map_err(store_err))
+        Ok(self.store_waits.wait(self.ctx.db.put(&self.ctx.scope, &collection, &key, &value)).await.map_err(|e| self.store_err(e)))
     }
 
     async fn delete(&mut self, collection: String, key: String) -> Wt<Result<bool, store::StoreError>> {
         if let Err(e) = own(&collection) {
             return Ok(Err(e));
         }
-        Ok(self.store_waits.wait(self.ctx.db.delete(&self.ctx.scope, &collection, &key)).await.map_err(store_err))
+        Ok(self.store_waits.wait(self.ctx.db.delete(&self.ctx.scope, &collection, &key)).await.map_err(|e| self.store_err(e)))
     }
 
     async fn scan(&mut self, collection: String, o: store::ScanOptions) -> Wt<Result<Vec<store::Entry>, store::StoreError>> {
@@ -82,7 +90,7 @@ impl store::Host for PluginState {
             return Ok(Err(e));
         }
         let opts = ScanOptions { prefix: o.prefix, after: o.after, before: o.before, limit: o.limit, reverse: o.reverse };
-        let rows = self.store_waits.wait(self.ctx.db.scan(&self.ctx.scope, &collection, &opts, self.read_budget())).await.map_err(store_err);
+        let rows = self.store_waits.wait(self.ctx.db.scan(&self.ctx.scope, &collection, &opts, self.read_budget())).await.map_err(|e| self.store_err(e));
         Ok(rows.map(|rows| rows.into_iter().map(|(key, value)| store::Entry { key, value }).collect()))
     }
 
@@ -90,7 +98,7 @@ impl store::Host for PluginState {
         if let Err(e) = own(&collection) {
             return Ok(Err(e));
         }
-        Ok(self.store_waits.wait(self.ctx.db.count(&self.ctx.scope, &collection, &prefix)).await.map_err(store_err))
+        Ok(self.store_waits.wait(self.ctx.db.count(&self.ctx.scope, &collection, &prefix)).await.map_err(|e| self.store_err(e)))
     }
 
     async fn batch(&mut self, writes: Vec<store::Write>) -> Wt<Result<(), store::StoreError>> {
@@ -98,7 +106,7 @@ impl store::Host for PluginState {
             return Ok(Err(e));
         }
         let writes = writes.into_iter().map(|w| Write { collection: w.collection, key: w.key, value: w.value }).collect();
-        Ok(self.store_waits.wait(self.ctx.db.batch(&self.ctx.scope, writes)).await.map_err(store_err))
+        Ok(self.store_waits.wait(self.ctx.db.batch(&self.ctx.scope, writes)).await.map_err(|e| self.store_err(e)))
     }
 
     async fn get_many(&mut self, keys: Vec<store::KeyRef>) -> Wt<Result<Vec<Option<store::Item>>, store::StoreError>> {
@@ -107,7 +115,7 @@ impl store::Host for PluginState {
         }
         let keys: Vec<(String, String)> = keys.into_iter().map(|k| (k.collection, k.key)).collect();
         let found = self.store_waits.wait(self.ctx.db.get_many(&self.ctx.scope, &keys, self.read_budget())).await;
-        Ok(found.map(|items| items.into_iter().map(|i| i.map(item)).collect()).map_err(store_err))
+        Ok(found.map(|items| items.into_iter().map(|i| i.map(item)).collect()).map_err(|e| self.store_err(e)))
     }
 
     async fn scan_page(&mut self, collection: String, o: store::PageOptions) -> Wt<Result<store::Page, store::StoreError>> {
@@ -117,7 +125,7 @@ impl store::Host for PluginState {
         let opts = ScanOptions { prefix: o.prefix, after: o.after, before: o.before, limit: o.limit, reverse: o.reverse };
         let hard = self.read_budget();
         let soft = if o.max_bytes == 0 { hard } else { (o.max_bytes as usize).min(hard) };
-        let page = self.store_waits.wait(self.ctx.db.scan_page(&self.ctx.scope, &collection, &opts, soft, hard)).await.map_err(store_err);
+        let page = self.store_waits.wait(self.ctx.db.scan_page(&self.ctx.scope, &collection, &opts, soft, hard)).await.map_err(|e| self.store_err(e));
         Ok(page.map(|p| store::Page {
             entries: p.entries.into_iter().map(|(key, i)| store::KeyedItem { key, item: item(i) }).collect(),
             next: p.next,
@@ -129,7 +137,7 @@ impl store::Host for PluginState {
         if let Some(e) = ops.iter().find_map(|o| own(o.collection()).err()) {
             return Ok(Err(e));
         }
-        let outcome = self.store_waits.wait(self.ctx.db.commit(&self.ctx.scope, ops)).await.map_err(store_err);
+        let outcome = self.store_waits.wait(self.ctx.db.commit(&self.ctx.scope, ops)).await.map_err(|e| self.store_err(e));
         Ok(outcome.map(|o| match o {
             Outcome::Committed { version, counters, .. } => store::Outcome::Committed(store::Committed { version, counters }),
             Outcome::Conflict(i) => store::Outcome::Conflict(i),

@@ -15,7 +15,9 @@
 //! log), `log_throttle`, `timers` (stored), `ownership` (a cluster
 //! singleton's lease), `grpc_calls` (open gRPC calls), `outbound`
 //! (outbound HTTP), `set` (a tenant's plugins), `state` (what an
-//! instance's store holds).
+//! instance's store holds), `loading` (which components a configuration
+//! loads), `oci` (components from registries), `retention` (the loaded
+//! components a node keeps for rollouts and rollbacks).
 
 mod artifacts;
 mod bindings;
@@ -38,6 +40,7 @@ mod output;
 mod ownership;
 mod plugin;
 mod pool;
+mod retention;
 mod set;
 pub mod signing;
 mod state;
@@ -308,6 +311,8 @@ impl PluginHost {
                 }
             }
         }
+        retention::prune(config, next.values().map(|l| l.digest.clone()));
+        oci::prune(config);
         *self.loaded.lock() = Arc::new(next);
         *self.bound.lock() = bound;
         *self.last_error.lock() = None;

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 
+use super::retention::{self, kept_dir};
 use super::{artifacts, oci, outbound, signing, Limits, Loaded, Plugin, PluginHost};
 use map_config::{Config, PluginConfig, TenantConfig};
 
@@ -36,18 +37,20 @@ async fn fetched(config: &Config, settings: &PluginConfig, reload: bool) -> anyh
     Ok(PluginConfig { path, ..settings.clone() })
 }
 
-/// Where this node keeps a component it loaded, by digest (with its
-/// defaults and signature), so a rollback finds it after its file changed.
-fn kept_dir(config: &Config, digest: &str) -> PathBuf {
-    config.server.data_dir.join("components").join(digest)
+/// Keep a loaded component (once per digest, with its defaults and
+/// signature), so a rollback finds it after its file changed; a failure
+/// only costs rollbacks to it. Noted as serving now, for `retention`.
+fn keep(config: &Config, name: &str, wasm: &Path, digest: &str) {
+    let dir = kept_dir(config, digest);
+    if !dir.join("plugin.wasm").exists() {
+        copy_in(&dir, wasm, digest);
+    }
+    if dir.exists() {
+        retention::mark_served(&dir, name);
+    }
 }
 
-/// Keep a loaded component (once per digest); a failure only costs rollbacks to it.
-fn keep(config: &Config, wasm: &Path, digest: &str) {
-    let dir = kept_dir(config, digest);
-    if dir.join("plugin.wasm").exists() {
-        return;
-    }
+fn copy_in(dir: &Path, wasm: &Path, digest: &str) {
     let tmp = dir.with_extension(format!("{}.tmp", std::process::id()));
     let copied = std::fs::create_dir_all(&tmp).and_then(|_| {
         for (from, to) in [(wasm.with_extension("toml"), "plugin.toml"), (signing::signature_path(wasm), "plugin.wasm.sig"), (wasm.to_path_buf(), "plugin.wasm")] {
@@ -55,7 +58,7 @@ fn keep(config: &Config, wasm: &Path, digest: &str) {
                 std::fs::copy(&from, tmp.join(to))?;
             }
         }
-        std::fs::rename(&tmp, &dir)
+        std::fs::rename(&tmp, dir)
     });
     if let Err(e) = copied {
         let _ = std::fs::remove_dir_all(&tmp);
@@ -111,7 +114,7 @@ impl PluginHost {
             None => self.load(name, &shown, settings, bytes, digest).await?,
         };
         entry.signer = signer;
-        keep(config, &settings.path, &entry.digest);
+        keep(config, name, &settings.path, &entry.digest);
         Ok(entry)
     }
 

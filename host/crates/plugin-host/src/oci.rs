@@ -8,9 +8,10 @@
 //! becomes a folder `data_dir/oci/<manifest digest>/` holding
 //! `plugin.wasm`, `plugin.toml` and `plugin.wasm.sig`, so pins and
 //! signatures are checked as for any file. Every blob is checked against
-//! its digest before it is written.
+//! its digest before it is written. After each load, what no source of the
+//! configuration names any more is removed (`prune`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
@@ -44,8 +45,8 @@ fn client(config: &OciConfig) -> Client {
 
 fn auth(config: &OciConfig, reference: &Reference) -> RegistryAuth {
     match config.auth.get(reference.registry()) {
-        Some(a) if !a.token.is_empty() => RegistryAuth::Bearer(a.token.clone()),
-        Some(a) if !a.username.is_empty() => RegistryAuth::Basic(a.username.clone(), a.password.clone()),
+        Some(a) if !a.token.is_empty() => RegistryAuth::Bearer(a.token.expose().clone()),
+        Some(a) if !a.username.is_empty() => RegistryAuth::Basic(a.username.clone(), a.password.expose().clone()),
         _ => RegistryAuth::Anonymous,
     }
 }
@@ -115,6 +116,41 @@ pub async fn push(config: &OciConfig, wasm: &Path, source: &str) -> anyhow::Resu
     let auth = auth(config, &reference);
     client.push(&reference, &layers, config_blob, &auth, None).await.with_context(|| format!("pushing to {source}"))?;
     client.fetch_manifest_digest(&reference, &auth).await.with_context(|| format!("reading back {source}"))
+}
+
+/// Remove what `data_dir/oci` holds that no `oci://` source of the
+/// configuration names now (by digest, or by a tag's last lookup), and the
+/// lookups of tags it no longer names. Versions a rollout or rollback may
+/// need are kept by `retention` under `data_dir/components`.
+pub fn prune(config: &map_config::Config) {
+    let root = config.server.data_dir.join("oci");
+    if !root.exists() {
+        return;
+    }
+    let plugins = config.plugins.iter().flat_map(|m| m.values()).filter_map(|p| p.source.as_deref());
+    let versions = config.tenants.iter().flat_map(|t| t.plugin_versions.values()).map(String::as_str);
+    let sources: BTreeSet<&str> = plugins.chain(versions).filter(|s| s.starts_with("oci://")).collect();
+    let mut tags = read_tags(&root);
+    let before = tags.len();
+    tags.retain(|source, _| sources.contains(source.as_str()));
+    if tags.len() != before {
+        if let Err(e) = write_tags(&root, &tags) {
+            tracing::warn!(error = %format!("{e:#}"), "could not prune the tag cache");
+        }
+    }
+    let by_digest = sources.iter().filter_map(|s| reference(s).ok()).filter_map(|r| r.digest().map(|d| hex(d).to_string()));
+    let needed: BTreeSet<String> = by_digest.chain(tags.values().map(|d| hex(d).to_string())).collect();
+    let Ok(entries) = std::fs::read_dir(&root) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') || needed.contains(&name) || !entry.path().is_dir() {
+            continue;
+        }
+        match std::fs::remove_dir_all(entry.path()) {
+            Ok(()) => tracing::info!(artifact = %name, "removed a pulled artifact no source names"),
+            Err(e) => tracing::warn!(artifact = %name, error = %e, "could not remove a pulled artifact"),
+        }
+    }
 }
 
 fn hex(digest: &str) -> &str {

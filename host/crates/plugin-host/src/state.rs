@@ -120,12 +120,26 @@ pub struct StoreWaits {
     done: AtomicU64,
     /// A wait is going on.
     waiting: AtomicBool,
+    /// A store call of this call found the database unreachable: when to
+    /// retry, in ms (0: none did), told to the caller with its error.
+    down_retry_ms: AtomicU64,
 }
 
 impl StoreWaits {
     fn reset(&self) {
         self.done.store(0, Ordering::Relaxed);
         self.waiting.store(false, Ordering::Relaxed);
+        self.down_retry_ms.store(0, Ordering::Relaxed);
+    }
+
+    /// A store call found the database unreachable; retry after `after`.
+    pub fn found_down(&self, after: Duration) {
+        self.down_retry_ms.store((after.as_millis() as u64).max(1), Ordering::Relaxed);
+    }
+
+    /// When to retry, if a store call of this call found the database unreachable.
+    pub fn retry_after(&self) -> Option<u64> {
+        Some(self.down_retry_ms.load(Ordering::Relaxed)).filter(|ms| *ms > 0)
     }
 
     /// How far the call's outer bound moves: what was excused, or while a

@@ -19,12 +19,12 @@ fn fresh_scope() -> Scope {
 async fn sqlite() -> Store {
     let dir = std::env::temp_dir().join(format!("map-gateway-conformance-{}-{}", std::process::id(), RUN.fetch_add(1, Ordering::Relaxed)));
     std::fs::create_dir_all(&dir).unwrap();
-    Store::open(&format!("sqlite://{}", dir.join("t.db").display()), false, 64 << 20).await.unwrap()
+    Store::open(&format!("sqlite://{}", dir.join("t.db").display()), false, 64 << 20, std::time::Duration::from_millis(10)).await.unwrap()
 }
 
 async fn postgres() -> Store {
     let url = std::env::var("MAP_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://root@127.0.0.1:5432/test".into());
-    Store::open(&url, false, 64 << 20).await.unwrap_or_else(|e| panic!("PostgreSQL is required for the storage conformance tests ({url}): {e:#}"))
+    Store::open(&url, false, 64 << 20, std::time::Duration::from_millis(10)).await.unwrap_or_else(|e| panic!("PostgreSQL is required for the storage conformance tests ({url}): {e:#}"))
 }
 
 /// Run `check` on both backends.
@@ -275,7 +275,7 @@ async fn sqlite_versions_keep_growing_across_a_restart() {
     let mut last = 0;
     for _ in 0..3 {
         // The clock is stored in blocks: each restart starts past the last one.
-        let store = Store::open(&url, false, 64 << 20).await.unwrap();
+        let store = Store::open(&url, false, 64 << 20, std::time::Duration::from_millis(10)).await.unwrap();
         for _ in 0..3 {
             let (version, _) = committed(store.commit(&scope, vec![put("c", "k", b"v")]).await.unwrap());
             assert!(version > last, "{version} after {last}");

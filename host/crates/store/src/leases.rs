@@ -6,10 +6,12 @@
 //! that lost the lease cannot write, even if it has not noticed yet.
 
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnection, PgPool};
 
+use super::breaker::Breaker;
 use super::StoreError;
 
 /// Who may write for a (tenant, plugin): this node, while it holds the
@@ -65,6 +67,7 @@ pub async fn check(conn: &mut PgConnection, fence: &Fence) -> Result<(), StoreEr
 #[derive(Clone)]
 pub struct Leases {
     pub(super) pool: PgPool,
+    pub(super) breaker: Arc<Breaker>,
 }
 
 fn millis(d: Duration) -> i64 {
@@ -81,24 +84,24 @@ impl Leases {
                    ON CONFLICT (tenant, plugin) DO UPDATE SET holder = excluded.holder, token = plugin_leases.token + 1, expires_at = excluded.expires_at \
                    WHERE plugin_leases.expires_at < clock_timestamp() OR plugin_leases.holder = excluded.holder \
                    RETURNING token";
-        let token: Option<i64> = sqlx::query_scalar(sql).bind(&fence.tenant).bind(&fence.plugin).bind(&fence.holder).bind(millis(ttl)).fetch_optional(&self.pool).await?;
-        Ok(token)
+        let token = sqlx::query_scalar::<_, i64>(sql).bind(&fence.tenant).bind(&fence.plugin).bind(&fence.holder).bind(millis(ttl)).fetch_optional(&self.pool);
+        self.breaker.guard(async { Ok::<_, StoreError>(token.await?) }).await
     }
 
     /// Extend the lease this holder has with this token; `false`: it is lost.
     pub async fn renew(&self, fence: &Fence, token: i64, ttl: Duration) -> Result<bool, StoreError> {
         let sql = "UPDATE plugin_leases SET expires_at = clock_timestamp() + $5 * interval '1 millisecond' \
                    WHERE tenant = $1 AND plugin = $2 AND holder = $3 AND token = $4";
-        let done = sqlx::query(sql).bind(&fence.tenant).bind(&fence.plugin).bind(&fence.holder).bind(token).bind(millis(ttl)).execute(&self.pool).await?;
-        Ok(done.rows_affected() == 1)
+        let done = sqlx::query(sql).bind(&fence.tenant).bind(&fence.plugin).bind(&fence.holder).bind(token).bind(millis(ttl)).execute(&self.pool);
+        Ok(self.breaker.guard(async { Ok::<_, StoreError>(done.await?) }).await?.rows_affected() == 1)
     }
 
     /// Give the lease up (a graceful stop): another node may take it at once.
     pub async fn release(&self, fence: &Fence, token: i64) -> Result<(), StoreError> {
         let sql = "UPDATE plugin_leases SET expires_at = clock_timestamp() - interval '1 millisecond' \
                    WHERE tenant = $1 AND plugin = $2 AND holder = $3 AND token = $4";
-        sqlx::query(sql).bind(&fence.tenant).bind(&fence.plugin).bind(&fence.holder).bind(token).execute(&self.pool).await?;
-        Ok(())
+        let done = sqlx::query(sql).bind(&fence.tenant).bind(&fence.plugin).bind(&fence.holder).bind(token).execute(&self.pool);
+        self.breaker.guard(async { Ok::<_, StoreError>(done.await.map(drop)?) }).await
     }
 }
 
@@ -112,7 +115,7 @@ mod tests {
 
     async fn postgres() -> Store {
         let url = std::env::var("MAP_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://root@127.0.0.1:5432/test".into());
-        Store::open(&url, false, 0).await.unwrap_or_else(|e| panic!("PostgreSQL is required for the lease tests ({url}): {e:#}"))
+        Store::open(&url, false, 0, std::time::Duration::from_millis(10)).await.unwrap_or_else(|e| panic!("PostgreSQL is required for the lease tests ({url}): {e:#}"))
     }
 
     fn put(key: &str) -> Vec<Op> {

@@ -8,17 +8,21 @@
 //! which other gateways may write too, each write call is its own
 //! transaction and every read goes to the database; a cluster singleton's
 //! writes also check its lease's fencing token there (`leases`), and the
-//! gateways share their compiled plugins there (`artifacts`). Either
+//! gateways share their compiled plugins there (`artifacts`) and keep the
+//! cluster's current rollout (`rollouts`). While PostgreSQL is unreachable,
+//! calls fail at once (`breaker`). Either
 //! way a key's version comes from one clock per database, ticked once per
 //! transaction, so versions never repeat.
 
 mod artifacts;
+mod breaker;
 mod cache;
 mod group_commit;
 mod leases;
 mod migrations;
 mod ops;
 mod postgres;
+mod rollouts;
 mod sqlite;
 mod sqlite_ops;
 
@@ -30,6 +34,7 @@ use tracing::Instrument;
 pub use self::artifacts::Artifacts;
 pub use self::leases::{Fence, Leases};
 pub use self::ops::{Item, Op, Outcome};
+pub use self::rollouts::{RolloutLog, RolloutRecord};
 use self::ops::{check_key, check_ops, over_budget, ManyFill, PageFill, MAX_PAGE};
 use self::postgres::Postgres;
 use self::sqlite::Sqlite;
@@ -63,6 +68,9 @@ pub enum StoreError {
     /// A concurrent transaction touched the same keys (PostgreSQL); the
     /// commit is retried or answered as a conflict, never shown as is.
     Contended(String),
+    /// The database cannot be reached (PostgreSQL): a connection failed or
+    /// broke, or the breaker refused the call at once; retry after `retry_after`.
+    Down { why: String, retry_after: std::time::Duration },
 }
 
 impl std::fmt::Display for StoreError {
@@ -70,6 +78,7 @@ impl std::fmt::Display for StoreError {
         match self {
             StoreError::Invalid(m) => write!(f, "invalid: {m}"),
             StoreError::Unavailable(m) | StoreError::Contended(m) => write!(f, "unavailable: {m}"),
+            StoreError::Down { why, retry_after } => write!(f, "unavailable: {why}; retry in {} ms", retry_after.as_millis()),
         }
     }
 }
@@ -104,14 +113,15 @@ fn text(key: &str, bytes: Vec<u8>) -> Result<String, StoreError> {
 impl Store {
     /// Open `sqlite://PATH` (created if missing) or `postgres://…`, and run migrations.
     /// `sync_full` makes SQLite fsync every commit (survives power loss, not
-    /// only a process crash); `cache_bytes` bounds SQLite's read cache (0: none).
-    pub async fn open(url: &str, sync_full: bool, cache_bytes: usize) -> anyhow::Result<Store> {
+    /// only a process crash); `cache_bytes` bounds SQLite's read cache (0: none);
+    /// `probe` is how often an unreachable PostgreSQL is tried again.
+    pub async fn open(url: &str, sync_full: bool, cache_bytes: usize, probe: std::time::Duration) -> anyhow::Result<Store> {
         let backend = if url.starts_with("postgres:") || url.starts_with("postgresql:") {
-            Backend::Postgres(Postgres::open(url).await?)
+            Backend::Postgres(Postgres::open(url, probe).await?)
         } else if url.starts_with("sqlite:") {
             Backend::Sqlite(Arc::new(Sqlite::open(url, sync_full, cache_bytes)?))
         } else {
-            anyhow::bail!("storage url must start with sqlite: or postgres: (got {})", redact(url));
+            anyhow::bail!("storage url must start with sqlite: or postgres: (got {})", map_config::redact_url(url));
         };
         Ok(Store { backend, fence: None })
     }
@@ -140,6 +150,14 @@ impl Store {
         match &self.backend {
             Backend::Sqlite(_) => None,
             Backend::Postgres(db) => Some(db.leases()),
+        }
+    }
+
+    /// The clusters' current rollouts (PostgreSQL).
+    pub fn rollout_log(&self) -> Option<RolloutLog> {
+        match &self.backend {
+            Backend::Sqlite(_) => None,
+            Backend::Postgres(db) => Some(db.rollout_log()),
         }
     }
 
@@ -278,14 +296,6 @@ impl Store {
 pub fn digest_hex(bytes: &[u8]) -> String {
     use sha2::{Digest, Sha256};
     Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// A URL without its password, for messages.
-pub fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => format!("{}://…@{}", &url[..s], &url[at + 1..]),
-        _ => url.to_string(),
-    }
 }
 
 #[cfg(test)]

@@ -59,6 +59,17 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
          ALTER TABLE plugin_artifacts ALTER COLUMN artifact SET STORAGE EXTERNAL;
          CREATE INDEX plugin_artifacts_by_plugin ON plugin_artifacts (plugin, used_at);",
     ),
+    (
+        // Each cluster's current rollout (`rollouts`), so a node that starts
+        // serves what the others do. Only PostgreSQL uses it.
+        5,
+        "CREATE TABLE cluster_rollouts (
+            cluster TEXT PRIMARY KEY, id TEXT NOT NULL, kind TEXT NOT NULL, from_node TEXT NOT NULL,
+            pins TEXT NOT NULL, previous TEXT NOT NULL, at INTEGER NOT NULL)",
+        "CREATE TABLE cluster_rollouts (
+            cluster TEXT PRIMARY KEY, id TEXT COLLATE \"C\" NOT NULL, kind TEXT NOT NULL, from_node TEXT NOT NULL,
+            pins TEXT NOT NULL, previous TEXT NOT NULL, at BIGINT NOT NULL)",
+    ),
 ];
 
 pub const CREATE_LEDGER: &str = "CREATE TABLE IF NOT EXISTS gateway_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)";

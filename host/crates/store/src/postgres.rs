@@ -3,17 +3,22 @@
 //! it carries conditions, so a condition cannot be invalidated between its
 //! check and the commit; versions come from the sequence `kv_clock`.
 
+use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::Row;
 
 use super::artifacts::Artifacts;
+use super::breaker::{Breaker, RETRY_AFTER};
 use super::leases::{self, Fence, Leases};
 use super::migrations;
+use super::rollouts::RolloutLog;
 use super::ops::{add_to_counter, bounds, ManyFill, Op, Outcome, PageFill, PREFIX_END};
-use super::{redact, Item, Page, ScanOptions, Scope, StoreError};
+use super::{Item, Page, ScanOptions, Scope, StoreError};
+use map_config::redact_url;
 
 /// Times a commit is run again after losing to a concurrent one.
 const RETRIES: usize = 5;
@@ -22,8 +27,12 @@ impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
         // Serialisation failure and deadlock: another transaction won.
         let contended = matches!(&e, sqlx::Error::Database(d) if matches!(d.code().as_deref(), Some("40001") | Some("40P01")));
+        // No connection to be had, or the one in use broke: the database is unreachable.
+        let unreachable = matches!(&e, sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::WorkerCrashed);
         if contended {
             StoreError::Contended(e.to_string())
+        } else if unreachable {
+            StoreError::Down { why: format!("PostgreSQL is unreachable: {e}"), retry_after: RETRY_AFTER }
         } else {
             StoreError::Unavailable(e.to_string())
         }
@@ -33,35 +42,44 @@ impl From<sqlx::Error> for StoreError {
 #[derive(Clone)]
 pub struct Postgres {
     pool: PgPool,
+    /// Open while the database is unreachable: calls fail at once.
+    breaker: Arc<Breaker>,
 }
 
 impl Postgres {
     pub fn leases(&self) -> Leases {
-        Leases { pool: self.pool.clone() }
+        Leases { pool: self.pool.clone(), breaker: self.breaker.clone() }
     }
 
     pub fn artifacts(&self) -> Artifacts {
         Artifacts { pool: self.pool.clone() }
     }
 
-    /// A trivial query, given two seconds.
-    pub async fn ping(&self) -> Result<(), StoreError> {
-        let query = sqlx::query("SELECT 1").execute(&self.pool);
-        match tokio::time::timeout(std::time::Duration::from_secs(2), query).await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(StoreError::Unavailable(e.to_string())),
-            Err(_) => Err(StoreError::Unavailable("PostgreSQL did not answer within 2 s".into())),
-        }
+    pub fn rollout_log(&self) -> RolloutLog {
+        RolloutLog { pool: self.pool.clone(), breaker: self.breaker.clone() }
     }
 
-    pub async fn open(url: &str) -> anyhow::Result<Postgres> {
+    /// A trivial query, given two seconds; a failure opens the breaker.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        let query = async {
+            match tokio::time::timeout(Duration::from_secs(2), sqlx::query("SELECT 1").execute(&self.pool)).await {
+                Ok(done) => done.map(drop).map_err(StoreError::from),
+                Err(_) => Err(StoreError::Down { why: "PostgreSQL did not answer within 2 s".into(), retry_after: RETRY_AFTER }),
+            }
+        };
+        self.breaker.guard(query).await
+    }
+
+    /// Connect and migrate; `probe`: how often an unreachable database is tried again.
+    pub async fn open(url: &str, probe: Duration) -> anyhow::Result<Postgres> {
+        let options = PgConnectOptions::from_str(url).with_context(|| format!("the PostgreSQL URL {}", redact_url(url)))?;
         let pool = PgPoolOptions::new()
             .max_connections(8)
             .acquire_timeout(Duration::from_secs(5))
-            .connect(url)
+            .connect_with(options.clone())
             .await
-            .with_context(|| format!("connecting to PostgreSQL at {}", redact(url)))?;
-        let db = Postgres { pool };
+            .with_context(|| format!("connecting to PostgreSQL at {}", redact_url(url)))?;
+        let db = Postgres { breaker: Breaker::new(&options, pool.clone(), probe), pool };
         db.migrate().await?;
         Ok(db)
     }
@@ -93,11 +111,15 @@ impl Postgres {
 
     pub async fn get(&self, scope: &Scope, collection: &str, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
         let sql = "SELECT value FROM plugin_kv WHERE tenant = $1 AND plugin = $2 AND collection = $3 AND key = $4";
-        let row = sqlx::query(sql).bind(&scope.tenant).bind(&scope.plugin).bind(collection).bind(key).fetch_optional(&self.pool).await?;
+        let row = self.breaker.guard(async { Ok::<_, StoreError>(sqlx::query(sql).bind(&scope.tenant).bind(&scope.plugin).bind(collection).bind(key).fetch_optional(&self.pool).await?) }).await?;
         Ok(row.map(|r| r.get(0)))
     }
 
-    pub async fn get_many(&self, scope: &Scope, mut fill: ManyFill<'_>, keys: &[(String, String)]) -> Result<Vec<Option<Item>>, StoreError> {
+    pub async fn get_many(&self, scope: &Scope, fill: ManyFill<'_>, keys: &[(String, String)]) -> Result<Vec<Option<Item>>, StoreError> {
+        self.breaker.guard(self.get_many_now(scope, fill, keys)).await
+    }
+
+    async fn get_many_now(&self, scope: &Scope, mut fill: ManyFill<'_>, keys: &[(String, String)]) -> Result<Vec<Option<Item>>, StoreError> {
         let sql = format!(
             "SELECT collection, key, value, version FROM plugin_kv WHERE tenant = $1 AND plugin = $2 AND (collection, key) IN (VALUES {})",
             fill.values_list('$', 3)
@@ -114,7 +136,11 @@ impl Postgres {
         Ok(fill.finish())
     }
 
-    pub async fn scan_page(&self, scope: &Scope, collection: &str, o: &ScanOptions, mut fill: PageFill) -> Result<Page, StoreError> {
+    pub async fn scan_page(&self, scope: &Scope, collection: &str, o: &ScanOptions, fill: PageFill) -> Result<Page, StoreError> {
+        self.breaker.guard(self.scan_page_now(scope, collection, o, fill)).await
+    }
+
+    async fn scan_page_now(&self, scope: &Scope, collection: &str, o: &ScanOptions, mut fill: PageFill) -> Result<Page, StoreError> {
         if fill.limit() == 0 {
             return Ok(fill.finish());
         }
@@ -137,13 +163,17 @@ impl Postgres {
     pub async fn count(&self, scope: &Scope, collection: &str, prefix: &str) -> Result<u64, StoreError> {
         let upper = format!("{prefix}{PREFIX_END}");
         let sql = "SELECT COUNT(*) FROM plugin_kv WHERE tenant = $1 AND plugin = $2 AND collection = $3 AND key >= $4 AND key < $5";
-        let n: i64 = sqlx::query(sql).bind(&scope.tenant).bind(&scope.plugin).bind(collection).bind(prefix).bind(&upper).fetch_one(&self.pool).await?.get(0);
-        Ok(n as u64)
+        let row = self.breaker.guard(async { Ok::<_, StoreError>(sqlx::query(sql).bind(&scope.tenant).bind(&scope.plugin).bind(collection).bind(prefix).bind(&upper).fetch_one(&self.pool).await?) }).await?;
+        Ok(row.get::<i64, _>(0) as u64)
     }
 
     /// One transaction, run again when it loses to a concurrent one; with a
     /// fence, only while its lease holds.
     pub async fn commit(&self, scope: &Scope, ops: &[Op], fence: Option<&Fence>) -> Result<Outcome, StoreError> {
+        self.breaker.guard(self.commit_now(scope, ops, fence)).await
+    }
+
+    async fn commit_now(&self, scope: &Scope, ops: &[Op], fence: Option<&Fence>) -> Result<Outcome, StoreError> {
         let first_condition = ops.iter().position(Op::is_condition);
         let mut attempt = 0;
         loop {

@@ -435,6 +435,13 @@ impl Cluster {
         assert!(!node.gw.running(), "node {name} still runs after kill -9");
     }
 
+    /// Start a node again on its config and data directory (after `kill9`).
+    pub fn restart(&mut self, name: &str) {
+        let i = self.nodes.iter().position(|n| n.name == name).unwrap_or_else(|| panic!("no node {name} in this cluster"));
+        let node = self.nodes.remove(i);
+        self.nodes.insert(i, Node { name: node.name, gw: node.gw.restart() });
+    }
+
     /// Every node's log tail, for failure messages.
     pub fn logs(&self) -> String {
         self.nodes.iter().map(|n| format!("--- log of node {} ---\n{}\n", n.name, n.log_tail())).collect()

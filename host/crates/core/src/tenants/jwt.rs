@@ -49,8 +49,8 @@ fn tenant_key(tenant: &str, j: &JwtConfig) -> anyhow::Result<TenantKey> {
     let algorithm: Algorithm = alg_name.parse().with_context(|| format!("tenant {tenant}: unknown jwt.algorithm {alg_name:?}"))?;
     let key = match algorithm {
         Algorithm::HS256 | Algorithm::HS384 | Algorithm::HS512 => {
-            anyhow::ensure!(j.secret.len() >= 16, "tenant {tenant}: jwt.secret must be at least 16 bytes");
-            DecodingKey::from_secret(j.secret.as_bytes())
+            anyhow::ensure!(j.secret.expose().len() >= 16, "tenant {tenant}: jwt.secret must be at least 16 bytes");
+            DecodingKey::from_secret(j.secret.expose().as_bytes())
         }
         _ => {
             let pem = std::fs::read(&j.public_key_file).with_context(|| format!("tenant {tenant}: reading jwt.public_key_file {}", j.public_key_file.display()))?;
@@ -92,8 +92,8 @@ impl Tokens {
         let secret = if config.auth.token_secret.is_empty() {
             map_protocol::ids::secret().into_bytes()
         } else {
-            anyhow::ensure!(config.auth.token_secret.len() >= 16, "auth.token_secret must be at least 16 bytes");
-            config.auth.token_secret.clone().into_bytes()
+            anyhow::ensure!(config.auth.token_secret.expose().len() >= 16, "auth.token_secret must be at least 16 bytes");
+            config.auth.token_secret.expose().clone().into_bytes()
         };
         let mut tenants: Vec<TenantKey> = config.tenants.iter().filter_map(|t| t.jwt.as_ref().map(|j| tenant_key(&t.id, j))).collect::<anyhow::Result<_>>()?;
         // Issuers of federated tokens: for this system (`aud`), as `sub`.

@@ -13,7 +13,7 @@ use map_core::outbox::Frame;
 use map_core::Active;
 use crate::exports::{Invocation, Returned};
 use crate::grpc_calls::{code, status};
-use crate::deadline;
+use crate::{contract, deadline};
 use crate::instance::{classify, Instance};
 use crate::outcome::{CallOutcome, Failure};
 use crate::output::log_call_output;
@@ -127,7 +127,13 @@ impl TenantPlugin {
         match deadline::by_extended(ready_at + limits.deadline + Duration::from_millis(500), || waits.extension(), call).await {
             None => Err(Failure::new(CallOutcome::TimedOut, format!("timed out after {} ms", limits.deadline.as_millis()))),
             Some(Err(e)) => Err(classify(&e, limits.deadline.as_millis(), limits.memory_bytes)),
-            Some(Ok(returned)) => accept(self, returned).map_err(|reason| Failure::new(CallOutcome::Error, reason)),
+            Some(Ok(mut returned)) => {
+                // A plugin's error after the store was found unreachable says when to retry.
+                if let (Some(ms), Returned::Rpc(Err(e))) = (waits.retry_after(), &mut returned) {
+                    e.data = contract::with_retry_after(e.data.take(), ms);
+                }
+                accept(self, returned).map_err(|reason| Failure::new(CallOutcome::Error, reason))
+            }
         }
     }
 

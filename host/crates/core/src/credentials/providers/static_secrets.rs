@@ -18,7 +18,7 @@ impl StaticSecrets {
     pub fn new(config: &StaticProvider) -> anyhow::Result<StaticSecrets> {
         let mut by_scope = HashMap::new();
         for (scope, s) in &config.secrets {
-            let read = |secret: &map_config::Secret| secret.reveal().map_err(|e| anyhow::anyhow!("the secret for {scope:?}: {e}"));
+            let read = |secret: &map_config::EnvSecret| secret.reveal().map_err(|e| anyhow::anyhow!("the secret for {scope:?}: {e}"));
             let credential = match &s.value {
                 Some(value) => {
                     let key = if s.kind == "api_key" { "apiKey" } else { "token" };
