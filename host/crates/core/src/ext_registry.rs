@@ -127,12 +127,13 @@ pub fn check(d: &Declared) -> Result<Option<String>, String> {
 }
 
 /// Check the version of the protocol an extension says it implements: a
-/// release number `<major>.<minor>.<patch>` whose major is its URI's, when
+/// release number `<major>.<minor>[.<patch>]` whose major is its URI's, when
 /// the URI ends in `:<major>` (`1.1.0` for `urn:map:ext:mail:1`).
 pub fn check_protocol_version(uri: &str, version: &str) -> Result<(), String> {
     let parts: Vec<&str> = version.split('.').collect();
-    if parts.len() != 3 || !parts.iter().all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())) {
-        return Err(format!("protocol version {version:?} is not of the form <major>.<minor>.<patch>"));
+    // Protocols version as major.minor (A2A's "1.0") or major.minor.patch (mail's "1.1.0").
+    if !(2..=3).contains(&parts.len()) || !parts.iter().all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())) {
+        return Err(format!("protocol version {version:?} is not of the form <major>.<minor>[.<patch>]"));
     }
     let uri_major = uri.rsplit_once(':').map(|(_, major)| major).filter(|m| !m.is_empty() && m.bytes().all(|b| b.is_ascii_digit()));
     match uri_major {
@@ -222,7 +223,8 @@ mod tests {
         assert_eq!(check_protocol_version("urn:example:notes", "0.3.0"), Ok(()), "a URI without a major holds any");
         let e = check_protocol_version("urn:map:ext:mail:1", "2.0.0").unwrap_err();
         assert!(e.contains("major version 1"), "{e}");
-        for bad in ["1.1", "1.1.0-rc1", "v1.1.0", "", "1..0"] {
+        assert_eq!(check_protocol_version("urn:map:ext:a2a:1", "1.0"), Ok(()), "A2A versions as major.minor");
+        for bad in ["1", "1.1.0.2", "1.1.0-rc1", "v1.1.0", "", "1..0"] {
             assert!(check_protocol_version("urn:map:ext:mail:1", bad).unwrap_err().contains("is not of the form"), "{bad}");
         }
     }
