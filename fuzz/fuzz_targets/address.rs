@@ -1,5 +1,3 @@
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    map_gateway::fuzzing::target("address").expect("a target of map_gateway::fuzzing")(data)
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| { map_gateway::fuzzing::target("address").expect("a target of map_gateway::fuzzing")(data) });

@@ -56,7 +56,9 @@ fn main() -> anyhow::Result<()> {
         let answer = gw.handle_frame(&mut b, register).await.expect("registered");
         let answer: serde_json::Value = serde_json::from_str(&answer)?;
         let to = answer["result"]["agent"]["id"].as_str().expect("an agent id").to_string();
-        let frame = format!(r#"{{"jsonrpc":"2.0","id":7,"method":"map/send","params":{{"to":{{"agent":"{to}"}},"payload":{{"bt":123456789,"text":"map-bench payload"}}}}}}"#);
+        let frame = format!(
+            r#"{{"jsonrpc":"2.0","id":7,"method":"map/send","params":{{"to":{{"agent":"{to}"}},"payload":{{"bt":123456789,"text":"map-bench payload"}}}}}}"#
+        );
 
         let mut run = async |n: u64| {
             for _ in 0..n {

@@ -107,7 +107,8 @@ async fn bare_h2_echo() -> anyhow::Result<std::net::SocketAddr> {
                 let body = StreamBody::new(futures_util::stream::iter(frames));
                 Ok::<_, hyper::Error>(http::Response::builder().header("content-type", "application/grpc").body(body).expect("a response"))
             });
-            let conn = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new()).serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            let conn =
+                hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new()).serve_connection(hyper_util::rt::TokioIo::new(stream), service);
             tokio::spawn(conn);
         }
     });
@@ -221,9 +222,21 @@ fn main() -> anyhow::Result<()> {
             micros(percentile(&plugin, 0.5)) - micros(percentile(&native, 0.5)),
             micros(percentile(&plugin, 0.99)) - micros(percentile(&native, 0.99))
         );
-        println!("| gRPC unary through a plugin, one grpc-unary callback (echo.v1.Echo/Unary, singleton, loopback HTTP/2) | {:.1} | {:.1} |", micros(percentile(&grpc, 0.5)), micros(percentile(&grpc, 0.99)));
-        println!("| the same through grpc-handler's four callbacks (echo.v1.Echo/Callbacks) | {:.1} | {:.1} |", micros(percentile(&callbacks, 0.5)), micros(percentile(&callbacks, 0.99)));
-        println!("| the same calls to a bare hyper HTTP/2 echo (no gateway, the floor) | {:.1} | {:.1} |", micros(percentile(&bare, 0.5)), micros(percentile(&bare, 0.99)));
+        println!(
+            "| gRPC unary through a plugin, one grpc-unary callback (echo.v1.Echo/Unary, singleton, loopback HTTP/2) | {:.1} | {:.1} |",
+            micros(percentile(&grpc, 0.5)),
+            micros(percentile(&grpc, 0.99))
+        );
+        println!(
+            "| the same through grpc-handler's four callbacks (echo.v1.Echo/Callbacks) | {:.1} | {:.1} |",
+            micros(percentile(&callbacks, 0.5)),
+            micros(percentile(&callbacks, 0.99))
+        );
+        println!(
+            "| the same calls to a bare hyper HTTP/2 echo (no gateway, the floor) | {:.1} | {:.1} |",
+            micros(percentile(&bare, 0.5)),
+            micros(percentile(&bare, 0.99))
+        );
         println!("| fresh instantiation (pooling allocator) | {:.1} | {:.1} |", micros(percentile(&inst, 0.5)), micros(percentile(&inst, 0.99)));
         anyhow::Ok(())
     })?;

@@ -5,12 +5,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::journal::Journal;
+use map_cluster::{Cluster, Joining};
 use map_config::Config;
 use map_core::extensions::ExtensionHost;
 use map_core::fabric::LocalFabric;
-use map_cluster::{Cluster, Joining};
 use map_core::{Gateway, Tenants};
-use crate::journal::Journal;
 use map_plugin_host::PluginHost;
 use map_store::Store;
 
@@ -21,7 +21,8 @@ pub async fn start(config: Config, config_path: Option<PathBuf>) -> anyhow::Resu
         map_observe::metrics::install()?;
     }
     std::fs::create_dir_all(&config.server.data_dir).map_err(|e| anyhow::anyhow!("creating the data directory {}: {e}", config.server.data_dir.display()))?;
-    let db = Store::open(&config.storage_url(), config.storage.sync == "full", config.storage.cache_mb << 20, Duration::from_millis(config.storage.probe_ms)).await?;
+    let db = Store::open(&config.storage_url(), config.storage.sync == "full", config.storage.cache_mb << 20, Duration::from_millis(config.storage.probe_ms))
+        .await?;
     db.sample_cache();
     let mut host = PluginHost::new(&config, db.clone())?;
     if config.cluster.enabled() {
@@ -128,7 +129,12 @@ pub async fn check(mut config: Config) -> anyhow::Result<String> {
         let tenants = Gateway::tenants_of(&config)?;
         host.apply(&config, &tenants).await?;
         let status = host.status().await;
-        let plugins: Vec<String> = status["plugins"].as_array().into_iter().flatten().map(|p| format!("{} {} (sha256 {})", p["name"].as_str().unwrap_or("?"), p["version"].as_str().unwrap_or("?"), p["digest"].as_str().unwrap_or("?"))).collect();
+        let plugins: Vec<String> = status["plugins"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| format!("{} {} (sha256 {})", p["name"].as_str().unwrap_or("?"), p["version"].as_str().unwrap_or("?"), p["digest"].as_str().unwrap_or("?")))
+            .collect();
         let plugins = if plugins.is_empty() { format!("none (no component in {})", plugin_dir.display()) } else { plugins.join(", ") };
         anyhow::Ok(format!("configuration OK: {} tenant(s); storage: {storage} (not contacted); plugins: {plugins}", config.tenants.len()))
     }

@@ -22,7 +22,9 @@ pub fn install(file: &Path, name: Option<String>, config: &Config) -> anyhow::Re
     let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
     match bytes.get(..8) {
         Some(head) if head == COMPONENT => {}
-        Some(head) if head == MODULE => bail!("{} is a core Wasm module, not a component: build for wasm32-wasip2 (or wrap it with `wasm-tools component new`)", file.display()),
+        Some(head) if head == MODULE => {
+            bail!("{} is a core Wasm module, not a component: build for wasm32-wasip2 (or wrap it with `wasm-tools component new`)", file.display())
+        }
         _ => bail!("{} is not a Wasm component", file.display()),
     }
     let name = match name {
@@ -32,14 +34,20 @@ pub fn install(file: &Path, name: Option<String>, config: &Config) -> anyhow::Re
     check_name(&name)?;
     if let Some(listed) = &config.plugins {
         if !listed.contains_key(&name) {
-            bail!("this configuration lists its plugins in a [plugins] table, so nothing loads from plugin_dir: add [plugins.{name}] path = {:?} instead", file.display().to_string());
+            bail!(
+                "this configuration lists its plugins in a [plugins] table, so nothing loads from plugin_dir: add [plugins.{name}] path = {:?} instead",
+                file.display().to_string()
+            );
         }
     }
     let dir = &config.server.plugin_dir;
     // A relative default found from the wrong folder would make a folder no
     // gateway reads: only an existing one is taken.
     if !dir.is_dir() {
-        bail!("no plugin folder at {}: run this where the gateway runs (the checkout, for scripts/run.sh), or pass --plugin-dir or --config", std::path::absolute(dir).unwrap_or_else(|_| dir.clone()).display());
+        bail!(
+            "no plugin folder at {}: run this where the gateway runs (the checkout, for scripts/run.sh), or pass --plugin-dir or --config",
+            std::path::absolute(dir).unwrap_or_else(|_| dir.clone()).display()
+        );
     }
     let dest = dir.join(format!("{name}.wasm"));
     // Its signature and defaults (which the signature covers) go along, before the component.

@@ -14,11 +14,11 @@ use anyhow::Context;
 use parking_lot::Mutex;
 use rusqlite::{params, Connection};
 
+use map_core::directory::{ChangeSink, Track};
 use map_core::events::StoredEvent;
 use map_core::fabric::{LocalFabric, Recorded};
 use map_core::model::Scope;
 use map_core::registry::Registry;
-use map_core::directory::{ChangeSink, Track};
 use map_core::tracked::Changes;
 use map_core::Tenant;
 

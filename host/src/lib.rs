@@ -21,9 +21,9 @@ pub mod acp;
 pub mod app;
 mod federation;
 // Every decoder of untrusted bytes as a fuzz target (`fuzz/`, tests/fuzz_smoke.rs).
+mod framing;
 #[doc(hidden)]
 pub mod fuzzing;
-mod framing;
 mod journal;
 pub mod memory;
 pub mod telemetry;

@@ -9,8 +9,8 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use map_config::Config;
 use map_core::Gateway;
-use map_plugin_host::{oci, signing};
 use map_gateway::transport;
+use map_plugin_host::{oci, signing};
 
 mod install;
 mod scaffold;
@@ -169,9 +169,20 @@ fn plugin(command: PluginCommand) -> anyhow::Result<()> {
     match command {
         PluginCommand::New { name, dir, sdk, lang } => {
             let project = scaffold::create(&name, dir, sdk, lang)?;
-            println!("created {} in {} (extension x-{}, error codes {}–{})", project.name, project.dir.display(), project.name, project.error_base(), project.error_base() + 999);
+            println!(
+                "created {} in {} (extension x-{}, error codes {}–{})",
+                project.name,
+                project.dir.display(),
+                project.name,
+                project.error_base(),
+                project.error_base() + 999
+            );
             println!("build it:  (cd {} && {})", project.dir.display(), project.build_command());
-            println!("load it:   map-gateway plugin install {} --plugin-dir {}   (then POST /admin/reload?wait=true)", project.wasm().display(), project.dist().display());
+            println!(
+                "load it:   map-gateway plugin install {} --plugin-dir {}   (then POST /admin/reload?wait=true)",
+                project.wasm().display(),
+                project.dist().display()
+            );
             Ok(())
         }
         PluginCommand::Install { file, name, config, plugin_dir } => {
@@ -304,7 +315,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
     }
 }
-
 
 async fn serve(config: Config, config_path: Option<PathBuf>, stdio: bool) -> anyhow::Result<()> {
     let listen = config.server.listen;

@@ -37,7 +37,9 @@ impl Telemetry {
 pub fn init(config: &TelemetryConfig) -> anyhow::Result<Telemetry> {
     // PostgreSQL's notices ("relation already exists, skipping" at each start)
     // are not news to an operator: warnings only, unless asked for.
-    let filter = EnvFilter::try_from_env("MAP_GATEWAY_LOG").unwrap_or_else(|_| EnvFilter::new("info,sqlx::postgres::notice=warn")).add_directive(format!("{TARGET}=off").parse()?);
+    let filter = EnvFilter::try_from_env("MAP_GATEWAY_LOG")
+        .unwrap_or_else(|_| EnvFilter::new("info,sqlx::postgres::notice=warn"))
+        .add_directive(format!("{TARGET}=off").parse()?);
     let stderr_is_terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let logs = match config.log_format.as_str() {
         "json" => tracing_subscriber::fmt::layer().json().with_current_span(false).with_writer(std::io::stderr).boxed(),
@@ -117,4 +119,3 @@ impl opentelemetry_http::HttpClient for OnOwnRuntime {
         self.runtime.spawn(async move { client.send_bytes(request).await }).await?
     }
 }
-

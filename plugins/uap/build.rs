@@ -5,7 +5,8 @@ use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = PathBuf::from("proto");
-    let files: Vec<PathBuf> = std::fs::read_dir(&dir)?.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "proto")).collect();
+    let files: Vec<PathBuf> =
+        std::fs::read_dir(&dir)?.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "proto")).collect();
     println!("cargo:rerun-if-changed=proto");
     let set = protox::compile(&files, [&dir])?;
     let out = PathBuf::from(std::env::var("OUT_DIR")?);

@@ -102,7 +102,14 @@ struct Bridge {
 }
 
 /// Serve one editor until it goes (`from_editor` ends) or the MAP side closes.
-pub async fn run(link: Link, mut notes: mpsc::Receiver<Value>, mut from_editor: mpsc::Receiver<String>, to_editor: mpsc::Sender<String>, opts: Options, auth: Option<Value>) {
+pub async fn run(
+    link: Link,
+    mut notes: mpsc::Receiver<Value>,
+    mut from_editor: mpsc::Receiver<String>,
+    to_editor: mpsc::Sender<String>,
+    opts: Options,
+    auth: Option<Value>,
+) {
     let mut hello = json!({"protocolVersion": 1, "participantType": "client", "name": "acp-bridge"});
     if let Some(a) = auth {
         hello["auth"] = a;
@@ -371,7 +378,9 @@ impl Bridge {
         let data = &event["data"];
         let why = match event["type"].as_str().unwrap_or_default() {
             "agent_unregistered" if data["agentId"] == agent.as_str() => Some(format!("agent {agent} was unregistered")),
-            "agent_state_changed" if data["agentId"] == agent.as_str() && matches!(data["state"].as_str().or(data["newState"].as_str()), Some("stopped" | "failed")) => {
+            "agent_state_changed"
+                if data["agentId"] == agent.as_str() && matches!(data["state"].as_str().or(data["newState"].as_str()), Some("stopped" | "failed")) =>
+            {
                 Some(format!("agent {agent} stopped"))
             }
             "participant_disconnected" if data["participantId"] == owner.as_str() => Some(format!("agent {agent} disconnected")),

@@ -40,6 +40,8 @@ pub async fn call(link: &Link, method: &str, params: Value) -> Result<Value, Map
             Err(e) => Err(e),
         },
         "_map/subscribe" => link.call("map/subscribe", params).await,
-        other => Err(json!({"code": -32601, "message": format!("Method not found: {other} (ACP-compat methods: _map/agent.list, _map/hierarchy.get, _map/scope.list, _map/send, _map/broadcast, _map/task.list, _map/subscribe)")})),
+        other => Err(
+            json!({"code": -32601, "message": format!("Method not found: {other} (ACP-compat methods: _map/agent.list, _map/hierarchy.get, _map/scope.list, _map/send, _map/broadcast, _map/task.list, _map/subscribe)")}),
+        ),
     }
 }

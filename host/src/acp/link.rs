@@ -112,7 +112,13 @@ impl Link {
 
 /// A session inside this gateway, as a transport would open it: `preset`
 /// credentials are those the editor's connection carried (HTTP headers).
-pub fn in_process(gw: Arc<Gateway>, preset: Option<(String, String)>, loopback: bool, peer_ip: Option<IpAddr>, call_timeout: Duration) -> (Link, mpsc::Receiver<Value>) {
+pub fn in_process(
+    gw: Arc<Gateway>,
+    preset: Option<(String, String)>,
+    loopback: bool,
+    peer_ip: Option<IpAddr>,
+    call_timeout: Duration,
+) -> (Link, mpsc::Receiver<Value>) {
     let bounds = Bounds { max_frame_bytes: gw.config.server.max_message_bytes, call_timeout };
     let (frames_tx, mut frames_rx) = map_core::outbox::channel(gw.config.limits.outbox_frames, gw.config.limits.outbox_bytes);
     let (out_tx, mut out_rx) = mpsc::channel::<String>(64);
@@ -157,13 +163,16 @@ pub async fn websocket(url: &str, bounds: Bounds, trust: Option<&Trust>) -> anyh
     };
     let host = uri.host().with_context(|| format!("{url} names no host"))?;
     let port = uri.port_u16().unwrap_or(default_port);
-    let tcp = tokio::net::TcpStream::connect((host.trim_start_matches('[').trim_end_matches(']'), port)).await.with_context(|| format!("connecting to {host}:{port}"))?;
+    let tcp = tokio::net::TcpStream::connect((host.trim_start_matches('[').trim_end_matches(']'), port))
+        .await
+        .with_context(|| format!("connecting to {host}:{port}"))?;
     let _ = tcp.set_nodelay(true);
     let Some(trust) = tls else {
         let (socket, _) = tokio_tungstenite::client_async(url, tcp).await.with_context(|| format!("WebSocket handshake with {url}"))?;
         return Ok(serve(socket, bounds));
     };
-    let name = ServerName::try_from(host.trim_start_matches('[').trim_end_matches(']').to_string()).with_context(|| format!("{url}: {host} is not a server name"))?;
+    let name =
+        ServerName::try_from(host.trim_start_matches('[').trim_end_matches(']').to_string()).with_context(|| format!("{url}: {host} is not a server name"))?;
     let stream = TlsConnector::from(trust.config.clone())
         .connect(name, tcp)
         .await

@@ -192,7 +192,8 @@ async fn deliver(system: &System, active: &Active, peer: &Arc<Peer>, r: &Routed,
     let agent = to.get("agent").and_then(Value::as_str).or_else(|| to.as_str().map(|s| s.strip_prefix("agent:").unwrap_or(s))).unwrap_or_default();
     let agent = agent.strip_prefix(&format!("{}:agent:", system.config.system_id)).unwrap_or(agent).to_string();
     let source = r.source.clone().unwrap_or_else(|| peer.config.system_id.clone());
-    let not_here = || RpcError::new(codes::FEDERATION_ROUTE_REJECTED, format!("System {} has no agent {agent:?} that it shows to {source}", system.config.system_id));
+    let not_here =
+        || RpcError::new(codes::FEDERATION_ROUTE_REJECTED, format!("System {} has no agent {agent:?} that it shows to {source}", system.config.system_id));
     if !reachable(active, peer, &agent, &source).await {
         return Err(not_here());
     }

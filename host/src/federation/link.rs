@@ -52,7 +52,13 @@ pub async fn keep(system: Weak<System>, peer: Arc<Peer>) {
             if was_linked {
                 s.emit("federation_disconnected", json!({"systemId": peer.config.system_id, "direction": "outbound", "endpoint": endpoint, "reason": why}));
             }
-            tracing::info!(system = s.config.system_id, peer = peer.config.system_id, reason = why, retry_in_ms = wait.as_millis() as u64, "federation link down");
+            tracing::info!(
+                system = s.config.system_id,
+                peer = peer.config.system_id,
+                reason = why,
+                retry_in_ms = wait.as_millis() as u64,
+                "federation link down"
+            );
         }
         tokio::time::sleep(wait).await;
         wait = (wait * 2).min(BACKOFF_LAST);
@@ -86,7 +92,11 @@ async fn join(system: &System, peer: &Peer, link: &Link) -> Result<bool, String>
         }
         let challenge = answer.pointer("/authRequired/challenge").cloned();
         if attempt == 1 || auth.is_null() || challenge.is_none() {
-            return Err(format!("system {} did not accept this system's credentials: {}", peer.config.system_id, answer.pointer("/error/message").and_then(Value::as_str).unwrap_or("authentication required")));
+            return Err(format!(
+                "system {} did not accept this system's credentials: {}",
+                peer.config.system_id,
+                answer.pointer("/error/message").and_then(Value::as_str).unwrap_or("authentication required")
+            ));
         }
         // The second round: credentials with the peer's challenge.
         params["auth"] = json!({"method": auth["method"], "credentials": auth.get("credential").or(auth.get("credentials")).or(auth.get("token")).cloned()});
@@ -221,7 +231,10 @@ async fn attempt(s: &System, peer: &Peer, link: &Link, entry: &super::outbox::En
         }
     }
     if held {
-        s.emit("federation_message_failed", json!({"systemId": peer.config.system_id, "messageId": id, "to": to, "code": refusal.code, "reason": refusal.message}));
+        s.emit(
+            "federation_message_failed",
+            json!({"systemId": peer.config.system_id, "messageId": id, "to": to, "code": refusal.code, "reason": refusal.message}),
+        );
     }
     Ok(Attempt::Answered(Err(refusal)))
 }

@@ -136,8 +136,12 @@ pub async fn start(gateway: &Arc<Gateway>, db: &Store) -> anyhow::Result<()> {
         let tenant = gateway.tenants.get(&t.id).ok_or_else(|| anyhow::anyhow!("tenant {} is not running", t.id))?;
         let mut peers = HashMap::new();
         for p in &config.peers {
-            let outbox = Outbox::open(db.clone(), &t.id, &p.system_id, config.buffer_messages, config.buffer_bytes).await.map_err(|e| anyhow::anyhow!("reading the federation outbox of {}: {e}", p.system_id))?;
-            let replies = Replies::open(db.clone(), &t.id, &p.system_id, config.reply_window_secs).await.map_err(|e| anyhow::anyhow!("reading the reply grants of {}: {e}", p.system_id))?;
+            let outbox = Outbox::open(db.clone(), &t.id, &p.system_id, config.buffer_messages, config.buffer_bytes)
+                .await
+                .map_err(|e| anyhow::anyhow!("reading the federation outbox of {}: {e}", p.system_id))?;
+            let replies = Replies::open(db.clone(), &t.id, &p.system_id, config.reply_window_secs)
+                .await
+                .map_err(|e| anyhow::anyhow!("reading the reply grants of {}: {e}", p.system_id))?;
             let peer = Peer {
                 config: p.clone(),
                 exposure: exposure(p),
@@ -156,7 +160,8 @@ pub async fn start(gateway: &Arc<Gateway>, db: &Store) -> anyhow::Result<()> {
             };
             peers.insert(p.system_id.clone(), Arc::new(peer));
         }
-        let system = Arc::new_cyclic(|me| System { me: me.clone(), config: config.clone(), tenant: Arc::downgrade(&tenant), gateway: Arc::downgrade(gateway), peers });
+        let system =
+            Arc::new_cyclic(|me| System { me: me.clone(), config: config.clone(), tenant: Arc::downgrade(&tenant), gateway: Arc::downgrade(gateway), peers });
         tenant.set_federation(system.clone());
         for peer in system.peers.values().filter(|p| !p.config.endpoint.is_empty()) {
             tokio::spawn(link::keep(Arc::downgrade(&system), peer.clone()));
@@ -176,7 +181,9 @@ impl System {
     }
 
     fn peer(&self, system: &str) -> Result<&Arc<Peer>, RpcError> {
-        self.peers.get(system).ok_or_else(|| RpcError::new(codes::FEDERATION_SYSTEM_NOT_FOUND, format!("System {system:?} is not a peer of system {}", self.config.system_id)))
+        self.peers
+            .get(system)
+            .ok_or_else(|| RpcError::new(codes::FEDERATION_SYSTEM_NOT_FOUND, format!("System {system:?} is not a peer of system {}", self.config.system_id)))
     }
 
     /// The local agent `from` wrote to `peer`: the peer may answer it for a
@@ -186,8 +193,15 @@ impl System {
         let Some(who) = self.tenant.upgrade().and_then(|t| t.registry.lock().agents.get(from).map(Registration::of)) else { return };
         match peer.replies.grant(&who).await {
             Ok(granted) if granted || self.config.reply_window_secs == 0 => {}
-            Ok(_) => tracing::warn!(system = self.config.system_id, peer = peer.config.system_id, agent = from, "reply grants for this peer are at their limit: the peer cannot answer this agent"),
-            Err(e) => tracing::warn!(system = self.config.system_id, peer = peer.config.system_id, agent = from, error = %e, "storing a reply grant failed: the peer cannot answer this agent"),
+            Ok(_) => tracing::warn!(
+                system = self.config.system_id,
+                peer = peer.config.system_id,
+                agent = from,
+                "reply grants for this peer are at their limit: the peer cannot answer this agent"
+            ),
+            Err(e) => {
+                tracing::warn!(system = self.config.system_id, peer = peer.config.system_id, agent = from, error = %e, "storing a reply grant failed: the peer cannot answer this agent")
+            }
         }
     }
 

@@ -88,7 +88,8 @@ fn duplicate_keys(text: &str) -> bool {
 
 /// Whether a message is a JSON-RPC response (which the gateway drops).
 fn is_response(text: &str, v: &Value) -> bool {
-    let shape = v["jsonrpc"] == "2.0" && v.get("id").is_none_or(valid_id) && v.get("method").is_none() && (v.get("result").is_some() || v.get("error").is_some());
+    let shape =
+        v["jsonrpc"] == "2.0" && v.get("id").is_none_or(valid_id) && v.get("method").is_none() && (v.get("result").is_some() || v.get("error").is_some());
     shape && !duplicate_keys(text)
 }
 

@@ -36,6 +36,10 @@ pub fn connection(data: &[u8]) {
     if !output.is_empty() {
         let h2_settings = output.len() >= 9 && output[3] == 4;
         // An HTTP/1.0 request is answered in HTTP/1.0.
-        assert!(output.starts_with(b"HTTP/1.1 ") || output.starts_with(b"HTTP/1.0 ") || h2_settings, "not an HTTP answer: {:?}", String::from_utf8_lossy(&output[..output.len().min(200)]));
+        assert!(
+            output.starts_with(b"HTTP/1.1 ") || output.starts_with(b"HTTP/1.0 ") || h2_settings,
+            "not an HTTP answer: {:?}",
+            String::from_utf8_lossy(&output[..output.len().min(200)])
+        );
     }
 }

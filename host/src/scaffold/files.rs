@@ -10,10 +10,30 @@ macro_rules! python_files {
         $((concat!("map_plugin/", $sdk), include_str!(concat!("../../../plugins/sdk-python/map_plugin/", $sdk))),)*
     ]};
 }
-pub const PYTHON: [(&str, &str); 21] = python_files!(["app.py", "build.sh"], [
-    "__init__.py", "_contract.py", "_exports.py", "_json.py", "_wit.py", "call.py", "config.py", "errors.py", "events.py",
-    "extension.py", "ids.py", "log.py", "metrics.py", "params.py", "py.typed", "resources.py", "router.py", "store.py", "timers.py"
-]);
+pub const PYTHON: [(&str, &str); 21] = python_files!(
+    ["app.py", "build.sh"],
+    [
+        "__init__.py",
+        "_contract.py",
+        "_exports.py",
+        "_json.py",
+        "_wit.py",
+        "call.py",
+        "config.py",
+        "errors.py",
+        "events.py",
+        "extension.py",
+        "ids.py",
+        "log.py",
+        "metrics.py",
+        "params.py",
+        "py.typed",
+        "resources.py",
+        "router.py",
+        "store.py",
+        "timers.py"
+    ]
+);
 /// A JavaScript project: the plugin, its build, and the JavaScript plugin
 /// SDK from plugins/sdk-js under sdk/ (package.json links it), so the
 /// project builds with only this binary installed.
@@ -23,16 +43,45 @@ macro_rules! js_files {
         $((concat!("sdk/", $sdk), include_str!(concat!("../../../plugins/sdk-js/", $sdk))),)*
     ]};
 }
-pub const JS: [(&str, &str); 16] = js_files!(["plugin.js", "build.mjs", "package.json", "build.sh"], [
-    "package.json", "build.mjs", "index.d.ts", "build.d.ts", "README.md",
-    "src/call.js", "src/errors.js", "src/extension.js", "src/host.js", "src/imports.js", "src/index.js", "src/store.js"
-]);
+pub const JS: [(&str, &str); 16] = js_files!(
+    ["plugin.js", "build.mjs", "package.json", "build.sh"],
+    [
+        "package.json",
+        "build.mjs",
+        "index.d.ts",
+        "build.d.ts",
+        "README.md",
+        "src/call.js",
+        "src/errors.js",
+        "src/extension.js",
+        "src/host.js",
+        "src/imports.js",
+        "src/index.js",
+        "src/store.js"
+    ]
+);
 
 /// The contract (`wit/`), which Python and JavaScript projects bind against.
 macro_rules! wit_files {
     ($($file:literal),*) => {[$((concat!("wit/", $file), include_str!(concat!("../../../wit/", $file))),)*]};
 }
-pub const WIT: [(&str, &str); 15] = wit_files!("config.wit", "events.wit", "grpc.wit", "http.wit", "lifecycle.wit", "log.wit", "metrics.wit", "package.wit", "resources.wit", "router.wit", "rpc.wit", "send-observer.wit", "store.wit", "types.wit", "worlds.wit");
+pub const WIT: [(&str, &str); 15] = wit_files!(
+    "config.wit",
+    "events.wit",
+    "grpc.wit",
+    "http.wit",
+    "lifecycle.wit",
+    "log.wit",
+    "metrics.wit",
+    "package.wit",
+    "resources.wit",
+    "router.wit",
+    "rpc.wit",
+    "send-observer.wit",
+    "store.wit",
+    "types.wit",
+    "worlds.wit"
+);
 
 #[cfg(test)]
 mod tests {
@@ -73,7 +122,12 @@ mod tests {
     #[test]
     fn projects_carry_the_whole_contract() {
         let wit = Path::new(env!("CARGO_MANIFEST_DIR")).join("../wit");
-        let mut files: Vec<String> = std::fs::read_dir(&wit).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "wit")).map(|p| format!("wit/{}", p.file_name().unwrap().to_string_lossy())).collect();
+        let mut files: Vec<String> = std::fs::read_dir(&wit)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "wit"))
+            .map(|p| format!("wit/{}", p.file_name().unwrap().to_string_lossy()))
+            .collect();
         files.sort();
         assert_eq!(WIT.iter().map(|(f, _)| f.to_string()).collect::<Vec<_>>(), files, "every file of wit/, and only those");
         for (file, text) in WIT {

@@ -37,7 +37,14 @@ pub fn upgrade(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Re
 
 /// `linger`: set when the socket closes on a frame it could not read (too
 /// large, not UTF-8), so that its close frame reaches the editor, as on `/map`.
-async fn session(gw: Arc<Gateway>, socket: super::ws::Socket, peer: SocketAddr, preset: Option<(String, String)>, opts: bridge::Options, linger: super::Linger) {
+async fn session(
+    gw: Arc<Gateway>,
+    socket: super::ws::Socket,
+    peer: SocketAddr,
+    preset: Option<(String, String)>,
+    opts: bridge::Options,
+    linger: super::Linger,
+) {
     let _open = gw.drain.enter();
     let _counted = map_observe::metrics::connection("acp");
     let (map, notes) = link::in_process(gw.clone(), preset, super::headers::is_loopback(&peer), Some(peer.ip()), opts.agent_request_timeout);

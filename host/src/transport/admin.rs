@@ -46,7 +46,8 @@ fn authorise(gw: &Gateway, peer: SocketAddr, req: &Request<Incoming>) -> Result<
         if let Err(e) = gw.tenants.throttle.check(peer.ip()) {
             return Err(error_json(StatusCode::TOO_MANY_REQUESTS, &e.message));
         }
-        let ok = super::headers::header_credentials(req.headers()).is_some_and(|(kind, t)| kind == "bearer" && map_protocol::ids::secrets_equal(&t, token.expose()));
+        let ok =
+            super::headers::header_credentials(req.headers()).is_some_and(|(kind, t)| kind == "bearer" && map_protocol::ids::secrets_equal(&t, token.expose()));
         if !ok {
             gw.tenants.throttle.failed(peer.ip());
         }
@@ -98,7 +99,9 @@ pub async fn route(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -
             Err(e) => error_json(StatusCode::UNPROCESSABLE_ENTITY, &format!("{e:#}")),
         },
         (&Method::GET, p) if p.starts_with("/admin/reload/") => reload_job(&gw, Some(&p["/admin/reload/".len()..])),
-        (_, "/metrics" | "/admin/tenants" | "/admin/sessions" | "/admin/agents" | "/admin/scopes" | "/admin/subscriptions" | "/admin/plugins") => method_not_allowed("GET"),
+        (_, "/metrics" | "/admin/tenants" | "/admin/sessions" | "/admin/agents" | "/admin/scopes" | "/admin/subscriptions" | "/admin/plugins") => {
+            method_not_allowed("GET")
+        }
         (_, "/admin/reload") => method_not_allowed("GET, POST"),
         (_, "/admin/rollback") => method_not_allowed("POST"),
         (_, p) if p.starts_with("/admin/rollout") => method_not_allowed("GET"),

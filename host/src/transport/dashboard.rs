@@ -35,7 +35,10 @@ pub fn serve(method: &Method, path: &str) -> Response<Body> {
     let mut resp = full(StatusCode::OK, content_type, body);
     let h = resp.headers_mut();
     // The page runs only its own files, and never inside another site's frame.
-    h.insert("content-security-policy", hyper::header::HeaderValue::from_static("default-src 'self'; connect-src 'self' ws: wss:; img-src 'self' data:; frame-ancestors 'none'"));
+    h.insert(
+        "content-security-policy",
+        hyper::header::HeaderValue::from_static("default-src 'self'; connect-src 'self' ws: wss:; img-src 'self' data:; frame-ancestors 'none'"),
+    );
     h.insert("x-content-type-options", hyper::header::HeaderValue::from_static("nosniff"));
     h.insert("cache-control", hyper::header::HeaderValue::from_static("no-cache"));
     resp

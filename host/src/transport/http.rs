@@ -117,7 +117,9 @@ async fn plugin_http(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>)
         // Credentials only matter for a path some tenant's plugin serves.
         let served_somewhere = gw.tenants.all().any(|t| map_plugin_host::of(t).http_route(&path).is_some());
         return match tenant {
-            None if served_somewhere => plugin_refusal(StatusCode::UNAUTHORIZED, "unauthorized", "credentials required (Authorization: Bearer <key> or X-Api-Key)"),
+            None if served_somewhere => {
+                plugin_refusal(StatusCode::UNAUTHORIZED, "unauthorized", "credentials required (Authorization: Bearer <key> or X-Api-Key)")
+            }
             _ => full(StatusCode::NOT_FOUND, "text/plain", "not found\n"),
         };
     };
@@ -131,7 +133,8 @@ async fn plugin_http(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>)
     let body = match read_body(req.into_body(), limit).await {
         Ok(b) => b.to_vec(),
         Err(BodyError::TooLarge) => {
-            let refusal = plugin_refusal(StatusCode::PAYLOAD_TOO_LARGE, "message_too_large", &format!("the body is larger than the gateway's limit of {limit} bytes"));
+            let refusal =
+                plugin_refusal(StatusCode::PAYLOAD_TOO_LARGE, "message_too_large", &format!("the body is larger than the gateway's limit of {limit} bytes"));
             return refusing_body(refusal, linger);
         }
         Err(BodyError::Unreadable) => return plugin_refusal(StatusCode::BAD_REQUEST, "invalid_request", "could not read the body"),
@@ -312,7 +315,10 @@ impl Drop for StreamGuard {
 
 fn events(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Response<Body> {
     let Some(session) = session_of(&req) else {
-        return rpc_error(StatusCode::UNAUTHORIZED, RpcError::new(map_protocol::rpc::codes::AUTH_REQUIRED, format!("Name the session in the {SESSION_HEADER} header")));
+        return rpc_error(
+            StatusCode::UNAUTHORIZED,
+            RpcError::new(map_protocol::rpc::codes::AUTH_REQUIRED, format!("Name the session in the {SESSION_HEADER} header")),
+        );
     };
     let who = match caller(&gw, peer, req.headers()) {
         Ok(who) => who,

@@ -16,8 +16,8 @@ pub mod tls;
 pub(crate) mod ws;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
@@ -241,7 +241,11 @@ where
 const MAX_STREAMS: u32 = 256;
 
 /// gRPC goes to the plugins' gRPC service, everything else to the HTTP routes.
-async fn serve_request(gw: Arc<Gateway>, peer: std::net::SocketAddr, req: hyper::Request<hyper::body::Incoming>) -> Result<hyper::Response<tonic::body::Body>, std::convert::Infallible> {
+async fn serve_request(
+    gw: Arc<Gateway>,
+    peer: std::net::SocketAddr,
+    req: hyper::Request<hyper::body::Incoming>,
+) -> Result<hyper::Response<tonic::body::Body>, std::convert::Infallible> {
     if grpc::is_grpc(&req) {
         return Ok(grpc::serve(gw, peer, req).await);
     }
@@ -253,7 +257,10 @@ async fn serve_request(gw: Arc<Gateway>, peer: std::net::SocketAddr, req: hyper:
 async fn refuse_busy(mut stream: tokio::net::TcpStream) {
     use tokio::io::AsyncWriteExt;
     let body = "{\"error\":\"too many connections\"}";
-    let head = format!("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+    let head = format!(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
     let _ = tokio::time::timeout(Duration::from_secs(2), stream.write_all(head.as_bytes())).await;
     let _ = stream.shutdown().await;
 }
@@ -319,7 +326,11 @@ impl<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static> D
 }
 
 impl<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static> tokio::io::AsyncRead for IdleIo<S> {
-    fn poll_read(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>, buf: &mut tokio::io::ReadBuf<'_>) -> std::task::Poll<std::io::Result<()>> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
         let before = buf.filled().len();
         let r = self.io().poll_read(cx, buf);
         if buf.filled().len() > before {

@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use tokio::io::{AsyncWriteExt, BufReader};
 
-use map_core::{Conn, Gateway};
 use crate::framing::read_line_limited;
+use map_core::{Conn, Gateway};
 use map_protocol::rpc::{encode_error, RpcError};
 
 /// Serve one peer on stdin/stdout until stdin closes.

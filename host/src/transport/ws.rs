@@ -17,10 +17,10 @@ use hyper::header::{HeaderValue, CONNECTION, SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
-use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::{CloseCode, Data, OpCode};
 use tokio_tungstenite::tungstenite::protocol::frame::Frame as WsFrame;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{self, Message, Utf8Bytes};
 use tokio_tungstenite::WebSocketStream;
 
@@ -268,7 +268,14 @@ enum Step {
 
 /// Read requests and answer them until the peer leaves, idles, misbehaves
 /// or the gateway stops. Returns the close frame to send, if any.
-async fn read_loop<S>(gw: &Arc<Gateway>, conn: &mut Conn, mut source: SplitStream<WebSocketStream<S>>, control: &Control, peer: SocketAddr, linger: &super::Linger) -> Option<CloseFrame>
+async fn read_loop<S>(
+    gw: &Arc<Gateway>,
+    conn: &mut Conn,
+    mut source: SplitStream<WebSocketStream<S>>,
+    control: &Control,
+    peer: SocketAddr,
+    linger: &super::Linger,
+) -> Option<CloseFrame>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {

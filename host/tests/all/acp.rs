@@ -29,7 +29,11 @@ struct FromEditor {
 async fn agent(gw: &Gateway, role: &str) -> Agent {
     let (mut ws, hello) = gw.ws_connected("agent", None).await;
     let registered = ws.call_ok("map/agents/register", json!({"name": role, "role": role})).await;
-    Agent { ws, id: registered["agent"]["id"].as_str().expect("agent id").to_string(), resume_token: hello["resumeToken"].as_str().expect("resumeToken").to_string() }
+    Agent {
+        ws,
+        id: registered["agent"]["id"].as_str().expect("agent id").to_string(),
+        resume_token: hello["resumeToken"].as_str().expect("resumeToken").to_string(),
+    }
 }
 
 impl Agent {
@@ -37,13 +41,20 @@ impl Agent {
     async fn next(&mut self, within: Duration) -> Option<FromEditor> {
         let note = self.ws.take_where(within, |n| n["method"] == "map/message" && n["params"]["message"]["payload"]["acp"].is_object()).await?;
         let message = &note["params"]["message"];
-        Some(FromEditor { acp: message["payload"]["acp"].clone(), from: message["from"].as_str().expect("from").to_string(), context: message["payload"]["acpContext"].clone() })
+        Some(FromEditor {
+            acp: message["payload"]["acp"].clone(),
+            from: message["from"].as_str().expect("from").to_string(),
+            context: message["payload"]["acpContext"].clone(),
+        })
     }
 
     /// Tunnel an ACP message back to the bridge that sent `to`.
     async fn send(&mut self, to: &FromEditor, acp: Value) {
         let context = json!({"streamId": to.context["streamId"], "sessionId": to.context["sessionId"], "direction": "agent-to-client"});
-        let sent = self.ws.call_ok("map/send", json!({"to": {"participant": to.from}, "payload": {"acp": acp, "acpContext": context}, "meta": {"protocol": "acp"}})).await;
+        let sent = self
+            .ws
+            .call_ok("map/send", json!({"to": {"participant": to.from}, "payload": {"acp": acp, "acpContext": context}, "meta": {"protocol": "acp"}}))
+            .await;
         assert_eq!(sent["delivered"].as_array().map(Vec::len), Some(1), "{sent}");
     }
 

@@ -43,7 +43,11 @@ async fn the_admin_api_lists_tenants_sessions_agents_scopes_and_subscriptions() 
     let tenants = admin_get(&gw, "/admin/tenants").await;
     assert_eq!(ids(&tenants, "tenants"), ["acme", "default", "globex"], "{tenants}");
     let acme = &tenants["tenants"][0];
-    assert_eq!((acme["sessions"].as_u64(), acme["agents"].as_u64(), acme["scopes"].as_u64(), acme["subscriptions"].as_u64()), (Some(2), Some(2), Some(1), Some(1)), "{acme}");
+    assert_eq!(
+        (acme["sessions"].as_u64(), acme["agents"].as_u64(), acme["scopes"].as_u64(), acme["subscriptions"].as_u64()),
+        (Some(2), Some(2), Some(1), Some(1)),
+        "{acme}"
+    );
     assert!(acme["eventLog"]["events"].as_u64().unwrap() >= 3, "registrations and the scope are in the log: {acme}");
     assert!(acme["eventLog"]["bytes"].as_u64().unwrap() > 0, "{acme}");
 
@@ -79,7 +83,8 @@ async fn the_admin_api_lists_tenants_sessions_agents_scopes_and_subscriptions() 
 
     // The replay log's size is a metric too.
     let metrics = http(&gw.addr(), "GET", "/metrics", &[ADMIN], b"").await.text();
-    let events_line = metrics.lines().find(|l| l.starts_with(r#"map_event_log_events{tenant="acme"}"#)).unwrap_or_else(|| panic!("no event log gauge in:\n{metrics}"));
+    let events_line =
+        metrics.lines().find(|l| l.starts_with(r#"map_event_log_events{tenant="acme"}"#)).unwrap_or_else(|| panic!("no event log gauge in:\n{metrics}"));
     assert_eq!(events_line.rsplit(' ').next().unwrap().parse::<u64>().unwrap(), acme["eventLog"]["events"].as_u64().unwrap());
     // And the store's read cache, within its bound (storage.cache_mb, 64 MiB by default).
     let cache_line = metrics.lines().find(|l| l.starts_with("map_store_cache_bytes ")).unwrap_or_else(|| panic!("no store cache gauge in:\n{metrics}"));

@@ -85,9 +85,12 @@ async fn cross_node_send_every_address_form() {
         mid.wait_for_agent(id).await;
     }
     let team = set(&["mid", "kid1", "sib", "grandkid"]);
-    mid.wait_for("the team's four members (joined on a, b and c) known on node a", "map/scopes/members", json!({"scopeId": "team"}), |r| id_set(&r["result"]["members"]) == team)
+    mid.wait_for("the team's four members (joined on a, b and c) known on node a", "map/scopes/members", json!({"scopeId": "team"}), |r| {
+        id_set(&r["result"]["members"]) == team
+    })
+    .await;
+    mid.wait_for("grandkid's parent kid1 known on node a", "map/agents/get", json!({"agentId": "grandkid"}), |r| r["result"]["agent"]["parent"] == "kid1")
         .await;
-    mid.wait_for("grandkid's parent kid1 known on node a", "map/agents/get", json!({"agentId": "grandkid"}), |r| r["result"]["agent"]["parent"] == "kid1").await;
 
     let mut others = vec![root, kid1, kid2, sib, grandkid, loner, observer];
     let pid = |agent: &str, others: &[Client]| others.iter().find(|c| c.agent.as_deref() == Some(agent)).expect("a client of that agent").participant_id();
@@ -149,12 +152,15 @@ async fn cross_node_send_every_address_form() {
     assert_eq!(got["agent"]["parent"], "root", "mid (node a) seen from node c: {got}");
     assert_eq!(got["agent"]["role"], "coord", "{got}");
     let children = observer
-        .wait_for("mid's children (kid1 on b, kid2 on c) on node c", "map/agents/get", json!({"agentId": "mid"}), |r| id_set(&r["result"]["agent"]["children"]) == set(&["kid1", "kid2"]))
+        .wait_for("mid's children (kid1 on b, kid2 on c) on node c", "map/agents/get", json!({"agentId": "mid"}), |r| {
+            id_set(&r["result"]["agent"]["children"]) == set(&["kid1", "kid2"])
+        })
         .await;
     assert_eq!(children["result"]["agent"]["id"], "mid");
     let scopes = observer.ok("map/scopes/list", json!({})).await;
     assert!(id_set(&scopes["scopes"]).contains("team"), "map/scopes/list on node c lacks team (created on node a): {scopes}");
-    let members = observer.wait_for("team's members on node c", "map/scopes/members", json!({"scopeId": "team"}), |r| id_set(&r["result"]["members"]) == team).await;
+    let members =
+        observer.wait_for("team's members on node c", "map/scopes/members", json!({"scopeId": "team"}), |r| id_set(&r["result"]["members"]) == team).await;
     assert_eq!(id_set(&members["result"]["members"]), team);
     let graph = observer.ok("map/structure/graph", json!({})).await;
     assert_eq!(id_set(&graph["nodes"]), everyone, "map/structure/graph on node c: {graph}");
@@ -165,8 +171,10 @@ async fn cross_node_send_every_address_form() {
         .filter(|e| e["type"] == "parent-child")
         .map(|e| (e["from"].as_str().unwrap_or_default().to_string(), e["to"].as_str().unwrap_or_default().to_string()))
         .collect();
-    let expected_edges: BTreeSet<(String, String)> =
-        [("root", "mid"), ("mid", "kid1"), ("kid1", "grandkid"), ("mid", "kid2"), ("root", "sib")].iter().map(|(f, t)| (f.to_string(), t.to_string())).collect();
+    let expected_edges: BTreeSet<(String, String)> = [("root", "mid"), ("mid", "kid1"), ("kid1", "grandkid"), ("mid", "kid2"), ("root", "sib")]
+        .iter()
+        .map(|(f, t)| (f.to_string(), t.to_string()))
+        .collect();
     assert_eq!(edges, expected_edges, "parent-child edges of map/structure/graph on node c: {graph}");
 }
 
@@ -233,7 +241,11 @@ async fn subscription_on_c_sees_events_of_a_and_b_gap_free() {
     let keys: Vec<Option<String>> = events.iter().map(key).collect();
     let seen: BTreeSet<String> = keys.iter().flatten().cloned().collect();
     let missing: Vec<&String> = expected.difference(&seen).collect();
-    assert!(missing.is_empty(), "subscription on node c missed events made on a and b: {missing:?}\nreceived: {}", events.iter().map(describe).collect::<Vec<_>>().join(", "));
+    assert!(
+        missing.is_empty(),
+        "subscription on node c missed events made on a and b: {missing:?}\nreceived: {}",
+        events.iter().map(describe).collect::<Vec<_>>().join(", ")
+    );
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
     for k in keys.iter().flatten() {
         *counts.entry(k).or_default() += 1;
@@ -251,7 +263,11 @@ async fn subscription_on_c_sees_events_of_a_and_b_gap_free() {
     }
     let spelled = watcher.events(&dotted, REPLICATION, |got| got.len() >= 2 * N).await;
     assert_eq!(spelled.len(), 2 * N, "registrations on the dotted subscription");
-    assert!(spelled.iter().all(|n| event_type(n) == "agent.registered"), "typed as the filter names them: {}", spelled.iter().map(describe).collect::<Vec<_>>().join(", "));
+    assert!(
+        spelled.iter().all(|n| event_type(n) == "agent.registered"),
+        "typed as the filter names them: {}",
+        spelled.iter().map(describe).collect::<Vec<_>>().join(", ")
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -327,9 +343,12 @@ async fn replay_from_another_node() {
 
     // And the other way: node b's event is in node a's replay.
     maker
-        .wait_for("sink-b's registration (node b) in map/replay on node a", "map/replay", json!({"filter": {"eventTypes": ["agent_registered"]}, "limit": 1000}), |r| {
-            r["result"]["events"].as_array().is_some_and(|evs| evs.iter().any(|e| event_agent(e) == Some("sink-b")))
-        })
+        .wait_for(
+            "sink-b's registration (node b) in map/replay on node a",
+            "map/replay",
+            json!({"filter": {"eventTypes": ["agent_registered"]}, "limit": 1000}),
+            |r| r["result"]["events"].as_array().is_some_and(|evs| evs.iter().any(|e| event_agent(e) == Some("sink-b"))),
+        )
         .await;
 }
 
@@ -354,9 +373,7 @@ async fn concurrent_mail_turns_from_every_node_are_all_kept() {
             let mut client = cluster.node(node).agent(&format!("w-{node}-{w}"), json!({})).await;
             let conv = conv.clone();
             writers.push(tokio::spawn(async move {
-                client
-                    .wait_for("mail/join of the conversation", "mail/join", json!({"conversationId": conv}), |r| r.get("result").is_some())
-                    .await;
+                client.wait_for("mail/join of the conversation", "mail/join", json!({"conversationId": conv}), |r| r.get("result").is_some()).await;
                 let mut ids = Vec::new();
                 for i in 0..TURNS {
                     let text = format!("{} #{i}", client.node);
@@ -469,14 +486,20 @@ async fn mail_conversation_across_nodes() {
     let conv = created["conversation"]["id"].as_str().unwrap_or_else(|| panic!("mail/create on node a: {created}")).to_string();
     // carol joins from node c.
     let joined = carol
-        .wait_for("mail/join on node c of the conversation created on node a", "mail/join", json!({"conversationId": conv}), |r| r.get("result").is_some() || r["error"]["code"] == 10004)
+        .wait_for("mail/join on node c of the conversation created on node a", "mail/join", json!({"conversationId": conv}), |r| {
+            r.get("result").is_some() || r["error"]["code"] == 10004
+        })
         .await;
     assert_eq!(joined["result"]["participant"]["id"], "carol", "{joined}");
 
     let t1 = turn(&mut alice, &conv, "hello from a", None).await;
     let t1_id = t1["id"].as_str().unwrap_or_default().to_string();
     // Bob on node b hears of it live.
-    let heard = bob.expect_note("mail.turn.added for alice's turn (written on node a)", REPLICATION, |n| is_event_type(n, "mail.turn.added") && event_of(n)["data"]["turn"]["id"] == t1_id.as_str()).await;
+    let heard = bob
+        .expect_note("mail.turn.added for alice's turn (written on node a)", REPLICATION, |n| {
+            is_event_type(n, "mail.turn.added") && event_of(n)["data"]["turn"]["id"] == t1_id.as_str()
+        })
+        .await;
     assert_eq!(event_of(&heard)["data"]["conversationId"], conv.as_str(), "{heard}");
     let t2 = turn(&mut bob, &conv, "reply from b", Some(&t1_id)).await;
     let t3 = turn(&mut carol, &conv, "c was here", None).await;
@@ -583,7 +606,11 @@ async fn killed_node_clients_resume_elsewhere() {
     });
     let deadline = Instant::now() + Duration::from_secs(30);
     while progress.load(Ordering::SeqCst) < 20 || ticked_so_far.load(Ordering::SeqCst) < 10 {
-        assert!(Instant::now() < deadline, "within 30 s the worker on node a did not get 20 mail turns answered or the ticker on c 10 agents registered\n{}", cluster.logs());
+        assert!(
+            Instant::now() < deadline,
+            "within 30 s the worker on node a did not get 20 mail turns answered or the ticker on c 10 agents registered\n{}",
+            cluster.logs()
+        );
         assert!(!traffic.is_finished(), "the worker's traffic on node a stopped before the kill\n{}", cluster.logs());
         tokio::time::sleep(POLL).await;
     }
@@ -599,7 +626,9 @@ async fn killed_node_clients_resume_elsewhere() {
     // (a) The other nodes notice: participant_disconnected within the presence timeout (plus a margin).
     let margin = Duration::from_secs(6);
     let what = format!("participant_disconnected for the worker's session (participant {participant}) of killed node a");
-    let gone = watcher.expect_note(&what, presence + margin, |n| is_event_type(n, "participant_disconnected") && event_of(n)["data"]["participantId"] == participant.as_str()).await;
+    let gone = watcher
+        .expect_note(&what, presence + margin, |n| is_event_type(n, "participant_disconnected") && event_of(n)["data"]["participantId"] == participant.as_str())
+        .await;
     let noticed = killed_at.elapsed();
     assert!(noticed <= presence + margin, "node b reported node a's session gone only after {noticed:?}: {gone}");
 
@@ -636,7 +665,14 @@ async fn killed_node_clients_resume_elsewhere() {
             Some(known) => assert_eq!(known, &id, "sequence number {seq} named another event before: after the resume got {}", describe(n)),
             None => {
                 let next = numbered.keys().next_back().copied().unwrap_or(0) + 1;
-                assert_eq!(seq, next, "gap in the subscription's numbering across the resume (last before the kill #{}); before: [{}]; after: [{}]", before.len(), describe_all(&before), describe_all(&after));
+                assert_eq!(
+                    seq,
+                    next,
+                    "gap in the subscription's numbering across the resume (last before the kill #{}); before: [{}]; after: [{}]",
+                    before.len(),
+                    describe_all(&before),
+                    describe_all(&after)
+                );
                 numbered.insert(seq, id);
             }
         }
@@ -708,7 +744,11 @@ async fn agents_of_a_dead_node_are_unregistered_after_presence_timeout_and_resum
     let first = killed_at.elapsed();
     assert!(!events.is_empty(), "no agent_unregistered on node c within {limit:?} of node a's kill (its agents doomed-1..3 should go)");
     // Not before the resume window could have passed.
-    assert!(first + Duration::from_millis(500) >= window, "node a's agents were dropped {first:?} after the kill, before the {window:?} resume window: {}", describe(&events[0]));
+    assert!(
+        first + Duration::from_millis(500) >= window,
+        "node a's agents were dropped {first:?} after the kill, before the {window:?} resume window: {}",
+        describe(&events[0])
+    );
     let early: BTreeSet<String> = events.iter().filter_map(event_agent).map(String::from).collect();
     events.extend(
         watcher
@@ -719,7 +759,11 @@ async fn agents_of_a_dead_node_are_unregistered_after_presence_timeout_and_resum
             .await,
     );
     let seen: BTreeSet<String> = events.iter().filter_map(event_agent).map(String::from).collect();
-    assert!(doomed_ids.is_subset(&seen), "agent_unregistered on node c for the agents of killed node a within {limit:?}: got [{}]", events.iter().map(describe).collect::<Vec<_>>().join(", "));
+    assert!(
+        doomed_ids.is_subset(&seen),
+        "agent_unregistered on node c for the agents of killed node a within {limit:?}: got [{}]",
+        events.iter().map(describe).collect::<Vec<_>>().join(", ")
+    );
     assert!(!seen.contains("survivor"), "survivor (node b) was unregistered too: {}", events.iter().map(describe).collect::<Vec<_>>().join(", "));
 
     for id in &doomed_ids {
@@ -881,7 +925,10 @@ async fn a_nats_outage_fails_cross_node_sends_truthfully_and_readyz_says_so() {
     }
     for _ in 0..200 {
         n += 1;
-        assert!(send_counted(&mut sender_a, "recv-b", n).await, "map/send {n} from node a to recv-b after NATS came back (and a send got through) was not delivered");
+        assert!(
+            send_counted(&mut sender_a, "recv-b", n).await,
+            "map/send {n} from node a to recv-b after NATS came back (and a send got through) was not delivered"
+        );
         delivered.insert(n);
     }
     let sent = sender_b.ok("map/send", json!({"to": {"agent": "recv-a"}, "payload": {"back": true}})).await;
@@ -940,7 +987,10 @@ async fn a_node_behind_on_its_event_log_refuses_sends_until_it_catches_up() {
     }
     let metrics = common::http(&a.gw.addr(), "GET", "/metrics", &[], b"").await;
     let text = String::from_utf8_lossy(&metrics.body);
-    assert!(text.lines().any(|l| l.starts_with("map_sends_refused_total{reason=\"event_backlog\"}") && !l.ends_with(" 0")), "/metrics counts no refusal:\n{text}");
+    assert!(
+        text.lines().any(|l| l.starts_with("map_sends_refused_total{reason=\"event_backlog\"}") && !l.ends_with(" 0")),
+        "/metrics counts no refusal:\n{text}"
+    );
 
     relay.restore();
     a.wait_ready(200, "NATS restored").await;

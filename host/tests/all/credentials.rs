@@ -131,7 +131,8 @@ api_keys = ["globex-key"]
 
 /// The secrets the configuration names by `env:` (the gateway's environment),
 /// and debug lines too: none of them may carry a secret either.
-const ENV: &[(&str, &str)] = &[("MAP_TEST_CRED_GITHUB_TOKEN", GITHUB_TOKEN), ("MAP_TEST_CRED_CLIENT_SECRET", CLIENT_SECRET), ("MAP_GATEWAY_LOG", "map_gateway=debug")];
+const ENV: &[(&str, &str)] =
+    &[("MAP_TEST_CRED_GITHUB_TOKEN", GITHUB_TOKEN), ("MAP_TEST_CRED_CLIENT_SECRET", CLIENT_SECRET), ("MAP_GATEWAY_LOG", "map_gateway=debug")];
 
 fn start(config: &str) -> Gateway {
     Gateway::start_config_env("max_message_bytes = 65536", config, ENV)
@@ -263,7 +264,8 @@ async fn oauth2_tokens_come_from_the_token_endpoint_and_are_kept() {
     let seen = endpoint.seen();
     assert_eq!(seen.len(), 1, "{seen:?}");
     assert!(seen[0].head.starts_with("POST /oauth/token HTTP/1.1"), "{}", seen[0].head);
-    let header = |name: &str| seen[0].head.lines().find_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.trim().to_string()));
+    let header =
+        |name: &str| seen[0].head.lines().find_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.trim().to_string()));
     assert_eq!(header("content-type").as_deref(), Some("application/x-www-form-urlencoded"));
     let basic = header("authorization").and_then(|v| v.strip_prefix("Basic ").map(String::from)).expect("HTTP Basic");
     let decoded = String::from_utf8(base64::engine::general_purpose::STANDARD.decode(basic).unwrap()).unwrap();

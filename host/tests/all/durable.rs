@@ -103,7 +103,13 @@ async fn check_after_restart(node: &Node, before: &History) -> (Client, Vec<Valu
     let head = &after[..survivors.len().min(after.len())];
     let head_ids: Vec<&str> = head.iter().map(event_id).collect();
     let survivor_ids: Vec<&str> = survivors.iter().map(event_id).collect();
-    assert_eq!(head_ids, survivor_ids, "map/replay after the restart must start with the earlier events in their order\nbefore: [{}]\nafter: [{}]", list(&before.replay), list(&after));
+    assert_eq!(
+        head_ids,
+        survivor_ids,
+        "map/replay after the restart must start with the earlier events in their order\nbefore: [{}]\nafter: [{}]",
+        list(&before.replay),
+        list(&after)
+    );
     for (old, new) in survivors.iter().zip(head) {
         assert_eq!(old["timestamp"], new["timestamp"], "event {} changed its timestamp", event_id(old));
         assert_eq!(event_of(old), event_of(new), "event {} changed across the restart", event_id(old));
@@ -112,7 +118,8 @@ async fn check_after_restart(node: &Node, before: &History) -> (Client, Vec<Valu
 
     // Scopes, as listed before (members may be empty: agents are gone).
     let listed = reader.ok("map/scopes/list", json!({})).await;
-    let now: HashMap<String, Value> = listed["scopes"].as_array().into_iter().flatten().filter_map(|s| Some((s["id"].as_str()?.to_string(), s.clone()))).collect();
+    let now: HashMap<String, Value> =
+        listed["scopes"].as_array().into_iter().flatten().filter_map(|s| Some((s["id"].as_str()?.to_string(), s.clone()))).collect();
     for old in &before.scopes {
         let id = old["id"].as_str().unwrap_or_default();
         let new = now.get(id).unwrap_or_else(|| panic!("scope {id} is gone after the restart: {listed}"));
@@ -133,7 +140,8 @@ async fn check_after_restart(node: &Node, before: &History) -> (Client, Vec<Valu
     // New events get new ids, after the old ones.
     reader.register("post-restart", json!({})).await;
     let later = reader.replay_all(None).await;
-    let last = later.iter().rev().find(|e| event_type(e) == "agent_registered").unwrap_or_else(|| panic!("no agent_registered after the restart: [{}]", list(&later)));
+    let last =
+        later.iter().rev().find(|e| event_type(e) == "agent_registered").unwrap_or_else(|| panic!("no agent_registered after the restart: [{}]", list(&later)));
     assert_eq!(event_agent(last), Some("post-restart"), "the newest registration must be the last one replayed: [{}]", list(&later));
     let new_id = event_id(last);
     assert!(!before_ids.contains(new_id), "eventId {new_id} handed out again after the restart");

@@ -29,7 +29,10 @@ fn refused(plugins: &str) -> String {
 #[test]
 fn a_plugin_taking_a_registered_extensions_codes_is_refused() {
     let log = refused(&misbehave("bad", r#"{ errors = "14000" }"#));
-    assert!(log.contains("breaks the MAP extension registry") && log.contains("overlaps 14000..=14999 of the registered extension urn:map:ext:tasks:1"), "{log}");
+    assert!(
+        log.contains("breaks the MAP extension registry") && log.contains("overlaps 14000..=14999 of the registered extension urn:map:ext:tasks:1"),
+        "{log}"
+    );
 }
 
 #[test]
@@ -70,7 +73,14 @@ async fn the_standard_plugins_advertise_registered_or_experimental_identities() 
     let (mut ws, connected) = gw.ws_connected("agent", None).await;
     let caps = &connected["capabilities"];
     let uris: Vec<String> = extensions(&connected).iter().filter_map(|e| e["uri"].as_str().map(String::from)).collect();
-    for (uri, name, group) in [("x-uap:1", "x-uap", "x-uap"), ("x-mamp:1", "x-mamp", "x-mamp"), ("x-a2a:1", "x-a2a", "x-a2a"), ("urn:map:ext:mail:1", "mail", "mail"), ("urn:map:ext:trajectory:1", "trajectory", "trajectory"), ("urn:map:ext:tasks:1", "tasks", "tasks")] {
+    for (uri, name, group) in [
+        ("x-uap:1", "x-uap", "x-uap"),
+        ("x-mamp:1", "x-mamp", "x-mamp"),
+        ("x-a2a:1", "x-a2a", "x-a2a"),
+        ("urn:map:ext:mail:1", "mail", "mail"),
+        ("urn:map:ext:trajectory:1", "trajectory", "trajectory"),
+        ("urn:map:ext:tasks:1", "tasks", "tasks"),
+    ] {
         let ext = extensions(&connected).into_iter().find(|e| e["uri"] == uri).unwrap_or_else(|| panic!("{uri} advertised: {uris:?}"));
         assert_eq!(ext["name"], name, "{ext}");
         assert_eq!(caps[group]["enabled"], true, "capability group {group}: {caps}");

@@ -515,7 +515,9 @@ async fn a_peer_sees_and_reaches_only_what_is_exposed_to_it() {
     assert!(!listed_plain.contains(&"eve".to_string()), "a walled session that never connected as a system lists the shown agents only: {listed_plain:?}");
 
     // Routes: to an exposed agent, in each form; from shows the peer's agent.
-    let r = globex.call_ok("map/federation/route", json!({"systemId": "acme", "message": {"id": "m-1", "from": "gina", "to": {"agent": "bob"}, "payload": {"n": 1}}})).await;
+    let r = globex
+        .call_ok("map/federation/route", json!({"systemId": "acme", "message": {"id": "m-1", "from": "gina", "to": {"agent": "bob"}, "payload": {"n": 1}}}))
+        .await;
     assert_eq!(r["routed"], true, "{r}");
     assert_eq!(r["messageId"], "m-1", "{r}");
     let m = message(&mut bob, WAIT).await.expect("bob gets the routed message");
@@ -529,27 +531,39 @@ async fn a_peer_sees_and_reaches_only_what_is_exposed_to_it() {
     let m = message(&mut carol, WAIT).await.expect("carol gets the enveloped message");
     assert_eq!(m["from"], "globex:agent:gina", "{m}");
     assert_eq!(m["payload"], json!({"n": 2}), "{m}");
-    let r = globex.call_ok("map/federation/route", json!({"systemId": "acme", "payload": {"id": "m-3", "from": "gina", "to": "agent:bob", "payload": {"n": 3}}, "maxHops": 3})).await;
+    let r = globex
+        .call_ok(
+            "map/federation/route",
+            json!({"systemId": "acme", "payload": {"id": "m-3", "from": "gina", "to": "agent:bob", "payload": {"n": 3}}, "maxHops": 3}),
+        )
+        .await;
     assert_eq!(r["routed"], true, "{r}");
     let m = message(&mut bob, WAIT).await.expect("bob gets the payload-form message");
     assert_eq!(m["payload"], json!({"n": 3}), "{m}");
     // The same message id again: not delivered twice.
-    let r = globex.call_ok("map/federation/route", json!({"systemId": "acme", "message": {"id": "m-1", "from": "gina", "to": {"agent": "bob"}, "payload": {"n": 1}}})).await;
+    let r = globex
+        .call_ok("map/federation/route", json!({"systemId": "acme", "message": {"id": "m-1", "from": "gina", "to": {"agent": "bob"}, "payload": {"n": 1}}}))
+        .await;
     assert_eq!(r["routed"], true, "{r}");
     assert!(message(&mut bob, QUIET).await.is_none(), "a repeated message id is delivered once");
     // An id too long to keep: refused, not renamed.
     let long = "m".repeat(257);
-    let r = globex.call("map/federation/route", json!({"systemId": "acme", "message": {"id": long, "from": "gina", "to": {"agent": "bob"}, "payload": {}}})).await;
+    let r =
+        globex.call("map/federation/route", json!({"systemId": "acme", "message": {"id": long, "from": "gina", "to": {"agent": "bob"}, "payload": {}}})).await;
     assert_eq!(err_code(&r), -32602, "{r}");
 
     // An agent not shown to globex, and one that does not exist: 5003, nothing delivered.
     for to in [json!({"agent": "eve"}), json!({"agent": "nobody"})] {
-        let r = globex.call("map/federation/route", json!({"systemId": "acme", "message": {"id": format!("x-{}", to["agent"]), "from": "gina", "to": to, "payload": {}}})).await;
+        let r = globex
+            .call("map/federation/route", json!({"systemId": "acme", "message": {"id": format!("x-{}", to["agent"]), "from": "gina", "to": to, "payload": {}}}))
+            .await;
         assert_eq!(err_code(&r), 5003, "{to}: {r}");
     }
     assert!(message(&mut eve, QUIET).await.is_none(), "eve is not shown to globex");
     // Initech sees eve, and reaches her.
-    let r = initech.call_ok("map/federation/route", json!({"systemId": "acme", "message": {"id": "i-1", "from": "ian", "to": {"agent": "eve"}, "payload": {}}})).await;
+    let r = initech
+        .call_ok("map/federation/route", json!({"systemId": "acme", "message": {"id": "i-1", "from": "ian", "to": {"agent": "eve"}, "payload": {}}}))
+        .await;
     assert_eq!(r["routed"], true, "{r}");
     assert_eq!(message(&mut eve, WAIT).await.expect("eve gets initech's message")["from"], "initech:agent:ian");
 
@@ -581,7 +595,8 @@ async fn only_a_session_connected_as_a_peer_routes_and_at_its_allowed_rate() {
     let r = initech.call_ok("map/federation/connect", connect_params("initech", Some(json!({"method": "bearer", "token": "initech-token"})))).await;
     assert_eq!(r["connected"], true, "{r}");
     for n in 0..3 {
-        let r = initech.call("map/federation/route", json!({"systemId": "acme", "message": {"id": format!("i-{n}"), "from": "ian", "to": {"agent": "eve"}}})).await;
+        let r =
+            initech.call("map/federation/route", json!({"systemId": "acme", "message": {"id": format!("i-{n}"), "from": "ian", "to": {"agent": "eve"}}})).await;
         assert_eq!(ok(&r)["routed"], true, "route {n}: {r}");
     }
     let r = initech.call("map/federation/route", json!({"systemId": "acme", "message": {"id": "i-3", "from": "ian", "to": {"agent": "eve"}}})).await;
@@ -653,7 +668,9 @@ async fn routes_go_on_through_a_system_and_loops_and_long_routes_are_refused() {
     let r = from_a.call("map/federation/route", json!({"systemId": "c", "envelope": envelope("loop-1", "carol", "a", "c", 1, 5, &["a", "b"])})).await;
     assert_eq!(err_code(&r), 5010, "{r}");
     // c on the path already: b carries it on, c refuses it, the refusal comes back.
-    let r = from_a.call_within("map/federation/route", json!({"systemId": "c", "envelope": envelope("loop-3", "carol", "a", "c", 1, 5, &["a", "c"])}), ACROSS).await;
+    let r = from_a
+        .call_within("map/federation/route", json!({"systemId": "c", "envelope": envelope("loop-3", "carol", "a", "c", 1, 5, &["a", "c"])}), ACROSS)
+        .await;
     assert_eq!(err_code(&r), 5010, "{r}");
     // a → b → a: a routing to itself through b is a loop.
     let r = from_a.call_within("map/federation/route", json!({"systemId": "a", "envelope": envelope("loop-2", "anna", "a", "a", 0, 5, &["a"])}), ACROSS).await;
@@ -806,7 +823,12 @@ async fn a_peer_shown_tagged_agents_lists_and_reaches_those_only() {
     // Acme's own agents come first.
     assert_eq!(all.first().map(String::as_str), Some("alice"), "{all:?}");
     // A filtered list holds this system's agents only, whatever the filter.
-    for filter in [json!({"filter": {"connected": true}}), json!({"filter": {"hasChildren": false}}), json!({"filter": {"tags": ["partner"]}}), json!({"tags": ["partner"]})] {
+    for filter in [
+        json!({"filter": {"connected": true}}),
+        json!({"filter": {"hasChildren": false}}),
+        json!({"filter": {"tags": ["partner"]}}),
+        json!({"tags": ["partner"]}),
+    ] {
         let filtered = alice.call_ok("map/agents/list", filter.clone()).await;
         assert!(!filtered.to_string().contains("globex:agent:"), "{filter}: {filtered}");
     }
@@ -842,7 +864,8 @@ async fn events_a_peer_exposes_reach_subscribers_of_the_system_that_imports_them
 
     let r = bob.call_ok("map/scopes/create", json!({"scopeId": "deals", "name": "deals"})).await;
     assert!(r["scope"].is_object(), "{r}");
-    let e = event(&mut news, "scope_created", json!({"system": "globex"}), ACROSS).await.unwrap_or_else(|| panic!("the imported scope_created; {}", pair.logs()));
+    let e =
+        event(&mut news, "scope_created", json!({"system": "globex"}), ACROSS).await.unwrap_or_else(|| panic!("the imported scope_created; {}", pair.logs()));
     assert!(e["data"]["remoteEventId"].is_string(), "{e}");
     assert!(e.to_string().contains("deals"), "the peer's data is kept: {e}");
     // Exposed by globex but not imported by acme: not re-emitted.
@@ -862,7 +885,9 @@ async fn events_a_peer_exposes_reach_subscribers_of_the_system_that_imports_them
     pair.globex_door.open();
     event(&mut links, "federation_connected", json!({"systemId": "globex", "direction": "outbound"}), LINK).await.expect("acme's link to globex back");
     bob.call_ok("map/scopes/create", json!({"scopeId": "deals-2", "name": "deals-2"})).await;
-    let e = event(&mut news, "scope_created", json!({"system": "globex"}), ACROSS).await.unwrap_or_else(|| panic!("imported after the link came back; {}", pair.logs()));
+    let e = event(&mut news, "scope_created", json!({"system": "globex"}), ACROSS)
+        .await
+        .unwrap_or_else(|| panic!("imported after the link came back; {}", pair.logs()));
     assert!(e.to_string().contains("deals-2"), "{e}");
     assert!(event(&mut news, "scope_created", json!({"system": "globex"}), QUIET).await.is_none(), "imported once");
 }
@@ -888,7 +913,9 @@ async fn messages_wait_while_the_peer_is_down_and_arrive_once_in_order_after_it_
     let out = out.unwrap_or_else(|| panic!("acme's link to globex reported down; {}", pair.logs()));
     assert_eq!(out["data"]["endpoint"], pair.globex_door.url(), "{out}");
     assert!(out["data"]["reason"].is_string(), "{out}");
-    event(&mut links, "federation_disconnected", json!({"systemId": "globex", "direction": "inbound"}), LINK).await.expect("globex's session at acme reported gone");
+    event(&mut links, "federation_disconnected", json!({"systemId": "globex", "direction": "inbound"}), LINK)
+        .await
+        .expect("globex's session at acme reported gone");
     // Its agents are no longer listed.
     assert!(!ids(&listed(&mut alice).await).contains(&"globex:agent:bob".to_string()), "a peer that is down shows no agents");
 
@@ -945,7 +972,9 @@ async fn a_held_message_whose_agent_is_not_back_holds_back_only_that_agents_mess
     // order, not after the others' 30 s of retries.
     pair.globex = pair.globex.restart();
     pair.globex_door.point_at(&pair.globex);
-    event(&mut links, "federation_connected", json!({"systemId": "globex", "direction": "outbound"}), LINK).await.unwrap_or_else(|| panic!("link back; {}", pair.logs()));
+    event(&mut links, "federation_connected", json!({"systemId": "globex", "direction": "outbound"}), LINK)
+        .await
+        .unwrap_or_else(|| panic!("link back; {}", pair.logs()));
     let mut bob = agent(&pair.globex, "globex-key", "bob", json!({})).await;
     let back = tokio::time::Instant::now();
     for n in 1..=2 {
@@ -1068,7 +1097,8 @@ async fn plain_front(gw: &Gateway, ca: &rcgen::CertifiedIssuer<'static, rcgen::K
     let mut roots = RootCertStore::empty();
     roots.add(ca.der().clone()).unwrap();
     let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
-    let mut config = ClientConfig::builder_with_provider(provider).with_safe_default_protocol_versions().unwrap().with_root_certificates(roots).with_no_client_auth();
+    let mut config =
+        ClientConfig::builder_with_provider(provider).with_safe_default_protocol_versions().unwrap().with_root_certificates(roots).with_no_client_auth();
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -1092,7 +1122,10 @@ async fn a_link_to_a_wss_peer_checks_its_certificate_against_the_peers_ca_file()
     let ca = authority(dir.path(), "globex-ca");
     let _other = authority(dir.path(), "other-ca");
     // Globex serves TLS only; acme links to it, globex does not link back.
-    let globex = Gateway::start_with(65536, &format!("{}{}", served_by(dir.path(), &ca), system_config("globex", "wss://globex.example/map", "", &[("acme", String::new(), SHOW_ALL, "[]")])));
+    let globex = Gateway::start_with(
+        65536,
+        &format!("{}{}", served_by(dir.path(), &ca), system_config("globex", "wss://globex.example/map", "", &[("acme", String::new(), SHOW_ALL, "[]")])),
+    );
     let front = plain_front(&globex, &ca).await;
     let mut bob = Ws::connect(&front).await;
     let r = bob.call_ok("map/connect", json!({"protocolVersion": 1, "participantType": "agent", "auth": api_key("globex-key")})).await;
@@ -1103,7 +1136,8 @@ async fn a_link_to_a_wss_peer_checks_its_certificate_against_the_peers_ca_file()
     // another CA's, and with the system's roots (which do not hold it).
     let wss = format!("wss://127.0.0.1:{}/map", globex.port);
     let mut acme_config = system_config("acme", "ws://acme.example/map", "", &[("globex", wss.clone(), SHOW_ALL, "[]")]);
-    acme_config = acme_config.replacen(&format!("endpoint = \"{wss}\"\n"), &format!("endpoint = \"{wss}\"\nca_file = {:?}\n", dir.path().join("globex-ca.pem")), 1);
+    acme_config =
+        acme_config.replacen(&format!("endpoint = \"{wss}\"\n"), &format!("endpoint = \"{wss}\"\nca_file = {:?}\n", dir.path().join("globex-ca.pem")), 1);
     for (peer, ca_line) in [("initech", format!("ca_file = {:?}\n", dir.path().join("other-ca.pem"))), ("umbrella", String::new())] {
         acme_config.push_str(&format!("[[tenants.federation.peers]]\nsystem_id = \"{peer}\"\nendpoint = \"{wss}\"\n{ca_line}principal = \"{peer}\"\n"));
     }
@@ -1134,7 +1168,11 @@ async fn a_link_to_a_wss_peer_checks_its_certificate_against_the_peers_ca_file()
     assert!(message(&mut bob, QUIET).await.is_none(), "only the verified link carries messages");
 
     // A CA file is for wss:// peers.
-    let plain = system_config("acme", "ws://acme.example/map", "", &[("globex", "ws://127.0.0.1:1/map".into(), SHOW_ALL, "[]")]).replacen("principal = \"globex\"\n", &format!("principal = \"globex\"\nca_file = {:?}\n", dir.path().join("globex-ca.pem")), 1);
+    let plain = system_config("acme", "ws://acme.example/map", "", &[("globex", "ws://127.0.0.1:1/map".into(), SHOW_ALL, "[]")]).replacen(
+        "principal = \"globex\"\n",
+        &format!("principal = \"globex\"\nca_file = {:?}\n", dir.path().join("globex-ca.pem")),
+        1,
+    );
     let config = dir.path().join("plain.toml");
     std::fs::write(&config, plain).unwrap();
     let out = std::process::Command::new(BIN).args(["check", "--config"]).arg(&config).output().unwrap();

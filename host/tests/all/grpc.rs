@@ -9,7 +9,6 @@ use std::process::Command;
 
 use common::*;
 
-
 #[tokio::test]
 async fn a_plugin_serves_every_grpc_stream_kind_to_a_grpcio_client() {
     let extra = format!(
@@ -87,7 +86,17 @@ async fn python_script(gw: Gateway, script: &str, args: &[&str]) -> (String, Gat
 async fn the_uap_hub_serves_grpcio_agents_and_map_clients() {
     let (gw, _) = uap_gateway();
     let (stdout, gw) = python_script(gw, "uap_agents.py", &["acme-key"]).await;
-    for check in ["happy path: ok", "rejection: ok", "acceptance timeout: ok", "cancel: ok", "disconnect mid-session: ok", "translation: ok", "struct values: ok", "malformed traffic: ok", "listing: ok"] {
+    for check in [
+        "happy path: ok",
+        "rejection: ok",
+        "acceptance timeout: ok",
+        "cancel: ok",
+        "disconnect mid-session: ok",
+        "translation: ok",
+        "struct values: ok",
+        "malformed traffic: ok",
+        "listing: ok",
+    ] {
         assert!(stdout.contains(check), "{check} missing from:\n{stdout}");
     }
     // Another tenant's hub has none of acme's agents or jobs.
@@ -120,7 +129,15 @@ async fn a_killed_uap_hub_fails_running_jobs_and_keeps_queued_ones() {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/grpc/uap_restart.py");
     let addr = gw.addr();
     let out = tokio::task::spawn_blocking(move || {
-        let mut child = Command::new(python()).arg(script).arg(addr).arg("globex-key").stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("python runs");
+        let mut child = Command::new(python())
+            .arg(script)
+            .arg(addr)
+            .arg("globex-key")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("python runs");
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
         stdout.read_line(&mut line).unwrap();

@@ -251,8 +251,8 @@ async fn reopened_event_stream_gets_what_was_sent_while_it_was_closed() {
     let (n, _) = sse.notification("map/message", WAIT).await;
     assert_eq!(n.expect("first message")["params"]["message"]["payload"], "first");
     drop(sse); // the client goes away
-    // The gateway has let go of the stream once no HTTP connection is open
-    // but the one asking (the WebSocket is counted apart).
+               // The gateway has let go of the stream once no HTTP connection is open
+               // but the one asking (the WebSocket is counted apart).
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while http_connections(&gw).await > 1.0 {
         assert!(std::time::Instant::now() < deadline, "the closed event stream's connection is still counted");

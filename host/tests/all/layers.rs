@@ -27,7 +27,8 @@ const CRATES: &[&str] = &["crates/protocol", "crates/config", "crates/observe", 
 /// `fuzzing` holds the fuzz targets, over every module below it.
 /// `install` and `scaffold` belong to the binary (`plugin install`, `plugin new`);
 /// `install` uses `scaffold`'s name rule, `scaffold` no other module.
-const GATEWAY_LAYERS: &[&str] = &["fuzzing", "install", "scaffold", "app", "transport", "federation", "acp", "journal", "token_client", "telemetry", "framing", "memory"];
+const GATEWAY_LAYERS: &[&str] =
+    &["fuzzing", "install", "scaffold", "app", "transport", "federation", "acp", "journal", "token_client", "telemetry", "framing", "memory"];
 
 /// Circles between files of one directory that are tolerated for a while:
 /// each entry is one circle's files exactly, as `crate-folder/src/…` (a
@@ -37,18 +38,54 @@ const GATEWAY_LAYERS: &[&str] = &["fuzzing", "install", "scaffold", "app", "tran
 /// types into files of their own removes the entry.
 const KNOWN_CYCLES: &[&[&str]] = &[
     &["config/src/credentials.rs", "config/src/lib.rs", "config/src/plugins.rs", "config/src/tenants.rs"],
-    &["store/src/artifacts.rs", "store/src/breaker.rs", "store/src/cache.rs", "store/src/group_commit.rs", "store/src/leases.rs", "store/src/lib.rs", "store/src/ops.rs", "store/src/postgres.rs", "store/src/rollouts.rs", "store/src/sqlite.rs", "store/src/sqlite_ops.rs"],
-    &["core/src/address.rs", "core/src/agent_permissions.rs", "core/src/answers.rs", "core/src/directory.rs", "core/src/extensions.rs", "core/src/federation.rs", "core/src/lib.rs", "core/src/lifecycle.rs", "core/src/methods/", "core/src/permissions.rs", "core/src/registry.rs", "core/src/reloads.rs", "core/src/send.rs", "core/src/tenant.rs"],
+    &[
+        "store/src/artifacts.rs",
+        "store/src/breaker.rs",
+        "store/src/cache.rs",
+        "store/src/group_commit.rs",
+        "store/src/leases.rs",
+        "store/src/lib.rs",
+        "store/src/ops.rs",
+        "store/src/postgres.rs",
+        "store/src/rollouts.rs",
+        "store/src/sqlite.rs",
+        "store/src/sqlite_ops.rs",
+    ],
+    &[
+        "core/src/address.rs",
+        "core/src/agent_permissions.rs",
+        "core/src/answers.rs",
+        "core/src/directory.rs",
+        "core/src/extensions.rs",
+        "core/src/federation.rs",
+        "core/src/lib.rs",
+        "core/src/lifecycle.rs",
+        "core/src/methods/",
+        "core/src/permissions.rs",
+        "core/src/registry.rs",
+        "core/src/reloads.rs",
+        "core/src/send.rs",
+        "core/src/tenant.rs",
+    ],
     &["core/src/credentials/providers/mod.rs", "core/src/credentials/providers/oauth2.rs", "core/src/credentials/providers/static_secrets.rs"],
     &["core/src/events/filter.rs", "core/src/events/mod.rs"],
     &["core/src/fabric/local.rs", "core/src/fabric/log.rs", "core/src/fabric/mod.rs", "core/src/fabric/subscription.rs"],
-    &["cluster/src/asks.rs", "cluster/src/checkpoints.rs", "cluster/src/deliveries.rs", "cluster/src/directory/", "cluster/src/event_log.rs", "cluster/src/lib.rs", "cluster/src/nats_fabric.rs", "cluster/src/presence.rs", "cluster/src/rollout.rs"],
+    &[
+        "cluster/src/asks.rs",
+        "cluster/src/checkpoints.rs",
+        "cluster/src/deliveries.rs",
+        "cluster/src/directory/",
+        "cluster/src/event_log.rs",
+        "cluster/src/lib.rs",
+        "cluster/src/nats_fabric.rs",
+        "cluster/src/presence.rs",
+        "cluster/src/rollout.rs",
+    ],
     &["cluster/src/directory/apply.rs", "cluster/src/directory/mod.rs", "cluster/src/directory/publish.rs"],
     &["plugin-host/src/calls/", "plugin-host/src/lib.rs", "plugin-host/src/loading.rs", "plugin-host/src/set.rs"],
     &["plugin-host/src/calls/mod.rs", "plugin-host/src/calls/observer.rs", "plugin-host/src/calls/placement.rs", "plugin-host/src/calls/resources.rs"],
     &["src/federation/inbound.rs", "src/federation/link.rs", "src/federation/mod.rs"],
     &["src/transport/acp.rs", "src/transport/http.rs", "src/transport/mod.rs", "src/transport/ws.rs"],
-
 ];
 
 /// A path inside the crate, without the leading `crate`: `["core", "registry"]`.
@@ -228,7 +265,9 @@ impl Paths<'_> {
                 TokenTree::Group(g) => self.scan(g.stream()),
                 TokenTree::Ident(first) => {
                     let mut path = vec![first.to_string()];
-                    while let (Some(TokenTree::Punct(a)), Some(TokenTree::Punct(b)), Some(TokenTree::Ident(next))) = (tokens.get(i + 1), tokens.get(i + 2), tokens.get(i + 3)) {
+                    while let (Some(TokenTree::Punct(a)), Some(TokenTree::Punct(b)), Some(TokenTree::Ident(next))) =
+                        (tokens.get(i + 1), tokens.get(i + 2), tokens.get(i + 3))
+                    {
                         if !(a.as_char() == ':' && a.spacing() == Spacing::Joint && b.as_char() == ':') {
                             break;
                         }
@@ -552,7 +591,11 @@ fn the_gateways_modules_depend_only_downward() {
 
 #[test]
 fn every_crate_is_checked() {
-    let mut found: Vec<String> = std::fs::read_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crates")).unwrap().flatten().map(|e| format!("crates/{}", e.file_name().to_string_lossy())).collect();
+    let mut found: Vec<String> = std::fs::read_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crates"))
+        .unwrap()
+        .flatten()
+        .map(|e| format!("crates/{}", e.file_name().to_string_lossy()))
+        .collect();
     found.push(".".into());
     found.sort();
     let mut listed: Vec<String> = CRATES.iter().map(|c| c.to_string()).collect();
@@ -619,11 +662,8 @@ fn a_circle_between_two_files_of_one_module_fails() {
 
 #[test]
 fn a_mod_rs_that_holds_what_its_files_use_is_in_the_circle() {
-    let krate = tree(&[
-        ("lib.rs", "mod m;"),
-        ("m/mod.rs", "mod a; pub struct Shared; fn run() { a::f() }"),
-        ("m/a.rs", "pub fn f() { let _ = super::Shared; }"),
-    ]);
+    let krate =
+        tree(&[("lib.rs", "mod m;"), ("m/mod.rs", "mod a; pub struct Shared; fn run() { a::f() }"), ("m/a.rs", "pub fn f() { let _ = super::Shared; }")]);
     let found = cycles(&krate.deps());
     assert_eq!(found.len(), 1, "{found:?}");
     assert_eq!(found[0].files, ["m/a.rs", "m/mod.rs"].iter().map(|s| s.to_string()).collect());
@@ -679,19 +719,18 @@ fn a_re_export_is_seen_through() {
         ("core/inner.rs", "pub struct Thing;"),
         ("core/user.rs", "use crate::core::ids::now; use super::Thing;"),
     ]);
-    assert_eq!(edges(&krate), pairs(&[("core/mod.rs", "ids.rs"), ("core/mod.rs", "core/inner.rs"), ("core/user.rs", "ids.rs"), ("core/user.rs", "core/inner.rs")]));
+    assert_eq!(
+        edges(&krate),
+        pairs(&[("core/mod.rs", "ids.rs"), ("core/mod.rs", "core/inner.rs"), ("core/user.rs", "ids.rs"), ("core/user.rs", "core/inner.rs")])
+    );
     let found = krate.foreign_reexports();
     assert!(found.len() == 1 && found[0].contains("core/mod.rs") && found[0].contains("crate::ids"), "{found:?}");
 }
 
 #[test]
 fn an_upward_import_between_layers_fails() {
-    let krate = tree(&[
-        ("lib.rs", "mod high; mod low;"),
-        ("high.rs", "use crate::low::f;"),
-        ("low/mod.rs", "mod x;"),
-        ("low/x.rs", "fn g() { crate::high::h() }"),
-    ]);
+    let krate =
+        tree(&[("lib.rs", "mod high; mod low;"), ("high.rs", "use crate::low::f;"), ("low/mod.rs", "mod x;"), ("low/x.rs", "fn g() { crate::high::h() }")]);
     let files: Vec<String> = ["lib.rs", "high.rs", "low/mod.rs", "low/x.rs"].iter().map(|s| s.to_string()).collect();
     let found = layer_violations(&krate.deps(), &files, &["high", "low"]);
     assert!(found.len() == 1 && found[0].starts_with("low/x.rs: low uses crate::high::h"), "{found:?}");

@@ -101,7 +101,8 @@ async fn http(gw: &Gateway, requests: Vec<Value>) -> Vec<Value> {
     let addr = gw.addr();
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/mamp/http_requests.py");
     tokio::task::spawn_blocking(move || {
-        let mut child = Command::new(python()).arg(script).arg(addr).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("python runs");
+        let mut child =
+            Command::new(python()).arg(script).arg(addr).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("python runs");
         child.stdin.take().unwrap().write_all(Value::Array(requests).to_string().as_bytes()).unwrap();
         let out = child.wait_with_output().unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -115,7 +116,8 @@ async fn http(gw: &Gateway, requests: Vec<Value>) -> Vec<Value> {
 }
 
 fn message(id: &str, from: &str, to: &str, conversation: Option<&str>, content: Value) -> Value {
-    let mut m = json!({"protocol": "mamp/1.0", "message_id": id, "from": from, "to": to, "content": content, "metadata": {"timestamp": "2026-11-23T10:00:00Z"}});
+    let mut m =
+        json!({"protocol": "mamp/1.0", "message_id": id, "from": from, "to": to, "content": content, "metadata": {"timestamp": "2026-11-23T10:00:00Z"}});
     if let Some(c) = conversation {
         m["conversation_id"] = json!(c);
     }

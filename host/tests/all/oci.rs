@@ -42,7 +42,10 @@ impl Registry {
         let port = port.unwrap_or_else(|| std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port());
         let store = dir.join("registry");
         let config = dir.join(format!("registry-{port}.yml"));
-        let yaml = format!("version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n{more_yaml}", store.display());
+        let yaml = format!(
+            "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n{more_yaml}",
+            store.display()
+        );
         std::fs::write(&config, yaml).unwrap();
         let log = std::fs::File::create(dir.join("registry.log")).unwrap();
         let child = Command::new(REGISTRY).arg("serve").arg(&config).stdout(Stdio::null()).stderr(log).spawn().expect("start docker-registry");
@@ -103,7 +106,13 @@ fn push(wasm: &Path, target: &str) -> String {
 
 /// `[server]` lines and the rest of a config loading echo from `source`.
 fn config(registry: &Registry, signers: &str, source: &str) -> (String, String) {
-    (format!("plugin_signers = [{signers}]"), format!("[oci]\ninsecure = [{:?}]\n[plugins.echo]\nsource = {source:?}\n[auth]\nanonymous_tenant = \"default\"\n[[tenants]]\nid = \"default\"\n", registry.host()))
+    (
+        format!("plugin_signers = [{signers}]"),
+        format!(
+            "[oci]\ninsecure = [{:?}]\n[plugins.echo]\nsource = {source:?}\n[auth]\nanonymous_tenant = \"default\"\n[[tenants]]\nid = \"default\"\n",
+            registry.host()
+        ),
+    )
 }
 
 /// `map-gateway check` of such a config: its output, and whether it passed.
@@ -227,7 +236,8 @@ async fn two_tenants_run_two_versions_of_one_plugin() {
     let listed = http(&gw.addr(), "GET", "/admin/plugins", &[], b"").await.json();
     let versions: Vec<&str> = listed["plugins"].as_array().unwrap().iter().filter(|p| p["name"] == "echo").filter_map(|p| p["version"].as_str()).collect();
     assert_eq!(versions.len(), 2, "both versions loaded: {listed}");
-    let by_tenant: Vec<(String, String)> = listed["tenants"].as_array().unwrap().iter().map(|t| (t["tenant"].as_str().unwrap().to_string(), t["version"].as_str().unwrap().to_string())).collect();
+    let by_tenant: Vec<(String, String)> =
+        listed["tenants"].as_array().unwrap().iter().map(|t| (t["tenant"].as_str().unwrap().to_string(), t["version"].as_str().unwrap().to_string())).collect();
     assert!(by_tenant.contains(&("acme".into(), "1.0.0".into())) && by_tenant.contains(&("default".into(), "2.0.0".into())), "{by_tenant:?}");
 }
 
@@ -240,9 +250,22 @@ async fn a_registry_that_asks_for_a_login_gets_the_configured_one() {
     // plugin push reads [oci] from --config.
     let push_config = work.path().join("push.toml");
     std::fs::write(&push_config, oci(&login)).unwrap();
-    let pushed = run(&["plugin".as_ref(), "push".as_ref(), fixture("echo-v1.wasm").as_os_str(), registry.source("plugins/echo:1").as_ref(), "--config".as_ref(), push_config.as_os_str()]);
+    let pushed = run(&[
+        "plugin".as_ref(),
+        "push".as_ref(),
+        fixture("echo-v1.wasm").as_os_str(),
+        registry.source("plugins/echo:1").as_ref(),
+        "--config".as_ref(),
+        push_config.as_os_str(),
+    ]);
     succeeded(&pushed);
-    let rest = |auth: &str| format!("{}[plugins.echo]\nsource = {:?}\n[auth]\nanonymous_tenant = \"default\"\n[[tenants]]\nid = \"default\"\n", oci(auth), registry.source("plugins/echo:1"));
+    let rest = |auth: &str| {
+        format!(
+            "{}[plugins.echo]\nsource = {:?}\n[auth]\nanonymous_tenant = \"default\"\n[[tenants]]\nid = \"default\"\n",
+            oci(auth),
+            registry.source("plugins/echo:1")
+        )
+    };
     let (passed, said) = check(work.path(), "", &rest(""));
     assert!(!passed && said.contains("Not authorized"), "anonymous is refused: {said}");
     let gw = Gateway::start_config("", &rest(&login));
@@ -268,7 +291,8 @@ fn variant(fixture_name: &str, dir: &Path, n: u8) -> PathBuf {
 
 /// The entries of a folder, sorted (none when it does not exist).
 fn entries(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir).map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect()).unwrap_or_default();
+    let mut names: Vec<String> =
+        std::fs::read_dir(dir).map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect()).unwrap_or_default();
     names.sort();
     names
 }

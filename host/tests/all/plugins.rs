@@ -227,11 +227,7 @@ async fn extension_params_must_be_an_object() {
 
 #[tokio::test]
 async fn a_plugin_calls_another_plugins_methods_through_the_router() {
-    let plugins = format!(
-        "{}[plugins.bad2]\npath = {:?}\nconfig = {{ prefix = \"bad2\" }}\n",
-        misbehave_and_echo(),
-        fixture("misbehave.wasm")
-    );
+    let plugins = format!("{}[plugins.bad2]\npath = {:?}\nconfig = {{ prefix = \"bad2\" }}\n", misbehave_and_echo(), fixture("misbehave.wasm"));
     let gw = start(&config(&plugins, r#"["bad", "echo", "bad2"]"#, r#"["bad"]"#, ""));
     let (mut acme, _) = tenant_ws(&gw, "acme-key").await;
     // The callee's answer comes back as the caller's own.

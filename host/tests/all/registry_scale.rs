@@ -77,7 +77,8 @@ async fn register_all(ws: Stream) -> Stream {
     let (mut sink, mut source) = ws.split();
     let writer = tokio::spawn(async move {
         for first in (0..AGENTS).step_by(BATCH) {
-            let batch: Vec<Value> = (first..(first + BATCH).min(AGENTS)).map(|i| request(i, "map/agents/register", json!({"agentId": format!("a{i:06}")}))).collect();
+            let batch: Vec<Value> =
+                (first..(first + BATCH).min(AGENTS)).map(|i| request(i, "map/agents/register", json!({"agentId": format!("a{i:06}")}))).collect();
             sink.send(Message::text(Value::Array(batch).to_string())).await.expect("send batch");
         }
         sink

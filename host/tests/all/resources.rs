@@ -25,9 +25,7 @@ const SETTLED: u64 = LIMITS / 3;
 fn start() -> Gateway {
     Gateway::start_config(
         "max_message_bytes = 2097152",
-        &format!(
-            "[limits]\nreplay_events = {REPLAY_EVENTS}\nreplay_bytes = {REPLAY_BYTES}\noutbox_frames = 4096\noutbox_bytes = {OUTBOX_BYTES}\n{TENANTS}"
-        ),
+        &format!("[limits]\nreplay_events = {REPLAY_EVENTS}\nreplay_bytes = {REPLAY_BYTES}\noutbox_frames = 4096\noutbox_bytes = {OUTBOX_BYTES}\n{TENANTS}"),
     )
 }
 

@@ -65,9 +65,7 @@ async fn disconnect_then_resume_on_a_new_socket_delivers_what_was_missed() {
     assert_eq!(m["to"], json!({"agent": "resumer"}));
 
     // The subscription came back too, without a gap in its numbering.
-    let (ev, _) = second
-        .notification_where(WAIT, |n| n["method"] == "map/event" && n["params"]["event"]["data"]["agent"]["id"] == "while-away")
-        .await;
+    let (ev, _) = second.notification_where(WAIT, |n| n["method"] == "map/event" && n["params"]["event"]["data"]["agent"]["id"] == "while-away").await;
     let ev = ev.expect("the event raised while disconnected");
     assert_eq!(ev["params"]["subscriptionId"], sub_id.as_str());
     assert_eq!(ev["params"]["sequenceNumber"], 2);
@@ -95,8 +93,9 @@ async fn dropped_socket_can_be_resumed_with_the_connect_token() {
     let (mut other, _) = gw.ws_connected("client", None).await;
     other.call_ok("map/subscribe", json!({"filter": {"eventTypes": ["participant_disconnected"]}})).await;
     drop(first); // no map/disconnect: the socket just goes away
-    // Once the gateway has noticed, what is sent waits for the resume.
-    let (gone, _) = other.notification_where(WAIT, |n| n["method"] == "map/event" && n["params"]["event"]["data"]["participantId"] == hello["participantId"]).await;
+                 // Once the gateway has noticed, what is sent waits for the resume.
+    let (gone, _) =
+        other.notification_where(WAIT, |n| n["method"] == "map/event" && n["params"]["event"]["data"]["participantId"] == hello["participantId"]).await;
     gone.expect("participant_disconnected for the dropped socket");
 
     let sent = other.call_ok("map/send", json!({"to": {"agent": "dropped"}, "payload": 7})).await;
@@ -149,7 +148,8 @@ async fn resume_after_the_window_closes_fails_and_agents_are_gone() {
     let bye = ws.call_ok("map/disconnect", json!({})).await;
     let token = bye["resumeToken"].as_str().unwrap().to_string();
     // The session expires (token first, then its agents) when the window closes.
-    let (expired, _) = other.notification_where(WINDOW_CLOSED, |n| n["method"] == "map/event" && n["params"]["event"]["data"]["agentId"] == "short-lived").await;
+    let (expired, _) =
+        other.notification_where(WINDOW_CLOSED, |n| n["method"] == "map/event" && n["params"]["event"]["data"]["agentId"] == "short-lived").await;
     assert_eq!(expired.expect("agent_unregistered when the resume window closes")["params"]["event"]["data"]["reason"], "resume window closed");
 
     let resp = other.call("map/agents/get", json!({"agentId": "short-lived"})).await;
@@ -164,7 +164,11 @@ async fn resume_after_the_window_closes_fails_and_agents_are_gone() {
 async fn orphaned_agents_can_be_reclaimed() {
     let gw = Gateway::start_config("resume_window_secs = 1", "");
     let mut ws = gw.ws().await;
-    ws.call_ok("map/connect", json!({"protocolVersion": 1, "participantType": "agent", "participantId": "orphan-owner", "disconnectPolicy": {"agentBehavior": "orphan"}})).await;
+    ws.call_ok(
+        "map/connect",
+        json!({"protocolVersion": 1, "participantType": "agent", "participantId": "orphan-owner", "disconnectPolicy": {"agentBehavior": "orphan"}}),
+    )
+    .await;
     ws.call_ok("map/agents/register", json!({"agentId": "orphan-me"})).await;
     let (mut other, _) = gw.ws_connected("client", None).await;
     other.call_ok("map/subscribe", json!({"filter": {"eventTypes": ["agent_orphaned"]}})).await;

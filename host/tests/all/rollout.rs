@@ -42,7 +42,12 @@ async fn a_rollout_reaches_every_node_a_node_that_cannot_stays_and_says_so_and_r
     let (v1, v2) = (fixture("echo-v1.wasm"), fixture("echo-v2.wasm"));
     // No older version is kept beyond what a rollback needs.
     let server = "keep_versions = 0".into();
-    let options = ClusterOptions { files: vec![("echo.wasm".into(), v1.clone())], extra: "\n[plugins.echo]\npath = \"echo.wasm\"\n".into(), server, ..Default::default() };
+    let options = ClusterOptions {
+        files: vec![("echo.wasm".into(), v1.clone())],
+        extra: "\n[plugins.echo]\npath = \"echo.wasm\"\n".into(),
+        server,
+        ..Default::default()
+    };
     let cluster = Cluster::start(&["a", "b", "c"], options).await;
     let (a, b, c) = (cluster.node("a"), cluster.node("b"), cluster.node("c"));
     for node in [a, b, c] {
@@ -92,7 +97,8 @@ async fn a_rollout_reaches_every_node_a_node_that_cannot_stays_and_says_so_and_r
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_node_down_during_a_rollout_or_killed_after_it_comes_back_on_the_rollouts_versions() {
     let (v1, v2) = (fixture("echo-v1.wasm"), fixture("echo-v2.wasm"));
-    let options = ClusterOptions { files: vec![("echo.wasm".into(), v1.clone())], extra: "\n[plugins.echo]\npath = \"echo.wasm\"\n".into(), ..Default::default() };
+    let options =
+        ClusterOptions { files: vec![("echo.wasm".into(), v1.clone())], extra: "\n[plugins.echo]\npath = \"echo.wasm\"\n".into(), ..Default::default() };
     let mut cluster = Cluster::start(&["a", "b", "c"], options).await;
     for node in &cluster.nodes {
         std::fs::copy(&v2, node.gw.dir.path().join("echo.wasm")).unwrap();

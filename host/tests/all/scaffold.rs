@@ -65,7 +65,11 @@ async fn a_plugin_from_plugin_new_builds_loads_and_answers() {
     let printed = String::from_utf8_lossy(&out.stdout);
     assert!(printed.contains("scaffold-notes.wasm"), "{printed}");
     // Run the reload it prints, as a user pastes it.
-    let reload = printed.lines().find_map(|l| l.split_once("loads it with: ")).map(|(_, cmd)| cmd.to_string()).unwrap_or_else(|| panic!("no reload command in {printed}"));
+    let reload = printed
+        .lines()
+        .find_map(|l| l.split_once("loads it with: "))
+        .map(|(_, cmd)| cmd.to_string())
+        .unwrap_or_else(|| panic!("no reload command in {printed}"));
     let reloaded = Command::new("bash").args(["-c", &format!("{reload} --fail-with-body -s")]).output().unwrap();
     assert!(reloaded.status.success(), "{reload}: {}{}", String::from_utf8_lossy(&reloaded.stdout), String::from_utf8_lossy(&reloaded.stderr));
 
@@ -155,7 +159,11 @@ fn plugin_install_prints_the_reload_of_the_configured_listener() {
     std::fs::create_dir(tmp.path().join("pl")).unwrap();
     let cases = [
         ("listen = \"127.0.0.1:4811\"", "", "curl -X POST 'http://127.0.0.1:4811/admin/reload?wait=true'"),
-        ("listen = \"0.0.0.0:4812\"", "[admin]\ntoken = \"admin-s3cret\"\n", "curl -X POST -H \"authorization: Bearer $ADMIN_TOKEN\" 'http://127.0.0.1:4812/admin/reload?wait=true'"),
+        (
+            "listen = \"0.0.0.0:4812\"",
+            "[admin]\ntoken = \"admin-s3cret\"\n",
+            "curl -X POST -H \"authorization: Bearer $ADMIN_TOKEN\" 'http://127.0.0.1:4812/admin/reload?wait=true'",
+        ),
         ("listen = \"[::]:4813\"", "[tls]\ncert_file = \"c.pem\"\nkey_file = \"k.pem\"\n", "curl -X POST 'https://[::1]:4813/admin/reload?wait=true'"),
     ];
     for (listen, more, reload) in cases {
@@ -193,5 +201,9 @@ fn a_user_error_is_one_line_even_with_rust_backtrace_set() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("missing.wasm") && stderr.contains("No such file"), "{stderr}");
     let out = Command::new(BIN).args(["plugin", "install"]).arg(&missing).env("RUST_LIB_BACKTRACE", "1").output().unwrap();
-    assert!(String::from_utf8_lossy(&out.stderr).contains("Stack backtrace"), "RUST_LIB_BACKTRACE=1 is the debug switch: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Stack backtrace"),
+        "RUST_LIB_BACKTRACE=1 is the debug switch: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

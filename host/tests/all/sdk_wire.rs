@@ -45,7 +45,13 @@ async fn event_types_are_spelled_as_the_subscription_names_them() {
     frames.extend(watcher.drain(QUIET).await);
 
     let types = |sub: &str| events_of(&frames, sub).iter().map(|p| p["event"]["type"].as_str().unwrap().to_string()).collect::<Vec<_>>();
-    let connected = |sub: &str| events_of(&frames, sub).iter().filter(|p| p["event"]["data"]["participantId"] == participant.as_str()).map(|p| p["event"]["type"].as_str().unwrap().to_string()).collect::<Vec<_>>();
+    let connected = |sub: &str| {
+        events_of(&frames, sub)
+            .iter()
+            .filter(|p| p["event"]["data"]["participantId"] == participant.as_str())
+            .map(|p| p["event"]["type"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
     assert_eq!(connected(&dotted), ["session.connected"]);
     assert_eq!(connected(&snake), ["participant_connected"]);
     assert_eq!(connected(&wildcard), ["session.connected"]);
@@ -67,7 +73,10 @@ async fn event_types_are_spelled_as_the_subscription_names_them() {
 
     // A subscription that starts in the past spells the past the same way.
     let (mut late, _) = gw.ws_connected("client", None).await;
-    let past = late.call_ok("map/subscribe", json!({"filter": {"eventTypes": ["agent.registered"]}, "replayFrom": 0})).await["subscriptionId"].as_str().unwrap().to_string();
+    let past = late.call_ok("map/subscribe", json!({"filter": {"eventTypes": ["agent.registered"]}, "replayFrom": 0})).await["subscriptionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let seen = until_event(&mut late, &past, "the replayed registration", |p| p["event"]["data"]["agentId"] == "speller").await;
     assert_eq!(events_of(&seen, &past).last().unwrap()["event"]["type"], "agent.registered");
 }
@@ -94,7 +103,8 @@ async fn a_paused_subscription_holds_its_events_until_resumed() {
     assert_eq!(resumed["paused"], false);
     agent.call_ok("map/agents/register", json!({"agentId": "after"})).await;
     let seen = until_event(&mut watcher, &sub, "the registration after the resume", |p| p["event"]["data"]["agentId"] == "after").await;
-    let got: Vec<(u64, &str)> = events_of(&seen, &sub).iter().map(|p| (p["sequenceNumber"].as_u64().unwrap(), p["event"]["data"]["agentId"].as_str().unwrap())).collect();
+    let got: Vec<(u64, &str)> =
+        events_of(&seen, &sub).iter().map(|p| (p["sequenceNumber"].as_u64().unwrap(), p["event"]["data"]["agentId"].as_str().unwrap())).collect();
     assert_eq!(got, [(1, "held-0"), (2, "held-1"), (3, "held-2"), (4, "after")], "held events first, in order, numbered without a gap");
 
     // The SDK server's names, and their refusals.
@@ -140,7 +150,8 @@ async fn a_paused_subscription_past_its_buffer_loses_events_and_says_so() {
     assert_eq!(overflow["data"]["eventsDropped"], 3);
     // The lost ones are named, and map/replay fills the gap.
     let page = watcher.call_ok("map/replay", json!({"filter": {"eventTypes": ["agent_registered"]}})).await;
-    let ids: Vec<(&str, &str)> = page["events"].as_array().unwrap().iter().map(|e| (e["eventId"].as_str().unwrap(), e["event"]["data"]["agentId"].as_str().unwrap())).collect();
+    let ids: Vec<(&str, &str)> =
+        page["events"].as_array().unwrap().iter().map(|e| (e["eventId"].as_str().unwrap(), e["event"]["data"]["agentId"].as_str().unwrap())).collect();
     let id_of = |agent: &str| ids.iter().find(|(_, a)| *a == agent).unwrap().0;
     assert_eq!(overflow["data"]["oldestDropped"], id_of("burst-4"));
     assert_eq!(overflow["data"]["newestDropped"], id_of("burst-6"));
@@ -194,7 +205,8 @@ async fn message_delivered_carries_the_message() {
     let (mut client, hello) = gw.ws_connected("client", None).await;
     let client_id = hello["participantId"].as_str().unwrap().to_string();
     let payload = json!({"acp": {"jsonrpc": "2.0", "id": 1, "result": {"ok": true}}, "nested": [1, null, "x"]});
-    let sent = agent.call_ok("map/send", json!({"to": {"participant": client_id}, "payload": payload, "meta": {"correlationId": "corr-1", "protocol": "acp"}})).await;
+    let sent =
+        agent.call_ok("map/send", json!({"to": {"participant": client_id}, "payload": payload, "meta": {"correlationId": "corr-1", "protocol": "acp"}})).await;
     let frames = until_event(&mut watcher, &sub, "message_delivered", |p| p["event"]["data"]["messageId"] == sent["messageId"]).await;
     let data = &frames.last().unwrap()["params"]["event"]["data"];
     assert_eq!(data["from"], "answerer");
@@ -247,7 +259,8 @@ async fn a_scope_takes_its_parent_as_parent_or_parent_id() {
 
 /// The ids `map/agents/list` answers with these params, sorted.
 async fn ids_listed(ws: &mut Ws, params: Value) -> Vec<String> {
-    let mut ids: Vec<String> = ws.call_ok("map/agents/list", params).await["agents"].as_array().unwrap().iter().map(|a| a["id"].as_str().unwrap().to_string()).collect();
+    let mut ids: Vec<String> =
+        ws.call_ok("map/agents/list", params).await["agents"].as_array().unwrap().iter().map(|a| a["id"].as_str().unwrap().to_string()).collect();
     ids.sort();
     ids
 }
@@ -283,7 +296,8 @@ async fn agents_keep_their_descriptor_and_environment_and_are_found_by_them() {
     assert_eq!(ids_listed(&mut client, json!({})).await, ["plain", "reviewer", "writer"]);
 
     // An update replaces the environment and descriptor; both must be objects.
-    let updated = owner.call_ok("map/agents/update", json!({"agentId": "plain", "environment": {"region": "eu"}, "capabilityDescriptor": {"tags": ["new"]}})).await;
+    let updated =
+        owner.call_ok("map/agents/update", json!({"agentId": "plain", "environment": {"region": "eu"}, "capabilityDescriptor": {"tags": ["new"]}})).await;
     assert_eq!(updated["agent"]["environment"], json!({"region": "eu"}));
     assert_eq!(ids_listed(&mut client, json!({"filter": {"tags": ["new"]}})).await, ["plain"]);
     let bad = owner.call("map/agents/register", json!({"agentId": "bad", "capabilityDescriptor": "reviewer"})).await;

@@ -55,7 +55,9 @@ async fn a_session_id_without_its_credentials_is_refused_over_http() {
     let gw = walled();
     let addr = gw.addr();
     let session = http_session(&addr, &[("X-Api-Key", "alice-key")]).await;
-    let reg = post_with(&addr, &[("X-Api-Key", "alice-key"), ("map-session-id", &session)], &request(2, "map/agents/register", json!({"agentId": "secret-agent"}))).await;
+    let reg =
+        post_with(&addr, &[("X-Api-Key", "alice-key"), ("map-session-id", &session)], &request(2, "map/agents/register", json!({"agentId": "secret-agent"})))
+            .await;
     assert_eq!(reg.status, 200, "{}", reg.text());
     let list = request(3, "map/agents/list", json!({}));
     // No credentials, another tenant's key, another principal's key: all refused alike.
@@ -806,7 +808,8 @@ async fn no_configured_secret_reaches_a_log_line_an_error_or_an_admin_answer() {
     let (_, _) = gw.ws_connected("client", Some(api_key(secret("api key")))).await;
     let (_, _) = gw.ws_connected("client", Some(json!({"method": "bearer", "token": secret("bearer token")}))).await;
     let mut alice = gw.ws().await;
-    let hello = json!({"protocolVersion": 1, "participantType": "agent", "auth": api_key(secret("named api key")), "capabilities": {"credentials": {"canGet": true}}});
+    let hello =
+        json!({"protocolVersion": 1, "participantType": "agent", "auth": api_key(secret("named api key")), "capabilities": {"credentials": {"canGet": true}}});
     alice.call_ok("map/connect", hello).await;
     alice.call_ok("map/agents/register", json!({"agentId": "alice-bot"})).await;
     let issued = alice.call_ok("map/auth/refresh", json!({"method": "api-key", "credential": secret("named api key")})).await;
@@ -824,7 +827,18 @@ async fn no_configured_secret_reaches_a_log_line_an_error_or_an_admin_answer() {
     let reload = http(&addr, "POST", "/admin/reload?wait=true", &[("authorization", &admin)], b"").await;
     assert_eq!(reload.status, 200, "{}", reload.text());
     answers.push_str(&reload.text());
-    for path in ["/admin/tenants", "/admin/sessions", "/admin/agents", "/admin/scopes", "/admin/subscriptions", "/admin/plugins", "/admin/reload", "/admin/rollout", "/metrics", "/readyz"] {
+    for path in [
+        "/admin/tenants",
+        "/admin/sessions",
+        "/admin/agents",
+        "/admin/scopes",
+        "/admin/subscriptions",
+        "/admin/plugins",
+        "/admin/reload",
+        "/admin/rollout",
+        "/metrics",
+        "/readyz",
+    ] {
         let r = http(&addr, "GET", path, &[("authorization", &admin)], b"").await;
         assert!(r.status < 500, "{path}: {} {}", r.status, r.text());
         answers.push_str(&format!("--- {path}\n{}\n", r.text()));

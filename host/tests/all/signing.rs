@@ -139,7 +139,10 @@ fn plugin_sign_of_a_folder_signs_the_standard_plugins_for_a_gateway_with_signers
     let config = write_config_server(dir.path(), &format!("plugin_dir = {:?}\nplugin_signers = [{public:?}]", plugins.to_string_lossy()), "");
     let check = || run(&["check".as_ref(), "--config".as_ref(), config.as_os_str()]);
     let refused = failed(&check());
-    assert!(refused.contains("is not signed") && refused.contains("plugin sign"), "the standard plugins are refused, and the error says how to sign them: {refused}");
+    assert!(
+        refused.contains("is not signed") && refused.contains("plugin sign"),
+        "the standard plugins are refused, and the error says how to sign them: {refused}"
+    );
 
     let signed = succeeded(&run(&["plugin".as_ref(), "sign".as_ref(), plugins.as_os_str(), "--key".as_ref(), key.as_os_str()]));
     assert_eq!(signed.lines().count(), names.len(), "one signature per component: {signed}");

@@ -304,7 +304,10 @@ async fn uap_jobs_end_once_each_when_the_hubs_owner_is_killed() {
     let holder = listening(&mut agents, "holder").await;
     let runner = listening(&mut agents, "runner").await;
     let mut m = cluster.node(n1).connect("client").await;
-    m.wait_for("both agents listening (through the nodes that do not own the hub)", "uap/agents", json!({}), |r| agent_available(r, &holder) && agent_available(r, &runner)).await;
+    m.wait_for("both agents listening (through the nodes that do not own the hub)", "uap/agents", json!({}), |r| {
+        agent_available(r, &holder) && agent_available(r, &runner)
+    })
+    .await;
 
     let mut ids = vec![submit(&mut m, "fo-quick", 0).await];
     m.wait_for("job 0 completed before the kill", "uap/get", json!({"jobId": ids[0]}), |r| r["result"]["job"]["status"] == "completed").await;
@@ -329,11 +332,19 @@ async fn uap_jobs_end_once_each_when_the_hubs_owner_is_killed() {
     let killed = Instant::now();
     cluster.kill9(&owner);
     let (took, _) = first_result(cluster.node(n1), "uap/list", json!({}), killed, after_takeover()).await;
-    eprintln!("uap: first uap/list answered through node {n1} {:.2} s after the kill -9 of the hub's owner {owner} (lease {LEASE_MS} ms, bound {:.2} s)", took.as_secs_f64(), takeover_bound().as_secs_f64());
+    eprintln!(
+        "uap: first uap/list answered through node {n1} {:.2} s after the kill -9 of the hub's owner {owner} (lease {LEASE_MS} ms, bound {:.2} s)",
+        took.as_secs_f64(),
+        takeover_bound().as_secs_f64()
+    );
     assert!(took <= takeover_bound(), "the hub served again only {took:?} after its owner's kill -9 (bound {:?})", takeover_bound());
 
     // The streams relayed to the dead owner end with UNAVAILABLE.
-    for (what, prefix) in [("the holder's Listen ending", "ended listen holder "), ("the Execute of job 1 ending", "ended execute holder 1 "), ("the runner's Listen ending", "ended listen runner ")] {
+    for (what, prefix) in [
+        ("the holder's Listen ending", "ended listen holder "),
+        ("the Execute of job 1 ending", "ended execute holder 1 "),
+        ("the runner's Listen ending", "ended listen runner "),
+    ] {
         let (at, line) = agents.line(what, after_takeover(), |l| l.starts_with(prefix)).await;
         assert!(at > killed, "{what} before the kill: {line}");
         assert!(line.ends_with(" UNAVAILABLE"), "{what}: {line} (a relayed stream of a dead owner ends with UNAVAILABLE)");
@@ -344,7 +355,8 @@ async fn uap_jobs_end_once_each_when_the_hubs_owner_is_killed() {
 
     // Every job ends, from every surviving node's view: the running one failed, the others completed after the runner listened again.
     let mut watcher = cluster.node(n2).connect("client").await;
-    let jobs = until_jobs(&mut watcher, "all five jobs ended", Duration::from_secs(30), |jobs| ids.iter().all(|id| TERMINAL.contains(&status_of(jobs, id)))).await;
+    let jobs =
+        until_jobs(&mut watcher, "all five jobs ended", Duration::from_secs(30), |jobs| ids.iter().all(|id| TERMINAL.contains(&status_of(jobs, id)))).await;
     for (i, id) in ids.iter().enumerate() {
         let job = &jobs[id];
         if i == 1 {
@@ -491,7 +503,9 @@ async fn a_delivery_waiting_for_a_retry_survives_the_kill_of_its_node(bridge: Br
     let conv = sent["conversationId"].clone();
     let peer_conv = format!("switch-conv-{id}");
     other
-        .wait_for("the conversation named by the peer", "mamp/conversation", json!({"conversationId": conv}), |r| r["result"]["conversation"]["conversationId"] == peer_conv.as_str())
+        .wait_for("the conversation named by the peer", "mamp/conversation", json!({"conversationId": conv}), |r| {
+            r["result"]["conversation"]["conversationId"] == peer_conv.as_str()
+        })
         .await;
 
     // No second POST over several retry periods (the pending delivery is gone).
@@ -541,7 +555,11 @@ async fn a_durable_timer_fires_once_on_the_node_that_takes_over() {
     let when = armed.elapsed();
     eprintln!("timer: due {:.2} s after arming, fired {:.2} s after (owner {owner} killed)", delay.as_secs_f64(), when.as_secs_f64());
     assert!(when >= delay, "fired {when:?} after arming, before it was due ({delay:?})");
-    assert!(when <= delay.max(takeover_bound()) + Duration::from_secs(2), "fired only {when:?} after arming (due at {delay:?}, takeover bound {:?})", takeover_bound());
+    assert!(
+        when <= delay.max(takeover_bound()) + Duration::from_secs(2),
+        "fired only {when:?} after arming (due at {delay:?}, takeover bound {:?})",
+        takeover_bound()
+    );
     assert_eq!(event_of(&fired)["data"]["timer"], timer["timer"], "{fired}");
     let (new_owner, new_token) = lease_holder(&cluster, &[n1, n2], TENANT, "state", REPLICATION).await;
     assert!(new_token > token, "the takeover by {new_owner} kept token {new_token} (was {token} on {owner})");
@@ -562,7 +580,9 @@ async fn a_durable_timer_fires_once_on_the_node_that_takes_over() {
 // Calls from a node that does not own the plugin
 
 fn mamp_message(id: &str, from: &str, to: &str, content: &str) -> Vec<u8> {
-    json!({"protocol": "mamp/1.0", "message_id": id, "from": from, "to": to, "content": content, "metadata": {"timestamp": "2026-11-23T10:00:00Z"}}).to_string().into_bytes()
+    json!({"protocol": "mamp/1.0", "message_id": id, "from": from, "to": to, "content": content, "metadata": {"timestamp": "2026-11-23T10:00:00Z"}})
+        .to_string()
+        .into_bytes()
 }
 
 /// `(status, body as JSON)` of one request to a node.
@@ -589,7 +609,9 @@ async fn every_node_answers_a_singletons_calls_as_its_owner_does() {
     let (mamp_owner, _) = lease_holder(&cluster, &NODES, TENANT, "mamp", REPLICATION).await;
 
     // The hub's errors, word for word.
-    for (method, params) in [("uap/get", json!({"jobId": "job-missing"})), ("uap/submit", json!({"kind": "test", "type": ""})), ("uap/cancel", json!({"jobId": "job-missing"}))] {
+    for (method, params) in
+        [("uap/get", json!({"jobId": "job-missing"})), ("uap/submit", json!({"kind": "test", "type": ""})), ("uap/cancel", json!({"jobId": "job-missing"}))]
+    {
         let reference = clients.get_mut(uap_owner.as_str()).expect("owner").call(method, params.clone()).await;
         assert!(reference["error"]["code"].is_i64() && reference["error"]["message"].is_string(), "{method} {params} on the owner {uap_owner}: {reference}");
         for n in NODES {

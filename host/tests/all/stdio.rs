@@ -33,9 +33,8 @@ async fn connect_register_two_agents_and_deliver_by_agent_address() {
     ids.sort();
     assert_eq!(ids, ["stdio-a", "stdio-b"]);
 
-    let sent = gw
-        .call_ok("map/send", json!({"to": {"agent": "stdio-b"}, "from": "stdio-a", "payload": {"text": "hello b"}, "meta": {"correlationId": "c-1"}}))
-        .await;
+    let sent =
+        gw.call_ok("map/send", json!({"to": {"agent": "stdio-b"}, "from": "stdio-a", "payload": {"text": "hello b"}, "meta": {"correlationId": "c-1"}})).await;
     assert_eq!(sent["delivered"], json!(["stdio-b"]));
     let message_id = sent["messageId"].as_str().expect("messageId").to_string();
 
@@ -189,7 +188,8 @@ async fn frames_stay_one_clean_line_when_the_json_passed_through_has_line_breaks
     gw.call_ok("map/agents/register", json!({"agentId": "cr-a"})).await;
     gw.call_ok("map/agents/register", json!({"agentId": "cr-b"})).await;
     // CR is JSON whitespace: valid within one NDJSON line, and passed through in `to` and `payload`.
-    gw.write_line("{\"jsonrpc\":\"2.0\",\"id\":50,\"method\":\"map/send\",\"params\":{\"to\":{\r\"agent\":\"cr-b\"},\"payload\":{\r\"text\":\"a\\r\\nb\"\r}}}").await;
+    gw.write_line("{\"jsonrpc\":\"2.0\",\"id\":50,\"method\":\"map/send\",\"params\":{\"to\":{\r\"agent\":\"cr-b\"},\"payload\":{\r\"text\":\"a\\r\\nb\"\r}}}")
+        .await;
     let mut message = None;
     for _ in 0..2 {
         let line = gw.next_line(WAIT).await.expect("a stdout line");

@@ -77,7 +77,11 @@ fn service_name(resource_spans: &Value) -> String {
 fn attr(span: &Value, key: &str) -> Option<String> {
     let a = span["attributes"].as_array()?.iter().find(|a| a["key"] == key)?;
     let v = &a["value"];
-    v["stringValue"].as_str().map(str::to_string).or_else(|| v["intValue"].as_str().map(str::to_string)).or_else(|| v["intValue"].as_i64().map(|n| n.to_string()))
+    v["stringValue"]
+        .as_str()
+        .map(str::to_string)
+        .or_else(|| v["intValue"].as_str().map(str::to_string))
+        .or_else(|| v["intValue"].as_i64().map(|n| n.to_string()))
 }
 
 fn named<'a>(spans: &'a [Value], name: &str) -> Vec<&'a Value> {
@@ -167,7 +171,10 @@ async fn without_an_endpoint_no_traces_are_made_and_logs_are_text() {
 async fn a_malformed_traceparent_starts_a_fresh_trace() {
     let collector = Collector::default();
     let port = collector.start().await;
-    let mut gw = Gateway::start_config("max_message_bytes = 65536", &format!("[telemetry]\notlp_endpoint = \"http://127.0.0.1:{port}\"\notlp_protocol = \"http/json\"\n[[tenants]]\nid = \"default\"\n"));
+    let mut gw = Gateway::start_config(
+        "max_message_bytes = 65536",
+        &format!("[telemetry]\notlp_endpoint = \"http://127.0.0.1:{port}\"\notlp_protocol = \"http/json\"\n[[tenants]]\nid = \"default\"\n"),
+    );
     let headers = [("content-type", "application/json"), ("traceparent", "00-zzzz-not-a-trace-01")];
     let body = request(1, "map/connect", json!({"protocolVersion": 1})).to_string();
     assert_eq!(http(&gw.addr(), "POST", "/map/rpc", &headers, body.as_bytes()).await.status, 200);
@@ -185,7 +192,8 @@ async fn a_malformed_traceparent_starts_a_fresh_trace() {
 async fn sampling_follows_the_ratio_and_the_callers_flag() {
     let collector = Collector::default();
     let port = collector.start().await;
-    let telemetry = format!("[telemetry]\notlp_endpoint = \"http://127.0.0.1:{port}\"\notlp_protocol = \"http/json\"\nsample_ratio = 0.0\n[[tenants]]\nid = \"default\"\n");
+    let telemetry =
+        format!("[telemetry]\notlp_endpoint = \"http://127.0.0.1:{port}\"\notlp_protocol = \"http/json\"\nsample_ratio = 0.0\n[[tenants]]\nid = \"default\"\n");
     let mut gw = Gateway::start_config("max_message_bytes = 65536", &telemetry);
     let connect = request(1, "map/connect", json!({"protocolVersion": 1})).to_string();
     let post = |traceparent: Option<&'static str>| {

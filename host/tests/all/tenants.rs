@@ -146,9 +146,7 @@ async fn catch_all_subscription_sees_only_its_tenant() {
 
     // Then acme does one thing; its event is the fence.
     acme.call_ok("map/agents/register", json!({"agentId": "acme-fence"})).await;
-    let (fence, before) = acme
-        .notification_where(WAIT, |n| n["method"] == "map/event" && n["params"]["event"]["data"]["agent"]["id"] == "acme-fence")
-        .await;
+    let (fence, before) = acme.notification_where(WAIT, |n| n["method"] == "map/event" && n["params"]["event"]["data"]["agent"]["id"] == "acme-fence").await;
     let fence = fence.expect("acme's own agent_registered event");
     assert_eq!(fence["params"]["subscriptionId"], sub_id.as_str());
     assert_eq!(fence["params"]["event"]["type"], "agent_registered");
@@ -195,19 +193,15 @@ async fn replay_in_acme_shows_no_globex_events() {
     let registered: Vec<&str> =
         events.iter().filter(|e| e["event"]["type"] == "agent_registered").map(|e| e["event"]["data"]["agent"]["id"].as_str().unwrap()).collect();
     assert_eq!(registered, ["acme-r"]);
-    let acme_connected = events
-        .iter()
-        .filter(|e| e["event"]["type"] == "participant_connected")
-        .all(|e| e["event"]["data"]["participantId"] == acme_hello["participantId"]);
+    let acme_connected =
+        events.iter().filter(|e| e["event"]["type"] == "participant_connected").all(|e| e["event"]["data"]["participantId"] == acme_hello["participantId"]);
     assert!(acme_connected, "{events:?}");
 
     // A subscription replaying from the beginning of time sees acme's past only.
     let sub = acme.call_ok("map/subscribe", json!({"replayFrom": 0})).await;
     let sub_id = sub["subscriptionId"].as_str().unwrap().to_string();
     acme.call_ok("map/agents/register", json!({"agentId": "acme-fence"})).await;
-    let (fence, before) = acme
-        .notification_where(WAIT, |n| n["method"] == "map/event" && n["params"]["event"]["data"]["agent"]["id"] == "acme-fence")
-        .await;
+    let (fence, before) = acme.notification_where(WAIT, |n| n["method"] == "map/event" && n["params"]["event"]["data"]["agent"]["id"] == "acme-fence").await;
     assert!(fence.is_some(), "fence event");
     let replayed: Vec<&Value> = before.iter().filter(|n| n["params"]["subscriptionId"] == sub_id.as_str()).collect();
     assert!(replayed.iter().any(|n| n["params"]["event"]["data"]["agent"]["id"] == "acme-r"), "acme's past is replayed: {before:?}");

@@ -31,7 +31,8 @@ fn connector(trusted: &CertificateDer<'static>) -> TlsConnector {
     let mut roots = RootCertStore::empty();
     roots.add(trusted.clone()).unwrap();
     let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
-    let mut config = ClientConfig::builder_with_provider(provider).with_safe_default_protocol_versions().unwrap().with_root_certificates(roots).with_no_client_auth();
+    let mut config =
+        ClientConfig::builder_with_provider(provider).with_safe_default_protocol_versions().unwrap().with_root_certificates(roots).with_no_client_auth();
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     TlsConnector::from(Arc::new(config))
 }

@@ -47,7 +47,10 @@ fn agent_message(v: &Value, t: &Task) -> Result<Value> {
 fn apply(t: &Task, c: &Change) -> Result<Reply> {
     match progress::change(&t.id, c, &Settings::load())? {
         Ok(t) => Reply::json(&json!({"task": t.wire(Some(0), false)})),
-        Err(state) => Err(Error::new(TASK_FINAL, format!("task {} is {state}: a terminal task does not change", t.id)).with_details(json!({"taskId": t.id, "state": state}))),
+        Err(state) => {
+            Err(Error::new(TASK_FINAL, format!("task {} is {state}: a terminal task does not change", t.id))
+                .with_details(json!({"taskId": t.id, "state": state})))
+        }
     }
 }
 
@@ -82,9 +85,12 @@ pub fn update(call: &Call) -> Result<Reply> {
     };
     let artifacts = match p.get("artifacts") {
         None | Some(Value::Null) => vec![],
-        Some(Value::Array(list)) if list.len() <= MAX_ARTIFACTS => {
-            list.iter().enumerate().map(|(i, a)| message::artifact(a, &format!("artifacts[{i}]"))).collect::<std::result::Result<Vec<_>, _>>().map_err(Error::invalid_params)?
-        }
+        Some(Value::Array(list)) if list.len() <= MAX_ARTIFACTS => list
+            .iter()
+            .enumerate()
+            .map(|(i, a)| message::artifact(a, &format!("artifacts[{i}]")))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(Error::invalid_params)?,
         Some(_) => return Err(Error::invalid_params(format!("artifacts must be a list of at most {MAX_ARTIFACTS}"))),
     };
     if state.is_none() && message.is_none() && artifacts.is_empty() {

@@ -64,7 +64,11 @@ pub fn parse(req: &HttpRequest, max_bytes: usize) -> Result<Request, HttpRespons
     };
     if let Some(v) = header(req, "a2a-version").map(str::trim).filter(|v| !v.is_empty()) {
         if !["1.0", "0.3"].iter().any(|known| v == *known || v.starts_with(&format!("{known}."))) {
-            return Err(answer(200, &id, Err(Fault::new(VERSION_NOT_SUPPORTED, format!("A2A-Version {v} is not supported; this bridge speaks {PROTOCOL_VERSION} and 0.3")))));
+            return Err(answer(
+                200,
+                &id,
+                Err(Fault::new(VERSION_NOT_SUPPORTED, format!("A2A-Version {v} is not supported; this bridge speaks {PROTOCOL_VERSION} and 0.3"))),
+            ));
         }
     }
     let bad = |m: &str| answer(200, &id, Err(Fault::new(INVALID_REQUEST, m)));
@@ -107,7 +111,11 @@ pub fn sse(id: &Value, events: &[Result<Value, Fault>]) -> HttpResponse {
     }
     HttpResponse {
         status: 200,
-        headers: vec![("content-type".into(), "text/event-stream".into()), ("cache-control".into(), "no-cache".into()), ("a2a-version".into(), PROTOCOL_VERSION.into())],
+        headers: vec![
+            ("content-type".into(), "text/event-stream".into()),
+            ("cache-control".into(), "no-cache".into()),
+            ("a2a-version".into(), PROTOCOL_VERSION.into()),
+        ],
         body: body.into_bytes(),
     }
 }

@@ -106,7 +106,15 @@ impl HttpHandler for A2a {
 
 impl Extension for A2a {
     const ERRORS: ErrorRange = ERRORS;
-    const METHODS: Methods = Methods::new(&[("a2a/reply", agent::reply), ("a2a/task/update", agent::update), ("a2a/task/get", agent::get), ("a2a/publish", cards::publish), ("a2a/tasks", agent::list), ("a2a/send", outbound::send), ("a2a/remote/get", outbound::get)]);
+    const METHODS: Methods = Methods::new(&[
+        ("a2a/reply", agent::reply),
+        ("a2a/task/update", agent::update),
+        ("a2a/task/get", agent::get),
+        ("a2a/publish", cards::publish),
+        ("a2a/tasks", agent::list),
+        ("a2a/send", outbound::send),
+        ("a2a/remote/get", outbound::get),
+    ]);
 
     fn describe() -> Describe {
         // Experimental (in no MAP registry): `x-a2a`, URI `x-a2a:1`.

@@ -122,7 +122,10 @@ pub fn message(v: &Value, at: &str, role: &str) -> Result<Value, Invalid> {
     for k in ["extensions", "referenceTaskIds"] {
         if let Some(list) = o.get(k) {
             let list = list.as_array().filter(|l| l.len() <= 32).ok_or_else(|| format!("{at}.{k} must be a list of at most 32"))?;
-            let ids = list.iter().map(|x| short_text(x, &format!("{at}.{k}[]"), 512).and_then(|s| s.ok_or_else(|| format!("{at}.{k}[] must be strings")))).collect::<Result<Vec<_>, _>>()?;
+            let ids = list
+                .iter()
+                .map(|x| short_text(x, &format!("{at}.{k}[]"), 512).and_then(|s| s.ok_or_else(|| format!("{at}.{k}[] must be strings"))))
+                .collect::<Result<Vec<_>, _>>()?;
             out.insert(k.into(), json!(ids));
         }
     }

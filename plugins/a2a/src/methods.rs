@@ -3,13 +3,13 @@
 use map_plugin_sdk::{ids, metrics, router, HttpResponse};
 use serde_json::{json, Value};
 
-use crate::jsonrpc::{self, answer, count, flag, only, Fault, Request, INTERNAL, TASK_NOT_CANCELABLE, UNSUPPORTED_OPERATION};
 use crate::compat;
+use crate::jsonrpc::{self, answer, count, flag, only, Fault, Request, INTERNAL, TASK_NOT_CANCELABLE, UNSUPPORTED_OPERATION};
 use crate::message;
 use crate::settings::Settings;
+use crate::stream;
 use crate::task::{self, Change, Task, TASKS};
 use crate::{progress, push};
-use crate::stream;
 
 /// Dispatch one request for agent `agent`.
 pub fn handle(agent: &str, mut req: Request, s: &Settings) -> HttpResponse {
@@ -215,7 +215,9 @@ fn streaming(agent: &str, req: &Request, s: &Settings, legacy: bool) -> HttpResp
 fn subscribe(agent: &str, req: &Request, s: &Settings, legacy: bool) -> HttpResponse {
     let start = only(&req.params, &["tenant", "id"]).and_then(|_| task_id(&req.params)).and_then(|id| owned(agent, &id));
     match start {
-        Ok(t) if task::is_terminal(t.state()) => jsonrpc::sse(&req.id, &[Err(Fault::new(UNSUPPORTED_OPERATION, format!("task {} is {}: nothing more will happen", t.id, t.state())))]),
+        Ok(t) if task::is_terminal(t.state()) => {
+            jsonrpc::sse(&req.id, &[Err(Fault::new(UNSUPPORTED_OPERATION, format!("task {} is {}: nothing more will happen", t.id, t.state())))])
+        }
         Ok(t) => stream::follow(&req.id, &t.id, t.seq, Some(json!({"task": t.wire(None, true)})), s, legacy),
         Err(f) => jsonrpc::sse(&req.id, &[Err(f)]),
     }

@@ -18,11 +18,11 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::message;
+use crate::remote::{self, Card};
+use crate::remote_task::{absorb, emit, snapshot, Remote, Snapshot, BY_TASK, MESSAGE, REMOTES, STATUS};
 use crate::settings::Settings;
 use crate::task::is_terminal;
 use crate::NOT_YOURS;
-use crate::remote::{self, Card};
-use crate::remote_task::{absorb, emit, snapshot, Remote, Snapshot, BY_TASK, MESSAGE, REMOTES, STATUS};
 
 pub const TIMER_PREFIX: &str = "poll/";
 /// The caller's agents sent no remote task with that id.
@@ -95,7 +95,8 @@ pub fn send(call: &Call) -> Result<Reply> {
     let target = remote::target(&s, &p.to)?;
     let card = remote::card(&target, &s)?;
     let peer = target.peer.clone();
-    let result = remote::call(&target, &card, "SendMessage", json!({"message": msg, "configuration": {"returnImmediately": true, "historyLength": HISTORY}})).map_err(|f| f.into_error(&peer))?;
+    let result = remote::call(&target, &card, "SendMessage", json!({"message": msg, "configuration": {"returnImmediately": true, "historyLength": HISTORY}}))
+        .map_err(|f| f.into_error(&peer))?;
     let invalid = |why: String| remote::Failure::Invalid(why).into_error(&peer);
     if let Some(m) = result.get("message").filter(|m| !m.is_null()) {
         let m = message::message(m, "message", "ROLE_AGENT").map_err(invalid)?;
@@ -132,9 +133,25 @@ fn record(s: &Settings, agent: &str, peer: &str, card: &Card, snap: &Snapshot) -
                 let id = ids::new_id("remote");
                 b.expect_absent(&REMOTES, id.clone()).put(&BY_TASK, keys::join(&[keys::escape(&snap.id), id.clone()]), &id);
                 let r = Remote {
-                    agent: agent.to_string(), peer: peer.to_string(), card: card.clone(), task_id: snap.id.clone(), context_id: snap.context_id.clone(),
-                    state: String::new(), status: Value::Null, artifacts: vec![], seen: vec![], created_ms: now, updated_ms: now,
-                    following: false, follow_until_ms: 0, next_poll_ms: None, gen: 0, timer: None, failures: 0, last_error: None, stopped: None,
+                    agent: agent.to_string(),
+                    peer: peer.to_string(),
+                    card: card.clone(),
+                    task_id: snap.id.clone(),
+                    context_id: snap.context_id.clone(),
+                    state: String::new(),
+                    status: Value::Null,
+                    artifacts: vec![],
+                    seen: vec![],
+                    created_ms: now,
+                    updated_ms: now,
+                    following: false,
+                    follow_until_ms: 0,
+                    next_poll_ms: None,
+                    gen: 0,
+                    timer: None,
+                    failures: 0,
+                    last_error: None,
+                    stopped: None,
                 };
                 (id, r)
             }
@@ -211,7 +228,8 @@ fn claim(id: &str, gen: u64, s: &Settings) -> Result<Option<Remote>> {
 /// One `GetTask`: the snapshot, or why not and whether a later poll may do better.
 fn fetch(r: &Remote, s: &Settings) -> Result<Snapshot, (String, bool)> {
     let target = remote::target(s, &r.peer).map_err(|e| (e.message().to_string(), false))?;
-    let task = remote::call(&target, &r.card, "GetTask", json!({"id": r.task_id, "historyLength": HISTORY})).map_err(|f| (f.describe(&r.peer), f.transient()))?;
+    let task =
+        remote::call(&target, &r.card, "GetTask", json!({"id": r.task_id, "historyLength": HISTORY})).map_err(|f| (f.describe(&r.peer), f.transient()))?;
     snapshot(&task).map_err(|why| (format!("A2A peer {} gave an invalid task: {why}", r.peer), true))
 }
 

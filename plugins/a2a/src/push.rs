@@ -392,7 +392,9 @@ fn post(c: &PushConfig, update: &Value) -> std::result::Result<(), Failure> {
         Ok((200..=299, _)) => Ok(()),
         Ok((status @ (408 | 429 | 500..=599), _)) => Err(Failure::Transient(format!("the endpoint answered {status}"))),
         Ok((status, _)) => Err(Failure::Refused(format!("the endpoint refused it with {status}"))),
-        Err(e) if e.contains("HttpRequestDenied") => Err(Failure::Refused(format!("{} is not among the hosts this deployment allows the bridge to reach", url.authority))),
+        Err(e) if e.contains("HttpRequestDenied") => {
+            Err(Failure::Refused(format!("{} is not among the hosts this deployment allows the bridge to reach", url.authority)))
+        }
         Err(e) => Err(Failure::Transient(e)),
     }
 }
@@ -403,7 +405,8 @@ mod tests {
 
     #[test]
     fn configs_are_checked() {
-        let ok = parse(&json!({"url": "http://127.0.0.1:9/hook", "token": "t", "authentication": {"scheme": "Bearer", "credentials": "c"}}), "task-1", "p").unwrap();
+        let ok =
+            parse(&json!({"url": "http://127.0.0.1:9/hook", "token": "t", "authentication": {"scheme": "Bearer", "credentials": "c"}}), "task-1", "p").unwrap();
         assert_eq!(ok.wire()["authentication"]["scheme"], "Bearer");
         assert!(ok.id.starts_with("push"));
         for bad in [

@@ -74,7 +74,13 @@ pub fn split(u: &str) -> Option<(Url, String)> {
     if authority.is_empty() || authority.contains('@') {
         return None;
     }
-    let path = if tail.is_empty() { "/".to_string() } else if tail.starts_with('?') { format!("/{tail}") } else { tail.to_string() };
+    let path = if tail.is_empty() {
+        "/".to_string()
+    } else if tail.starts_with('?') {
+        format!("/{tail}")
+    } else {
+        tail.to_string()
+    };
     Some((Url { https, authority: authority.to_string(), path: String::new() }, path))
 }
 
@@ -96,7 +102,11 @@ pub fn target(s: &Settings, to: &str) -> Result<Target> {
         return Ok(Target { peer: to.to_string(), named: false, card_url: card_url(to), headers: vec![] });
     }
     let Some(conf) = s.peers.get(to) else {
-        return Err(Error::new(PEER_UNKNOWN, format!("no A2A peer {to:?} in this tenant's configuration (plugin_config.a2a.peers), and it is not an http(s) URL")).with_details(json!({"to": to})));
+        return Err(Error::new(
+            PEER_UNKNOWN,
+            format!("no A2A peer {to:?} in this tenant's configuration (plugin_config.a2a.peers), and it is not an http(s) URL"),
+        )
+        .with_details(json!({"to": to})));
     };
     peer(to, conf).map_err(|why| Error::new(PEER_UNKNOWN, format!("A2A peer {to:?} is misconfigured: {why}")).with_details(json!({"to": to})))
 }
@@ -116,12 +126,16 @@ fn peer(name: &str, conf: &Value) -> std::result::Result<Target, String> {
             if !ok_name || ["host", "content-length", "content-type"].contains(&k.to_ascii_lowercase().as_str()) {
                 return Err(format!("headers may not hold {k:?}"));
             }
-            let v = v.as_str().filter(|v| v.len() <= 4096 && !v.bytes().any(|b| b.is_ascii_control())).ok_or(format!("headers.{k} must be a string of one line"))?;
+            let v = v
+                .as_str()
+                .filter(|v| v.len() <= 4096 && !v.bytes().any(|b| b.is_ascii_control()))
+                .ok_or(format!("headers.{k} must be a string of one line"))?;
             headers.push((k.to_ascii_lowercase(), v.to_string()));
         }
     }
     if let Some(b) = o.get("bearer") {
-        let b = b.as_str().filter(|b| !b.is_empty() && b.len() <= 4096 && !b.bytes().any(|c| c.is_ascii_control())).ok_or("bearer must be a string of one line")?;
+        let b =
+            b.as_str().filter(|b| !b.is_empty() && b.len() <= 4096 && !b.bytes().any(|c| c.is_ascii_control())).ok_or("bearer must be a string of one line")?;
         headers.retain(|(k, _)| k != "authorization");
         headers.push(("authorization".into(), format!("Bearer {b}")));
     }
@@ -169,7 +183,9 @@ impl Failure {
             Failure::Denied(host) => Error::new(HOST_NOT_ALLOWED, message).with_details(json!({"peer": peer, "host": host})),
             Failure::Unreachable(_) => Error::new(PEER_UNREACHABLE, message).with_details(json!({"peer": peer})).retryable(),
             Failure::Refused(status) => Error::new(REMOTE_REFUSED, message).with_details(json!({"peer": peer, "status": status})),
-            Failure::Remote { code, message: m, data } => Error::new(REMOTE_ERROR, message).with_details(json!({"peer": peer, "code": code, "message": m, "data": data})),
+            Failure::Remote { code, message: m, data } => {
+                Error::new(REMOTE_ERROR, message).with_details(json!({"peer": peer, "code": code, "message": m, "data": data}))
+            }
             Failure::Invalid(_) => Error::new(REMOTE_INVALID, message).with_details(json!({"peer": peer})),
         }
     }
@@ -235,10 +251,13 @@ pub fn card(t: &Target, s: &Settings) -> Result<Card> {
         return Ok(c);
     }
     let bytes = send(t, "GET", &t.card_url, None, MAX_CARD_BYTES).map_err(|f| match f {
-        Failure::Refused(status @ (404 | 410)) => Error::new(CARD_INVALID, format!("no agent card for A2A peer {} (HTTP {status})", t.peer)).with_details(json!({"peer": t.peer, "status": status})),
+        Failure::Refused(status @ (404 | 410)) => {
+            Error::new(CARD_INVALID, format!("no agent card for A2A peer {} (HTTP {status})", t.peer)).with_details(json!({"peer": t.peer, "status": status}))
+        }
         f => f.into_error(&t.peer),
     })?;
-    let invalid = |why: String| Error::new(CARD_INVALID, format!("the agent card of A2A peer {} is unusable: {why}", t.peer)).with_details(json!({"peer": t.peer}));
+    let invalid =
+        |why: String| Error::new(CARD_INVALID, format!("the agent card of A2A peer {} is unusable: {why}", t.peer)).with_details(json!({"peer": t.peer}));
     let doc: Value = serde_json::from_slice(&bytes).map_err(|e| invalid(format!("not JSON ({e})")))?;
     let c = parse_card(&doc, now).map_err(invalid)?;
     CARDS.put(&key, &c)?;
@@ -311,7 +330,9 @@ mod tests {
         ]});
         let c = parse_card(&card, 7).unwrap();
         assert_eq!((c.name.as_str(), c.rpc.as_str(), c.tenant.as_deref(), c.fetched_ms), ("Helper", "http://h/rpc", Some("t1"), 7));
-        assert!(parse_card(&json!({"supportedInterfaces": [{"url": "http://h", "protocolBinding": "GRPC", "protocolVersion": "1.0"}]}), 0).unwrap_err().contains("no JSON-RPC"));
+        assert!(parse_card(&json!({"supportedInterfaces": [{"url": "http://h", "protocolBinding": "GRPC", "protocolVersion": "1.0"}]}), 0)
+            .unwrap_err()
+            .contains("no JSON-RPC"));
         assert!(parse_card(&json!({"supportedInterfaces": "x"}), 0).is_err());
         assert!(parse_card(&json!({"name": 5}), 0).is_err());
         assert!(parse_card(&json!([1]), 0).is_err());

@@ -6,8 +6,8 @@ use map_plugin_sdk::prelude::*;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::remote::Card;
 use crate::message;
+use crate::remote::Card;
 use crate::task::{is_terminal, parse_state, wire_state};
 
 pub const STATUS: &str = "a2a.remote.status";
@@ -183,9 +183,25 @@ mod tests {
     fn record() -> Remote {
         let card = Card { name: "n".into(), rpc: "http://h/rpc".into(), tenant: None, fetched_ms: 0 };
         Remote {
-            agent: "a".into(), peer: "p".into(), card, task_id: "t1".into(), context_id: String::new(), state: String::new(), status: Value::Null,
-            artifacts: vec![], seen: vec![], created_ms: 0, updated_ms: 0, following: true, follow_until_ms: 0, next_poll_ms: None, gen: 0, timer: None,
-            failures: 0, last_error: None, stopped: None,
+            agent: "a".into(),
+            peer: "p".into(),
+            card,
+            task_id: "t1".into(),
+            context_id: String::new(),
+            state: String::new(),
+            status: Value::Null,
+            artifacts: vec![],
+            seen: vec![],
+            created_ms: 0,
+            updated_ms: 0,
+            following: true,
+            follow_until_ms: 0,
+            next_poll_ms: None,
+            gen: 0,
+            timer: None,
+            failures: 0,
+            last_error: None,
+            stopped: None,
         }
     }
 
@@ -198,7 +214,13 @@ mod tests {
     }
 
     fn kinds(e: &[(&str, Value)]) -> Vec<&'static str> {
-        e.iter().map(|(k, _)| match *k { STATUS => "status", ARTIFACT => "artifact", _ => "message" }).collect()
+        e.iter()
+            .map(|(k, _)| match *k {
+                STATUS => "status",
+                ARTIFACT => "artifact",
+                _ => "message",
+            })
+            .collect()
     }
 
     #[test]
@@ -227,7 +249,10 @@ mod tests {
     fn snapshots_check_the_untrusted_task() {
         assert!(snapshot(&json!({"id": "t", "status": {"state": "TASK_STATE_BOGUS"}})).is_err());
         assert!(snapshot(&json!({"id": "t", "status": {"state": "TASK_STATE_WORKING"}, "artifacts": [{"parts": [{"text": "no id"}]}]})).is_err());
-        assert!(snapshot(&json!({"id": "t", "status": {"state": "TASK_STATE_WORKING", "message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "x"}]}}})).is_err());
+        assert!(snapshot(
+            &json!({"id": "t", "status": {"state": "TASK_STATE_WORKING", "message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "x"}]}}})
+        )
+        .is_err());
         assert!(snapshot(&json!({"id": "", "status": {"state": "TASK_STATE_WORKING"}})).is_err());
         let mut long: Vec<Value> = (0..300).map(|i| json!({"messageId": format!("u{i}"), "role": "ROLE_USER", "parts": [{"text": "x"}]})).collect();
         long.push(json!({"messageId": "last", "role": "ROLE_AGENT", "parts": [{"text": "y"}]}));

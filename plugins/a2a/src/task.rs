@@ -98,7 +98,18 @@ fn status(state: &str, message: Option<&Value>) -> Value {
 /// A new task in `submitted`, with the client's message; `None` past the tenant's limit.
 pub fn create(agent: &str, context_id: &str, message: &Value, limit: i64) -> Result<Option<Task>> {
     let (id, now) = ids::new_id_at("task");
-    let mut task = Task { id, context_id: context_id.to_string(), agent: agent.to_string(), status: status("submitted", None), artifacts: vec![], history: vec![message.clone()], created_ms: now, seq: 0, first_reply: None, turn_start: 1 };
+    let mut task = Task {
+        id,
+        context_id: context_id.to_string(),
+        agent: agent.to_string(),
+        status: status("submitted", None),
+        artifacts: vec![],
+        history: vec![message.clone()],
+        created_ms: now,
+        seq: 0,
+        first_reply: None,
+        turn_start: 1,
+    };
     task.history[0]["taskId"] = json!(task.id);
     task.history[0]["contextId"] = json!(task.context_id);
     let mut batch = Batch::new();
@@ -143,7 +154,11 @@ pub fn change(id: &str, c: &Change) -> Result<std::result::Result<Task, &'static
         let mut batch = Batch::new();
         batch.expect_version(&TASKS, id.to_string(), current.version);
         for a in &c.artifacts {
-            batch.put(&UPDATES, key_of(id, task.seq), &json!({"artifactUpdate": {"taskId": id, "contextId": task.context_id, "artifact": a, "append": false, "lastChunk": true}}));
+            batch.put(
+                &UPDATES,
+                key_of(id, task.seq),
+                &json!({"artifactUpdate": {"taskId": id, "contextId": task.context_id, "artifact": a, "append": false, "lastChunk": true}}),
+            );
             task.seq += 1;
             match task.artifacts.iter_mut().find(|x| x["artifactId"] == a["artifactId"]) {
                 Some(old) => *old = a.clone(),

@@ -11,7 +11,9 @@ use serde_json::{json, Map, Value};
 use crate::access::{self, Actor};
 use crate::error;
 use crate::events;
-use crate::model::{Conversation, ConversationStatus, ConversationType, Participant, ParticipantType, Permissions, Role, Turn, TurnSource, TurnStatus, Visibility};
+use crate::model::{
+    Conversation, ConversationStatus, ConversationType, Participant, ParticipantType, Permissions, Role, Turn, TurnSource, TurnStatus, Visibility,
+};
 use crate::params::{self, OneOrMany};
 use crate::participants;
 use crate::repo::{self, Ahead, Writes};

@@ -16,17 +16,32 @@ const MAX_LISTED: usize = 10;
 const MAX_SENTENCE_CHARS: usize = 200;
 
 const STOPWORDS: &[&str] = &[
-    "the", "and", "for", "are", "but", "not", "you", "all", "any", "can", "had", "her", "was", "one", "our", "out", "has", "have",
-    "this", "that", "with", "from", "they", "will", "would", "there", "their", "what", "when", "where", "which", "who", "why",
-    "how", "about", "into", "than", "then", "them", "these", "those", "some", "such", "only", "also", "just", "like", "been",
-    "being", "were", "its", "your", "yours", "his", "she", "him", "let", "lets", "should", "could", "does", "did", "doing",
-    "done", "here", "more", "most", "very", "each", "other", "over", "under", "again", "same", "too", "own", "now", "yes",
+    "the", "and", "for", "are", "but", "not", "you", "all", "any", "can", "had", "her", "was", "one", "our", "out", "has", "have", "this", "that", "with",
+    "from", "they", "will", "would", "there", "their", "what", "when", "where", "which", "who", "why", "how", "about", "into", "than", "then", "them", "these",
+    "those", "some", "such", "only", "also", "just", "like", "been", "being", "were", "its", "your", "yours", "his", "she", "him", "let", "lets", "should",
+    "could", "does", "did", "doing", "done", "here", "more", "most", "very", "each", "other", "over", "under", "again", "same", "too", "own", "now", "yes",
     "okay", "sure", "thanks", "please", "get", "got", "use", "using", "may", "might", "must", "shall", "onto", "upon",
 ];
 
 const DECISION_CUES: &[&str] = &[
-    "decided", "decide to", "decision", "agreed", "agree to", "we will", "we'll", "let's", "approved", "approve ",
-    "going with", "go with", "settled on", "conclusion", "resolved", "we chose", "chosen", "final answer",
+    "decided",
+    "decide to",
+    "decision",
+    "agreed",
+    "agree to",
+    "we will",
+    "we'll",
+    "let's",
+    "approved",
+    "approve ",
+    "going with",
+    "go with",
+    "settled on",
+    "conclusion",
+    "resolved",
+    "we chose",
+    "chosen",
+    "final answer",
 ];
 
 struct Sentence {

@@ -200,7 +200,9 @@ impl Participant {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum TurnSource {
-    Explicit { method: String },
+    Explicit {
+        method: String,
+    },
     Intercepted {
         #[serde(rename = "messageId")]
         message_id: String,

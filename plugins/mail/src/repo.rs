@@ -130,7 +130,12 @@ thread_local! {
 }
 
 /// [`decoded`] through `recent`.
-fn decoded_recent<T: Clone, C: Codec<T>>(recent: &'static LocalKey<RefCell<Recent<T>>>, collection: Collection<T, C>, key: &str, item: Option<Item>) -> Result<Option<T>> {
+fn decoded_recent<T: Clone, C: Codec<T>>(
+    recent: &'static LocalKey<RefCell<Recent<T>>>,
+    collection: Collection<T, C>,
+    key: &str,
+    item: Option<Item>,
+) -> Result<Option<T>> {
     let Some(item) = item else { return Ok(None) };
     if let Some(value) = recent.with(|r| r.borrow().get(key, item.version)) {
         return Ok(Some(value));

@@ -26,7 +26,9 @@ pub fn resource(c: Conversation) -> Resource {
     let mut metadata = Map::new();
     metadata.insert("type".into(), json!(c.kind));
     metadata.insert("participantCount".into(), json!(c.participant_count));
-    for (key, value) in [("parentConversationId", &c.parent_conversation_id), ("parentTurnId", &c.parent_turn_id), ("closedBy", &c.closed_by), ("closeReason", &c.close_reason)] {
+    for (key, value) in
+        [("parentConversationId", &c.parent_conversation_id), ("parentTurnId", &c.parent_turn_id), ("closedBy", &c.closed_by), ("closeReason", &c.close_reason)]
+    {
         if let Some(v) = value {
             metadata.insert(key.into(), json!(v));
         }
@@ -65,7 +67,8 @@ impl Resources for ConversationResources {
     fn list(caller: &Caller, query: &Query) -> Result<Page> {
         let params = json!({"filter": query.filter, "limit": query.limit, "cursor": query.cursor}).to_string();
         let reply = conversations::list(&Call::new(caller, "mail/list", &params))?;
-        let listed: Listed = serde_json::from_str(reply.as_str()).map_err(|e| map_plugin_sdk::Error::internal(format!("mail/list answered in another form: {e}")))?;
+        let listed: Listed =
+            serde_json::from_str(reply.as_str()).map_err(|e| map_plugin_sdk::Error::internal(format!("mail/list answered in another form: {e}")))?;
         Ok(Page { resources: listed.conversations.into_iter().map(resource).collect(), cursor: listed.next_cursor, total: None })
     }
 

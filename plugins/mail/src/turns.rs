@@ -107,7 +107,14 @@ struct TurnEvent<'a> {
 
 impl<'a> TurnEvent<'a> {
     fn added(turn: &'a Turn, json: &'a RawValue) -> TurnEvent<'a> {
-        TurnEvent { conversation_id: &turn.conversation_id, turn_id: None, status: None, participant_id: None, turn: json, thread_id: turn.thread_id.as_deref() }
+        TurnEvent {
+            conversation_id: &turn.conversation_id,
+            turn_id: None,
+            status: None,
+            participant_id: None,
+            turn: json,
+            thread_id: turn.thread_id.as_deref(),
+        }
     }
 
     fn updated(turn: &'a Turn, json: &'a RawValue) -> TurnEvent<'a> {
@@ -176,7 +183,14 @@ pub fn record(call: &Call) -> Result<Reply> {
     Ok(turn_result(&json))
 }
 
-fn update(visit: &Visit, author: &Participant, turn_id: &str, status: Option<TurnStatus>, content: Option<Value>, metadata: Option<Map<String, Value>>) -> Result<Reply> {
+fn update(
+    visit: &Visit,
+    author: &Participant,
+    turn_id: &str,
+    status: Option<TurnStatus>,
+    content: Option<Value>,
+    metadata: Option<Map<String, Value>>,
+) -> Result<Reply> {
     let conv = &visit.conv;
     access::require_open(conv)?;
     let mut turn = visit.visible_turn(turn_id, author)?;
@@ -413,11 +427,7 @@ pub fn list(call: &Call) -> Result<Reply> {
     let mut q = TurnQuery::new(&conv.id);
     if let Some(thread) = &f.thread_id {
         visit.require_thread(thread)?;
-        q.threads = if f.include_all_threads {
-            ThreadScope::Among(thread_and_descendants(&conv.id, thread)?)
-        } else {
-            ThreadScope::One(thread.clone())
-        };
+        q.threads = if f.include_all_threads { ThreadScope::Among(thread_and_descendants(&conv.id, thread)?) } else { ThreadScope::One(thread.clone()) };
     }
     q.content_types = f.content_types.map(OneOrMany::into_vec).unwrap_or_default();
     q.participant = f.participant_id;

@@ -61,7 +61,9 @@ fn handle(req: &HttpRequest, settings: &Settings) -> Result<Value, Refusal> {
     claim.expect_absent(&RECEIVED, key.clone()).put(&RECEIVED, key.clone(), &Received { answer: None });
     match claim.commit().map_err(|e| unavailable("recording the message", e.message()))? {
         Outcome::Committed(_) => {}
-        Outcome::Conflict(_) => return Err(Refusal::new(409, "message_in_progress", format!("message {} from {} is being delivered; retry later", msg.message_id, msg.from))),
+        Outcome::Conflict(_) => {
+            return Err(Refusal::new(409, "message_in_progress", format!("message {} from {} is being delivered; retry later", msg.message_id, msg.from)))
+        }
     }
     match deliver(&msg) {
         Ok(answer) => {

@@ -84,7 +84,8 @@ pub fn parse(body: &[u8]) -> Result<Message, Refusal> {
         return Err(bad("invalid_agent_uri", format!("from {from:?} is not an agent URI like agent://example.com/agent-id")));
     }
     let to_text = text_field(&obj, "to", "")?;
-    let to = AgentUri::parse(to_text).ok_or_else(|| bad("invalid_agent_uri", format!("to {to_text:?} is not an agent URI like agent://example.com/agent-id")))?;
+    let to =
+        AgentUri::parse(to_text).ok_or_else(|| bad("invalid_agent_uri", format!("to {to_text:?} is not an agent URI like agent://example.com/agent-id")))?;
     let content = match obj.get("content") {
         None => return Err(bad("missing_field", "content is required")),
         Some(c) => blocks(c)?,
@@ -200,7 +201,8 @@ mod tests {
     fn agent_uris() {
         assert_eq!(AgentUri::parse("agent://Example.com/bot-1"), Some(AgentUri { domain: "example.com".into(), agent: "bot-1".into() }));
         assert_eq!(AgentUri::parse("agent://gw.example:8443/a_b.c"), Some(AgentUri { domain: "gw.example:8443".into(), agent: "a_b.c".into() }));
-        for bad in ["agent://example.com", "agent:///bot", "http://example.com/bot", "agent://ex ample/bot", "agent://example.com/a/b", "agent://example.com/"] {
+        for bad in ["agent://example.com", "agent:///bot", "http://example.com/bot", "agent://ex ample/bot", "agent://example.com/a/b", "agent://example.com/"]
+        {
             assert_eq!(AgentUri::parse(bad), None, "{bad}");
         }
     }
@@ -226,7 +228,13 @@ mod tests {
             {"type": "file", "name": "a.pdf", "mime_type": "application/pdf", "source": {"type": "url", "url": "https://x/a.pdf"}},
         ]);
         assert_eq!(blocks(&mixed).unwrap().len(), 5);
-        for bad in [json!([]), json!(5), json!([{"type": "video"}]), json!([{"type": "text"}]), json!([{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "not base64!"}}])] {
+        for bad in [
+            json!([]),
+            json!(5),
+            json!([{"type": "video"}]),
+            json!([{"type": "text"}]),
+            json!([{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "not base64!"}}]),
+        ] {
             assert_eq!(blocks(&bad).unwrap_err().error, "invalid_content", "{bad}");
         }
     }

@@ -10,11 +10,11 @@ use map_plugin_sdk::timers;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use map_plugin_sdk::http::{self, Url};
 use crate::message::{self, AgentUri, PROTOCOL};
 use crate::repo::{Mapping, BY_MAIL, CONVERSATIONS};
 use crate::settings::Settings;
 use crate::{CONVERSATION_NOT_FOUND, NOT_YOURS};
+use map_plugin_sdk::http::{self, Url};
 
 /// A delivery waiting for its next attempt, by `message_id`.
 #[derive(Serialize, Deserialize, Clone, Debug)]
@@ -98,7 +98,8 @@ pub fn send(call: &Call) -> Result<Reply> {
     // The agent's own turn, recorded as the agent (it is a participant).
     router::call("mail/turn", &json!({"conversationId": mapping.mail_conversation_id, "contentType": "data", "content": msg}))
         .map_err(|e| Error::new(e.code, format!("recording the message in mail: {}", e.message)))?;
-    let mut pending = Pending { message: msg, agent, mail_conversation_id: mapping.mail_conversation_id.clone(), attempts: 0, timer: None, last_error: String::new() };
+    let mut pending =
+        Pending { message: msg, agent, mail_conversation_id: mapping.mail_conversation_id.clone(), attempts: 0, timer: None, last_error: String::new() };
     // Kept, with a timer, before the first attempt: if this call dies during
     // it (its deadline), the timer tries again.
     pending.timer = timers::schedule(settings.retry_base_ms, &format!("{TIMER_PREFIX}{message_id}")).ok();
@@ -170,7 +171,9 @@ fn record(mut p: Pending, settings: &Settings, message_id: &str, result: Result<
         }
         Err(Failure::Transient(why)) if p.attempts < settings.max_attempts => {
             p.last_error = why;
-            p.timer = timers::schedule(retry_delay(settings, p.attempts), &format!("{TIMER_PREFIX}{message_id}")).map_err(|e| log::warn(&format!("no retry timer for {message_id}: {e}"))).ok();
+            p.timer = timers::schedule(retry_delay(settings, p.attempts), &format!("{TIMER_PREFIX}{message_id}"))
+                .map_err(|e| log::warn(&format!("no retry timer for {message_id}: {e}")))
+                .ok();
             PENDING.put(message_id, &p)?;
             Ok(("queued", current_id(&p)))
         }
@@ -205,7 +208,10 @@ fn post(p: &Pending, settings: &Settings) -> Result<String, Failure> {
     let (status, body) = http::post_json(&url, "/mamp/v1/messages", key, p.message.to_string().as_bytes()).map_err(Failure::Transient)?;
     let answer: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     match status {
-        200..=299 => answer["conversation_id"].as_str().map(String::from).ok_or_else(|| Failure::Refused(format!("the peer answered {status} without a conversation_id"))),
+        200..=299 => answer["conversation_id"]
+            .as_str()
+            .map(String::from)
+            .ok_or_else(|| Failure::Refused(format!("the peer answered {status} without a conversation_id"))),
         408 | 429 | 500..=599 => Err(Failure::Transient(format!("the peer answered {status}: {}", answer["message"].as_str().unwrap_or("")))),
         _ => Err(Failure::Refused(format!("the peer refused it with {status}: {}", answer["error"].as_str().unwrap_or("")))),
     }
@@ -244,7 +250,8 @@ pub fn retry(timer: u64, tag: &str) {
             Ok(())
         }
         Some(mut p) => {
-            p.timer = timers::schedule(retry_delay(&settings, p.attempts + 1), tag).map_err(|e| log::warn(&format!("no standby timer for {message_id}: {e}"))).ok();
+            p.timer =
+                timers::schedule(retry_delay(&settings, p.attempts + 1), tag).map_err(|e| log::warn(&format!("no standby timer for {message_id}: {e}"))).ok();
             PENDING.put(message_id, &p)?;
             attempt(p, &settings).map(|_| ())
         }
@@ -266,12 +273,15 @@ const STORED_TIMER_IDS: u64 = 1 << 40;
 pub fn resume() -> std::result::Result<(), String> {
     let settings = Settings::load();
     let mut lost = Vec::new();
-    PENDING.all().each(|e| {
-        if e.value.timer.is_none_or(|t| t < STORED_TIMER_IDS) {
-            lost.push((e.key, e.value));
-        }
-        Ok(true)
-    }).map_err(|e| e.message().to_string())?;
+    PENDING
+        .all()
+        .each(|e| {
+            if e.value.timer.is_none_or(|t| t < STORED_TIMER_IDS) {
+                lost.push((e.key, e.value));
+            }
+            Ok(true)
+        })
+        .map_err(|e| e.message().to_string())?;
     for (id, mut p) in lost {
         p.timer = timers::schedule(settings.retry_base_ms, &format!("{TIMER_PREFIX}{id}")).ok();
         PENDING.put(&id, &p).map_err(|e| e.message().to_string())?;

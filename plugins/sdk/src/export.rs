@@ -395,11 +395,14 @@ macro_rules! __export_beside {
 #[macro_export]
 macro_rules! export_resources {
     ($ty:ident) => {
-        $crate::__export_beside!($ty, resources, "component-type:map-plugin-sdk:resources-provider", RESOURCES_PROVIDER, __map_plugin_sdk_native_resources, [
-            <$ty as $crate::resources::Resources>::kinds,
-            <$ty as $crate::resources::Resources>::list,
-            <$ty as $crate::resources::Resources>::get
-        ]);
+        $crate::__export_beside!(
+            $ty,
+            resources,
+            "component-type:map-plugin-sdk:resources-provider",
+            RESOURCES_PROVIDER,
+            __map_plugin_sdk_native_resources,
+            [<$ty as $crate::resources::Resources>::kinds, <$ty as $crate::resources::Resources>::list, <$ty as $crate::resources::Resources>::get]
+        );
     };
 }
 
@@ -411,9 +414,13 @@ macro_rules! export_resources {
 #[macro_export]
 macro_rules! export_grpc_unary {
     ($ty:ident) => {
-        $crate::__export_beside!($ty, grpc_unary, "component-type:map-plugin-sdk:grpc-unary-provider", GRPC_UNARY_PROVIDER, __map_plugin_sdk_native_grpc_unary, [
-            <$ty as $crate::GrpcUnary>::unary_methods,
-            <$ty as $crate::GrpcUnary>::unary
-        ]);
+        $crate::__export_beside!(
+            $ty,
+            grpc_unary,
+            "component-type:map-plugin-sdk:grpc-unary-provider",
+            GRPC_UNARY_PROVIDER,
+            __map_plugin_sdk_native_grpc_unary,
+            [<$ty as $crate::GrpcUnary>::unary_methods, <$ty as $crate::GrpcUnary>::unary]
+        );
     };
 }

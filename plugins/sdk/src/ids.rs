@@ -120,8 +120,8 @@ pub fn iso8601(ms: u64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use map_protocol::ids::ALPHABET as CROCKFORD;
     use super::*;
+    use map_protocol::ids::ALPHABET as CROCKFORD;
 
     #[test]
     fn ids_increase_and_have_the_ulid_shape() {

@@ -57,7 +57,15 @@ pub struct Resource {
 impl Resource {
     /// A resource updated when it was made, without metadata.
     pub fn new(id: impl Into<String>, name: impl Into<String>, status: impl Into<String>, owner_id: impl Into<String>, created_at: u64) -> Resource {
-        Resource { id: id.into(), name: name.into(), status: status.into(), owner_id: owner_id.into(), created_at, updated_at: created_at, metadata: Map::new() }
+        Resource {
+            id: id.into(),
+            name: name.into(),
+            status: status.into(),
+            owner_id: owner_id.into(),
+            created_at,
+            updated_at: created_at,
+            metadata: Map::new(),
+        }
     }
 
     pub fn updated_at(mut self, ms: u64) -> Resource {

@@ -11,7 +11,11 @@ use crate::bindings::map_gateway::plugin::types::RpcError;
 /// are written right after the response, in order, only if the call
 /// succeeds. Fails with 2000 (no session) or 2003 (its queue is full).
 pub fn notify<T: Serialize + ?Sized>(participant_id: &str, method: &str, params: &T) -> Result<(), RpcError> {
-    let params = serde_json::to_string(params).map_err(|e| RpcError { code: -32603, message: format!("Notification params cannot be written as JSON: {e}"), data: None })?;
+    let params = serde_json::to_string(params).map_err(|e| RpcError {
+        code: -32603,
+        message: format!("Notification params cannot be written as JSON: {e}"),
+        data: None,
+    })?;
     wit::notify(participant_id, method, &params)
 }
 
@@ -22,7 +26,11 @@ pub fn notify<T: Serialize + ?Sized>(participant_id: &str, method: &str, params:
 /// caller's own session when `skip_caller`. A session that may still resume
 /// gets it when it does. Returns how many sessions took it.
 pub fn notify_for<T: Serialize + ?Sized>(ids: &[String], capability: Option<&str>, skip_caller: bool, method: &str, params: &T) -> Result<u32, RpcError> {
-    let params = serde_json::to_string(params).map_err(|e| RpcError { code: -32603, message: format!("Notification params cannot be written as JSON: {e}"), data: None })?;
+    let params = serde_json::to_string(params).map_err(|e| RpcError {
+        code: -32603,
+        message: format!("Notification params cannot be written as JSON: {e}"),
+        data: None,
+    })?;
     let recipients = wit::Recipients { ids: ids.to_vec(), capability: capability.map(String::from), skip_caller };
     wit::notify_for(method, &params, &recipients)
 }

@@ -41,10 +41,7 @@ pub fn may_change(caller: &Caller, record: &Record) -> Result<()> {
     if assigned || ours(&record.created_by) || record.created_by == caller.participant_id {
         return Ok(());
     }
-    Err(permission_denied(
-        format!("Task {} is neither assigned to nor created by this session's agents", record.task.id),
-        "tasks.canUpdate",
-    ))
+    Err(permission_denied(format!("Task {} is neither assigned to nor created by this session's agents", record.task.id), "tasks.canUpdate"))
 }
 
 /// Refuse (14002) an assignee the tenant does not accept: with

@@ -93,7 +93,8 @@ pub fn page(assignee: Option<&str>, statuses: Option<&[Status]>, cursor: Option<
     if let Some(cursor) = cursor {
         range = range.after(format!("{prefix}{cursor}"));
     }
-    let wanted = |r: &Record| assignee.is_none_or(|a| r.task.assigned_to() == Some(a)) && statuses.is_none_or(|s| r.task.status.is_some_and(|x| s.contains(&x)));
+    let wanted =
+        |r: &Record| assignee.is_none_or(|a| r.task.assigned_to() == Some(a)) && statuses.is_none_or(|s| r.task.status.is_some_and(|x| s.contains(&x)));
     let mut found = Vec::new();
     loop {
         let page = range.page(SCAN_PAGE)?;

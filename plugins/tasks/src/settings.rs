@@ -79,7 +79,8 @@ pub fn show_uap_jobs() -> bool {
 /// participant type's own grants under `byParticipantType`.
 pub fn capabilities() -> Value {
     let on = enabled();
-    let flags = |grant: &dyn Fn(Flag) -> bool| -> Map<String, Value> { Flag::ALL.iter().map(|&f| (f.capability().to_string(), Value::Bool(on && grant(f)))).collect() };
+    let flags =
+        |grant: &dyn Fn(Flag) -> bool| -> Map<String, Value> { Flag::ALL.iter().map(|&f| (f.capability().to_string(), Value::Bool(on && grant(f)))).collect() };
     let by_type: Map<String, Value> = PARTICIPANT_TYPES.iter().map(|&t| (t.to_string(), Value::Object(flags(&|f| granted(f, t))))).collect();
     let mut group = flags(&|_| false);
     group.insert("enabled".into(), json!(on));

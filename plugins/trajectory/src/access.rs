@@ -50,11 +50,11 @@ pub fn reporting_agent(caller: &Caller, named: Option<&str>) -> Result<String> {
     let owned = || json!({ "ownedAgents": caller.agent_ids });
     match named {
         Some(agent) if caller.agent_ids.iter().any(|a| a == agent) => Ok(agent.to_string()),
-        Some(agent) => Err(permission_denied(format!("This session does not own agent {agent}"))
-            .with_details(json!({ "agentId": agent, "ownedAgents": caller.agent_ids }))),
-        None => {
-            caller.agent_ids.first().cloned().ok_or_else(|| permission_denied("Register an agent before reporting checkpoints").with_details(owned()))
+        Some(agent) => {
+            Err(permission_denied(format!("This session does not own agent {agent}"))
+                .with_details(json!({ "agentId": agent, "ownedAgents": caller.agent_ids })))
         }
+        None => caller.agent_ids.first().cloned().ok_or_else(|| permission_denied("Register an agent before reporting checkpoints").with_details(owned())),
     }
 }
 

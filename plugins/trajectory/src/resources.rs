@@ -89,7 +89,14 @@ mod tests {
     fn a_checkpoint_as_a_resource() {
         let mut own = Map::new();
         own.insert("branch".into(), json!("main"));
-        let cp = Checkpoint { id: "cp-1".into(), agent_id: "coder".into(), timestamp: 42, label: Some("tests pass".into()), session_id: Some("work-1".into()), metadata: Some(own) };
+        let cp = Checkpoint {
+            id: "cp-1".into(),
+            agent_id: "coder".into(),
+            timestamp: 42,
+            label: Some("tests pass".into()),
+            session_id: Some("work-1".into()),
+            metadata: Some(own),
+        };
         let r = resource(cp);
         assert_eq!((r.id.as_str(), r.name.as_str(), r.status.as_str(), r.owner_id.as_str()), ("cp-1", "tests pass", "recorded", "coder"));
         assert_eq!((r.created_at, r.updated_at), (42, 42));

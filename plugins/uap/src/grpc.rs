@@ -45,7 +45,8 @@ pub fn open(call: CallInfo) -> Result<(), Status> {
         }
         "Execute" | "Translate" => {
             let kind = if method == "Execute" { Kind::Test } else { Kind::Translation };
-            let session = metadata(&call, "x-session-id").ok_or_else(|| status(code::NOT_FOUND, format!("{method} needs the x-session-id metadata of an accepted session")))?;
+            let session = metadata(&call, "x-session-id")
+                .ok_or_else(|| status(code::NOT_FOUND, format!("{method} needs the x-session-id metadata of an accepted session")))?;
             on_hub(|h| h.run(call.id, kind, session))
         }
         _ => Err(status(12, format!("{} is not a method of {SERVICE}", call.path))),
@@ -104,7 +105,10 @@ pub fn register(body: &[u8]) -> Result<Vec<u8>, Status> {
     let client_id = format!("agent-{}{}", ids::ulid(), &ids::ulid()[10..]);
     let agent = Agent { client_id: client_id.clone(), display_name: reg.display_name, capabilities, registered_at: repo::now() };
     AGENTS.put(&client_id, &agent).map_err(internal)?;
-    map_plugin_sdk::events::emit("uap.agent.registered", &json!({"clientId": client_id, "displayName": agent.display_name, "capabilities": agent.capabilities}));
+    map_plugin_sdk::events::emit(
+        "uap.agent.registered",
+        &json!({"clientId": client_id, "displayName": agent.display_name, "capabilities": agent.capabilities}),
+    );
     Ok(proto::AgentRegistrationResponse { client_id }.encode_to_vec())
 }
 

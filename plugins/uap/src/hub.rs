@@ -345,7 +345,9 @@ impl Hub {
         if !self.proposals.get(&a.session_id).is_some_and(|p| p.agent == agent) {
             return Err(status(code::NOT_FOUND, format!("session {:?} was not proposed to this agent, or its proposal lapsed", a.session_id)));
         }
-        let done = if a.accepted { self.accept(agent, &a.session_id) } else {
+        let done = if a.accepted {
+            self.accept(agent, &a.session_id)
+        } else {
             let reason = if a.reason.is_empty() { format!("{agent} declined") } else { format!("{agent} declined: {}", a.reason) };
             self.requeue(&a.session_id, true, reason)
         };
@@ -425,9 +427,10 @@ impl Hub {
     /// The agent opened `Execute` / `Translate` for an accepted session: it
     /// gets the job's init message at once, as submitted.
     pub fn run(&mut self, call: u64, kind: Kind, session: &str) -> Result<(), Status> {
-        let s = self.sessions.get_mut(session).filter(|s| s.kind == kind).ok_or_else(|| {
-            status(code::NOT_FOUND, format!("no accepted {} session {session:?}", if kind == Kind::Test { "test" } else { "translation" }))
-        })?;
+        let s =
+            self.sessions.get_mut(session).filter(|s| s.kind == kind).ok_or_else(|| {
+                status(code::NOT_FOUND, format!("no accepted {} session {session:?}", if kind == Kind::Test { "test" } else { "translation" }))
+            })?;
         if s.call.is_some() {
             return Err(status(code::ALREADY_EXISTS, format!("session {session} already has its stream open")));
         }
@@ -489,8 +492,15 @@ impl Hub {
 
 /// What an agent reports in a session, decoded.
 pub enum Report {
-    Status { state: String, message: String },
+    Status {
+        state: String,
+        message: String,
+    },
     Telemetry(serde_json::Value),
     /// `passed`: its status says COMPLETED.
-    Result { passed: bool, message: String, result: serde_json::Value },
+    Result {
+        passed: bool,
+        message: String,
+        result: serde_json::Value,
+    },
 }

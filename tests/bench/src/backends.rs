@@ -21,7 +21,9 @@ fn authority(url: &str, default_port: u16) -> Result<String, String> {
     if host.is_empty() {
         return Err(format!("{url}: no host (map-bench checks TCP servers only)"));
     }
-    let has_port = host.rsplit_once(':').is_some_and(|(h, port)| !h.is_empty() && !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) && (!h.contains(':') || h.ends_with(']')));
+    let has_port = host
+        .rsplit_once(':')
+        .is_some_and(|(h, port)| !h.is_empty() && !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) && (!h.contains(':') || h.ends_with(']')));
     Ok(if has_port { host.to_string() } else { format!("{host}:{default_port}") })
 }
 
@@ -155,7 +157,9 @@ async fn pg_session(url: &str) -> Result<TcpStream, String> {
                     m.push(0);
                     s.write_all(&m).await.map_err(io)?;
                 }
-                other => return Err(format!("PostgreSQL at {url} asks for authentication method {other:?}; map-bench speaks trust and cleartext passwords only")),
+                other => {
+                    return Err(format!("PostgreSQL at {url} asks for authentication method {other:?}; map-bench speaks trust and cleartext passwords only"))
+                }
             },
             b'E' => return Err(format!("PostgreSQL at {url}: {}", pg_error(&body))),
             b'Z' => return Ok(s),

@@ -55,11 +55,8 @@ pub async fn open(url: &str, small: bool) -> Result<Conn> {
     let _ = tcp.set_nodelay(true);
     // tungstenite zero-fills the free part of its read buffer before every read
     // (128 KiB by default): a small buffer keeps the generator cheap.
-    let config = if small {
-        WebSocketConfig::default().read_buffer_size(4096).write_buffer_size(0)
-    } else {
-        WebSocketConfig::default().read_buffer_size(16 * 1024)
-    };
+    let config =
+        if small { WebSocketConfig::default().read_buffer_size(4096).write_buffer_size(0) } else { WebSocketConfig::default().read_buffer_size(16 * 1024) };
     handshake(url, tcp, config).await
 }
 

@@ -245,7 +245,10 @@ fn table(s: &Settings, name: &str, medians: &[Load]) -> String {
     }
     let get = |w: Setup| &medians[SETUPS.iter().position(|&x| x == w).expect("setup")];
     let (emb, same, cross) = (get(Setup::Embedded), get(Setup::SameNode), get(Setup::CrossNode));
-    t.push_str(&report::ratio_table("message", &[("cross-node / same-node", cross, same), ("same-node / embedded", same, emb), ("cross-node / embedded", cross, emb)]));
+    t.push_str(&report::ratio_table(
+        "message",
+        &[("cross-node / same-node", cross, same), ("same-node / embedded", same, emb), ("cross-node / embedded", cross, emb)],
+    ));
     t.push_str(
         "\nRates count deliveries received per second; latency is send to delivery. All three gateways run during \
          the whole benchmark (the idle ones barely use CPU); the generator, both nodes and the NATS server share \

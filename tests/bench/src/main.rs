@@ -260,14 +260,9 @@ fn split(inflight: u64, pairs: Option<usize>) -> (usize, u64) {
 
 fn progress(row: &Row) {
     let what = match &row.outcome {
-        Outcome::Load(l) => format!(
-            "{:.0}/s p50 {} p99 {} max {} errors {}",
-            l.rate,
-            report::us(l.lat.p50_us),
-            report::us(l.lat.p99_us),
-            report::us(l.lat.max_us),
-            l.errors
-        ),
+        Outcome::Load(l) => {
+            format!("{:.0}/s p50 {} p99 {} max {} errors {}", l.rate, report::us(l.lat.p50_us), report::us(l.lat.p99_us), report::us(l.lat.max_us), l.errors)
+        }
         Outcome::Idle { per_session_kib, sessions, .. } => format!("{per_session_kib:.1} KiB/session over {sessions}"),
         Outcome::Startup { ms, .. } => format!("{ms:.0} ms"),
         Outcome::NotApplicable(w) => format!("n/a: {w}"),
@@ -281,10 +276,7 @@ fn startup_note(target: Target, p: &Paths) -> String {
         Target::Gateway => {
             let plugins: Vec<String> = std::fs::read_dir(&p.plugin_dir)
                 .map(|d| {
-                    d.flatten()
-                        .filter(|e| e.path().extension().is_some_and(|x| x == "wasm"))
-                        .map(|e| e.file_name().to_string_lossy().into_owned())
-                        .collect()
+                    d.flatten().filter(|e| e.path().extension().is_some_and(|x| x == "wasm")).map(|e| e.file_name().to_string_lossy().into_owned()).collect()
                 })
                 .unwrap_or_default();
             if plugins.is_empty() {
@@ -341,7 +333,13 @@ async fn all(o: &Opts, p: &Paths, notes: &mut Vec<String>) -> Vec<Row> {
         if target == Target::Gateway {
             let ext = scenarios::extensions(&server).await;
             let note = if ext.is_empty() { "no extensions advertised".to_string() } else { format!("extensions: {}", ext.join(", ")) };
-            push(&mut rows, "startup-warm", "start-up to ready (warm plugin cache)".into(), target, Outcome::Startup { ms: server.ready_after.as_secs_f64() * 1000.0, note });
+            push(
+                &mut rows,
+                "startup-warm",
+                "start-up to ready (warm plugin cache)".into(),
+                target,
+                Outcome::Startup { ms: server.ready_after.as_secs_f64() * 1000.0, note },
+            );
         }
         let (pairs, per) = split(o.inflight, o.pairs);
         if !skip("send1") {
@@ -359,11 +357,7 @@ async fn all(o: &Opts, p: &Paths, notes: &mut Vec<String>) -> Vec<Row> {
             }
         }
         if !skip("watch") {
-            let out = if target == Target::Ceiling {
-                Outcome::NotApplicable("no events".into())
-            } else {
-                scenarios::send(&server, pairs, per, t, true).await
-            };
+            let out = if target == Target::Ceiling { Outcome::NotApplicable("no events".into()) } else { scenarios::send(&server, pairs, per, t, true).await };
             push(&mut rows, "watch", format!("map/send {} in flight + 1 subscriber", pairs as u64 * per), target, out);
         }
         if !skip("mail") {
@@ -484,7 +478,15 @@ fn main() {
     let load_before = loadavg();
     if o.command == "scale" || o.command == "soak" {
         let result = rt.block_on(long_run(&o, &p, nofile));
-        return print_table(result, &p, &notes, |table| format!("## map-bench {} ({} s, {} cores, load average {load_before} before / {} after)\n\n{table}", o.command, started.elapsed().as_secs(), cores(), loadavg()));
+        return print_table(result, &p, &notes, |table| {
+            format!(
+                "## map-bench {} ({} s, {} cores, load average {load_before} before / {} after)\n\n{table}",
+                o.command,
+                started.elapsed().as_secs(),
+                cores(),
+                loadavg()
+            )
+        });
     }
     if o.command == "overhead" || o.command == "cluster" {
         let (pairs, per) = split(o.inflight, o.pairs);

@@ -91,7 +91,8 @@ pub async fn run(p: &Paths, pairs: usize, per: u64, timing: Timing, rounds: usiz
     let medians: Vec<Load> = results.into_iter().map(|r| Load::median(r).expect("rounds >= 1")).collect();
     let cpu_per_msg = Load::cpu_per_msg_us;
     let base = &medians[0];
-    let mut table = String::from("| variant | rate | p50 | p99 | server CPU per message | rate vs off | CPU per message vs off |\n|---|---|---|---|---|---|---|\n");
+    let mut table =
+        String::from("| variant | rate | p50 | p99 | server CPU per message | rate vs off | CPU per message vs off |\n|---|---|---|---|---|---|---|\n");
     for (v, l) in VARIANTS.iter().zip(&medians) {
         let cpu = cpu_per_msg(l).map_or("?".into(), |c| format!("{c:.1} µs"));
         let cpu_ratio = match (cpu_per_msg(l), cpu_per_msg(base)) {

@@ -106,7 +106,8 @@ mod tests {
     fn two_charts_with_axes() {
         let rss = [(10.0, 40.0), (20.0, 41.5), (30.0, 41.0)];
         let p99 = [(10.0, 0.8), (20.0, 1.2), (30.0, 0.9)];
-        let s = svg("soak <gateway>", "time (s)", &[Series { title: "RSS", y_label: "MiB", points: &rss }, Series { title: "p99", y_label: "ms", points: &p99 }]);
+        let s =
+            svg("soak <gateway>", "time (s)", &[Series { title: "RSS", y_label: "MiB", points: &rss }, Series { title: "p99", y_label: "ms", points: &p99 }]);
         assert!(s.starts_with("<svg") && s.trim_end().ends_with("</svg>"));
         assert!(s.contains("soak &lt;gateway&gt;"));
         assert_eq!(s.matches("stroke=\"#1f5fbf\" stroke-width").count(), 2);

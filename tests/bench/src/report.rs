@@ -154,22 +154,34 @@ impl Report<'_> {
         for (key, label) in self.keys() {
             let metrics: Vec<Metric> = match self.find(key, Target::Gateway) {
                 Some(Outcome::Load(_)) => vec![
-                    ("rate (higher is better)", (|o| match o {
-                        Outcome::Load(l) if l.lat.count > 0 => Some(l.rate),
-                        _ => None,
-                    })),
-                    ("p50 (lower is better)", (|o| match o {
-                        Outcome::Load(l) if l.lat.count > 0 => Some(l.lat.p50_us),
-                        _ => None,
-                    })),
-                    ("p99 (lower is better)", (|o| match o {
-                        Outcome::Load(l) if l.lat.count > 0 => Some(l.lat.p99_us),
-                        _ => None,
-                    })),
-                    ("server CPU per message (lower is better)", (|o| match o {
-                        Outcome::Load(l) if l.rate > 0.0 => l.server_cores.map(|c| c / l.rate),
-                        _ => None,
-                    })),
+                    (
+                        "rate (higher is better)",
+                        (|o| match o {
+                            Outcome::Load(l) if l.lat.count > 0 => Some(l.rate),
+                            _ => None,
+                        }),
+                    ),
+                    (
+                        "p50 (lower is better)",
+                        (|o| match o {
+                            Outcome::Load(l) if l.lat.count > 0 => Some(l.lat.p50_us),
+                            _ => None,
+                        }),
+                    ),
+                    (
+                        "p99 (lower is better)",
+                        (|o| match o {
+                            Outcome::Load(l) if l.lat.count > 0 => Some(l.lat.p99_us),
+                            _ => None,
+                        }),
+                    ),
+                    (
+                        "server CPU per message (lower is better)",
+                        (|o| match o {
+                            Outcome::Load(l) if l.rate > 0.0 => l.server_cores.map(|c| c / l.rate),
+                            _ => None,
+                        }),
+                    ),
                 ],
                 Some(Outcome::Idle { .. }) => vec![(
                     "KiB per idle session (lower is better)",
@@ -244,4 +256,3 @@ fn verdict(ok: Option<bool>) -> &'static str {
         None => "not measured",
     }
 }
-

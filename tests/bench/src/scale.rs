@@ -91,7 +91,13 @@ async fn session(url: &str, server: SocketAddr, from: Ipv4Addr, i: usize) -> Res
         let one: libc::c_int = 1;
         // SAFETY: setsockopt on a socket we own, with a c_int option value.
         unsafe {
-            libc::setsockopt(sock.as_raw_fd(), libc::IPPROTO_IP, libc::IP_BIND_ADDRESS_NO_PORT, (&one as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>() as libc::socklen_t);
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::IPPROTO_IP,
+                libc::IP_BIND_ADDRESS_NO_PORT,
+                (&one as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
         }
         sock.bind(SocketAddr::from((from, 0))).map_err(|e| format!("bind {from}: {e}"))?;
         let tcp = sock.connect(server).await.map_err(|e| format!("connect from {from}: {e}"))?;

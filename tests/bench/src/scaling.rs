@@ -109,7 +109,11 @@ pub async fn run(p: &Paths, s: &Settings) -> Result<String, String> {
         Err(e) => Err(e),
     };
     let names: Vec<String> = clusters.iter().map(|c| c.name.clone()).collect();
-    let storage = if clusters.iter().all(|c| c.db.is_some()) { format!("a database of its own next to {}", s.postgres) } else { format!("storage {} (no database of its own)", s.postgres) };
+    let storage = if clusters.iter().all(|c| c.db.is_some()) {
+        format!("a database of its own next to {}", s.postgres)
+    } else {
+        format!("storage {} (no database of its own)", s.postgres)
+    };
     for c in clusters {
         for n in c.nodes.into_iter().rev() {
             n.stop();

@@ -88,9 +88,19 @@ impl Load {
 pub enum Outcome {
     Load(Load),
     /// Resident memory per idle session.
-    Idle { sessions: usize, per_session_kib: f64, rss_before_kib: u64, rss_after_kib: u64, open_secs: f64, failed: usize },
+    Idle {
+        sessions: usize,
+        per_session_kib: f64,
+        rss_before_kib: u64,
+        rss_after_kib: u64,
+        open_secs: f64,
+        failed: usize,
+    },
     /// Time from spawn to the ready line.
-    Startup { ms: f64, note: String },
+    Startup {
+        ms: f64,
+        note: String,
+    },
     /// The scenario does not apply to this target (e.g. no mail plugin).
     NotApplicable(String),
     Failed(String),
@@ -152,11 +162,7 @@ pub(crate) fn kind(text: &str) -> Kind {
 }
 
 pub(crate) fn error_text(text: &str) -> String {
-    serde_json::from_str::<Value>(text)
-        .ok()
-        .and_then(|v| v.get("error").cloned())
-        .map(|e| e.to_string())
-        .unwrap_or_else(|| text.chars().take(200).collect())
+    serde_json::from_str::<Value>(text).ok().and_then(|v| v.get("error").cloned()).map(|e| e.to_string()).unwrap_or_else(|| text.chars().take(200).collect())
 }
 
 /// Samples CPU of the servers (summed: the nodes of a cluster) and of this
@@ -661,11 +667,7 @@ pub async fn mail(server: &Server, sockets: usize, window: u64, timing: Timing, 
                 Err(CallError::Rpc { code: -32601, message }) => return Ok(Err(message)),
                 Err(e) => return Err(e.to_string()),
             };
-            let conv = r
-                .pointer("/conversation/id")
-                .and_then(Value::as_str)
-                .ok_or_else(|| format!("mail/create: no conversation id in {r}"))?
-                .to_string();
+            let conv = r.pointer("/conversation/id").and_then(Value::as_str).ok_or_else(|| format!("mail/create: no conversation id in {r}"))?.to_string();
             // One turn outside the load: the first call may warm the plugin up.
             c.call("mail/turn", json!({"conversationId": conv, "contentType": "text", "content": "hello"})).await?;
             Ok::<_, String>(Ok((c, conv)))
@@ -821,11 +823,7 @@ pub async fn extensions(server: &Server) -> Vec<String> {
     let Ok(r) = c.connect("agent").await else { return Vec::new() };
     r.pointer("/capabilities/extensions")
         .and_then(Value::as_array)
-        .map(|xs| {
-            xs.iter()
-                .filter_map(|x| x.get("name").or_else(|| x.get("uri")).and_then(Value::as_str).map(str::to_string))
-                .collect()
-        })
+        .map(|xs| xs.iter().filter_map(|x| x.get("name").or_else(|| x.get("uri")).and_then(Value::as_str).map(str::to_string)).collect())
         .unwrap_or_default()
 }
 

@@ -70,7 +70,8 @@ impl Node {
 }
 
 fn tails(nodes: &[Node]) -> String {
-    let shown: Vec<String> = nodes.iter().filter_map(|n| n.server.as_ref().map(|s| format!("node {} log ({}): {}", n.name, s.log.display(), s.log_tail(5)))).collect();
+    let shown: Vec<String> =
+        nodes.iter().filter_map(|n| n.server.as_ref().map(|s| format!("node {} log ({}): {}", n.name, s.log.display(), s.log_tail(5)))).collect();
     shown.join("; ")
 }
 
@@ -378,7 +379,10 @@ async fn latency(nodes: &[Node], s: &Settings, name: &str, db_url: &str) -> Resu
             l.first_error.as_ref().map(|e| format!("; first error: {}", e.chars().take(120).collect::<String>())).unwrap_or_default()
         );
     }
-    t.push_str(&report::ratio_table("call", &[("sequential: non-owner / owner", &medians[1], &medians[0]), ("concurrent: non-owner / owner", &medians[3], &medians[2])]));
+    t.push_str(&report::ratio_table(
+        "call",
+        &[("sequential: non-owner / owner", &medians[1], &medians[0]), ("concurrent: non-owner / owner", &medians[3], &medians[2])],
+    ));
     t.push_str(
         "\nRates count answers per second; latency is request to answer. The three nodes, the generator and the NATS \
          server share this machine's cores; the NATS server's and PostgreSQL's CPU are in no column.\n",
@@ -450,7 +454,8 @@ async fn failover(nodes: &mut [Node], s: &Settings) -> Result<String, String> {
 
         let spawned = Instant::now();
         nodes[o].start()?;
-        let back = poll_until_answered(nodes[o].up()?, Vec::new(), spawned, SETTLE).await.map_err(|e| format!("node {} after its restart: {e}", nodes[o].name))?;
+        let back =
+            poll_until_answered(nodes[o].up()?, Vec::new(), spawned, SETTLE).await.map_err(|e| format!("node {} after its restart: {e}", nodes[o].name))?;
         kill.rejoin = back.after;
         eprintln!(
             "#   kill {}/{}: owner {} (token {}) → {} (token {}); first result after {} (node {}), on every survivor after {}; {} error answers; restarted node answers {} after spawn",

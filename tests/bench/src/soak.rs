@@ -20,9 +20,9 @@ use tokio_tungstenite::tungstenite::Message;
 
 use crate::client::{self, CallError, Conn, Ws};
 use crate::paced::{self, Meter, Pair, Schedule};
-use crate::soak_report;
 use crate::scenarios::{self, Outcome, Timing};
 use crate::servers::{self, Paths, Server, Target};
+use crate::soak_report;
 use crate::stats::Samples;
 
 /// Pairs of the paced `map/send`.

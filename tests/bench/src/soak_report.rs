@@ -101,10 +101,21 @@ pub fn totals_table(s: &Settings, rate: f64, capacity: Option<f64>, rec: &Record
     };
     let mut t = String::from("\n| mix | done | per second | notes |\n|---|---:|---:|---|\n");
     let cap = capacity.map(|c| format!("half of the {c:.0}/s measured first (10 pairs x 10 in flight, 5 s)")).unwrap_or_else(|| "--rate".into());
-    let _ = writeln!(t, "| map/send delivered | {} | {:.0} | paced at {rate:.0}/s over {PAIRS} pairs, open loop: {cap} |", sum(|x| x.sends), sum(|x| x.sends) as f64 / secs);
-    let _ = writeln!(t, "| mail/turn | {} | {:.0} | {WRITERS} writers, {TURNS_PER_SEC}/s each, one at a time |", sum(|x| x.turns), sum(|x| x.turns) as f64 / secs);
+    let _ = writeln!(
+        t,
+        "| map/send delivered | {} | {:.0} | paced at {rate:.0}/s over {PAIRS} pairs, open loop: {cap} |",
+        sum(|x| x.sends),
+        sum(|x| x.sends) as f64 / secs
+    );
+    let _ =
+        writeln!(t, "| mail/turn | {} | {:.0} | {WRITERS} writers, {TURNS_PER_SEC}/s each, one at a time |", sum(|x| x.turns), sum(|x| x.turns) as f64 / secs);
     let overflows = Meter::get(&n.overflows);
-    let _ = writeln!(t, "| events to the subscriber | {} | {:.0} | map/subscribe {{filter: {{}}}}; {overflows} overflow notices |", sum(|x| x.events), sum(|x| x.events) as f64 / secs);
+    let _ = writeln!(
+        t,
+        "| events to the subscriber | {} | {:.0} | map/subscribe {{filter: {{}}}}; {overflows} overflow notices |",
+        sum(|x| x.events),
+        sum(|x| x.events) as f64 / secs
+    );
     let _ = writeln!(
         t,
         "| sessions connected and left | {} | {:.1} | connect + register, each closes once {CHURN_ALIVE} newer are open; gateway resume_window_secs = {RESUME_WINDOW_SECS} |",
@@ -112,7 +123,11 @@ pub fn totals_table(s: &Settings, rate: f64, capacity: Option<f64>, rec: &Record
         sum(|x| x.churned) as f64 / secs
     );
     let _ = writeln!(t, "| server CPU | | {} | mean share of one core over the samples |", pct(mean(|x| x.server_cores)));
-    let _ = writeln!(t, "| generator CPU | | {} | the same for map-bench (one thread: at 100% it, not the server, limits the latencies) |", pct(mean(|x| x.generator_cores)));
+    let _ = writeln!(
+        t,
+        "| generator CPU | | {} | the same for map-bench (one thread: at 100% it, not the server, limits the latencies) |",
+        pct(mean(|x| x.generator_cores))
+    );
     t
 }
 

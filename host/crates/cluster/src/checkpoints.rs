@@ -11,7 +11,12 @@ use map_core::fabric::SubscriptionView;
 
 /// Save one tenant's subscription positions every `every`, for as long as
 /// `subscriptions` gives them (none: the tenant's fabric is gone).
-pub(super) fn spawn(dir: DirectoryPublisher, tenant_token: String, every: Duration, subscriptions: impl Fn() -> Option<Vec<SubscriptionView>> + Send + 'static) {
+pub(super) fn spawn(
+    dir: DirectoryPublisher,
+    tenant_token: String,
+    every: Duration,
+    subscriptions: impl Fn() -> Option<Vec<SubscriptionView>> + Send + 'static,
+) {
     tokio::spawn(async move {
         let mut saver = Saver { dir, tenant_token, previous: Default::default(), starts: Default::default(), saved: Default::default() };
         let mut tick = tokio::time::interval(every);
@@ -45,7 +50,13 @@ impl Saver {
         let current: Positions = subscriptions
             .into_iter()
             .map(|s| {
-                self.starts.entry(s.id.clone()).or_insert_with(|| Checkpoint { session: s.session_id.clone(), filter: s.filter.clone(), sequence: 0, last: s.start_event_id, paused: false });
+                self.starts.entry(s.id.clone()).or_insert_with(|| Checkpoint {
+                    session: s.session_id.clone(),
+                    filter: s.filter.clone(),
+                    sequence: 0,
+                    last: s.start_event_id,
+                    paused: false,
+                });
                 (s.id, Checkpoint { session: s.session_id, filter: s.filter, sequence: s.sequence, last: s.last_event_id, paused: s.paused })
             })
             .collect();

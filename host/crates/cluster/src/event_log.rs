@@ -84,7 +84,13 @@ pub(super) fn published_by(headers: Option<&async_nats::HeaderMap>, instance: &s
 /// ones, in order. What is queued together goes as one message (a JSON
 /// array): the log takes far fewer messages than events, and appends are
 /// pipelined, their acknowledgements awaited alongside.
-async fn publish_events(client: async_nats::Client, js: jetstream::Context, instance: Arc<str>, mut rx: mpsc::UnboundedReceiver<ToPublish>, backlog: Arc<AtomicUsize>) {
+async fn publish_events(
+    client: async_nats::Client,
+    js: jetstream::Context,
+    instance: Arc<str>,
+    mut rx: mpsc::UnboundedReceiver<ToPublish>,
+    backlog: Arc<AtomicUsize>,
+) {
     let mut acks = Acks::new();
     let mut headers = async_nats::HeaderMap::new();
     headers.insert(INSTANCE, &*instance);

@@ -39,8 +39,8 @@ use async_nats::jetstream;
 
 use self::directory::MirroredTenant;
 pub use self::nats_fabric::ClusterFabric;
-pub use self::rollout::Joining;
 use self::presence::{Interest, Presence};
+pub use self::rollout::Joining;
 use map_config::{ClusterConfig, Config};
 use map_core::outbox::Full;
 use map_core::Gateway;

@@ -17,13 +17,13 @@ use super::event_log::{published_by, LogPublisher};
 use super::follow::follow;
 use super::presence::{Interest, Presence};
 use super::{checkpoints, token, Cluster};
+use futures_util::future::BoxFuture;
 use map_core::asks::{Answer, Ask, NOT_RESPONDING};
 use map_core::events::{Filter, NewEvent, StoredEvent};
-use map_protocol::rpc::RpcError;
-use futures_util::future::BoxFuture;
 use map_core::fabric::{Delivery, Fabric, FabricView, LocalFabric, ParkedSubscription, ReplayFrom, ReplayPage, ReplayQuery};
 use map_core::outbox::{Frame, Full, Outbox};
 use map_protocol::ids::Ulid;
+use map_protocol::rpc::RpcError;
 
 pub struct ClusterFabric {
     me: Weak<ClusterFabric>,

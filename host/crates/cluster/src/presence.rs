@@ -42,7 +42,14 @@ pub struct Presence {
 
 impl Presence {
     pub fn new(node: Arc<str>, timeout: Duration) -> Arc<Presence> {
-        Arc::new(Presence { node, timeout, started: std::sync::OnceLock::new(), connected: Mutex::new(None), seen: Mutex::default(), beat_now: tokio::sync::Notify::new() })
+        Arc::new(Presence {
+            node,
+            timeout,
+            started: std::sync::OnceLock::new(),
+            connected: Mutex::new(None),
+            seen: Mutex::default(),
+            beat_now: tokio::sync::Notify::new(),
+        })
     }
 
     /// This node's NATS connection went up or down.

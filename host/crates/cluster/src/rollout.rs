@@ -145,7 +145,14 @@ impl Rollout for Rollouts {
         let announced = Announcement { id: map_protocol::ids::ulid(), kind: kind.into(), from: self.node.to_string(), pins, previous };
         let (id, at) = (announced.id.clone(), map_protocol::ids::now_ms());
         self.remember(announced.clone(), at);
-        let record = RolloutRecord { id: id.clone(), kind: announced.kind.clone(), from: announced.from.clone(), pins: announced.pins.clone(), previous: announced.previous.clone(), at };
+        let record = RolloutRecord {
+            id: id.clone(),
+            kind: announced.kind.clone(),
+            from: announced.from.clone(),
+            pins: announced.pins.clone(),
+            previous: announced.previous.clone(),
+            at,
+        };
         let (log, cluster, client, subject) = (self.log.clone(), self.cluster.clone(), self.client.clone(), self.subject.clone());
         tokio::spawn(async move {
             if let Some(Err(e)) = OptionFuture::from(log.as_ref().map(|l| l.record(&cluster, &record))).await {
@@ -164,7 +171,8 @@ impl Rollout for Rollouts {
             None => recent.back(),
         }?;
         let a = &r.announced;
-        let nodes: serde_json::Map<String, Value> = r.reports.iter().map(|(n, rep)| (n.clone(), json!({"state": rep.state, "digests": rep.digests, "error": rep.error}))).collect();
+        let nodes: serde_json::Map<String, Value> =
+            r.reports.iter().map(|(n, rep)| (n.clone(), json!({"state": rep.state, "digests": rep.digests, "error": rep.error}))).collect();
         Some(json!({"id": a.id, "kind": a.kind, "from": a.from, "requestedAt": r.at, "pins": a.pins, "previous": a.previous, "nodes": nodes}))
     }
 

@@ -67,7 +67,14 @@ pub struct OAuth2Provider {
 
 impl Default for OAuth2Provider {
     fn default() -> Self {
-        OAuth2Provider { token_url: String::new(), client_id: String::new(), client_secret: EnvSecret::default(), scopes: Vec::new(), oauth_scopes: BTreeMap::new(), timeout_ms: 10_000 }
+        OAuth2Provider {
+            token_url: String::new(),
+            client_id: String::new(),
+            client_secret: EnvSecret::default(),
+            scopes: Vec::new(),
+            oauth_scopes: BTreeMap::new(),
+            timeout_ms: 10_000,
+        }
     }
 }
 
@@ -231,7 +238,9 @@ impl StaticProvider {
             }
             match (&s.value, s.fields.is_empty()) {
                 (Some(_), false) | (None, true) => bail!("secret for {scope:?}: give either value or fields"),
-                (Some(_), true) if s.kind == "aws_credentials" => bail!("secret for {scope:?}: aws_credentials takes fields (accessKeyId, secretAccessKey, sessionToken)"),
+                (Some(_), true) if s.kind == "aws_credentials" => {
+                    bail!("secret for {scope:?}: aws_credentials takes fields (accessKeyId, secretAccessKey, sessionToken)")
+                }
                 _ => {}
             }
             if s.kind == "aws_credentials" && !(s.fields.contains_key("accessKeyId") && s.fields.contains_key("secretAccessKey")) {

@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use super::plugins::{InstanceMode, PluginConfig};
-use super::tenants::TenantConfig;
 use super::secret::{Secret, SecretUrl};
+use super::tenants::TenantConfig;
 use super::{AcpConfig, AdminConfig, AuthConfig, ClusterConfig, Config, LimitsConfig, ServerConfig, StorageConfig, TelemetryConfig, TlsConfig};
 
 impl Default for ServerConfig {
@@ -33,7 +33,14 @@ impl Default for ServerConfig {
 
 impl Default for AuthConfig {
     fn default() -> Self {
-        AuthConfig { anonymous_tenant: "default".into(), anonymous_remote: false, failures_per_minute: 30, failures_per_connection: 5, token_secret: Secret::default(), token_ttl_secs: 3600 }
+        AuthConfig {
+            anonymous_tenant: "default".into(),
+            anonymous_remote: false,
+            failures_per_minute: 30,
+            failures_per_connection: 5,
+            token_secret: Secret::default(),
+            token_ttl_secs: 3600,
+        }
     }
 }
 
@@ -73,7 +80,15 @@ impl Default for StorageConfig {
 
 impl Default for ClusterConfig {
     fn default() -> Self {
-        ClusterConfig { nats: SecretUrl::default(), node: String::new(), name: "map".into(), presence_timeout_ms: 3000, checkpoint_ms: 250, singleton_lease_ms: 5000, event_backlog_mb: 64 }
+        ClusterConfig {
+            nats: SecretUrl::default(),
+            node: String::new(),
+            name: "map".into(),
+            presence_timeout_ms: 3000,
+            checkpoint_ms: 250,
+            singleton_lease_ms: 5000,
+            event_backlog_mb: 64,
+        }
     }
 }
 
@@ -85,12 +100,32 @@ impl Default for AcpConfig {
 
 impl Default for TelemetryConfig {
     fn default() -> Self {
-        TelemetryConfig { log_format: "text".into(), otlp_endpoint: String::new(), otlp_protocol: "http/protobuf".into(), sample_ratio: 1.0, service_name: "map-gateway".into() }
+        TelemetryConfig {
+            log_format: "text".into(),
+            otlp_endpoint: String::new(),
+            otlp_protocol: "http/protobuf".into(),
+            sample_ratio: 1.0,
+            service_name: "map-gateway".into(),
+        }
     }
 }
 
 impl Default for PluginConfig {
     fn default() -> Self {
-        PluginConfig { path: PathBuf::new(), source: None, config: serde_json::json!({}), deadline_ms: 1000, memory_mb: 64, instances: 4, max_concurrency: 64, http_prefix: String::new(), mode: InstanceMode::Pooled, outbound_hosts: Vec::new(), outbound_timeout_ms: 10_000, outbound_max_bytes: 8 << 20, sha256: None }
+        PluginConfig {
+            path: PathBuf::new(),
+            source: None,
+            config: serde_json::json!({}),
+            deadline_ms: 1000,
+            memory_mb: 64,
+            instances: 4,
+            max_concurrency: 64,
+            http_prefix: String::new(),
+            mode: InstanceMode::Pooled,
+            outbound_hosts: Vec::new(),
+            outbound_timeout_ms: 10_000,
+            outbound_max_bytes: 8 << 20,
+            sha256: None,
+        }
     }
 }

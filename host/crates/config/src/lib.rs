@@ -22,11 +22,11 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 pub use self::credentials::{pattern_matches, CredentialsConfig, EnvSecret, GrantConfig, OAuth2Provider, ProviderConfig, StaticProvider, StaticSecret};
-pub use self::plugins::{InstanceMode, PluginConfig};
 pub use self::oci::{OciAuth, OciConfig};
+pub use self::plugins::{InstanceMode, PluginConfig};
 pub use self::secret::{redact_url, Secret, SecretUrl};
-pub use self::workspace::WorkspaceConfig;
 pub use self::tenants::{AgentPermissionsConfig, Credential, ExposeConfig, FederationConfig, JwtConfig, PeerConfig, TenantConfig, TrustedIssuer};
+pub use self::workspace::WorkspaceConfig;
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]

@@ -106,7 +106,18 @@ pub struct TrustedIssuer {
 
 impl Default for FederationConfig {
     fn default() -> Self {
-        FederationConfig { system_id: String::new(), endpoint: String::new(), max_hops: 10, buffer_messages: 1000, buffer_bytes: 10 << 20, buffer_ttl_secs: 3600, routes_per_second: 500, reply_window_secs: 3600, trusted_issuers: Vec::new(), peers: Vec::new() }
+        FederationConfig {
+            system_id: String::new(),
+            endpoint: String::new(),
+            max_hops: 10,
+            buffer_messages: 1000,
+            buffer_bytes: 10 << 20,
+            buffer_ttl_secs: 3600,
+            routes_per_second: 500,
+            reply_window_secs: 3600,
+            trusted_issuers: Vec::new(),
+            peers: Vec::new(),
+        }
     }
 }
 

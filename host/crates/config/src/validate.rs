@@ -40,7 +40,11 @@ impl Config {
                     bail!("tenant {:?}: each federation peer needs its own system_id (not this system's, without ':'), got {:?}", t.id, p.system_id);
                 }
                 if p.principal.is_empty() {
-                    bail!("tenant {:?}: peer {} needs the principal it authenticates as here (its sessions are limited to what it is shown)", t.id, p.system_id);
+                    bail!(
+                        "tenant {:?}: peer {} needs the principal it authenticates as here (its sessions are limited to what it is shown)",
+                        t.id,
+                        p.system_id
+                    );
                 }
                 if !p.endpoint.is_empty() && !p.endpoint.starts_with("ws://") && !p.endpoint.starts_with("wss://") {
                     bail!("tenant {:?}: peer {} endpoint must be a ws:// or wss:// URL", t.id, p.system_id);
@@ -186,9 +190,11 @@ mod tests {
         assert!(toml::from_str::<Config>("[server]\nlisten_port = 1").is_err());
         let c: Config = toml::from_str("[auth]\nanonymous_tenant = \"nope\"").unwrap();
         assert!(c.validate().is_err());
-        let c: Config = toml::from_str("[[tenants]]\nid=\"a\"\napi_keys=[\"k\"]\n[[tenants]]\nid=\"b\"\napi_keys=[\"k\"]\n[auth]\nanonymous_tenant=\"\"").unwrap();
+        let c: Config =
+            toml::from_str("[[tenants]]\nid=\"a\"\napi_keys=[\"k\"]\n[[tenants]]\nid=\"b\"\napi_keys=[\"k\"]\n[auth]\nanonymous_tenant=\"\"").unwrap();
         assert!(c.validate().is_err());
-        let c: Config = toml::from_str("[[tenants]]\nid=\"a\"\nnone_principal=\"g\"\n[[tenants]]\nid=\"b\"\nnone_principal=\"h\"\n[auth]\nanonymous_tenant=\"\"").unwrap();
+        let c: Config =
+            toml::from_str("[[tenants]]\nid=\"a\"\nnone_principal=\"g\"\n[[tenants]]\nid=\"b\"\nnone_principal=\"h\"\n[auth]\nanonymous_tenant=\"\"").unwrap();
         assert!(c.validate().is_err(), "none leads into one tenant only");
         let c: Config = toml::from_str("[[tenants]]\nid=\"a\"\nnone_principal=\"\"\n[auth]\nanonymous_tenant=\"\"").unwrap();
         assert!(c.validate().is_err(), "a named principal");

@@ -25,14 +25,23 @@ pub enum Address {
     Agent(String),
     Agents(Vec<String>),
     Scope(String),
-    Role { role: String, within: Option<String> },
-    Relative { relation: Relation, depth: Option<usize> },
+    Role {
+        role: String,
+        within: Option<String>,
+    },
+    Relative {
+        relation: Relation,
+        depth: Option<usize>,
+    },
     Broadcast,
     System,
     Participant(String),
     /// `all`, `agents` or `clients`.
     Participants(String),
-    Federated { system: String, agent: String },
+    Federated {
+        system: String,
+        agent: String,
+    },
     Many(Vec<Address>),
 }
 

@@ -131,9 +131,9 @@ impl Policy {
 
     /// Whether any template narrows anything (else only agents' own settings can).
     pub fn restrictive(&self) -> bool {
-        std::iter::once(&self.default).chain(self.roles.values()).any(|t| {
-            t.iter().any(|(section, keys)| keys.as_object().is_some_and(|k| k.iter().any(|(key, rule)| rule.as_str() != Some(open(section, key)))))
-        })
+        std::iter::once(&self.default)
+            .chain(self.roles.values())
+            .any(|t| t.iter().any(|(section, keys)| keys.as_object().is_some_and(|k| k.iter().any(|(key, rule)| rule.as_str() != Some(open(section, key))))))
     }
 
     /// Whether a template sets this key for an agent of `role`: the operator's
@@ -341,8 +341,7 @@ pub fn refuses_message(reg: &impl Agents, from: &Party, target: &Agent) -> Optio
 /// Whether the sender's `canMessage.scopes` lets it send to `scope`.
 pub fn refuses_scope(reg: &impl Agents, from: &Party, scope: &Scope) -> Option<String> {
     let (Party::Agent(me), Some(policy)) = (from, reg.rules()) else { return None };
-    (!scope_rule(policy.rule(me, "canMessage", "scopes"), me, scope))
-        .then(|| format!("Agent {} may not send to scope {} (canMessage.scopes)", me.id, scope.id))
+    (!scope_rule(policy.rule(me, "canMessage", "scopes"), me, scope)).then(|| format!("Agent {} may not send to scope {} (canMessage.scopes)", me.id, scope.id))
 }
 
 /// A client or system rule: `all|none|{include}`.
@@ -404,7 +403,8 @@ mod tests {
         assert_eq!(worker["canSee"]["scopes"], "all", "the role's template over the default");
         assert_eq!(worker["canSee"]["agents"], "hierarchy", "legacy visibility over the templates");
         assert_eq!(worker["acceptsFrom"]["clients"], "none");
-        let own = policy.effective(&agent(json!({"role": "worker", "visibility": "parent-only", "permissionOverrides": {"canSee": {"agents": {"include": ["b"]}}}})));
+        let own =
+            policy.effective(&agent(json!({"role": "worker", "visibility": "parent-only", "permissionOverrides": {"canSee": {"agents": {"include": ["b"]}}}})));
         assert_eq!(own["canSee"]["agents"], json!({"include": ["b"]}), "the agent's own override over everything");
         assert!(policy.sets(Some("worker"), "acceptsFrom", "clients") && policy.sets(None, "canSee", "agents") && !policy.sets(None, "canMessage", "agents"));
         assert!(policy.check_overrides(Some("worker"), &parse(&json!({"acceptsFrom": {"clients": "all"}}), true).unwrap(), false).is_err());

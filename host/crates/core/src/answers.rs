@@ -34,4 +34,3 @@ pub(super) fn answer(id: Option<Value>, result: Result<Out, RpcError>) -> Option
         Err(e) => rpc::encode_error(&id, &e),
     })
 }
-

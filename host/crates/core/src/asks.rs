@@ -203,7 +203,13 @@ mod tests {
     use crate::outbox::channel;
 
     fn ask(timeout_ms: u64, max_pending: usize) -> Ask {
-        Ask { who: "agent a".into(), method: "workspace/read".into(), params: RawValue::from_string(r#"{"path":"a"}"#.into()).unwrap(), timeout: Duration::from_millis(timeout_ms), max_pending }
+        Ask {
+            who: "agent a".into(),
+            method: "workspace/read".into(),
+            params: RawValue::from_string(r#"{"path":"a"}"#.into()).unwrap(),
+            timeout: Duration::from_millis(timeout_ms),
+            max_pending,
+        }
     }
 
     fn attached() -> (Outbox, crate::outbox::FrameRx) {

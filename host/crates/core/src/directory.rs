@@ -70,7 +70,13 @@ impl Directory {
     /// directory and says what to keep; the walk stops once `limit` are
     /// kept. An entry written meanwhile is seen as it was or as it is, one
     /// added or removed meanwhile may be missed; none is seen twice.
-    pub async fn walk<V, T>(&self, map: fn(&Registry) -> &Tracked<V>, from: Option<Position>, limit: usize, mut pick: impl FnMut(&Registry, &Arc<V>) -> Option<T>) -> Vec<T> {
+    pub async fn walk<V, T>(
+        &self,
+        map: fn(&Registry) -> &Tracked<V>,
+        from: Option<Position>,
+        limit: usize,
+        mut pick: impl FnMut(&Registry, &Arc<V>) -> Option<T>,
+    ) -> Vec<T> {
         let mut kept = Vec::new();
         let mut at = from;
         while kept.len() < limit {

@@ -25,8 +25,16 @@ pub type Answer = (Box<RawValue>, Vec<Frame>);
 #[serde(tag = "op", rename_all = "lowercase")]
 pub enum ResourceCall {
     /// `filter` is a JSON object's text; `limit` 1..=500.
-    List { kind: String, filter: String, cursor: Option<String>, limit: u32 },
-    Get { kind: String, id: String },
+    List {
+        kind: String,
+        filter: String,
+        cursor: Option<String>,
+        limit: u32,
+    },
+    Get {
+        kind: String,
+        id: String,
+    },
 }
 
 impl ResourceCall {

@@ -26,7 +26,10 @@ impl Exposure {
             Exposure::All => true,
             Exposure::Tagged(wanted) => {
                 let tags = |v: Option<&Value>| v.and_then(|d| d.get("tags")).and_then(Value::as_array).cloned().unwrap_or_default();
-                tags(agent.capability_descriptor.as_ref()).iter().chain(tags(agent.metadata.as_ref()).iter()).any(|t| t.as_str().is_some_and(|t| wanted.iter().any(|w| w == t)))
+                tags(agent.capability_descriptor.as_ref())
+                    .iter()
+                    .chain(tags(agent.metadata.as_ref()).iter())
+                    .any(|t| t.as_str().is_some_and(|t| wanted.iter().any(|w| w == t)))
             }
         }
     }
@@ -45,9 +48,23 @@ pub struct Shown {
 /// The methods a peer system's sessions may call: federating, and reading
 /// what is shown to it. Anything else is 1003.
 pub const PEER_METHODS: &[&str] = &[
-    "map/connect", "map/initialize", "map/authenticate", "map/auth/refresh", "map/disconnect", "map/shutdown",
-    "map/federation/connect", "map/federation/route", "map/agents/list", "map/scopes/list",
-    "map/subscribe", "map/unsubscribe", "map/subscribe.ack", "map/subscriptions/pause", "map/subscriptions/resume", "map/pause", "map/resume",
+    "map/connect",
+    "map/initialize",
+    "map/authenticate",
+    "map/auth/refresh",
+    "map/disconnect",
+    "map/shutdown",
+    "map/federation/connect",
+    "map/federation/route",
+    "map/agents/list",
+    "map/scopes/list",
+    "map/subscribe",
+    "map/unsubscribe",
+    "map/subscribe.ack",
+    "map/subscriptions/pause",
+    "map/subscriptions/resume",
+    "map/pause",
+    "map/resume",
 ];
 
 /// A local agent's message for an agent of another system.

@@ -3,13 +3,11 @@
 //! transport calls.
 
 pub mod address;
-pub mod credentials;
-pub mod tenants;
 pub mod agent_permissions;
+mod answers;
 pub mod asks;
 pub mod auth_expiry;
-mod answers;
-mod operations;
+pub mod credentials;
 pub mod directory;
 pub mod drain;
 pub mod events;
@@ -18,10 +16,12 @@ pub mod extensions;
 pub mod fabric;
 pub mod federation;
 pub mod model;
+mod operations;
 pub mod outbox;
 pub mod permissions;
 pub mod registry;
 pub mod reloads;
+pub mod tenants;
 pub use reloads::{Job as ReloadJob, State as ReloadState};
 pub mod send;
 mod tenant;
@@ -33,21 +33,21 @@ use answers::{answer, record, record_code};
 pub use lifecycle::StreamRefused;
 mod methods;
 
-use std::time::Instant;
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::net::IpAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
+use std::time::Instant;
 
 use parking_lot::Mutex;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use map_config::Config;
-use map_protocol::rpc::{self, codes, Decoded, Request, RpcError};
 use extensions::ExtensionHost;
 use futures_util::future::BoxFuture;
+use map_config::Config;
+use map_protocol::rpc::{self, codes, Decoded, Request, RpcError};
 use outbox::{Frame, FrameTx, Outbox};
 
 /// The tenants of this gateway and the credentials that lead into them.
@@ -175,7 +175,19 @@ impl Active {
 
 impl Conn {
     pub fn new(tx: FrameTx, loopback: bool, transport: &'static str) -> Conn {
-        Conn { tx, loopback, peer_ip: None, auth_failures: 0, transport, preset_auth: None, streams: true, state: ConnState::Fresh, left: None, deferred: Vec::new(), trace_parent: None }
+        Conn {
+            tx,
+            loopback,
+            peer_ip: None,
+            auth_failures: 0,
+            transport,
+            preset_auth: None,
+            streams: true,
+            state: ConnState::Fresh,
+            left: None,
+            deferred: Vec::new(),
+            trace_parent: None,
+        }
     }
 
     /// The span of one request on this connection (disabled unless traces are on).
@@ -229,7 +241,18 @@ impl Gateway {
         for tenant in tenants.all() {
             tenant.set_workspace_config(config.workspace.clone());
         }
-        Gateway { config, tenants, extensions, config_path, sessions: Mutex::new(HashMap::new()), resume_tokens: Mutex::new(HashMap::new()), drain: drain::Drain::new(), finally: Mutex::new(Vec::new()), readiness: Mutex::new(Vec::new()), reloads: Default::default() }
+        Gateway {
+            config,
+            tenants,
+            extensions,
+            config_path,
+            sessions: Mutex::new(HashMap::new()),
+            resume_tokens: Mutex::new(HashMap::new()),
+            drain: drain::Drain::new(),
+            finally: Mutex::new(Vec::new()),
+            readiness: Mutex::new(Vec::new()),
+            reloads: Default::default(),
+        }
     }
 
     /// Run `f` at a graceful stop, after the connections have drained.

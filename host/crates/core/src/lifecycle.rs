@@ -11,8 +11,8 @@ use super::model::Agent;
 use super::outbox::Outbox;
 use super::registry::SessionInfo;
 use super::{Active, Conn, ConnState, Gateway, Live};
-use map_protocol::ids;
 use crate::{Authenticated, Tenant};
+use map_protocol::ids;
 
 /// Why `attach_stream` refused.
 #[derive(Debug, PartialEq, Eq)]

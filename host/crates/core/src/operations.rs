@@ -72,50 +72,65 @@ impl Gateway {
     /// `{sessions: [...]}`: each session with its principal and subscription count.
     pub async fn admin_sessions(self: &Arc<Self>, tenant: Option<&str>) -> Option<String> {
         let gw = self.clone();
-        self.listing(tenant, "sessions", |r| &r.sessions, move |t, mut sessions| {
-            let subscriptions = t.fabric.inspect().subscriptions;
-            sessions.sort_by_key(|s| s.created_at);
-            sessions
-                .into_iter()
-                .map(|s| {
-                    let mut v = serde_json::to_value(&*s).expect("session info serialises");
-                    v["principal"] = json!(gw.live(&s.id).map(|l| l.session.principal.to_string()));
-                    v["subscriptions"] = json!(subscriptions.iter().filter(|x| x.session_id == s.id).count());
-                    v
-                })
-                .collect()
-        })
+        self.listing(
+            tenant,
+            "sessions",
+            |r| &r.sessions,
+            move |t, mut sessions| {
+                let subscriptions = t.fabric.inspect().subscriptions;
+                sessions.sort_by_key(|s| s.created_at);
+                sessions
+                    .into_iter()
+                    .map(|s| {
+                        let mut v = serde_json::to_value(&*s).expect("session info serialises");
+                        v["principal"] = json!(gw.live(&s.id).map(|l| l.session.principal.to_string()));
+                        v["subscriptions"] = json!(subscriptions.iter().filter(|x| x.session_id == s.id).count());
+                        v
+                    })
+                    .collect()
+            },
+        )
         .await
     }
 
     /// `{agents: [...]}`: every agent as the wire shows it, with its session.
     pub async fn admin_agents(&self, tenant: Option<&str>) -> Option<String> {
-        self.listing(tenant, "agents", |r| &r.agents, |_, agents| {
-            agents
-                .into_iter()
-                .map(|a| {
-                    let mut v = serde_json::to_value(&*a).expect("agent serialises");
-                    v["sessionId"] = json!(a.session);
-                    v
-                })
-                .collect()
-        })
+        self.listing(
+            tenant,
+            "agents",
+            |r| &r.agents,
+            |_, agents| {
+                agents
+                    .into_iter()
+                    .map(|a| {
+                        let mut v = serde_json::to_value(&*a).expect("agent serialises");
+                        v["sessionId"] = json!(a.session);
+                        v
+                    })
+                    .collect()
+            },
+        )
         .await
     }
 
     /// `{scopes: [...]}`: every scope with its members.
     pub async fn admin_scopes(&self, tenant: Option<&str>) -> Option<String> {
-        self.listing(tenant, "scopes", |r| &r.scopes, |_, mut scopes| {
-            scopes.sort_by(|a, b| a.id.cmp(&b.id));
-            scopes
-                .into_iter()
-                .map(|s| {
-                    let mut v = serde_json::to_value(&*s).expect("scope serialises");
-                    v["members"] = json!(s.members);
-                    v
-                })
-                .collect()
-        })
+        self.listing(
+            tenant,
+            "scopes",
+            |r| &r.scopes,
+            |_, mut scopes| {
+                scopes.sort_by(|a, b| a.id.cmp(&b.id));
+                scopes
+                    .into_iter()
+                    .map(|s| {
+                        let mut v = serde_json::to_value(&*s).expect("scope serialises");
+                        v["members"] = json!(s.members);
+                        v
+                    })
+                    .collect()
+            },
+        )
         .await
     }
 

@@ -156,9 +156,10 @@ impl Registry {
         let exposed = match agent.visibility.as_deref().unwrap_or("public") {
             "public" => true,
             "parent-only" => agent.parent.as_ref().and_then(|p| self.agents.get(p)).is_some_and(|p| p.session == viewer.session),
-            "scope" => self.sessions.get(viewer.session).is_some_and(|s| {
-                s.agents.iter().filter_map(|a| self.agents.get(a)).any(|mine| mine.scopes.iter().any(|sc| agent.scopes.contains(sc)))
-            }),
+            "scope" => self
+                .sessions
+                .get(viewer.session)
+                .is_some_and(|s| s.agents.iter().filter_map(|a| self.agents.get(a)).any(|mine| mine.scopes.iter().any(|sc| agent.scopes.contains(sc)))),
             _ => false,
         };
         exposed && super::agent_permissions::sees_agent(self, viewer.session, agent)
@@ -277,13 +278,8 @@ impl Registry {
         let mut seen = std::collections::HashSet::from([id.to_string()]);
         let mut level = vec![id.to_string()];
         for _ in 0..depth {
-            let next: Vec<String> = level
-                .iter()
-                .filter_map(|a| self.agents.get(a))
-                .flat_map(|a| a.children.iter())
-                .filter(|c| seen.insert(c.to_string()))
-                .cloned()
-                .collect();
+            let next: Vec<String> =
+                level.iter().filter_map(|a| self.agents.get(a)).flat_map(|a| a.children.iter()).filter(|c| seen.insert(c.to_string())).cloned().collect();
             if next.is_empty() {
                 break;
             }

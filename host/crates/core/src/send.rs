@@ -11,10 +11,10 @@ use futures_util::future::BoxFuture;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
-use super::federation::Outbound;
 use super::address::{self, Address, Sender};
 use super::events::{Facets, NewEvent, Source};
 use super::fabric::Delivery;
+use super::federation::Outbound;
 use super::model::Observed;
 use super::outbox::{Frame, Full};
 use super::Active;
@@ -76,7 +76,13 @@ fn route(active: &Active, addr: &Address, from: Option<&str>, remote_from: Optio
         None => session.and_then(|s| s.agents.first().cloned()),
     };
     let remote_system = remote_from.and_then(|f| f.split_once(":agent:")).map(|(system, _)| system);
-    let sender = Sender { session: &active.session_id, agent: agent.as_deref(), participant_type: &active.participant_type, participant_id: &active.participant_id, remote_system };
+    let sender = Sender {
+        session: &active.session_id,
+        agent: agent.as_deref(),
+        participant_type: &active.participant_type,
+        participant_id: &active.participant_id,
+        remote_system,
+    };
     let recipients = address::resolve(&reg, addr, &sender)?;
     let me = agent.as_ref().and_then(|a| reg.agents.get(a));
     let role = me.and_then(|a| a.role.clone());
@@ -101,7 +107,8 @@ pub fn send_message(active: &Active, msg: Outgoing) -> Result<Sent, RpcError> {
     if active.tenant.fabric.behind() {
         map_observe::metrics::sends_refused("event_backlog");
         // The log acknowledges within its 5 s timeout, or the backlog is given up on; a second is a fair first wait.
-        return Err(RpcError::new(codes::RESOURCE_EXHAUSTED, "the cluster's event log is behind on this node's events; retry later").with_data(json!({"retryAfterMs": 1000})));
+        return Err(RpcError::new(codes::RESOURCE_EXHAUSTED, "the cluster's event log is behind on this node's events; retry later")
+            .with_data(json!({"retryAfterMs": 1000})));
     }
     let mut addr = Address::from_json(msg.to)?;
     if let Some((system, agent)) = federated_target(active, &mut addr)? {
@@ -311,8 +318,11 @@ impl Done<'_> {
         if taken.count == 0 && !recipients.is_empty() {
             let details = json!({"messageId": self.message_id, "failed": taken.failed});
             self.record_failure(active, &taken.failed);
-            return Err(RpcError::new(codes::DELIVERY_FAILED, "No recipient could take the message (their queues are full or closed, or their node cannot be reached)")
-                .with_details(details));
+            return Err(RpcError::new(
+                codes::DELIVERY_FAILED,
+                "No recipient could take the message (their queues are full or closed, or their node cannot be reached)",
+            )
+            .with_details(details));
         }
         let result = taken.result(&self.message_id);
         self.record_delivery(active, &recipients, &taken);

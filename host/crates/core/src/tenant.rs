@@ -7,16 +7,16 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 
+use super::directory::Directory;
 use super::events::NewEvent;
 use super::extensions::{Extensions, NoExtensions};
-use super::federation::Federation;
-use super::send::{self, Outgoing, Sent};
-use super::outbox::{Frame, Outbox};
-use super::Active;
-use map_protocol::rpc::RpcError;
 use super::fabric::{Fabric, LocalFabric};
-use super::directory::Directory;
+use super::federation::Federation;
+use super::outbox::{Frame, Outbox};
+use super::send::{self, Outgoing, Sent};
+use super::Active;
 use map_config::LimitsConfig;
+use map_protocol::rpc::RpcError;
 
 pub struct Tenant {
     pub id: String,
@@ -154,10 +154,7 @@ impl Tenant {
     /// one hold of the directory.
     pub fn sessions_for(&self, ids: &[String], capability: Option<&str>) -> Vec<String> {
         let mut reg = self.registry.lock();
-        let mut sessions: Vec<String> = ids
-            .iter()
-            .filter_map(|id| reg.session_for(id).map(|s| s.id.clone()))
-            .collect();
+        let mut sessions: Vec<String> = ids.iter().filter_map(|id| reg.session_for(id).map(|s| s.id.clone())).collect();
         if let Some(path) = capability {
             sessions.extend(reg.sessions_with_capability(path));
         }
@@ -175,7 +172,9 @@ impl Tenant {
             .iter()
             .filter_map(|id| reg.participants.get(id).or_else(|| reg.agents.get(id).map(|a| &a.session)))
             .filter(|s| !s.is_empty() && Some(s.as_str()) != skip)
-            .filter(|s| capability.is_none_or(|path| reg.sessions.get(s.as_str()).is_some_and(|info| super::registry::declares_group(&info.capabilities, path))))
+            .filter(|s| {
+                capability.is_none_or(|path| reg.sessions.get(s.as_str()).is_some_and(|info| super::registry::declares_group(&info.capabilities, path)))
+            })
             .cloned()
             .collect();
         sessions.sort();

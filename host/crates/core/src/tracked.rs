@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use foldhash::HashMap;
 
-
 /// An entry's creation time (Unix ms): listings go by it, then by id. It
 /// must not change once the entry is in a map (only a new `insert` may).
 pub trait Created {

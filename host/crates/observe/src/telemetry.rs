@@ -154,7 +154,8 @@ pub fn inbound(kind: &'static str, path: &str, tenant: &str, parent: Option<&str
     if !keep_root(parent) {
         return Span::none();
     }
-    let span = tracing::info_span!(target: TARGET, "inbound", otel.name = Empty, otel.kind = "server", map.transport = kind, url.path = path, map.tenant = tenant);
+    let span =
+        tracing::info_span!(target: TARGET, "inbound", otel.name = Empty, otel.kind = "server", map.transport = kind, url.path = path, map.tenant = tenant);
     if !span.is_disabled() {
         span.record("otel.name", format!("{kind} {path}"));
     }

@@ -199,7 +199,8 @@ fn remove_stale(dir: &Path, name: &str, keep: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     for e in entries.flatten() {
         let p: PathBuf = e.path();
-        let ours = p.file_name().and_then(|f| f.to_str()).and_then(|f| f.strip_prefix(name)).is_some_and(|rest| rest.starts_with('-') && rest.len() == 1 + 24 + 6);
+        let ours =
+            p.file_name().and_then(|f| f.to_str()).and_then(|f| f.strip_prefix(name)).is_some_and(|rest| rest.starts_with('-') && rest.len() == 1 + 24 + 6);
         if p != keep && ours && p.extension().is_some_and(|x| x == "cwasm") {
             let _ = std::fs::remove_file(p);
         }

@@ -79,7 +79,11 @@ mod tests {
         assert!(started.elapsed() >= Duration::from_millis(50));
         let started = Instant::now();
         let pending = std::future::pending::<()>();
-        assert_eq!(by_extended(started + Duration::from_millis(10), || ms(&extension), pending).await, None, "a future that never ends stops at the deadline plus the extension");
+        assert_eq!(
+            by_extended(started + Duration::from_millis(10), || ms(&extension), pending).await,
+            None,
+            "a future that never ends stops at the deadline plus the extension"
+        );
         assert!(started.elapsed() >= Duration::from_millis(70), "{:?}", started.elapsed());
     }
 }

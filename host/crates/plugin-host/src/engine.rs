@@ -17,11 +17,7 @@ pub fn build(instances: usize) -> anyhow::Result<Engine> {
     let mut pool = PoolingAllocationConfig::default();
     let n = instances as u32;
     // A component holds a few core instances and usually one or two memories.
-    pool.total_component_instances(n)
-        .total_core_instances(n * 8)
-        .total_memories(n * 2)
-        .total_tables(n * 4)
-        .max_memory_size(MAX_MEMORY_BYTES);
+    pool.total_component_instances(n).total_core_instances(n * 8).total_memories(n * 2).total_tables(n * 4).max_memory_size(MAX_MEMORY_BYTES);
     config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     let engine = match Engine::new(&config) {
         Ok(e) => e,

@@ -4,7 +4,7 @@
 use wasmtime::component::{Instance, InstancePre};
 use wasmtime::Store;
 
-use super::bindings::{guest, map_gateway::plugin::grpc_types, contract_0_1, Caller, RpcError};
+use super::bindings::{contract_0_1, guest, map_gateway::plugin::grpc_types, Caller, RpcError};
 use super::state::PluginState;
 
 pub use grpc_types::{CallInfo, Service, Status};
@@ -77,7 +77,9 @@ impl Invocation {
             Invocation::Observe { .. } => "observe",
             Invocation::Http(_) => "http",
             Invocation::Timer { .. } => "timer",
-            Invocation::GrpcOpen(_) | Invocation::GrpcMessage(..) | Invocation::GrpcHalfClose(_) | Invocation::GrpcClosed(_) | Invocation::GrpcUnary(..) => "grpc",
+            Invocation::GrpcOpen(_) | Invocation::GrpcMessage(..) | Invocation::GrpcHalfClose(_) | Invocation::GrpcClosed(_) | Invocation::GrpcUnary(..) => {
+                "grpc"
+            }
             Invocation::ResourceList { .. } | Invocation::ResourceGet { .. } => "resources",
         }
     }
@@ -165,10 +167,13 @@ impl Exports {
                 ("rpc", true, _) => exports.rpc = Some(Versioned::Contract0_2(guest::rpc::GuestIndices::new(pre).map_err(bad)?)),
                 ("rpc", _, true) => exports.rpc = Some(Versioned::Contract0_1(contract_0_1::guest::rpc::GuestIndices::new(pre).map_err(bad)?)),
                 ("send-observer", true, _) => exports.observer = Some(Versioned::Contract0_2(guest::send_observer::GuestIndices::new(pre).map_err(bad)?)),
-                ("interceptor", _, true) => exports.observer = Some(Versioned::Contract0_1(contract_0_1::guest::interceptor::GuestIndices::new(pre).map_err(bad)?)),
+                ("interceptor", _, true) => {
+                    exports.observer = Some(Versioned::Contract0_1(contract_0_1::guest::interceptor::GuestIndices::new(pre).map_err(bad)?))
+                }
                 ("http-handler", true, _) => exports.http = Some(Versioned::Contract0_2(guest::http_handler::GuestIndices::new(pre).map_err(bad)?)),
                 ("http-handler", _, true) => {
-                    exports.http = Some(Versioned::Contract0_1(contract_0_1::http::exports::map_gateway::plugin::http_handler::GuestIndices::new(pre).map_err(bad)?))
+                    exports.http =
+                        Some(Versioned::Contract0_1(contract_0_1::http::exports::map_gateway::plugin::http_handler::GuestIndices::new(pre).map_err(bad)?))
                 }
                 ("grpc-handler", true, _) => exports.grpc = Some(guest::grpc_handler::GuestIndices::new(pre).map_err(bad)?),
                 ("grpc-unary", true, _) => exports.unary = Some(guest::grpc_unary::GuestIndices::new(pre).map_err(bad)?),
@@ -316,7 +321,11 @@ impl Bound {
         Ok(match &self.rpc {
             Some(Versioned::Contract0_2(g)) => {
                 let d = g.call_describe(&mut *store).await?;
-                let filters = d.event_filters.iter().map(|f| (f.key.clone(), f.event_types.clone(), f.fields.iter().map(|x| (x.name.clone(), x.paths.clone())).collect())).collect();
+                let filters = d
+                    .event_filters
+                    .iter()
+                    .map(|f| (f.key.clone(), f.event_types.clone(), f.fields.iter().map(|x| (x.name.clone(), x.paths.clone())).collect()))
+                    .collect();
                 Described { event_filters: filters, ..described!(d) }
             }
             Some(Versioned::Contract0_1(g)) => described!(g.call_describe(&mut *store).await?),

@@ -126,10 +126,7 @@ impl store::Host for PluginState {
         let hard = self.read_budget();
         let soft = if o.max_bytes == 0 { hard } else { (o.max_bytes as usize).min(hard) };
         let page = self.store_waits.wait(self.ctx.db.scan_page(&self.ctx.scope, &collection, &opts, soft, hard)).await.map_err(|e| self.store_err(e));
-        Ok(page.map(|p| store::Page {
-            entries: p.entries.into_iter().map(|(key, i)| store::KeyedItem { key, item: item(i) }).collect(),
-            next: p.next,
-        }))
+        Ok(page.map(|p| store::Page { entries: p.entries.into_iter().map(|(key, i)| store::KeyedItem { key, item: item(i) }).collect(), next: p.next }))
     }
 
     async fn commit(&mut self, ops: Vec<store::Op>) -> Wt<Result<store::Outcome, store::StoreError>> {
@@ -171,11 +168,7 @@ impl PluginState {
         if !is_object {
             return Err("data must be a JSON object".into());
         }
-        let source = Source {
-            agent_id: self.caller_agent(),
-            participant_id: Some(self.acting().participant_id),
-            scope_id: None,
-        };
+        let source = Source { agent_id: self.caller_agent(), participant_id: Some(self.acting().participant_id), scope_id: None };
         Ok(NewEvent::with_text(event_type, source, data))
     }
 
@@ -250,7 +243,8 @@ impl router::Host for PluginState {
             return Ok(Err(to_wit(RpcError::new(map_protocol::rpc::codes::ADDRESS_NOT_FOUND, format!("Participant {participant_id} has no session")))));
         };
         let frame: Frame = map_protocol::rpc::encode_notification(&method, &params).into();
-        let full = || to_wit(RpcError::new(map_protocol::rpc::codes::DELIVERY_FAILED, format!("Participant {participant_id} cannot take more notifications now")));
+        let full =
+            || to_wit(RpcError::new(map_protocol::rpc::codes::DELIVERY_FAILED, format!("Participant {participant_id} cannot take more notifications now")));
         match self.defer_to_caller(&session, &frame) {
             Some(true) => Ok(Ok(())),
             Some(false) => Ok(Err(full())),
@@ -314,7 +308,12 @@ impl router::Host for PluginState {
                 if let Some(session) = self.caller.as_ref().map(|c| c.session_id.clone()) {
                     for frame in deferred {
                         if self.defer_to_caller(&session, &frame) != Some(true) {
-                            tracing::warn!(plugin = self.ctx.plugin, tenant = self.ctx.scope.tenant, method, "the caller's queue is full: notifications from a router call dropped");
+                            tracing::warn!(
+                                plugin = self.ctx.plugin,
+                                tenant = self.ctx.scope.tenant,
+                                method,
+                                "the caller's queue is full: notifications from a router call dropped"
+                            );
                             break;
                         }
                     }

@@ -2,8 +2,8 @@
 //! it: each delegates to its counterpart in the current package (the same
 //! functions, with the same meaning).
 
-use super::bindings::map_gateway::plugin as now;
 use super::bindings::contract_0_1::map_gateway::plugin::{config, events, log, router, store, types};
+use super::bindings::map_gateway::plugin as now;
 use super::state::PluginState;
 
 type Wt<T> = wasmtime::Result<T>;

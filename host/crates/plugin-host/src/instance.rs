@@ -54,7 +54,15 @@ pub struct Instance {
 
 impl Instance {
     /// A new instance in `ctx`; `init` has not run yet.
-    pub async fn start(engine: &Engine, pre: &InstancePre<PluginState>, exports: &Exports, ctx: Arc<Context>, ticket: Ticket, memory_bytes: usize, deadline: Instant) -> wasmtime::Result<Instance> {
+    pub async fn start(
+        engine: &Engine,
+        pre: &InstancePre<PluginState>,
+        exports: &Exports,
+        ctx: Arc<Context>,
+        ticket: Ticket,
+        memory_bytes: usize,
+        deadline: Instant,
+    ) -> wasmtime::Result<Instance> {
         let mut store = Store::new(engine, PluginState::new(ctx, memory_bytes));
         store.limiter(|s| &mut s.limiter);
         store.epoch_deadline_callback(|ctx| {
@@ -78,4 +86,3 @@ impl Instance {
         self.store.set_epoch_deadline(1);
     }
 }
-

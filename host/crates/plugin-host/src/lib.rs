@@ -33,6 +33,7 @@ mod imports_0_1;
 mod instance;
 mod limiter;
 mod loading;
+mod log_throttle;
 pub mod oci;
 mod outbound;
 mod outcome;
@@ -45,7 +46,6 @@ mod set;
 pub mod signing;
 mod state;
 mod stats;
-mod log_throttle;
 mod timers;
 
 use std::collections::HashMap;
@@ -67,18 +67,18 @@ pub use grpc_calls::{code as grpc_code, Requests as GrpcRequests, Response as Gr
 pub use plugin::{Limits, Plugin};
 pub use set::TenantPlugins;
 
-use map_config::{Config, PluginConfig};
-use timers::{OnTimer, Timers};
+use calls::Placement;
+use futures_util::future::BoxFuture;
 use map_cluster::singletons::Singletons;
 use map_config::InstanceMode;
-use map_core::Active;
-use map_store::{Fence, Scope, Store};
-use calls::Placement;
-use ownership::Ownership;
+use map_config::{Config, PluginConfig};
 use map_core::extensions::ExtensionHost;
-use futures_util::future::BoxFuture;
+use map_core::Active;
 use map_core::{Tenant, Tenants};
+use map_store::{Fence, Scope, Store};
+use ownership::Ownership;
 use state::{Context, PluginState};
+use timers::{OnTimer, Timers};
 
 /// A tenant's plugin set (empty when it has none).
 pub fn of(tenant: &Tenant) -> Arc<TenantPlugins> {
@@ -221,7 +221,15 @@ impl PluginHost {
 
     /// The context of a (tenant, plugin)'s instances. A singleton in a
     /// cluster writes through its fence: only while this node holds its lease.
-    fn context(&self, tenant: Arc<Tenant>, plugin: &str, config: Value, settings: &PluginConfig, receives_timers: bool, outbound: outbound::Policy) -> Arc<Context> {
+    fn context(
+        &self,
+        tenant: Arc<Tenant>,
+        plugin: &str,
+        config: Value,
+        settings: &PluginConfig,
+        receives_timers: bool,
+        outbound: outbound::Policy,
+    ) -> Arc<Context> {
         let scope = Scope { tenant: tenant.id.clone(), plugin: plugin.to_string() };
         let fenced = self.cluster.is_some() && settings.mode == InstanceMode::Singleton && self.db.leases().is_some() && !Arc::ptr_eq(&tenant, &self.scratch);
         let (timers, db) = {
@@ -290,7 +298,9 @@ impl PluginHost {
                     None => {
                         let ctx = self.context(tenant.clone(), &name, cfg, &l.settings, l.plugin.exports.lifecycle(), outbound);
                         let placement = self.placement(&t.id, &name, &l.settings);
-                        TenantPlugin::new(l.plugin.clone(), ctx, self.runtime.clone(), placement).await.with_context(|| format!("plugin {name} for tenant {}", t.id))?
+                        TenantPlugin::new(l.plugin.clone(), ctx, self.runtime.clone(), placement)
+                            .await
+                            .with_context(|| format!("plugin {name} for tenant {}", t.id))?
                     }
                 };
                 list.push((tp, prefix));

@@ -53,7 +53,9 @@ fn keep(config: &Config, name: &str, wasm: &Path, digest: &str) {
 fn copy_in(dir: &Path, wasm: &Path, digest: &str) {
     let tmp = dir.with_extension(format!("{}.tmp", std::process::id()));
     let copied = std::fs::create_dir_all(&tmp).and_then(|_| {
-        for (from, to) in [(wasm.with_extension("toml"), "plugin.toml"), (signing::signature_path(wasm), "plugin.wasm.sig"), (wasm.to_path_buf(), "plugin.wasm")] {
+        for (from, to) in
+            [(wasm.with_extension("toml"), "plugin.toml"), (signing::signature_path(wasm), "plugin.wasm.sig"), (wasm.to_path_buf(), "plugin.wasm")]
+        {
             if from.exists() {
                 std::fs::copy(&from, tmp.join(to))?;
             }
@@ -68,7 +70,13 @@ fn copy_in(dir: &Path, wasm: &Path, digest: &str) {
 
 impl PluginHost {
     /// Every component the configuration binds, by key (see `key`).
-    pub(super) async fn load_all(&self, config: &Config, wanted: &BTreeMap<String, PluginConfig>, loaded: &HashMap<String, Loaded>, reload: bool) -> anyhow::Result<HashMap<String, Loaded>> {
+    pub(super) async fn load_all(
+        &self,
+        config: &Config,
+        wanted: &BTreeMap<String, PluginConfig>,
+        loaded: &HashMap<String, Loaded>,
+        reload: bool,
+    ) -> anyhow::Result<HashMap<String, Loaded>> {
         let binds = |t: &TenantConfig, name: &str| t.plugins.as_ref().is_none_or(|l| l.iter().any(|p| p == name));
         let mut next = HashMap::new();
         for (name, settings) in wanted {
@@ -82,7 +90,8 @@ impl PluginHost {
                 if next.contains_key(&key) {
                     continue;
                 }
-                let users: Vec<&str> = config.tenants.iter().filter(|u| binds(u, name) && u.plugin_versions.get(name) == Some(source)).map(|u| u.id.as_str()).collect();
+                let users: Vec<&str> =
+                    config.tenants.iter().filter(|u| binds(u, name) && u.plugin_versions.get(name) == Some(source)).map(|u| u.id.as_str()).collect();
                 let settings = pinned_version(base, source);
                 next.insert(key.clone(), self.entry(config, loaded, &key, name, &settings, &users, reload).await?);
             }
@@ -94,7 +103,16 @@ impl PluginHost {
     /// the gateway and of the tenants that use it (before anything is
     /// compiled), then loaded, or the last load reused when unchanged.
     #[allow(clippy::too_many_arguments)]
-    async fn entry(&self, config: &Config, loaded: &HashMap<String, Loaded>, key: &str, name: &str, settings: &PluginConfig, users: &[&str], reload: bool) -> anyhow::Result<Loaded> {
+    async fn entry(
+        &self,
+        config: &Config,
+        loaded: &HashMap<String, Loaded>,
+        key: &str,
+        name: &str,
+        settings: &PluginConfig,
+        users: &[&str],
+        reload: bool,
+    ) -> anyhow::Result<Loaded> {
         let mut settings = fetched(config, settings, reload).await.with_context(|| format!("plugin {name}"))?;
         // Errors name what the user wrote: the oci:// reference, not the cache it was pulled into.
         let mut shown = settings.source.clone().unwrap_or_else(|| settings.path.display().to_string());

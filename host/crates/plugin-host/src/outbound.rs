@@ -41,7 +41,8 @@ impl Policy {
         let allowed = entries
             .iter()
             .map(|e| {
-                let a: http::uri::Authority = e.parse().map_err(|err| anyhow::anyhow!("plugin {plugin}: outbound host {e:?} is not host or host:port: {err}"))?;
+                let a: http::uri::Authority =
+                    e.parse().map_err(|err| anyhow::anyhow!("plugin {plugin}: outbound host {e:?} is not host or host:port: {err}"))?;
                 Ok(Allowed { host: a.host().trim_matches(['[', ']']).to_ascii_lowercase(), port: a.port_u16() })
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
@@ -178,7 +179,9 @@ mod tests {
 
     #[test]
     fn internal_addresses_are_recognised() {
-        for ip in ["127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "100.64.0.1", "0.0.0.0", "::1", "fd00::1", "fe80::1", "::ffff:10.0.0.1"] {
+        for ip in
+            ["127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "100.64.0.1", "0.0.0.0", "::1", "fd00::1", "fe80::1", "::ffff:10.0.0.1"]
+        {
             assert!(internal(ip.parse().unwrap()), "{ip}");
         }
         for ip in ["93.184.216.34", "2606:4700::1111", "8.8.8.8"] {

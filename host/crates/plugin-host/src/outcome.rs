@@ -21,8 +21,15 @@ pub enum CallOutcome {
 
 impl CallOutcome {
     /// Every outcome, in the order of the declaration.
-    pub const ALL: [CallOutcome; 7] =
-        [CallOutcome::Ok, CallOutcome::Error, CallOutcome::Trapped, CallOutcome::TimedOut, CallOutcome::OutOfMemory, CallOutcome::Busy, CallOutcome::StartFailed];
+    pub const ALL: [CallOutcome; 7] = [
+        CallOutcome::Ok,
+        CallOutcome::Error,
+        CallOutcome::Trapped,
+        CallOutcome::TimedOut,
+        CallOutcome::OutOfMemory,
+        CallOutcome::Busy,
+        CallOutcome::StartFailed,
+    ];
 
     pub fn label(self) -> &'static str {
         match self {

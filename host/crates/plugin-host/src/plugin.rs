@@ -8,8 +8,8 @@ use serde_json::Value;
 use wasmtime::component::{Component, InstancePre, Linker};
 use wasmtime::Engine;
 
-use super::budget::{Budget, Ticket};
 use super::bindings::map_gateway::plugin::grpc_types::Method;
+use super::budget::{Budget, Ticket};
 use super::exports::{Described, Exports, Invocation, Returned, Service};
 use super::instance::{classify, Instance};
 use super::state::{Context, PluginState};
@@ -90,7 +90,14 @@ pub struct Plugin {
 
 impl Plugin {
     /// Link a component, bind what it exports and read its declarations.
-    pub async fn load(name: &str, component: &Component, linker: &Linker<PluginState>, budget: Arc<Budget>, ctx: Arc<Context>, limits: Limits) -> anyhow::Result<Plugin> {
+    pub async fn load(
+        name: &str,
+        component: &Component,
+        linker: &Linker<PluginState>,
+        budget: Arc<Budget>,
+        ctx: Arc<Context>,
+        limits: Limits,
+    ) -> anyhow::Result<Plugin> {
         let pre = linker.instantiate_pre(component)?;
         let exports = Exports::find(&pre).map_err(|e| anyhow::anyhow!("plugin {name}: {e:#}"))?;
         let mut plugin = Plugin {
@@ -218,7 +225,9 @@ fn check_descriptor(name: &str, d: Described) -> anyhow::Result<Descriptor> {
     let protocol_version = take_protocol_version(name, &d.uri, &mut capabilities)?;
     let (lo, hi) = d.error_range;
     if lo > hi || RESERVED_CODES.iter().any(|&(a, b)| lo <= b && a <= hi) {
-        anyhow::bail!("plugin {name} declares error range {lo}..={hi}, which is empty or overlaps codes reserved for JSON-RPC and the MAP core ({RESERVED_CODES:?})");
+        anyhow::bail!(
+            "plugin {name} declares error range {lo}..={hi}, which is empty or overlaps codes reserved for JSON-RPC and the MAP core ({RESERVED_CODES:?})"
+        );
     }
     let declared = Declared { name: &d.name, uri: &d.uri, capability_group: &d.capability_group, methods: &d.methods, errors: d.error_range };
     match ext_registry::check(&declared) {

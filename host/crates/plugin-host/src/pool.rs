@@ -50,7 +50,10 @@ pub struct Singleton {
 
 pub enum Pool {
     /// Ready instances (the engine's budget may retire them when it is full).
-    Pooled { idle: Arc<IdleList>, slots: Arc<Semaphore> },
+    Pooled {
+        idle: Arc<IdleList>,
+        slots: Arc<Semaphore>,
+    },
     Singleton(Arc<tokio::sync::Mutex<Singleton>>),
 }
 
@@ -231,5 +234,12 @@ fn record_failure(s: &mut Singleton, plugin: &Plugin, ctx: &Context, reason: &st
     let delay = backoff(s.failures);
     s.retry_at = Some(Instant::now() + delay);
     s.last_error = Some(reason.to_string());
-    tracing::error!(plugin = plugin.name, tenant = ctx.scope.tenant, failures = s.failures, retry_in_ms = delay.as_millis() as u64, reason, "singleton failed; a fresh instance will take the next call");
+    tracing::error!(
+        plugin = plugin.name,
+        tenant = ctx.scope.tenant,
+        failures = s.failures,
+        retry_in_ms = delay.as_millis() as u64,
+        reason,
+        "singleton failed; a fresh instance will take the next call"
+    );
 }

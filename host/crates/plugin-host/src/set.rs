@@ -7,10 +7,10 @@ use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
+use futures_util::future::BoxFuture;
 use map_core::events::DataFilterSpec;
 use map_core::ext_registry::{self, Declared};
 use map_core::extensions::{Answer, Extensions, ResourceCall};
-use futures_util::future::BoxFuture;
 use map_protocol::rpc::RpcError;
 
 use super::calls::TenantPlugin;
@@ -52,7 +52,11 @@ impl TenantPlugins {
         for tp in &plugins {
             if let Some(d) = &tp.descriptor {
                 for f in &d.event_filters {
-                    let taken = plugins.iter().filter(|o| !Arc::ptr_eq(o, tp)).filter_map(|o| o.descriptor.as_ref()).any(|o| o.event_filters.iter().any(|x| x.key == f.key));
+                    let taken = plugins
+                        .iter()
+                        .filter(|o| !Arc::ptr_eq(o, tp))
+                        .filter_map(|o| o.descriptor.as_ref())
+                        .any(|o| o.event_filters.iter().any(|x| x.key == f.key));
                     if taken {
                         anyhow::bail!("the event filter {} is declared by {} and another plugin", f.key, tp.name());
                     }
@@ -195,7 +199,10 @@ impl Extensions for TenantPlugins {
         Box::pin(async move {
             let plugin = self.method(method).ok_or_else(|| RpcError::method_not_found(method))?;
             if plugin.name() == from {
-                return Err(RpcError::new(map_protocol::rpc::codes::METHOD_NOT_FOUND, format!("Plugin {from} cannot call its own method {method} through the router")));
+                return Err(RpcError::new(
+                    map_protocol::rpc::codes::METHOD_NOT_FOUND,
+                    format!("Plugin {from} cannot call its own method {method} through the router"),
+                ));
             }
             plugin.call_rpc(active, super::caller_of(active), method, params, hops).await
         })

@@ -149,7 +149,9 @@ pub fn verify(wasm: &Path, shown: &str, digest: &str, trusted: &[PublicKey]) -> 
     let sig_path = signature_path(wasm);
     let text = match std::fs::read(&sig_path) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && pulled => bail!("{shown} is not signed: the artifact has no signature (sign the component before `plugin push`)"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && pulled => {
+            bail!("{shown} is not signed: the artifact has no signature (sign the component before `plugin push`)")
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let folder = wasm.parent().map_or(".".into(), |d| d.display().to_string());
             bail!("{shown} is not signed: {} is missing (`map-gateway plugin sign {folder} --key KEY` signs every component there)", sig_path.display())

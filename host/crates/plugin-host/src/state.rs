@@ -18,8 +18,8 @@ use super::outbound::Policy;
 use super::timers::Timers;
 use map_core::outbox::Frame;
 use map_core::Active;
-use map_store::{Scope, Store};
 use map_core::Tenant;
+use map_store::{Scope, Store};
 
 /// The (tenant, plugin) an instance belongs to, for its whole life.
 pub struct Context {

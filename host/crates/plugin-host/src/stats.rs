@@ -42,7 +42,8 @@ impl CallStats {
 
     /// `{calls: {outcome: n}, recentFailures: [{at, outcome, reason}]}`, newest failure first.
     pub fn view(&self) -> (Value, Value) {
-        let calls: Map<String, Value> = CallOutcome::ALL.iter().zip(&self.counts).map(|(o, n)| (o.label().to_string(), n.load(Ordering::Relaxed).into())).collect();
+        let calls: Map<String, Value> =
+            CallOutcome::ALL.iter().zip(&self.counts).map(|(o, n)| (o.label().to_string(), n.load(Ordering::Relaxed).into())).collect();
         let recent: Vec<Value> = self.recent.lock().iter().rev().map(|f| json!({"at": f.at, "outcome": f.outcome.label(), "reason": f.reason})).collect();
         (Value::Object(calls), Value::Array(recent))
     }

@@ -45,10 +45,9 @@ impl Breaker {
     pub fn check(&self) -> Result<(), StoreError> {
         match self.state.lock().down_since {
             None => Ok(()),
-            Some(since) => Err(StoreError::Down {
-                why: format!("PostgreSQL has been unreachable for {} ms", since.elapsed().as_millis()),
-                retry_after: RETRY_AFTER,
-            }),
+            Some(since) => {
+                Err(StoreError::Down { why: format!("PostgreSQL has been unreachable for {} ms", since.elapsed().as_millis()), retry_after: RETRY_AFTER })
+            }
         }
     }
 
@@ -57,7 +56,11 @@ impl Breaker {
         let mut state = self.state.lock();
         if state.down_since.is_none() {
             state.down_since = Some(Instant::now());
-            tracing::warn!(error = why, probe_ms = self.interval.as_millis() as u64, "PostgreSQL is unreachable: storage calls fail at once until a connection succeeds");
+            tracing::warn!(
+                error = why,
+                probe_ms = self.interval.as_millis() as u64,
+                "PostgreSQL is unreachable: storage calls fail at once until a connection succeeds"
+            );
         }
         if !state.probing {
             state.probing = true;

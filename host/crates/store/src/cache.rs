@@ -43,7 +43,10 @@ pub struct Cache {
 enum Cached {
     Item(Option<Item>),
     /// A page and the collection (`collection_key`) it was read from.
-    Page { page: Page, collection: String },
+    Page {
+        page: Page,
+        collection: String,
+    },
 }
 
 /// A cached page's range: writes to keys in `lower..=upper` drop it.
@@ -201,7 +204,17 @@ impl Inner {
 impl Cache {
     /// A cache of at most `budget` bytes; 0 turns it off.
     pub fn new(budget: usize) -> Cache {
-        Cache { inner: Mutex::new(Inner { entries: LruCache::new_unbounded(), ranges: HashMap::new(), bytes: 0, generation: 0, written: VecDeque::new(), forgotten: 0 }), budget }
+        Cache {
+            inner: Mutex::new(Inner {
+                entries: LruCache::new_unbounded(),
+                ranges: HashMap::new(),
+                bytes: 0,
+                generation: 0,
+                written: VecDeque::new(),
+                forgotten: 0,
+            }),
+            budget,
+        }
     }
 
     fn on(&self) -> bool {

@@ -5,8 +5,8 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::*;
 use super::ops::MAX_KEYS;
+use super::*;
 
 static RUN: AtomicU64 = AtomicU64::new(0);
 
@@ -24,7 +24,9 @@ async fn sqlite() -> Store {
 
 async fn postgres() -> Store {
     let url = std::env::var("MAP_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://root@127.0.0.1:5432/test".into());
-    Store::open(&url, false, 64 << 20, std::time::Duration::from_millis(10)).await.unwrap_or_else(|e| panic!("PostgreSQL is required for the storage conformance tests ({url}): {e:#}"))
+    Store::open(&url, false, 64 << 20, std::time::Duration::from_millis(10))
+        .await
+        .unwrap_or_else(|e| panic!("PostgreSQL is required for the storage conformance tests ({url}): {e:#}"))
 }
 
 /// Run `check` on both backends.
@@ -72,10 +74,13 @@ async fn values_are_bytes_and_text_stays_text() {
 #[tokio::test]
 async fn get_many_answers_in_order_across_collections() {
     on_both(|db, s| async move {
-        db.batch(&s, vec![
-            Write { collection: "a".into(), key: "1".into(), value: Some("one".into()) },
-            Write { collection: "b".into(), key: "1".into(), value: Some("uno".into()) },
-        ])
+        db.batch(
+            &s,
+            vec![
+                Write { collection: "a".into(), key: "1".into(), value: Some("one".into()) },
+                Write { collection: "b".into(), key: "1".into(), value: Some("uno".into()) },
+            ],
+        )
         .await
         .unwrap();
         let got = db.get_many(&s, &keys(&[("b", "1"), ("a", "missing"), ("a", "1"), ("b", "1")]), BIG).await.unwrap();
@@ -99,7 +104,8 @@ async fn get_many_answers_in_order_across_collections() {
 async fn versions_grow_and_never_repeat_for_a_key() {
     on_both(|db, s| async move {
         let (v1, _) = committed(db.commit(&s, vec![put("c", "k", b"1")]).await.unwrap());
-        let (v2, _) = committed(db.commit(&s, vec![Op::ExpectVersion { collection: "c".into(), key: "k".into(), version: v1 }, put("c", "k", b"2")]).await.unwrap());
+        let (v2, _) =
+            committed(db.commit(&s, vec![Op::ExpectVersion { collection: "c".into(), key: "k".into(), version: v1 }, put("c", "k", b"2")]).await.unwrap());
         assert!(v2 > v1);
         // A stale version, an "absent" expectation on a present key: nothing applies.
         let stale = vec![put("c", "other", b"x"), Op::ExpectVersion { collection: "c".into(), key: "k".into(), version: v1 }];
@@ -109,7 +115,8 @@ async fn versions_grow_and_never_repeat_for_a_key() {
         // Deleted and written again: the new value's version is still new.
         assert!(db.delete(&s, "c", "k").await.unwrap());
         assert_eq!(db.commit(&s, vec![Op::ExpectVersion { collection: "c".into(), key: "k".into(), version: v2 }]).await.unwrap(), Outcome::Conflict(0));
-        let (v3, _) = committed(db.commit(&s, vec![Op::ExpectVersion { collection: "c".into(), key: "k".into(), version: 0 }, put("c", "k", b"3")]).await.unwrap());
+        let (v3, _) =
+            committed(db.commit(&s, vec![Op::ExpectVersion { collection: "c".into(), key: "k".into(), version: 0 }, put("c", "k", b"3")]).await.unwrap());
         assert!(v3 > v2);
         // Conditions on values.
         let on_value = |v: Option<&[u8]>| Op::ExpectValue { collection: "c".into(), key: "k".into(), value: v.map(<[u8]>::to_vec) };
@@ -135,7 +142,8 @@ async fn compare_and_swap_under_concurrent_writers_loses_no_update() {
                         loop {
                             let found = db.get_many(&s, &keys(&[("c", "n")]), BIG).await.unwrap().pop().unwrap();
                             let (n, version) = found.map_or((0, 0), |i| (String::from_utf8(i.value).unwrap().parse::<u64>().unwrap(), i.version));
-                            let ops = vec![Op::ExpectVersion { collection: "c".into(), key: "n".into(), version }, put("c", "n", (n + 1).to_string().as_bytes())];
+                            let ops =
+                                vec![Op::ExpectVersion { collection: "c".into(), key: "n".into(), version }, put("c", "n", (n + 1).to_string().as_bytes())];
                             match db.commit(&s, ops).await.unwrap() {
                                 Outcome::Committed { .. } => break,
                                 Outcome::Conflict(_) => conflicts += 1,

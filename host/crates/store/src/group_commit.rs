@@ -54,7 +54,10 @@ impl GroupCommit {
         let clock = Clock::load(&conn)?;
         let (committed, signals) = std::sync::mpsc::sync_channel(1);
         std::thread::Builder::new().name("store-checkpoint".into()).spawn(move || checkpoint(checkpoints, signals)).expect("the checkpoint thread starts");
-        std::thread::Builder::new().name("store-writer".into()).spawn(move || run(conn, jobs, clock, &cache, committed)).expect("the storage writer thread starts");
+        std::thread::Builder::new()
+            .name("store-writer".into())
+            .spawn(move || run(conn, jobs, clock, &cache, committed))
+            .expect("the storage writer thread starts");
         Ok(GroupCommit { queue })
     }
 

@@ -26,17 +26,17 @@ mod rollouts;
 mod sqlite;
 mod sqlite_ops;
 
-use std::time::Instant;
 use std::sync::Arc;
+use std::time::Instant;
 
 use tracing::Instrument;
 
 pub use self::artifacts::Artifacts;
 pub use self::leases::{Fence, Leases};
-pub use self::ops::{Item, Op, Outcome};
-pub use self::rollouts::{RolloutLog, RolloutRecord};
 use self::ops::{check_key, check_ops, over_budget, ManyFill, PageFill, MAX_PAGE};
+pub use self::ops::{Item, Op, Outcome};
 use self::postgres::Postgres;
+pub use self::rollouts::{RolloutLog, RolloutRecord};
 use self::sqlite::Sqlite;
 
 #[derive(Clone)]
@@ -70,7 +70,10 @@ pub enum StoreError {
     Contended(String),
     /// The database cannot be reached (PostgreSQL): a connection failed or
     /// broke, or the breaker refused the call at once; retry after `retry_after`.
-    Down { why: String, retry_after: std::time::Duration },
+    Down {
+        why: String,
+        retry_after: std::time::Duration,
+    },
 }
 
 impl std::fmt::Display for StoreError {

@@ -19,14 +19,33 @@ pub const PREFIX_END: char = '\u{10FFFF}';
 /// One operation of an atomic commit.
 #[derive(Clone, Debug)]
 pub enum Op {
-    Put { collection: String, key: String, value: Vec<u8> },
-    Delete { collection: String, key: String },
+    Put {
+        collection: String,
+        key: String,
+        value: Vec<u8>,
+    },
+    Delete {
+        collection: String,
+        key: String,
+    },
     /// Add to a decimal counter (absent = 0).
-    Add { collection: String, key: String, delta: i64 },
+    Add {
+        collection: String,
+        key: String,
+        delta: i64,
+    },
     /// The key's version must be this one (0: the key must be absent).
-    ExpectVersion { collection: String, key: String, version: u64 },
+    ExpectVersion {
+        collection: String,
+        key: String,
+        version: u64,
+    },
     /// The key's value must be this one (`None`: the key must be absent).
-    ExpectValue { collection: String, key: String, value: Option<Vec<u8>> },
+    ExpectValue {
+        collection: String,
+        key: String,
+        value: Option<Vec<u8>>,
+    },
 }
 
 impl Op {

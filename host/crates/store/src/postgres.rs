@@ -15,8 +15,8 @@ use super::artifacts::Artifacts;
 use super::breaker::{Breaker, RETRY_AFTER};
 use super::leases::{self, Fence, Leases};
 use super::migrations;
-use super::rollouts::RolloutLog;
 use super::ops::{add_to_counter, bounds, ManyFill, Op, Outcome, PageFill, PREFIX_END};
+use super::rollouts::RolloutLog;
 use super::{Item, Page, ScanOptions, Scope, StoreError};
 use map_config::redact_url;
 
@@ -28,7 +28,8 @@ impl From<sqlx::Error> for StoreError {
         // Serialisation failure and deadlock: another transaction won.
         let contended = matches!(&e, sqlx::Error::Database(d) if matches!(d.code().as_deref(), Some("40001") | Some("40P01")));
         // No connection to be had, or the one in use broke: the database is unreachable.
-        let unreachable = matches!(&e, sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::WorkerCrashed);
+        let unreachable =
+            matches!(&e, sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::WorkerCrashed);
         if contended {
             StoreError::Contended(e.to_string())
         } else if unreachable {
@@ -111,7 +112,12 @@ impl Postgres {
 
     pub async fn get(&self, scope: &Scope, collection: &str, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
         let sql = "SELECT value FROM plugin_kv WHERE tenant = $1 AND plugin = $2 AND collection = $3 AND key = $4";
-        let row = self.breaker.guard(async { Ok::<_, StoreError>(sqlx::query(sql).bind(&scope.tenant).bind(&scope.plugin).bind(collection).bind(key).fetch_optional(&self.pool).await?) }).await?;
+        let row = self
+            .breaker
+            .guard(async {
+                Ok::<_, StoreError>(sqlx::query(sql).bind(&scope.tenant).bind(&scope.plugin).bind(collection).bind(key).fetch_optional(&self.pool).await?)
+            })
+            .await?;
         Ok(row.map(|r| r.get(0)))
     }
 
@@ -163,7 +169,14 @@ impl Postgres {
     pub async fn count(&self, scope: &Scope, collection: &str, prefix: &str) -> Result<u64, StoreError> {
         let upper = format!("{prefix}{PREFIX_END}");
         let sql = "SELECT COUNT(*) FROM plugin_kv WHERE tenant = $1 AND plugin = $2 AND collection = $3 AND key >= $4 AND key < $5";
-        let row = self.breaker.guard(async { Ok::<_, StoreError>(sqlx::query(sql).bind(&scope.tenant).bind(&scope.plugin).bind(collection).bind(prefix).bind(&upper).fetch_one(&self.pool).await?) }).await?;
+        let row = self
+            .breaker
+            .guard(async {
+                Ok::<_, StoreError>(
+                    sqlx::query(sql).bind(&scope.tenant).bind(&scope.plugin).bind(collection).bind(prefix).bind(&upper).fetch_one(&self.pool).await?,
+                )
+            })
+            .await?;
         Ok(row.get::<i64, _>(0) as u64)
     }
 
@@ -253,7 +266,15 @@ async fn apply(conn: &mut PgConnection, scope: &Scope, ops: &[Op], version: i64)
                 // An absent key is inserted only if nobody inserted it
                 // meanwhile; otherwise read it again, now locked.
                 let sql = if current.is_some() { UPSERT } else { INSERT_NEW };
-                let written = sqlx::query(sql).bind(&scope.tenant).bind(&scope.plugin).bind(collection).bind(key).bind(next.to_string().into_bytes()).bind(version).execute(&mut *conn).await?;
+                let written = sqlx::query(sql)
+                    .bind(&scope.tenant)
+                    .bind(&scope.plugin)
+                    .bind(collection)
+                    .bind(key)
+                    .bind(next.to_string().into_bytes())
+                    .bind(version)
+                    .execute(&mut *conn)
+                    .await?;
                 if written.rows_affected() == 1 {
                     counters.push(next);
                     break;

@@ -67,7 +67,8 @@ impl RolloutLog {
         let sql = "INSERT INTO cluster_rollouts (cluster, id, kind, from_node, pins, previous, at) VALUES ($1, $2, $3, $4, $5, $6, $7) \
                    ON CONFLICT (cluster) DO UPDATE SET id = excluded.id, kind = excluded.kind, from_node = excluded.from_node, \
                    pins = excluded.pins, previous = excluded.previous, at = excluded.at WHERE cluster_rollouts.id < excluded.id";
-        let query = sqlx::query(sql).bind(cluster).bind(&r.id).bind(&r.kind).bind(&r.from).bind(pins_text(&r.pins)).bind(pins_text(&r.previous)).bind(r.at as i64);
+        let query =
+            sqlx::query(sql).bind(cluster).bind(&r.id).bind(&r.kind).bind(&r.from).bind(pins_text(&r.pins)).bind(pins_text(&r.previous)).bind(r.at as i64);
         let done = self.breaker.guard(async { Ok::<_, StoreError>(query.execute(&self.pool).await?) }).await?;
         Ok(done.rows_affected() == 1)
     }
@@ -81,7 +82,9 @@ mod tests {
     #[tokio::test]
     async fn the_later_rollout_stays_current() {
         let url = std::env::var("MAP_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://root@127.0.0.1:5432/test".into());
-        let db = Store::open(&url, false, 0, std::time::Duration::from_millis(10)).await.unwrap_or_else(|e| panic!("PostgreSQL is required for the rollout tests ({url}): {e:#}"));
+        let db = Store::open(&url, false, 0, std::time::Duration::from_millis(10))
+            .await
+            .unwrap_or_else(|e| panic!("PostgreSQL is required for the rollout tests ({url}): {e:#}"));
         let rollouts = db.rollout_log().expect("PostgreSQL keeps rollouts");
         let cluster = format!("rollouts-{}-{}", std::process::id(), map_protocol::ids::ulid());
         assert_eq!(rollouts.current(&cluster).await.unwrap(), None);

@@ -15,8 +15,8 @@ use rusqlite::config::DbConfig;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 
 use super::cache::{push_part, Cache, Lookup};
-use super::migrations;
 use super::group_commit::GroupCommit;
+use super::migrations;
 use super::ops::{bounds, ManyFill, Op, Outcome, PageFill, PREFIX_END};
 use super::{Item, Page, ScanOptions, Scope, StoreError};
 

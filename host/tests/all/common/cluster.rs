@@ -45,7 +45,11 @@ pub fn unique_name(prefix: &str, sep: char) -> String {
 /// The standard plugins (mail, trajectory, …) as `scripts/build-plugins.sh` leaves them.
 pub fn standard_plugins() -> PathBuf {
     let dist = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../plugins/dist");
-    assert!(dist.join("mail.wasm").exists() && dist.join("trajectory.wasm").exists(), "{} lacks mail.wasm or trajectory.wasm: run scripts/build-plugins.sh", dist.display());
+    assert!(
+        dist.join("mail.wasm").exists() && dist.join("trajectory.wasm").exists(),
+        "{} lacks mail.wasm or trajectory.wasm: run scripts/build-plugins.sh",
+        dist.display()
+    );
     dist
 }
 
@@ -126,14 +130,16 @@ impl NatsConn {
             None => (None, rest),
         };
         let hostport = if hostport.contains(':') { hostport.to_string() } else { format!("{hostport}:4222") };
-        let addr = std::net::ToSocketAddrs::to_socket_addrs(&hostport).map_err(|e| format!("{hostport}: {e}"))?.next().ok_or(format!("{hostport}: no address"))?;
+        let addr =
+            std::net::ToSocketAddrs::to_socket_addrs(&hostport).map_err(|e| format!("{hostport}: {e}"))?.next().ok_or(format!("{hostport}: no address"))?;
         let stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(3)).map_err(|e| e.to_string())?;
         stream.set_read_timeout(Some(Duration::from_secs(3))).map_err(|e| e.to_string())?;
         let writer = stream.try_clone().map_err(|e| e.to_string())?;
         let mut reader = BufReader::new(stream);
         let mut line = String::new();
         reader.read_line(&mut line).map_err(|e| format!("no INFO line: {e}"))?;
-        let info: Value = line.strip_prefix("INFO ").and_then(|j| serde_json::from_str(j.trim()).ok()).ok_or(format!("not a NATS server (first line {line:?})"))?;
+        let info: Value =
+            line.strip_prefix("INFO ").and_then(|j| serde_json::from_str(j.trim()).ok()).ok_or(format!("not a NATS server (first line {line:?})"))?;
         let mut connect = json!({"verbose": false, "pedantic": false, "name": "map-gateway-tests"});
         if let Some(a) = auth {
             match a.split_once(':') {
@@ -178,7 +184,9 @@ impl NatsConn {
 
 /// Panic, saying so, unless a NATS server with JetStream answers at `url`.
 pub fn require_nats(url: &str) {
-    let conn = NatsConn::open(url).unwrap_or_else(|e| panic!("NATS is not reachable at {url} ({e}); the cluster tests need a NATS server with JetStream (set MAP_TEST_NATS_URL to another one)"));
+    let conn = NatsConn::open(url).unwrap_or_else(|e| {
+        panic!("NATS is not reachable at {url} ({e}); the cluster tests need a NATS server with JetStream (set MAP_TEST_NATS_URL to another one)")
+    });
     assert_eq!(conn.info["jetstream"], true, "the NATS server at {url} runs without JetStream (start it with -js): INFO {}", conn.info);
 }
 
@@ -229,7 +237,14 @@ pub struct ClusterOptions {
 
 impl Default for ClusterOptions {
     fn default() -> Self {
-        ClusterOptions { resume_window_secs: 300, presence_timeout_ms: 2000, extra: String::new(), server: String::new(), nats_for: Vec::new(), files: Vec::new() }
+        ClusterOptions {
+            resume_window_secs: 300,
+            presence_timeout_ms: 2000,
+            extra: String::new(),
+            server: String::new(),
+            nats_for: Vec::new(),
+            files: Vec::new(),
+        }
     }
 }
 
@@ -284,7 +299,12 @@ impl Node {
             if got == status {
                 return body;
             }
-            assert!(tokio::time::Instant::now() < deadline, "node {}: {what}: /readyz still answers {got} {body} after {REPLICATION:?}\n{}", self.name, self.log_tail());
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "node {}: {what}: /readyz still answers {got} {body} after {REPLICATION:?}\n{}",
+                self.name,
+                self.log_tail()
+            );
             tokio::time::sleep(POLL).await;
         }
     }
@@ -394,7 +414,8 @@ impl Cluster {
                 std::fs::copy(from, dir.path().join(name)).expect("copy a node's file");
             }
             let nats = options.nats_for.iter().find(|(n, _)| n == node).map_or(&nats, |(_, url)| url);
-            let server = format!("plugin_dir = {plugins:?}\nmax_message_bytes = 1048576\nresume_window_secs = {}\n{}", options.resume_window_secs, options.server);
+            let server =
+                format!("plugin_dir = {plugins:?}\nmax_message_bytes = 1048576\nresume_window_secs = {}\n{}", options.resume_window_secs, options.server);
             let extra = format!(
                 "[storage]\nurl = {url:?}\n[cluster]\nnats = {nats:?}\nnode = {node:?}\nname = {name:?}\npresence_timeout_ms = {}\n{}",
                 options.presence_timeout_ms,
@@ -705,7 +726,12 @@ pub fn describe(n: &Value) -> String {
 pub fn assert_numbered_from_one(events: &[Value], context: &str) {
     let seqs: Vec<u64> = events.iter().map(sequence).collect();
     let expected: Vec<u64> = (1..=events.len() as u64).collect();
-    assert_eq!(seqs, expected, "{context}: sequence numbers must run 1, 2, 3, … without gaps or repeats; got {}", events.iter().map(describe).collect::<Vec<_>>().join(", "));
+    assert_eq!(
+        seqs,
+        expected,
+        "{context}: sequence numbers must run 1, 2, 3, … without gaps or repeats; got {}",
+        events.iter().map(describe).collect::<Vec<_>>().join(", ")
+    );
     let mut ids: Vec<&str> = events.iter().map(event_id).collect();
     ids.sort_unstable();
     let before = ids.len();
@@ -745,7 +771,8 @@ pub async fn lease_holder(cluster: &Cluster, nodes: &[&str], tenant: &str, plugi
             let entry = cluster.node(name).plugin_entry(tenant, plugin).await;
             let lease = entry.as_ref().map(|e| e["lease"].clone()).unwrap_or(Value::Null);
             if lease["held"] == true {
-                holders.push((name.to_string(), lease["token"].as_u64().unwrap_or_else(|| panic!("node {name}: a held lease without an integer token: {lease}"))));
+                holders
+                    .push((name.to_string(), lease["token"].as_u64().unwrap_or_else(|| panic!("node {name}: a held lease without an integer token: {lease}"))));
             }
             entries.push(format!("{name}: {}", entry.map_or("not listed".to_string(), |e| e.to_string())));
         }

@@ -344,10 +344,8 @@ pub struct Ws {
 
 impl Ws {
     pub async fn connect(url: &str) -> Ws {
-        let (stream, _) = tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(url))
-            .await
-            .expect("websocket connect timed out")
-            .expect("websocket connect");
+        let (stream, _) =
+            tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(url)).await.expect("websocket connect timed out").expect("websocket connect");
         Ws { stream, notes: VecDeque::new(), next_id: 1 }
     }
 
@@ -575,11 +573,8 @@ fn parse_head(head: &[u8]) -> (u16, Vec<(String, String)>) {
     let mut lines = text.split("\r\n");
     let status_line = lines.next().unwrap_or_default();
     let status = status_line.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("bad status line {status_line:?}"));
-    let headers = lines
-        .filter(|l| !l.is_empty())
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
+    let headers =
+        lines.filter(|l| !l.is_empty()).filter_map(|l| l.split_once(':')).map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string())).collect();
     (status, headers)
 }
 

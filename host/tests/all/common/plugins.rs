@@ -31,11 +31,7 @@ plugins = {globex}
 }
 
 pub fn misbehave_and_echo() -> String {
-    format!(
-        "[plugins.bad]\npath = {:?}\ndeadline_ms = 300\nmemory_mb = 32\n[plugins.echo]\npath = {:?}\n",
-        fixture("misbehave.wasm"),
-        fixture("echo-v1.wasm")
-    )
+    format!("[plugins.bad]\npath = {:?}\ndeadline_ms = 300\nmemory_mb = 32\n[plugins.echo]\npath = {:?}\n", fixture("misbehave.wasm"), fixture("echo-v1.wasm"))
 }
 
 pub fn start(text: &str) -> Gateway {

@@ -206,10 +206,9 @@ impl Counter {
     pub fn get(&self, key: &str) -> Result<i64> {
         match get_many(&[(self.name, key)])?.pop().flatten() {
             None => Ok(0),
-            Some(item) => std::str::from_utf8(&item.value)
-                .ok()
-                .and_then(|s| s.trim().parse().ok())
-                .ok_or_else(|| Error::damaged(self.name, key, "not a decimal counter")),
+            Some(item) => {
+                std::str::from_utf8(&item.value).ok().and_then(|s| s.trim().parse().ok()).ok_or_else(|| Error::damaged(self.name, key, "not a decimal counter"))
+            }
         }
     }
 

@@ -16,8 +16,8 @@ use async_nats::jetstream;
 use parking_lot::{Mutex, RwLock};
 
 use self::apply::apply;
-pub use self::publish::DirectoryPublisher;
 use self::publish::publish_changes;
+pub use self::publish::DirectoryPublisher;
 pub use self::records::Checkpoint;
 use self::records::SessionRecord;
 use crate::follow::follow;

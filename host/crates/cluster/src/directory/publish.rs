@@ -12,8 +12,8 @@ use super::records::{essence, AgentRecord, ScopeRecord, SessionRecord};
 use super::{key, served_here, Mirrored, MirroredTenant, AGENT, SCOPE, SESSION};
 use crate::Cluster;
 use futures_util::future::BoxFuture;
-use map_core::registry::Registry;
 use map_core::directory::{ChangeSink, Track};
+use map_core::registry::Registry;
 use map_core::tracked::Changes;
 
 /// Sets keys of the directory stream.

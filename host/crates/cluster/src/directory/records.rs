@@ -126,6 +126,11 @@ impl Checkpoint {
 /// everything but its children, which each node keeps from the children's
 /// own records (see `put_agent`).
 pub(super) fn essence(agent: &Agent) -> Vec<u8> {
-    let record = AgentRecord { origin: String::new(), session: agent.session.clone(), suspended_from: agent.suspended_from.clone(), agent: Agent { children: Vec::new(), ..agent.clone() } };
+    let record = AgentRecord {
+        origin: String::new(),
+        session: agent.session.clone(),
+        suspended_from: agent.suspended_from.clone(),
+        agent: Agent { children: Vec::new(), ..agent.clone() },
+    };
     serde_json::to_vec(&record).expect("agents serialise")
 }

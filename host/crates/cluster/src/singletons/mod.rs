@@ -27,8 +27,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-pub use self::wire::{Caller, GrpcEnd, GrpcOpen, GrpcStream, HttpCall, HttpReply, RpcCall, RpcReply, Serve, Unanswered};
 use self::wire::{header, headers, unavailable, META};
+pub use self::wire::{Caller, GrpcEnd, GrpcOpen, GrpcStream, HttpCall, HttpReply, RpcCall, RpcReply, Serve, Unanswered};
 use super::{token, Cluster};
 
 /// Pause before asking again when no node serves the plugin.
@@ -64,7 +64,6 @@ impl Cluster {
         Arc::new(Singletons { client: self.client.clone(), prefix: format!("{}.sg.", self.name), inbox: format!("{}.sgr.{}.", self.name, token(&self.node)) })
     }
 }
-
 
 fn decode<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, Unanswered> {
     serde_json::from_slice(bytes).map_err(|e| Unanswered::Failed(format!("an undecodable answer from the owner: {e}")))
@@ -136,7 +135,14 @@ impl Singletons {
 
     /// Open a gRPC call on the owner and relay it: `requests` go up, the
     /// answer comes back as a stream. The owner must take it before `deadline`.
-    pub async fn grpc(self: &Arc<Self>, tenant: &str, plugin: &str, open: GrpcOpen, requests: mpsc::Receiver<Result<Vec<u8>, GrpcEnd>>, deadline: Instant) -> Result<GrpcStream, GrpcEnd> {
+    pub async fn grpc(
+        self: &Arc<Self>,
+        tenant: &str,
+        plugin: &str,
+        open: GrpcOpen,
+        requests: mpsc::Receiver<Result<Vec<u8>, GrpcEnd>>,
+        deadline: Instant,
+    ) -> Result<GrpcStream, GrpcEnd> {
         let inbox = format!("{}{}", self.inbox, NEXT_RELAY.fetch_add(1, Ordering::Relaxed));
         // Subscribed before asking, so nothing the owner sends is missed.
         let down = self.client.subscribe(inbox.clone()).await.map_err(|e| unavailable(format!("the cluster's bus failed: {e}")))?;
@@ -147,7 +153,8 @@ impl Singletons {
                 Unanswered::TimedOut => unavailable(format!("the node that owns plugin {plugin} did not answer")),
                 Unanswered::Failed(m) => unavailable(m),
             })?;
-            let opened: Result<String, Option<GrpcEnd>> = serde_json::from_slice(&answer.payload).map_err(|e| unavailable(format!("an undecodable answer from the owner: {e}")))?;
+            let opened: Result<String, Option<GrpcEnd>> =
+                serde_json::from_slice(&answer.payload).map_err(|e| unavailable(format!("an undecodable answer from the owner: {e}")))?;
             match opened {
                 Ok(up) => break up,
                 Err(Some(end)) => return Err(end),

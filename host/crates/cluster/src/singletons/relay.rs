@@ -141,7 +141,13 @@ pub(super) async fn relay(
 }
 
 /// The owner's side: the plugin's messages and status go down, the client's come up.
-pub(super) async fn own(client: async_nats::Client, down: String, up: async_nats::Subscriber, requests: mpsc::Sender<Result<Vec<u8>, GrpcEnd>>, stream: GrpcStream) {
+pub(super) async fn own(
+    client: async_nats::Client,
+    down: String,
+    up: async_nats::Subscriber,
+    requests: mpsc::Sender<Result<Vec<u8>, GrpcEnd>>,
+    stream: GrpcStream,
+) {
     let GrpcStream { mut messages, mut status, guard } = stream;
     let mut out = Sender { client, to: Subject::from(down), seq: 0 };
     let mut input = Receiver::new(up);

@@ -40,8 +40,15 @@ pub struct RpcCall {
 #[derive(Serialize, Deserialize)]
 pub enum RpcReply {
     /// The result, and notifications for the caller to write after it.
-    Ok { result: Box<RawValue>, deferred: Vec<String> },
-    Err { code: i64, message: String, data: Option<serde_json::Value> },
+    Ok {
+        result: Box<RawValue>,
+        deferred: Vec<String>,
+    },
+    Err {
+        code: i64,
+        message: String,
+        data: Option<serde_json::Value>,
+    },
     /// The node no longer holds the lease: ask again.
     NotOwner,
 }
@@ -65,7 +72,10 @@ pub enum HttpReply {
         body: Vec<u8>,
     },
     /// The plugin failed; the message says how (the caller answers 5xx).
-    Failed { code: i64, message: String },
+    Failed {
+        code: i64,
+        message: String,
+    },
     NotOwner,
 }
 
@@ -130,4 +140,3 @@ pub(super) fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
 pub(super) fn header<'a>(h: Option<&'a HeaderMap>, key: &str) -> Option<&'a str> {
     h?.get(key).map(|v| v.as_str())
 }
-

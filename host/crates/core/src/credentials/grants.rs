@@ -63,7 +63,11 @@ mod tests {
 
     #[test]
     fn grants_allow_exactly_what_they_name() {
-        let g = Grants::new(&[grant("alice", &["github:repo:read"], &["acme/*"]), grant("svc-*", &["corp:*"], &["*"]), grant("alice", &["github:repo:read"], &["globex/site"])]);
+        let g = Grants::new(&[
+            grant("alice", &["github:repo:read"], &["acme/*"]),
+            grant("svc-*", &["corp:*"], &["*"]),
+            grant("alice", &["github:repo:read"], &["globex/site"]),
+        ]);
         assert_eq!(g.refusal("alice", "github:repo:read", "acme/frontend"), None);
         assert_eq!(g.refusal("alice", "github:repo:read", "globex/site"), None);
         assert!(g.refusal("alice", "github:repo:read", "globex/other").unwrap().contains("on resource"));

@@ -58,7 +58,15 @@ impl Broker {
         };
         match entry.provider.issue(scope).await {
             Ok(issued) => {
-                tracing::debug!(tenant = self.tenant, principal, scope, resource, provider = entry.name, credential_type = issued.credential_type, "credential issued");
+                tracing::debug!(
+                    tenant = self.tenant,
+                    principal,
+                    scope,
+                    resource,
+                    provider = entry.name,
+                    credential_type = issued.credential_type,
+                    "credential issued"
+                );
                 Ok(issued)
             }
             Err(e) => {

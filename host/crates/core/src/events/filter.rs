@@ -194,7 +194,9 @@ mod tests {
         assert!(f.matches(&ev("participant_connected", None)));
         assert!(!f.matches(&ev("participant_disconnected", None)));
         assert!(filter(json!({"eventTypes": ["session.*"]})).matches(&ev("participant_disconnected", None)));
-        for (alias, core) in [("agent.state.changed", "agent_state_changed"), ("scope.member.joined", "scope_member_joined"), ("message.delivered", "message_delivered")] {
+        for (alias, core) in
+            [("agent.state.changed", "agent_state_changed"), ("scope.member.joined", "scope_member_joined"), ("message.delivered", "message_delivered")]
+        {
             assert!(filter(json!({"eventTypes": [alias]})).matches(&ev(core, None)), "{alias}");
         }
     }

@@ -20,11 +20,8 @@ fn same_type(a: &[u8], b: &[u8]) -> bool {
 
 /// The SDK's names for core event types that differ by more than the
 /// separator (`agent.registered` already equals `agent_registered`).
-const ALIASES: &[(&[u8], &[u8])] = &[
-    (b"session.connected", b"participant_connected"),
-    (b"session.disconnected", b"participant_disconnected"),
-    (b"session.*", b"participant.*"),
-];
+const ALIASES: &[(&[u8], &[u8])] =
+    &[(b"session.connected", b"participant_connected"), (b"session.disconnected", b"participant_disconnected"), (b"session.*", b"participant.*")];
 
 /// The core type a filter pattern stands for (an alias resolved).
 fn unalias(pattern: &[u8]) -> &[u8] {

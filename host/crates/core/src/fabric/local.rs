@@ -42,7 +42,12 @@ impl LocalFabric {
     pub fn new(log_capacity: usize, log_max_bytes: usize) -> LocalFabric {
         LocalFabric {
             outboxes: RwLock::default(),
-            events: Mutex::new(Events { subscriptions: Vec::new(), log: Log::new(log_capacity, log_max_bytes), ids: UlidGen::new(), blind: Default::default() }),
+            events: Mutex::new(Events {
+                subscriptions: Vec::new(),
+                log: Log::new(log_capacity, log_max_bytes),
+                ids: UlidGen::new(),
+                blind: Default::default(),
+            }),
             subscribers: AtomicUsize::new(0),
             saved_through: Mutex::new(None),
         }
@@ -230,7 +235,8 @@ mod tests {
         assert!(frames(&mut rx).is_empty(), "nothing while paused");
         assert!(fabric.pause("s1", &sub, false));
         let got = frames(&mut rx);
-        let held: Vec<(u64, u64)> = got.iter().map(|f| (f["params"]["sequenceNumber"].as_u64().unwrap(), f["params"]["event"]["data"]["i"].as_u64().unwrap())).collect();
+        let held: Vec<(u64, u64)> =
+            got.iter().map(|f| (f["params"]["sequenceNumber"].as_u64().unwrap(), f["params"]["event"]["data"]["i"].as_u64().unwrap())).collect();
         assert_eq!(held, [(1, 0), (2, 1)], "the two that fit, in order");
         // No room for the notice at the resume: it goes before the next event.
         fabric.publish(NewEvent::new("x_happened", Source::default(), json!({"i": 4})));
@@ -254,8 +260,13 @@ mod tests {
         fabric.publish(NewEvent::new(crate::events::PERMISSIONS_UPDATED, Source::default(), json!({})));
         let later = fabric.subscribe("s1", Filter::default(), Some(ReplayFrom::Timestamp(0)));
         let got = frames(&mut rx);
-        let seen: Vec<(&str, &str)> = got.iter().map(|f| (f["params"]["subscriptionId"].as_str().unwrap(), f["params"]["event"]["type"].as_str().unwrap())).collect();
-        assert_eq!(seen, [(sub.as_str(), "permissions_client_updated"), (later.as_str(), "permissions_client_updated")], "live, and in a new subscription's replay");
+        let seen: Vec<(&str, &str)> =
+            got.iter().map(|f| (f["params"]["subscriptionId"].as_str().unwrap(), f["params"]["event"]["type"].as_str().unwrap())).collect();
+        assert_eq!(
+            seen,
+            [(sub.as_str(), "permissions_client_updated"), (later.as_str(), "permissions_client_updated")],
+            "live, and in a new subscription's replay"
+        );
         fabric.observing("s1", true);
         fabric.publish(NewEvent::new("x_happened", Source::default(), json!({})));
         let got = frames(&mut rx);

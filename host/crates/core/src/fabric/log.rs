@@ -144,7 +144,12 @@ impl Log {
     pub(super) fn take_pending(&mut self, id: &str) -> Option<Recorded> {
         let at = self.pending.iter().position(|r| r.event_id.as_str() == id)?;
         let rec = self.pending.remove(at)?;
-        Some(Arc::try_unwrap(rec).unwrap_or_else(|shared| Recorded { event_id: shared.event_id, timestamp: shared.timestamp, event: shared.event.clone(), bytes: shared.bytes }))
+        Some(Arc::try_unwrap(rec).unwrap_or_else(|shared| Recorded {
+            event_id: shared.event_id,
+            timestamp: shared.timestamp,
+            event: shared.event.clone(),
+            bytes: shared.bytes,
+        }))
     }
 
     /// The logged entries after `after` (from the oldest when `None` or when

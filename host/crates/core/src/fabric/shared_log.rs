@@ -94,7 +94,9 @@ mod tests {
         for id in ["01J0000000000000000000000B", "01J0000000000000000000000A", "01J0000000000000000000000C"] {
             fabric.ingest(stored(id), true);
         }
-        let ids = |page: ReplayPage| page.events.iter().map(|e| serde_json::from_str::<Value>(e.get()).unwrap()["eventId"].as_str().unwrap().to_string()).collect::<Vec<_>>();
+        let ids = |page: ReplayPage| {
+            page.events.iter().map(|e| serde_json::from_str::<Value>(e.get()).unwrap()["eventId"].as_str().unwrap().to_string()).collect::<Vec<_>>()
+        };
         assert_eq!(ids(fabric.replay(&ReplayQuery::default())), ["01J0000000000000000000000B", "01J0000000000000000000000A", "01J0000000000000000000000C"]);
         let after_b = ReplayQuery { after_event_id: Some("01J0000000000000000000000B".into()), ..Default::default() };
         assert_eq!(ids(fabric.replay(&after_b)), ["01J0000000000000000000000A", "01J0000000000000000000000C"]);

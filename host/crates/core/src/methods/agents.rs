@@ -358,7 +358,10 @@ impl Offers {
     fn admit(&self, agent: &Agent) -> bool {
         let descriptor = agent.capability_descriptor.as_ref();
         let listed = |list: &str, key: &str, want: &str| {
-            descriptor.and_then(|d| d.get(list)).and_then(Value::as_array).is_some_and(|items| items.iter().any(|i| i.get(key).and_then(Value::as_str) == Some(want)))
+            descriptor
+                .and_then(|d| d.get(list))
+                .and_then(Value::as_array)
+                .is_some_and(|items| items.iter().any(|i| i.get(key).and_then(Value::as_str) == Some(want)))
         };
         // Read under the directory lock for every agent a listing walks: no allocation.
         let tagged = |want: &str| descriptor.and_then(|d| d.get("tags")).and_then(Value::as_array).is_some_and(|t| t.iter().any(|x| x.as_str() == Some(want)));
@@ -437,8 +440,16 @@ pub fn list(active: &Active, req: &Request) -> Result<Out, RpcError> {
         let mut result = json!({"agents": agents});
         // Agents of other systems follow this system's, on the last page of
         // an unfiltered list (never for a peer: nothing is passed on).
-        let unfiltered = states.is_empty() && roles.is_empty() && scopes.is_empty() && parent.is_none() && owner.is_none()
-            && f.has_children.is_none() && f.connected.is_none() && offers.capability_id.is_none() && offers.tags.is_empty() && offers.accepts.is_none();
+        let unfiltered = states.is_empty()
+            && roles.is_empty()
+            && scopes.is_empty()
+            && parent.is_none()
+            && owner.is_none()
+            && f.has_children.is_none()
+            && f.connected.is_none()
+            && offers.capability_id.is_none()
+            && offers.tags.is_empty()
+            && offers.accepts.is_none();
         if let (Some(fed), None, false, true) = (&federation, &exposure, more, unfiltered) {
             if let Some(list) = result["agents"].as_array_mut() {
                 list.extend(fed.remote_agents());

@@ -10,11 +10,11 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use map_config::Config;
+use crate::credentials::{Broker, Issued, Refused};
 use crate::events::{NewEvent, Source};
 use crate::registry::declares;
 use crate::{Active, Conn, Out, Tenant, Tenants};
-use crate::credentials::{Broker, Issued, Refused};
+use map_config::Config;
 use map_protocol::rpc::{codes, Request, RpcError};
 
 pub const URI: &str = "urn:map:ext:credentials:1";

@@ -114,7 +114,10 @@ fn changes_of(permissions: Option<Value>, granted: &Value) -> Result<Map<String,
 
 /// Each changed flag as `group.flag` and its new value.
 fn flags(changes: &Map<String, Value>) -> impl Iterator<Item = (String, bool)> + '_ {
-    changes.iter().filter_map(|(g, f)| f.as_object().map(|f| (g, f))).flat_map(|(g, f)| f.iter().map(move |(k, v)| (format!("{g}.{k}"), v == &Value::Bool(true))))
+    changes
+        .iter()
+        .filter_map(|(g, f)| f.as_object().map(|f| (g, f)))
+        .flat_map(|(g, f)| f.iter().map(move |(k, v)| (format!("{g}.{k}"), v == &Value::Bool(true))))
 }
 
 /// What an applied update comes to.

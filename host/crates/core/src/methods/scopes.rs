@@ -3,9 +3,9 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::agent_permissions;
 use crate::events::{NewEvent, Source};
 use crate::lifecycle::agent_event;
-use crate::agent_permissions;
 use crate::model::Scope;
 use crate::registry::Registry;
 use crate::{Active, Out};
@@ -94,13 +94,17 @@ fn scope_id(p: &ScopeRef) -> Result<&str, RpcError> {
 /// Private scopes are listed only to their creator, and an agent's
 /// `canSee.scopes` narrows what its session sees.
 fn visible(reg: &Registry, scope: &Scope, active: &Active) -> bool {
-    (scope.visibility == "public" || scope.created_by.as_deref() == Some(active.participant_id.as_str())) && agent_permissions::sees_scope(reg, &active.session_id, scope)
+    (scope.visibility == "public" || scope.created_by.as_deref() == Some(active.participant_id.as_str()))
+        && agent_permissions::sees_scope(reg, &active.session_id, scope)
 }
 
 /// A scope the caller's agents may see (by id, private ones too); a hidden
 /// one is "not found" (2002).
 fn seen<'a>(reg: &'a Registry, active: &Active, id: &str) -> Result<&'a Scope, RpcError> {
-    reg.scope(id).ok().filter(|s| agent_permissions::sees_scope(reg, &active.session_id, s)).ok_or_else(|| RpcError::new(codes::SCOPE_NOT_FOUND, format!("Scope not found: {id}")))
+    reg.scope(id)
+        .ok()
+        .filter(|s| agent_permissions::sees_scope(reg, &active.session_id, s))
+        .ok_or_else(|| RpcError::new(codes::SCOPE_NOT_FOUND, format!("Scope not found: {id}")))
 }
 
 /// Read a piece at a time and written out on a blocking thread: a tenant
@@ -111,7 +115,9 @@ pub fn list(active: &Active, req: &Request) -> Result<Out, RpcError> {
     // A peer system lists the scopes shown to it.
     let shown = active.tenant.federation().and_then(|f| f.shown_to(&active.principal)).map(|s| s.scopes);
     Ok(Out::Later(Box::pin(async move {
-        let keep = |reg: &Registry, s: &Scope| shown.as_ref().is_none_or(|ids| ids.contains(&s.id)) && visible(reg, s, &active) && (p.parent.is_none() || s.parent == p.parent);
+        let keep = |reg: &Registry, s: &Scope| {
+            shown.as_ref().is_none_or(|ids| ids.contains(&s.id)) && visible(reg, s, &active) && (p.parent.is_none() || s.parent == p.parent)
+        };
         let scopes = active.tenant.registry.walk(|r| &r.scopes, None, usize::MAX, |reg, s| keep(reg, s).then(|| s.clone())).await;
         let text = tokio::task::spawn_blocking(move || serde_json::to_string(&json!({"scopes": scopes})).expect("scopes serialise"));
         text.await.map(Out::Text).map_err(|_| RpcError::internal("listing the scopes failed"))

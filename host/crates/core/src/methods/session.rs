@@ -8,9 +8,9 @@ use serde_json::{json, Value};
 use crate::lifecycle::release_agents;
 use crate::registry::SessionInfo;
 use crate::{Active, Conn, ConnState, Gateway, Out, PROTOCOL_VERSION};
+use crate::{Authenticated, Tenant};
 use map_protocol::ids;
 use map_protocol::rpc::{codes, Request, RpcError};
-use crate::{Authenticated, Tenant};
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
@@ -396,7 +396,10 @@ pub fn load(gw: &Arc<Gateway>, conn: &mut Conn, req: &Request) -> Result<Out, Rp
     if id == active.session_id {
         return Ok(json!({"sessionId": id, "restored": false}).into());
     }
-    let live = gw.live(&id).filter(|l| Arc::ptr_eq(&l.session.tenant, &active.tenant) && l.session.participant_id == active.participant_id).ok_or_else(|| not_found(&id))?;
+    let live = gw
+        .live(&id)
+        .filter(|l| Arc::ptr_eq(&l.session.tenant, &active.tenant) && l.session.participant_id == active.participant_id)
+        .ok_or_else(|| not_found(&id))?;
     if active.tenant.registry.lock().sessions.get(&id).is_none_or(|s| s.connected) {
         return Err(RpcError::new(codes::SESSION_IN_USE, format!("Session {id} is in use by another connection")));
     }

@@ -12,9 +12,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::agent_permissions;
+use crate::directory::Directory;
 use crate::model::Agent;
 use crate::registry::Viewer;
-use crate::directory::Directory;
 use crate::{Active, Out};
 use map_protocol::rpc::{codes, Request, RpcError};
 

@@ -21,7 +21,9 @@ pub fn subscribe(active: &Active, req: &Request) -> Result<Out, RpcError> {
     let p: SubscribeParams = req.params()?;
     let from = match p.replay_from {
         None | Some(Value::Null) => None,
-        Some(Value::Number(n)) => Some(ReplayFrom::Timestamp(n.as_u64().ok_or_else(|| RpcError::invalid_params("replayFrom must be a timestamp or an event id"))?)),
+        Some(Value::Number(n)) => {
+            Some(ReplayFrom::Timestamp(n.as_u64().ok_or_else(|| RpcError::invalid_params("replayFrom must be a timestamp or an event id"))?))
+        }
         Some(Value::String(s)) => Some(ReplayFrom::EventId(s)),
         Some(_) => return Err(RpcError::invalid_params("replayFrom must be a timestamp or an event id")),
     };

@@ -23,9 +23,9 @@ use futures_util::future::BoxFuture;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
-use map_config::WorkspaceConfig;
 use crate::asks::{Answer, Ask, NOT_RESPONDING};
 use crate::{Active, Conn, Gateway, Out, Tenant};
+use map_config::WorkspaceConfig;
 use map_protocol::rpc::{codes, Request, RpcError};
 
 pub const URI: &str = "urn:map:ext:workspace:1";

@@ -8,7 +8,6 @@ use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-
 use map_config::{Config, JwtConfig};
 use map_protocol::rpc::{codes, RpcError};
 
@@ -53,9 +52,12 @@ fn tenant_key(tenant: &str, j: &JwtConfig) -> anyhow::Result<TenantKey> {
             DecodingKey::from_secret(j.secret.expose().as_bytes())
         }
         _ => {
-            let pem = std::fs::read(&j.public_key_file).with_context(|| format!("tenant {tenant}: reading jwt.public_key_file {}", j.public_key_file.display()))?;
+            let pem =
+                std::fs::read(&j.public_key_file).with_context(|| format!("tenant {tenant}: reading jwt.public_key_file {}", j.public_key_file.display()))?;
             match algorithm {
-                Algorithm::RS256 | Algorithm::RS384 | Algorithm::RS512 | Algorithm::PS256 | Algorithm::PS384 | Algorithm::PS512 => DecodingKey::from_rsa_pem(&pem)?,
+                Algorithm::RS256 | Algorithm::RS384 | Algorithm::RS512 | Algorithm::PS256 | Algorithm::PS384 | Algorithm::PS512 => {
+                    DecodingKey::from_rsa_pem(&pem)?
+                }
                 Algorithm::ES256 | Algorithm::ES384 => DecodingKey::from_ec_pem(&pem)?,
                 _ => DecodingKey::from_ed_pem(&pem)?,
             }
@@ -111,13 +113,19 @@ impl Tokens {
                 tenants.push(tenant_key(&t.id, &j).with_context(|| format!("federation.trusted_issuers {}", i.issuer))?);
             }
         }
-        Ok(Tokens { encoding: EncodingKey::from_secret(&secret), decoding: DecodingKey::from_secret(&secret), ttl_secs: config.auth.token_ttl_secs.max(1), tenants })
+        Ok(Tokens {
+            encoding: EncodingKey::from_secret(&secret),
+            decoding: DecodingKey::from_secret(&secret),
+            ttl_secs: config.auth.token_ttl_secs.max(1),
+            tenants,
+        })
     }
 
     /// A fresh access token for a principal: `(token, expiresAt in ms)`.
     pub fn issue(&self, tenant: &str, principal: &str) -> (String, u64) {
         let now = map_protocol::ids::now_ms() / 1000;
-        let claims = Issued { iss: ISSUER.into(), sub: principal.into(), tenant: tenant.into(), iat: now, exp: now + self.ttl_secs, jti: map_protocol::ids::secret() };
+        let claims =
+            Issued { iss: ISSUER.into(), sub: principal.into(), tenant: tenant.into(), iat: now, exp: now + self.ttl_secs, jti: map_protocol::ids::secret() };
         let token = jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.encoding).expect("HS256 signing does not fail");
         (token, claims.exp * 1000)
     }

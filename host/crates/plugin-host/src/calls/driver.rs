@@ -8,17 +8,17 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::TenantPlugin;
-use map_config::InstanceMode;
-use map_core::outbox::Frame;
-use map_core::Active;
 use crate::exports::{Invocation, Returned};
 use crate::grpc_calls::{code, status};
-use crate::{contract, deadline};
 use crate::instance::{classify, Instance};
 use crate::outcome::{CallOutcome, Failure};
 use crate::output::log_call_output;
 use crate::plugin::Refused;
 use crate::pool::Lease;
+use crate::{contract, deadline};
+use map_config::InstanceMode;
+use map_core::outbox::Frame;
+use map_core::Active;
 use map_protocol::rpc::{codes, RpcError};
 
 impl TenantPlugin {

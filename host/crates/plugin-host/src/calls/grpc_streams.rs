@@ -8,9 +8,9 @@ use std::time::Duration;
 use futures_util::StreamExt;
 
 use super::TenantPlugin;
-use map_cluster::singletons::GrpcOpen;
 use crate::exports::{CallInfo, Invocation, Returned};
 use crate::grpc_calls::{code, status, Answer, Drive, Requests, Response, Status};
+use map_cluster::singletons::GrpcOpen;
 use map_protocol::rpc::codes;
 
 /// How long a unary or client-streaming gRPC call may stay unanswered
@@ -120,13 +120,7 @@ impl TenantPlugin {
         }
     }
 
-    async fn drive_grpc(
-        self: Arc<Self>,
-        info: CallInfo,
-        mut requests: Requests,
-        ended: Arc<tokio::sync::Notify>,
-        deadline: Option<tokio::time::Instant>,
-    ) {
+    async fn drive_grpc(self: Arc<Self>, info: CallInfo, mut requests: Requests, ended: Arc<tokio::sync::Notify>, deadline: Option<tokio::time::Instant>) {
         let id = info.id;
         let calls = self.ctx.grpc.clone();
         if let Err(s) = self.grpc_step(Invocation::GrpcOpen(info)).await {
@@ -186,9 +180,8 @@ impl TenantPlugin {
     /// `pick` takes its answer from what it returned. A plugin failure is
     /// INTERNAL, no free instance UNAVAILABLE.
     async fn callback<T>(&self, invocation: Invocation, pick: impl FnOnce(Returned) -> Option<Result<T, Status>>) -> Result<T, Status> {
-        let ran = self
-            .run_here(None, 0, invocation, |_, returned| pick(returned).ok_or_else(|| "answered a gRPC callback with something else".to_string()))
-            .await;
+        let ran =
+            self.run_here(None, 0, invocation, |_, returned| pick(returned).ok_or_else(|| "answered a gRPC callback with something else".to_string())).await;
         match ran {
             Ok((Ok(answer), _)) => Ok(answer),
             Ok((Err(s), _)) if s.code > 16 => Err(status(code::UNKNOWN_STATUS, s.message)),

@@ -6,18 +6,25 @@ use std::sync::Arc;
 use serde_json::value::RawValue;
 
 use super::TenantPlugin;
-use map_core::outbox::Frame;
-use map_core::Active;
 use crate::bindings::{Caller, RpcError as WitError};
 use crate::contract;
 use crate::exports::{Invocation, Returned};
+use map_core::outbox::Frame;
+use map_core::Active;
 use map_protocol::rpc::RpcError;
 
 impl TenantPlugin {
     /// Call `rpc.handle`. With the result come the notifications the plugin
     /// sent to its caller, to be written after the response.
     /// `hops`: how many plugin calls (router calls, observer hops) this one is nested in.
-    pub async fn call_rpc(self: &Arc<Self>, active: &Active, caller: Caller, method: &str, params: String, hops: u8) -> Result<(Box<RawValue>, Vec<Frame>), RpcError> {
+    pub async fn call_rpc(
+        self: &Arc<Self>,
+        active: &Active,
+        caller: Caller,
+        method: &str,
+        params: String,
+        hops: u8,
+    ) -> Result<(Box<RawValue>, Vec<Frame>), RpcError> {
         if let Some(owner) = self.elsewhere() {
             // Boxed (here and in the other kinds of call): the cluster path would
             // otherwise size every local call's future.

@@ -30,15 +30,15 @@ pub use observer::MAX_OBSERVER_HOPS;
 pub use placement::Placement;
 pub use resources::RESOURCES_PREFIX;
 
-use map_config::InstanceMode;
 use crate::exports::Service;
 use crate::grpc_calls::{code, status};
+use crate::log_throttle::LogThrottle;
 use crate::outbound::Policy;
 use crate::plugin::{Descriptor, Plugin, Refused};
 use crate::pool::Pool;
 use crate::state::Context;
 use crate::stats::CallStats;
-use crate::log_throttle::LogThrottle;
+use map_config::InstanceMode;
 use map_protocol::rpc::{codes, RpcError};
 use observer::Observation;
 

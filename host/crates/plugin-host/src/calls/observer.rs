@@ -7,9 +7,9 @@ use std::sync::{Arc, Weak};
 use tokio::sync::mpsc;
 
 use super::TenantPlugin;
+use crate::exports::{Invocation, SentMessage};
 use map_core::model::Observed;
 use map_core::Active;
-use crate::exports::{Invocation, SentMessage};
 
 /// Observed messages waiting for an observer, per tenant plugin.
 const OBSERVER_QUEUE: usize = 10_000;
@@ -31,7 +31,12 @@ impl TenantPlugin {
         let Some(tx) = &self.observer else { return };
         if msg.hops >= MAX_OBSERVER_HOPS {
             if let Some(n) = self.dropped.hit() {
-                tracing::warn!(plugin = self.plugin.name, tenant = self.ctx.scope.tenant, messages = n, "messages sent from {MAX_OBSERVER_HOPS} nested observer calls are not observed (a loop?)");
+                tracing::warn!(
+                    plugin = self.plugin.name,
+                    tenant = self.ctx.scope.tenant,
+                    messages = n,
+                    "messages sent from {MAX_OBSERVER_HOPS} nested observer calls are not observed (a loop?)"
+                );
             }
             return;
         }

@@ -16,13 +16,13 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use super::TenantPlugin;
-use map_cluster::singletons::{self, GrpcEnd, GrpcOpen, GrpcStream, HttpCall, HttpReply, RpcCall, RpcReply, Serve, Singletons, Unanswered};
-use map_core::outbox::{Frame, Outbox};
-use map_core::Active;
 use crate::bindings::Caller;
 use crate::exports::{HttpRequest, HttpResponse};
 use crate::grpc_calls::{code, status, Requests, Response};
 use crate::ownership::Ownership;
+use map_cluster::singletons::{self, GrpcEnd, GrpcOpen, GrpcStream, HttpCall, HttpReply, RpcCall, RpcReply, Serve, Singletons, Unanswered};
+use map_core::outbox::{Frame, Outbox};
+use map_core::Active;
 use map_protocol::rpc::{codes, RpcError};
 
 /// Extra time a forwarded call may take over the plugin's own deadline (the hops between nodes).
@@ -59,15 +59,26 @@ impl TenantPlugin {
         match e {
             Unanswered::NoOwner => {
                 let retry = self.placement.as_ref().map_or(1000, |p| p.ownership.ttl().as_millis() as u64 / 4);
-                RpcError::new(codes::RESOURCE_EXHAUSTED, format!("Plugin {} cannot take the call now: no node runs it (its owner is changing); try again later", self.plugin.name))
-                    .with_data(json!({"retryAfterMs": retry, "plugin": self.plugin.name}))
+                RpcError::new(
+                    codes::RESOURCE_EXHAUSTED,
+                    format!("Plugin {} cannot take the call now: no node runs it (its owner is changing); try again later", self.plugin.name),
+                )
+                .with_data(json!({"retryAfterMs": retry, "plugin": self.plugin.name}))
             }
             Unanswered::TimedOut => self.failure(format!("timed out after {} ms on the node that runs it", self.plugin.limits.deadline.as_millis())),
             Unanswered::Failed(why) => self.failure(format!("could not be reached on the node that runs it: {why}")),
         }
     }
 
-    pub(super) async fn forward_rpc(&self, to: &Placement, active: &Active, caller: Caller, method: &str, params: String, hops: u8) -> Result<(Box<RawValue>, Vec<Frame>), RpcError> {
+    pub(super) async fn forward_rpc(
+        &self,
+        to: &Placement,
+        active: &Active,
+        caller: Caller,
+        method: &str,
+        params: String,
+        hops: u8,
+    ) -> Result<(Box<RawValue>, Vec<Frame>), RpcError> {
         let params = RawValue::from_string(params).map_err(|e| RpcError::invalid_params(e.to_string()))?;
         let caller = singletons::Caller {
             session_id: active.session_id.clone(),
@@ -100,7 +111,9 @@ impl TenantPlugin {
     pub(super) async fn relay_grpc(&self, to: &Placement, open: GrpcOpen, requests: Requests) -> Response {
         let requests = relayed_requests(requests);
         match to.link.grpc(&self.ctx.scope.tenant, &self.plugin.name, open, requests, self.forward_deadline()).await {
-            Ok(stream) => Response { messages: stream.messages, status: map_status(stream.status, |e| status(e.code, e.message)), guard: stream.guard, drive: None },
+            Ok(stream) => {
+                Response { messages: stream.messages, status: map_status(stream.status, |e| status(e.code, e.message)), guard: stream.guard, drive: None }
+            }
             Err(end) => {
                 let (_, messages) = mpsc::channel(1);
                 let (tx, rx) = oneshot::channel();

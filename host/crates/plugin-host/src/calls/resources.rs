@@ -11,12 +11,12 @@ use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use super::TenantPlugin;
-use map_core::extensions::ResourceCall;
-use map_core::Active;
-use map_protocol::ids::iso8601;
 use crate::bindings::{Caller, RpcError as WitError};
 use crate::contract;
 use crate::exports::{Invocation, ResourceItem, ResourcePage, Returned};
+use map_core::extensions::ResourceCall;
+use map_core::Active;
+use map_protocol::ids::iso8601;
 use map_protocol::rpc::{codes, RpcError};
 
 /// The prefix of the forwarded resources calls: no plugin method starts with `$`.
@@ -114,7 +114,15 @@ mod tests {
     use super::*;
 
     fn item(metadata: &str) -> ResourceItem {
-        ResourceItem { id: "t-1".into(), name: "a task".into(), status: "open".into(), owner_id: "alice".into(), created_at: 0, updated_at: 1000, metadata: metadata.into() }
+        ResourceItem {
+            id: "t-1".into(),
+            name: "a task".into(),
+            status: "open".into(),
+            owner_id: "alice".into(),
+            created_at: 0,
+            updated_at: 1000,
+            metadata: metadata.into(),
+        }
     }
 
     #[test]

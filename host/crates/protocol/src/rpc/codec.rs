@@ -274,9 +274,7 @@ mod tests {
 
     #[test]
     fn batch_keeps_order_and_errors() {
-        let Decoded::Batch(items) = decode_frame(br#"[{"jsonrpc":"2.0","id":1,"method":"a"}, 1, {"jsonrpc":"2.0","method":"n"}]"#) else {
-            panic!()
-        };
+        let Decoded::Batch(items) = decode_frame(br#"[{"jsonrpc":"2.0","id":1,"method":"a"}, 1, {"jsonrpc":"2.0","method":"n"}]"#) else { panic!() };
         assert_eq!(items.len(), 3);
         assert_eq!(items[0].as_ref().unwrap().method, "a");
         assert!(items[1].is_err());

@@ -177,7 +177,9 @@ mod tests {
         assert!(matches!(answer(429, ""), Err(ProviderError::Unavailable(_))));
         let Err(ProviderError::Failed(why)) = answer(400, r#"{"error":"invalid_scope","error_description":"tok"}"#) else { panic!() };
         assert!(why.contains("invalid_scope") && !why.contains("tok\""), "{why}");
-        for bad in ["not json", r#"{"access_token":"tok","token_type":"mac","expires_in":1}"#, r#"{"access_token":"tok","token_type":"bearer","expires_in":"soon"}"#] {
+        for bad in
+            ["not json", r#"{"access_token":"tok","token_type":"mac","expires_in":1}"#, r#"{"access_token":"tok","token_type":"bearer","expires_in":"soon"}"#]
+        {
             let Err(ProviderError::Failed(why)) = answer(200, bad) else { panic!("{bad}") };
             assert!(!why.contains("tok\""), "{why}");
         }
