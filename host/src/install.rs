@@ -84,7 +84,7 @@ pub fn reload_command(config: &Config) -> String {
 fn place(bytes: &[u8], dest: &Path) -> anyhow::Result<()> {
     let mut tmp = dest.as_os_str().to_owned();
     tmp.push(format!(".{}.tmp", std::process::id()));
-    let tmp = std::path::PathBuf::from(tmp);
+    let tmp = PathBuf::from(tmp);
     std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, dest).with_context(|| format!("moving into {}", dest.display()))
 }

@@ -116,9 +116,9 @@ fn contract_version() -> anyhow::Result<String> {
 
 fn write_rust(project: &Project) -> anyhow::Result<()> {
     std::fs::create_dir_all(project.dir.join("src"))?;
-    write(&project.dir.join("Cargo.toml"), &cargo_toml(&project))?;
-    write(&project.dir.join("src/lib.rs"), &lib_rs(&project))?;
-    write(&project.dir.join("README.md"), &readme(&project))?;
+    write(&project.dir.join("Cargo.toml"), &cargo_toml(project))?;
+    write(&project.dir.join("src/lib.rs"), &lib_rs(project))?;
+    write(&project.dir.join("README.md"), &readme(project))?;
     write(&project.dir.join(".gitignore"), "/target\n")?;
     // The SDK workspace's lock file: the versions the SDK is built and
     // tested with (cargo drops the entries this project does not use).

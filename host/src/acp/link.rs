@@ -69,10 +69,8 @@ impl Link {
                             let _ = tx.send(result);
                         }
                     }
-                    None if v.get("method").is_some() => {
-                        if notes_tx.send(v).await.is_err() {
-                            break;
-                        }
+                    None if v.get("method").is_some() && notes_tx.send(v).await.is_err() => {
+                        break;
                     }
                     None => {}
                 }

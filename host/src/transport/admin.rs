@@ -33,7 +33,9 @@ fn tenant_param(req: &Request<Incoming>) -> Option<String> {
     form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "tenant").map(|(_, v)| v.into_owned())
 }
 
-/// Whether the peer may use the admin API; the refusal otherwise.
+/// Whether the peer may use the admin API; the refusal otherwise (a whole
+/// response, built on the cold path only).
+#[allow(clippy::result_large_err)]
 fn authorise(gw: &Gateway, peer: SocketAddr, req: &Request<Incoming>) -> Result<(), Response<Body>> {
     let cross_site = req.headers().get("sec-fetch-site").is_some_and(|v| v.as_bytes() != b"same-origin" && v.as_bytes() != b"none");
     if cross_site || super::headers::foreign_origin(req.headers()).is_some() {

@@ -243,7 +243,7 @@ const MAX_STREAMS: u32 = 256;
 /// gRPC goes to the plugins' gRPC service, everything else to the HTTP routes.
 async fn serve_request(
     gw: Arc<Gateway>,
-    peer: std::net::SocketAddr,
+    peer: SocketAddr,
     req: hyper::Request<hyper::body::Incoming>,
 ) -> Result<hyper::Response<tonic::body::Body>, std::convert::Infallible> {
     if grpc::is_grpc(&req) {

@@ -132,7 +132,7 @@ api_keys = ["globex-key"]
 /// The secrets the configuration names by `env:` (the gateway's environment),
 /// and debug lines too: none of them may carry a secret either.
 const ENV: &[(&str, &str)] =
-    &[("MAP_TEST_CRED_GITHUB_TOKEN", GITHUB_TOKEN), ("MAP_TEST_CRED_CLIENT_SECRET", CLIENT_SECRET), ("MAP_GATEWAY_LOG", "map_gateway=debug")];
+    &[("MAP_TEST_CRED_GITHUB_TOKEN", GITHUB_TOKEN), ("MAP_TEST_CRED_CLIENT_SECRET", CLIENT_SECRET), ("MAP_GATEWAY_LOG", "map_gateway=debug,map_core=debug")];
 
 fn start(config: &str) -> Gateway {
     Gateway::start_config_env("max_message_bytes = 65536", config, ENV)

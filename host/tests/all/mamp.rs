@@ -519,9 +519,9 @@ async fn agents_on_two_gateways_converse_over_mamp_and_both_mail_conversations_h
         let texts: Vec<String> = turns.iter().map(|t| t["content"]["content"][0]["text"].as_str().unwrap_or_default().to_string()).collect();
         assert_eq!(texts, (1..=6).map(|n| format!("turn {n}")).collect::<Vec<_>>(), "gateway {side}'s conversation in order");
         let mine = if me == "alice" { [0, 2, 4] } else { [1, 3, 5] };
-        for i in 0..6 {
+        for (i, turn) in turns.iter().enumerate().take(6) {
             let author = if mine.contains(&i) { me } else { "plugin:mamp" };
-            assert_eq!(turns[i]["participant"], author, "gateway {side}, turn {}", i + 1);
+            assert_eq!(turn["participant"], author, "gateway {side}, turn {}", i + 1);
         }
     }
 }

@@ -327,7 +327,7 @@ async fn tenants_see_only_their_own_plugins() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_kept_waiting_by_the_store_past_its_deadline_still_succeeds() {
     const DEADLINE_MS: u64 = 300;
-    let mail = common::cluster::standard_plugins().join("mail.wasm");
+    let mail = cluster::standard_plugins().join("mail.wasm");
     let gw = Gateway::start_config("max_message_bytes = 65536", &format!("[plugins.mail]\npath = {mail:?}\ndeadline_ms = {DEADLINE_MS}\n"));
     let (mut ws, _) = gw.ws_connected("client", None).await;
     ok(&ws.call("mail/create", json!({"subject": "before the lock"})).await);

@@ -507,7 +507,7 @@ async fn calls_fail_at_once_while_the_store_is_down_and_writes_resume_when_it_is
     let (target, db) = rest.split_once('/').expect("a postgres URL with a database");
     let mut relay = Relay::start(target).await;
     let via_relay = format!("{head}@127.0.0.1:{}/{db}", relay.port);
-    let plugins = format!("{}[plugins.mail]\npath = {:?}\n", misbehave_and_echo(), common::cluster::standard_plugins().join("mail.wasm"));
+    let plugins = format!("{}[plugins.mail]\npath = {:?}\n", misbehave_and_echo(), cluster::standard_plugins().join("mail.wasm"));
     let gw = start(&config(&plugins, r#"["bad", "mail"]"#, "[]", &format!("[storage]\nurl = {via_relay:?}\n")));
     let (mut ws, _) = tenant_ws(&gw, "acme-key").await;
     ws.call_ok("bad/put", json!({"key": "k", "value": "before"})).await;

@@ -716,9 +716,9 @@ fn secret(kind: &str) -> &'static str {
 /// A configuration with a secret in every field that holds one, in cluster
 /// mode named `cluster` (the NATS server takes a login it does not need).
 fn secret_config(dead_port: u16, cluster: &str) -> String {
-    let url = common::cluster::postgres_url();
+    let url = cluster::postgres_url();
     let (user, rest) = url.split_once('@').expect("a postgres URL with user@host");
-    let nats_url = common::cluster::nats_url();
+    let nats_url = cluster::nats_url();
     let (scheme, address) = nats_url.split_once("://").expect("a NATS URL");
     let nats = format!("[cluster]\nnats = \"{scheme}://map:{}@{address}\"\nname = {cluster:?}\nnode = \"a\"\n", secret("NATS password"));
     format!(
@@ -793,8 +793,8 @@ fn assert_no_secret(what: &str, text: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_configured_secret_reaches_a_log_line_an_error_or_an_admin_answer() {
     let dead_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let cluster = common::cluster::unique_name("maptest", '-');
-    common::cluster::require_nats(&common::cluster::nats_url());
+    let cluster = cluster::unique_name("maptest", '-');
+    cluster::require_nats(&cluster::nats_url());
     let _streams = Streams(cluster.clone());
     let dir = TempDir::new("secrets");
     let config = write_config_server(dir.path(), "", &secret_config(dead_port, &cluster));
@@ -862,6 +862,6 @@ struct Streams(String);
 
 impl Drop for Streams {
     fn drop(&mut self) {
-        common::cluster::delete_nats_streams(&common::cluster::nats_url(), &self.0);
+        cluster::delete_nats_streams(&cluster::nats_url(), &self.0);
     }
 }

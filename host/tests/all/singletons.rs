@@ -382,7 +382,7 @@ async fn uap_jobs_end_once_each_when_the_hubs_owner_is_killed() {
     // One end event per job in the shared log.
     let ends = watcher.replay_all(Some(json!({"eventTypes": ["uap.job.completed", "uap.job.failed", "uap.job.cancelled"]}))).await;
     for (i, id) in ids.iter().enumerate() {
-        let mine: Vec<&str> = ends.iter().filter(|e| event_of(e)["data"]["jobId"] == id.as_str()).map(|e| event_type(e)).collect();
+        let mine: Vec<&str> = ends.iter().filter(|e| event_of(e)["data"]["jobId"] == id.as_str()).map(event_type).collect();
         assert_eq!(mine.len(), 1, "job {i} ({id}): end events in the log: {mine:?}");
     }
 

@@ -138,7 +138,7 @@ pub fn list(call: &Call) -> Result<Reply> {
         Ok(true)
     })?;
     // `next` is the first key not given; `before` takes the last one given.
-    let cursor = next.and(tasks.last().map(|t| keys_of(t)));
+    let cursor = next.and(tasks.last().map(keys_of));
     Reply::json(&json!({"tasks": tasks, "next": cursor}))
 }
 

@@ -53,7 +53,11 @@ impl Resources for TaskResources {
 
     fn kinds() -> Vec<String> {
         // Off for the tenant: no kind to advertise.
-        settings::enabled().then(|| vec![KIND.into()]).unwrap_or_default()
+        if settings::enabled() {
+            vec![KIND.into()]
+        } else {
+            Default::default()
+        }
     }
 
     fn list(caller: &Caller, query: &Query) -> Result<Page> {

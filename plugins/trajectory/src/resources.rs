@@ -58,7 +58,11 @@ impl Resources for CheckpointResources {
 
     fn kinds() -> Vec<String> {
         // Off for the tenant: no kind to advertise.
-        Settings::load().enabled.then(|| vec![KIND.into()]).unwrap_or_default()
+        if Settings::load().enabled {
+            vec![KIND.into()]
+        } else {
+            Vec::new()
+        }
     }
 
     fn list(caller: &Caller, query: &Query) -> Result<Page> {

@@ -342,7 +342,7 @@ impl Hub {
     }
 
     fn answer(&mut self, agent: &str, a: proto::SessionAcceptance) -> Result<(), Status> {
-        if !self.proposals.get(&a.session_id).is_some_and(|p| p.agent == agent) {
+        if self.proposals.get(&a.session_id).is_none_or(|p| p.agent != agent) {
             return Err(status(code::NOT_FOUND, format!("session {:?} was not proposed to this agent, or its proposal lapsed", a.session_id)));
         }
         let done = if a.accepted {

@@ -96,7 +96,7 @@ async fn session(url: &str, server: SocketAddr, from: Ipv4Addr, i: usize) -> Res
                 libc::IPPROTO_IP,
                 libc::IP_BIND_ADDRESS_NO_PORT,
                 (&one as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                size_of::<libc::c_int>() as libc::socklen_t,
             );
         }
         sock.bind(SocketAddr::from((from, 0))).map_err(|e| format!("bind {from}: {e}"))?;
@@ -422,8 +422,8 @@ mod tests {
     /// A tiny run against the real gateway (no plugins): every part measured, nothing failed.
     #[test]
     fn tiny_scale_against_the_gateway() {
-        crate::servers::raise_nofile();
-        let p = crate::servers::test_paths("scale", &[]);
+        servers::raise_nofile();
+        let p = servers::test_paths("scale", &[]);
         let s = Settings {
             target: Target::Gateway,
             sessions: 60,

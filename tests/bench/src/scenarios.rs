@@ -835,8 +835,8 @@ mod tests {
     /// plugin, beside idle sessions: every turn answered, none failed.
     #[test]
     fn tiny_mail_beside_idle_sessions() {
-        crate::servers::raise_nofile();
-        let p = crate::servers::test_paths("mail", &["mail.wasm", "mail.toml"]);
+        servers::raise_nofile();
+        let p = servers::test_paths("mail", &["mail.wasm", "mail.toml"]);
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
         let timing = Timing { warmup: Duration::from_millis(200), secs: Duration::from_secs(1) };
         let out = rt.block_on(async {

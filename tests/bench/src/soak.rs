@@ -351,8 +351,8 @@ mod tests {
     /// A few seconds of the whole mix against the real gateway with the mail plugin.
     #[test]
     fn short_soak_against_the_gateway() {
-        crate::servers::raise_nofile();
-        let p = crate::servers::test_paths("soak", &["mail.wasm", "mail.toml"]);
+        servers::raise_nofile();
+        let p = servers::test_paths("soak", &["mail.wasm", "mail.toml"]);
         let out = p.scratch.join("out");
         let s = Settings { target: Target::Gateway, secs: 3.0, rate: Some(200.0), out: out.clone(), sample_every: Duration::from_secs(1) };
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");

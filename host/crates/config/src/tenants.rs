@@ -101,7 +101,7 @@ pub struct TrustedIssuer {
     /// HS*: the shared secret (at least 16 bytes).
     pub secret: Secret,
     /// Others: a PEM public key file.
-    pub public_key_file: std::path::PathBuf,
+    pub public_key_file: PathBuf,
 }
 
 impl Default for FederationConfig {
@@ -132,7 +132,7 @@ pub struct PeerConfig {
     pub endpoint: String,
     /// With a `wss://` endpoint: the PEM file of the CAs the peer's
     /// certificate is checked against; empty: the system's root certificates.
-    pub ca_file: std::path::PathBuf,
+    pub ca_file: PathBuf,
     /// What this gateway presents to the peer: `map/connect` and
     /// `map/federation/connect` `auth` (`{method, credential}`).
     pub auth: Option<Secret<serde_json::Value>>,

@@ -17,7 +17,7 @@ pub(super) fn record(method: &str, result: &Result<Out, RpcError>, started: Inst
 }
 
 pub(super) fn record_code(method: &str, code: i64, started: Instant, span: &tracing::Span) {
-    let method = if code == map_protocol::rpc::codes::METHOD_NOT_FOUND { UNKNOWN_METHOD } else { method };
+    let method = if code == rpc::codes::METHOD_NOT_FOUND { UNKNOWN_METHOD } else { method };
     map_observe::metrics::request(method, code, started.elapsed());
     map_observe::telemetry::answered(span, code);
 }

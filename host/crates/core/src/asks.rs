@@ -166,7 +166,7 @@ impl Asks {
     pub fn answered(&self, session: &str, frame: &[u8]) -> bool {
         let Ok(response) = serde_json::from_slice::<Response>(frame) else { return false };
         let Some(id) = response.id.filter(|id| id.starts_with(ID_PREFIX)) else { return false };
-        if !self.inner.lock().waiting.get(id).is_some_and(|w| w.session == session) {
+        if self.inner.lock().waiting.get(id).is_none_or(|w| w.session != session) {
             return false;
         }
         let Some(waiter) = self.take(id) else { return false };

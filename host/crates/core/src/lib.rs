@@ -51,9 +51,9 @@ use map_protocol::rpc::{self, codes, Decoded, Request, RpcError};
 use outbox::{Frame, FrameTx, Outbox};
 
 /// The tenants of this gateway and the credentials that lead into them.
-pub type Tenants = crate::tenants::Tenants<Tenant>;
+pub type Tenants = tenants::Tenants<Tenant>;
 /// A principal in one of this gateway's tenants.
-pub type Authenticated = crate::tenants::Authenticated<Tenant>;
+pub type Authenticated = tenants::Authenticated<Tenant>;
 
 pub const PROTOCOL_VERSION: u64 = 1;
 

@@ -205,8 +205,8 @@ impl Tenant {
         self.registry.lock().sessions.get(session_id).and_then(|s| s.agents.first().cloned())
     }
 
-    /// Queue a frame for a session; `Err` when its queue is full or gone.
-    pub fn notify(&self, session_id: &str, frame: Frame) -> Result<(), ()> {
-        self.fabric.deliver(session_id, frame).map_err(|_| ())
+    /// Queue a frame for a session; false when its queue is full or gone.
+    pub fn notify(&self, session_id: &str, frame: Frame) -> bool {
+        self.fabric.deliver(session_id, frame).is_ok()
     }
 }

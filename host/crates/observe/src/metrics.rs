@@ -34,7 +34,7 @@ pub fn install() -> anyhow::Result<()> {
         // message, without bound, on a gateway nobody scrapes. A thread of
         // its own, so that it outlives any one runtime.
         std::thread::Builder::new().name("metrics-upkeep".into()).spawn(move || loop {
-            std::thread::sleep(std::time::Duration::from_secs(5));
+            std::thread::sleep(Duration::from_secs(5));
             upkept.run_upkeep();
         })?;
     }

@@ -20,7 +20,7 @@ pub use super::bindings::map_gateway::plugin::grpc_types::Status;
 /// A call's request messages as they arrive; an error ends the call with
 /// that status. Read only as the plugin takes them: the client's HTTP/2 flow
 /// control is the backpressure.
-pub type Requests = std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<Vec<u8>, Status>> + Send>>;
+pub type Requests = Pin<Box<dyn futures_util::Stream<Item = Result<Vec<u8>, Status>> + Send>>;
 
 /// Response messages a call holds that the client has not read yet.
 pub const QUEUED_MESSAGES: usize = 16;

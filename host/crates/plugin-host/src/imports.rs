@@ -248,7 +248,7 @@ impl router::Host for PluginState {
         match self.defer_to_caller(&session, &frame) {
             Some(true) => Ok(Ok(())),
             Some(false) => Ok(Err(full())),
-            None => Ok(self.ctx.tenant.notify(&session, frame).map_err(|_| full())),
+            None => Ok(if self.ctx.tenant.notify(&session, frame) { Ok(()) } else { Err(full()) }),
         }
     }
 
@@ -273,7 +273,7 @@ impl router::Host for PluginState {
         for session in &sessions {
             let ok = match self.defer_to_caller(session, &frame) {
                 Some(deferred) => deferred,
-                None => self.ctx.tenant.notify(session, frame.clone()).is_ok(),
+                None => self.ctx.tenant.notify(session, frame.clone()),
             };
             taken += u32::from(ok);
         }

@@ -44,7 +44,7 @@ pub struct Context {
     pub outbound: Policy,
     /// How long before a call's deadline a waiting import gives up, so the
     /// plugin still has time to handle the failure (a tenth of `deadline_ms`).
-    pub grace: std::time::Duration,
+    pub grace: Duration,
 }
 
 pub struct PluginState {

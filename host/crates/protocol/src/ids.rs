@@ -210,10 +210,10 @@ pub fn secrets_equal(a: &str, b: &str) -> bool {
 mod tests {
     #[test]
     fn iso8601_writes_utc_to_the_millisecond() {
-        assert_eq!(super::iso8601(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(super::iso8601(951_782_400_000), "2000-02-29T00:00:00.000Z");
-        assert_eq!(super::iso8601(1_767_323_045_678), "2026-01-02T03:04:05.678Z");
-        assert_eq!(super::iso8601(4_102_444_799_999), "2099-12-31T23:59:59.999Z");
+        assert_eq!(iso8601(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(iso8601(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(iso8601(1_767_323_045_678), "2026-01-02T03:04:05.678Z");
+        assert_eq!(iso8601(4_102_444_799_999), "2099-12-31T23:59:59.999Z");
     }
 
     use super::*;

@@ -115,9 +115,7 @@ mod tests {
 
     async fn postgres() -> Store {
         let url = std::env::var("MAP_TEST_POSTGRES_URL").unwrap_or_else(|_| "postgres://root@127.0.0.1:5432/test".into());
-        Store::open(&url, false, 0, std::time::Duration::from_millis(10))
-            .await
-            .unwrap_or_else(|e| panic!("PostgreSQL is required for the lease tests ({url}): {e:#}"))
+        Store::open(&url, false, 0, Duration::from_millis(10)).await.unwrap_or_else(|e| panic!("PostgreSQL is required for the lease tests ({url}): {e:#}"))
     }
 
     fn put(key: &str) -> Vec<Op> {

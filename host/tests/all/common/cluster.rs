@@ -341,7 +341,7 @@ impl Relay {
                 let mut watch = watch.clone();
                 let upstream = upstream.clone();
                 tokio::spawn(async move {
-                    let Ok(mut up) = tokio::net::TcpStream::connect(&upstream).await else { return };
+                    let Ok(mut up) = TcpStream::connect(&upstream).await else { return };
                     tokio::select! {
                         _ = tokio::io::copy_bidirectional(&mut down, &mut up) => {}
                         _ = watch.wait_for(|cut| *cut) => {}

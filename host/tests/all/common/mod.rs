@@ -775,9 +775,9 @@ impl StdioPeer {
         let mut child = tokio::process::Command::new(BIN)
             .args(["serve", "--stdio", "--config"])
             .arg(&config)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::from(log))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log))
             .kill_on_drop(true)
             .spawn()
             .expect("spawn map-gateway --stdio");

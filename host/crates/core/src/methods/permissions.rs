@@ -57,7 +57,7 @@ pub fn update(gw: &Arc<Gateway>, active: &Active, req: &Request) -> Result<Out, 
     if let Some(path) = flags(&changes).find(|(path, on)| *on && !holds(&caller, path)).map(|(path, _)| path) {
         return Err(RpcError::new(codes::PERMISSION_DENIED, format!("Cannot grant {path}: the caller does not hold it")));
     }
-    let applied = apply(active, &client_id, &changes, granted, &admins)?;
+    let applied = apply(active, &client_id, &changes, granted, admins)?;
     if let Some(allowed) = applied.observes {
         active.tenant.fabric.observing(&applied.session, allowed);
     }
