@@ -33,9 +33,10 @@ const GATEWAY_LAYERS: &[&str] =
 /// Circles between files of one directory that are tolerated for a while:
 /// each entry is one circle's files exactly, as `crate-folder/src/…` (a
 /// sub-directory as `dir/`). A circle not listed fails; so does an entry
-/// that no longer occurs. Each of these runs through a `lib.rs` or `mod.rs`
+/// that no longer occurs. Most of these run through a `lib.rs` or `mod.rs`
 /// that holds types its files share besides declaring them; moving those
-/// types into files of their own removes the entry.
+/// types into files of their own removes the entry (as the core's `lib.rs`
+/// did: `conn` and `gateway` hold what it held).
 const KNOWN_CYCLES: &[&[&str]] = &[
     &["config/src/credentials.rs", "config/src/lib.rs", "config/src/plugins.rs", "config/src/tenants.rs"],
     &[
@@ -51,22 +52,22 @@ const KNOWN_CYCLES: &[&[&str]] = &[
         "store/src/sqlite.rs",
         "store/src/sqlite_ops.rs",
     ],
+    // The tenant, its registry and the send path know each other (a tenant
+    // holds its registry; sending reads the registry and queues on the tenant).
     &[
         "core/src/address.rs",
         "core/src/agent_permissions.rs",
-        "core/src/answers.rs",
+        "core/src/conn.rs",
         "core/src/directory.rs",
         "core/src/extensions.rs",
         "core/src/federation.rs",
-        "core/src/lib.rs",
-        "core/src/lifecycle.rs",
-        "core/src/methods/",
         "core/src/permissions.rs",
         "core/src/registry.rs",
-        "core/src/reloads.rs",
         "core/src/send.rs",
         "core/src/tenant.rs",
     ],
+    // The request path dispatches to the method handlers, which act on the gateway.
+    &["core/src/gateway.rs", "core/src/lifecycle.rs", "core/src/methods/", "core/src/reloads.rs"],
     &["core/src/credentials/providers/mod.rs", "core/src/credentials/providers/oauth2.rs", "core/src/credentials/providers/static_secrets.rs"],
     &["core/src/events/filter.rs", "core/src/events/mod.rs"],
     &["core/src/fabric/local.rs", "core/src/fabric/log.rs", "core/src/fabric/mod.rs", "core/src/fabric/subscription.rs"],

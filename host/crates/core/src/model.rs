@@ -179,3 +179,37 @@ mod tests {
         assert!(!valid_state("sleeping"));
     }
 }
+
+/// `map/connect`'s params, kept with a connection that still owes its credentials.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ConnectParams {
+    pub protocol_version: Option<Value>,
+    pub participant_type: Option<String>,
+    pub participant_id: Option<String>,
+    pub name: Option<String>,
+    pub capabilities: Option<Value>,
+    pub session_id: Option<String>,
+    pub resume_token: Option<String>,
+    pub reclaim_agents: Option<Vec<String>>,
+    pub disconnect_policy: Option<DisconnectPolicy>,
+    pub auth: Option<AuthParams>,
+    /// Draft `map/initialize`: `full` or `acp-compat`.
+    pub mode: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct DisconnectPolicy {
+    pub agent_behavior: Option<String>,
+    pub grace_period_ms: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct AuthParams {
+    pub method: Option<String>,
+    /// The SDK sends `credential`; the schema says `token`.
+    pub credential: Option<String>,
+    pub token: Option<String>,
+}

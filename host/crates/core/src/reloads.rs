@@ -178,7 +178,7 @@ impl Gateway {
         };
         config.keep_digests = rollback.into_values().collect();
         config.pins = pins;
-        let brokers = super::methods::credentials::Brokers::build(&config).inspect_err(|e| host.note_error(e))?;
+        let brokers = super::tenant::Brokers::build(&config).inspect_err(|e| host.note_error(e))?;
         let policies = super::agent_permissions::Policies::build(&config).inspect_err(|e| host.note_error(e))?;
         if let Err(e) = host.apply(&config, &self.tenants).await {
             host.note_error(&e);

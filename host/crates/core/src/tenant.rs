@@ -18,6 +18,11 @@ use super::Active;
 use map_config::LimitsConfig;
 use map_protocol::rpc::RpcError;
 
+/// The tenants of this gateway and the credentials that lead into them.
+pub type Tenants = crate::tenants::Tenants<Tenant>;
+/// A principal in one of this gateway's tenants.
+pub type Authenticated = crate::tenants::Authenticated<Tenant>;
+
 pub struct Tenant {
     pub id: String,
     pub registry: Directory,
@@ -208,5 +213,28 @@ impl Tenant {
     /// Queue a frame for a session; false when its queue is full or gone.
     pub fn notify(&self, session_id: &str, frame: Frame) -> bool {
         self.fabric.deliver(session_id, frame).is_ok()
+    }
+}
+
+/// Each tenant's broker as a configuration says: built whole (a secret that
+/// cannot be read fails them all) before any is swapped in, at start and on reload.
+pub(crate) struct Brokers(Vec<(String, Option<Arc<crate::credentials::Broker>>)>);
+
+impl Brokers {
+    pub(crate) fn build(config: &map_config::Config) -> anyhow::Result<Brokers> {
+        let mut brokers = Vec::new();
+        for t in &config.tenants {
+            let broker = t.credentials.as_ref().map(|c| crate::credentials::Broker::from_config(&t.id, c)).transpose()?;
+            brokers.push((t.id.clone(), broker.map(Arc::new)));
+        }
+        Ok(Brokers(brokers))
+    }
+
+    pub(crate) fn install(self, tenants: &Tenants) {
+        for (id, broker) in self.0 {
+            if let Some(tenant) = tenants.get(&id) {
+                tenant.set_credentials(broker);
+            }
+        }
     }
 }

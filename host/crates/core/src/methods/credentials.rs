@@ -13,8 +13,7 @@ use serde_json::{json, Value};
 use crate::credentials::{Broker, Issued, Refused};
 use crate::events::{NewEvent, Source};
 use crate::registry::declares;
-use crate::{Active, Conn, Out, Tenant, Tenants};
-use map_config::Config;
+use crate::{Active, Conn, Out, Tenant};
 use map_protocol::rpc::{codes, Request, RpcError};
 
 pub const URI: &str = "urn:map:ext:credentials:1";
@@ -138,28 +137,5 @@ pub(super) fn advertise(tenant: &Tenant, capabilities: &mut Value, participant_t
         // The broker serves cred/* here, before a plugin of the same extension.
         list.retain(|e| e["uri"] != URI);
         list.push(json!({"uri": URI}));
-    }
-}
-
-/// Each tenant's broker as a configuration says: built whole (a secret that
-/// cannot be read fails them all) before any is swapped in, at start and on reload.
-pub(crate) struct Brokers(Vec<(String, Option<Arc<Broker>>)>);
-
-impl Brokers {
-    pub(crate) fn build(config: &Config) -> anyhow::Result<Brokers> {
-        let mut brokers = Vec::new();
-        for t in &config.tenants {
-            let broker = t.credentials.as_ref().map(|c| Broker::from_config(&t.id, c)).transpose()?;
-            brokers.push((t.id.clone(), broker.map(Arc::new)));
-        }
-        Ok(Brokers(brokers))
-    }
-
-    pub(crate) fn install(self, tenants: &Tenants) {
-        for (id, broker) in self.0 {
-            if let Some(tenant) = tenants.get(&id) {
-                tenant.set_credentials(broker);
-            }
-        }
     }
 }

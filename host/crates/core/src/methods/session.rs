@@ -6,44 +6,12 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::lifecycle::release_agents;
+use crate::model::{AuthParams, ConnectParams, DisconnectPolicy};
 use crate::registry::SessionInfo;
 use crate::{Active, Conn, ConnState, Gateway, Out, PROTOCOL_VERSION};
 use crate::{Authenticated, Tenant};
 use map_protocol::ids;
 use map_protocol::rpc::{codes, Request, RpcError};
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct ConnectParams {
-    pub protocol_version: Option<Value>,
-    pub participant_type: Option<String>,
-    pub participant_id: Option<String>,
-    pub name: Option<String>,
-    pub capabilities: Option<Value>,
-    pub session_id: Option<String>,
-    pub resume_token: Option<String>,
-    pub reclaim_agents: Option<Vec<String>>,
-    pub disconnect_policy: Option<DisconnectPolicy>,
-    pub auth: Option<AuthParams>,
-    /// Draft `map/initialize`: `full` or `acp-compat`.
-    pub mode: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct DisconnectPolicy {
-    pub agent_behavior: Option<String>,
-    pub grace_period_ms: Option<u64>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct AuthParams {
-    pub method: Option<String>,
-    /// The SDK sends `credential`; the schema says `token`.
-    pub credential: Option<String>,
-    pub token: Option<String>,
-}
 
 impl AuthParams {
     fn secret(&self) -> Option<&str> {
