@@ -2,8 +2,9 @@
 # Installs what the build needs beyond rustup and cargo: the wasm32-wasip2
 # target for plugins; with --tests, the npm packages of the interop suite, the
 # Python gRPC client (grpcio) in target/pyenv, the A2A SDK (a2a-sdk) in
-# target/a2a-pyenv, Chromium for the dashboard's
-# browser test, Debian's docker-registry for the OCI tests, the C audit
+# target/a2a-pyenv, kubernetes-validate in target/k8s-pyenv, Chromium for the dashboard's
+# browser test, Debian's docker-registry for the OCI tests, Podman, runc and
+# mmdebstrap for the container image's tests, the C audit
 # example's tools (clang, wasi-libc; wit-bindgen and wasm-tools in target/tools),
 # and mdBook for the book (in ${XDG_CACHE_HOME:-~/.cache}/map-gateway/tools/bin,
 # once per machine; test.sh puts it on PATH).
@@ -40,6 +41,15 @@ if [ "${1:-}" = "--tests" ]; then
         target/a2a-pyenv/bin/pip install --quiet --disable-pip-version-check -r tests/a2a/requirements.txt
         cp tests/a2a/requirements.txt target/a2a-pyenv/requirements.txt
     fi
+    # The Kubernetes manifests (deploy/kubernetes) are checked against the
+    # API's schemas, which kubernetes-validate carries, in a venv of its own.
+    if ! cmp -s tests/deploy/requirements.txt target/k8s-pyenv/requirements.txt; then
+        echo "==> installing kubernetes-validate (target/k8s-pyenv)"
+        rm -rf target/k8s-pyenv
+        python3 -m venv target/k8s-pyenv
+        target/k8s-pyenv/bin/pip install --quiet --disable-pip-version-check -r tests/deploy/requirements.txt
+        cp tests/deploy/requirements.txt target/k8s-pyenv/requirements.txt
+    fi
     apt_install() {
         apt-get install -y -q "$@" >/dev/null || sudo apt-get install -y -q "$@" >/dev/null
     }
@@ -55,6 +65,16 @@ if [ "${1:-}" = "--tests" ]; then
         echo "==> installing docker-registry (the OCI registry the plugin-distribution tests push to)"
         apt_install docker-registry || { apt_update && apt_install docker-registry; }
     fi
+    # The container tests (tests/interop/container.test.mjs): Podman with runc,
+    # and mmdebstrap, which makes their base image from Debian's packages.
+    container_packages=(podman runc mmdebstrap)
+    for package in "${container_packages[@]}"; do
+        if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q ' installed$'; then
+            echo "==> installing podman, runc and mmdebstrap (the container tests)"
+            apt_install --no-install-recommends "${container_packages[@]}" || { apt_update && apt_install --no-install-recommends "${container_packages[@]}"; }
+            break
+        fi
+    done
     # The C audit example (examples/audit/c): clang and wasm-ld for wasm32,
     # wasi-libc, and the compiler-rt builtins clang links into every wasm32 module.
     c_packages=(clang-14 lld-14 wasi-libc libclang-rt-14-dev-wasm32)

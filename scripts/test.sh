@@ -24,13 +24,16 @@ scripts/build-plugins.sh --fixtures
 echo "==> building the gateway"
 cargo build --locked -p map-gateway
 
-echo "==> plugins made by map-gateway plugin new, in Rust, Python and JavaScript (interop suite: plugin-new.test.mjs)"
+echo "==> the plugin SDKs packaged for crates.io, npm and PyPI (target/sdk-packages)"
+scripts/package-sdks.sh >/dev/null
+
+echo "==> plugins made by map-gateway plugin new on the packaged SDKs, in Rust, Python and JavaScript (interop suite: plugin-new.test.mjs)"
 rm -rf target/scaffold/sdk-example target/scaffold/sdk-example-python target/scaffold/sdk-example-js
-target/debug/map-gateway plugin new sdk-example --dir target/scaffold/sdk-example >/dev/null
+target/debug/map-gateway plugin new sdk-example --sdk target/sdk-packages --dir target/scaffold/sdk-example >/dev/null
 (cd target/scaffold/sdk-example && CARGO_TARGET_DIR=.. cargo build --quiet --release --target wasm32-wasip2)
-target/debug/map-gateway plugin new sdk-example --lang python --dir target/scaffold/sdk-example-python >/dev/null
+target/debug/map-gateway plugin new sdk-example --lang python --sdk target/sdk-packages --dir target/scaffold/sdk-example-python >/dev/null
 target/scaffold/sdk-example-python/build.sh
-target/debug/map-gateway plugin new sdk-example --lang js --dir target/scaffold/sdk-example-js >/dev/null
+target/debug/map-gateway plugin new sdk-example --lang js --sdk target/sdk-packages --dir target/scaffold/sdk-example-js >/dev/null
 target/scaffold/sdk-example-js/build.sh
 
 echo "==> Rust tests: the host's crates, the gateway's black-box tests, the benchmark harness"

@@ -12,8 +12,18 @@ use map_core::Gateway;
 use map_gateway::transport;
 use map_plugin_host::{oci, signing};
 
+mod health;
 mod install;
 mod scaffold;
+
+/// `--version`: the release, the commit it was built from (recorded by
+/// `scripts/release.sh` in `MAP_GATEWAY_COMMIT`) and the plugin contract.
+fn version() -> &'static str {
+    let commit = option_env!("MAP_GATEWAY_COMMIT").unwrap_or("unrecorded");
+    let contract = scaffold::contract_version().unwrap_or_default();
+    let text = format!("{} (commit {commit}, plugin contract map-gateway:plugin@{contract})", env!("CARGO_PKG_VERSION"));
+    Box::leak(text.into_boxed_str())
+}
 
 // Frames are allocated on one thread and freed on another; glibc's arenas
 // contend on that (measured: ~30% of CPU under load), mimalloc does not.
@@ -21,7 +31,7 @@ mod scaffold;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Parser)]
-#[command(name = "map-gateway", version, about = "A WebAssembly-extensible gateway for multi-agent protocols (MAP over WebSocket, HTTP/SSE and stdio)")]
+#[command(name = "map-gateway", version = version(), about = "A WebAssembly-extensible gateway for multi-agent protocols (MAP over WebSocket, HTTP/SSE and stdio)")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -32,8 +42,9 @@ enum Command {
     /// Run the gateway. Without --config it runs on the embedded defaults:
     /// 127.0.0.1:4700, data under ./data, one tenant "default" open to local peers.
     Serve {
-        /// TOML configuration file (see `map-gateway config` for every field).
-        #[arg(short, long, value_name = "FILE")]
+        /// TOML configuration file (see `map-gateway config` for every field);
+        /// `MAP_GATEWAY__SECTION__KEY` variables set fields over it.
+        #[arg(short, long, value_name = "FILE", env = "MAP_GATEWAY_CONFIG")]
         config: Option<PathBuf>,
         /// Listen on this address instead of the configured one (port 0 picks a free port).
         #[arg(long, value_name = "ADDR")]
@@ -49,12 +60,12 @@ enum Command {
     /// plugin it names compiled and bound to its tenants. Exits non-zero with
     /// the reason when something is wrong; writes nothing to the data directory.
     Check {
-        #[arg(short, long, value_name = "FILE")]
+        #[arg(short, long, value_name = "FILE", env = "MAP_GATEWAY_CONFIG")]
         config: Option<PathBuf>,
     },
     /// Print the effective configuration (defaults merged with FILE) as TOML, secrets redacted.
     Config {
-        #[arg(short, long, value_name = "FILE")]
+        #[arg(short, long, value_name = "FILE", env = "MAP_GATEWAY_CONFIG")]
         config: Option<PathBuf>,
     },
     /// Bridge an editor speaking ACP on stdin/stdout to a MAP agent of the
@@ -82,6 +93,19 @@ enum Command {
         #[arg(long, default_value_t = 8 << 20, value_parser = clap::value_parser!(u64).range(1024..))]
         max_message_bytes: u64,
     },
+    /// Ask a gateway's `/readyz` (`/healthz` with --live) and exit 0 when it
+    /// answers 200: a container's or a service manager's health check.
+    Health {
+        /// The configuration whose `server.listen` to ask (TLS: https).
+        #[arg(short, long, value_name = "FILE", env = "MAP_GATEWAY_CONFIG")]
+        config: Option<PathBuf>,
+        /// Ask this address instead (e.g. 127.0.0.1:4700).
+        #[arg(long, value_name = "ADDR")]
+        addr: Option<SocketAddr>,
+        /// Liveness only (`/healthz`): the process answers.
+        #[arg(long)]
+        live: bool,
+    },
     /// Plugin development.
     Plugin {
         #[command(subcommand)]
@@ -100,7 +124,9 @@ enum PluginCommand {
         /// Create the project here instead of ./NAME (must be absent or empty).
         #[arg(long, value_name = "PATH")]
         dir: Option<PathBuf>,
-        /// The SDK (plugins/sdk of a map-gateway checkout) instead of the one this binary was built from.
+        /// The SDK: plugins/sdk of a map-gateway checkout (a path dependency), or a
+        /// folder of packages from scripts/package-sdks.sh; default: the checkout
+        /// this binary was built from if it is there, else the language's registry.
         #[arg(long, value_name = "PATH")]
         sdk: Option<PathBuf>,
         /// The plugin's language.
@@ -231,7 +257,7 @@ fn plugin(command: PluginCommand) -> anyhow::Result<()> {
 fn load(path: Option<&PathBuf>) -> anyhow::Result<Config> {
     match path {
         Some(p) => Config::load(p),
-        None => Ok(Config::default()),
+        None => Config::from_env(),
     }
 }
 
@@ -296,6 +322,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             served
         }
         Command::Plugin { command } => plugin(command),
+        Command::Health { config, addr, live } => {
+            let config = load(config.as_ref())?;
+            let addr = addr.unwrap_or(config.server.listen);
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            println!("{}", runtime.block_on(health::probe(addr, config.tls.enabled(), live))?);
+            Ok(())
+        }
         Command::Serve { config: config_path, listen, data_dir, stdio } => {
             let mut config = load(config_path.as_ref())?;
             if let Some(l) = listen {

@@ -3,20 +3,17 @@
 //! (a store write that emits an event, and a read) and a README with the
 //! build and the `[plugins.NAME]` stanza.
 //!
-//! - Rust: on the plugin SDK (`plugins/sdk`), with the SDK workspace's
+//! - Rust: on the plugin SDK (`map-plugin-sdk`), with the SDK workspace's
 //!   `Cargo.lock`, so the first build uses the versions the SDK is tested with.
 //! - Python (componentize-py) and JavaScript (componentize-js): the sources
 //!   in `scaffold/python` and `scaffold/js`, a `build.sh`, and a copy of the
 //!   gateway's `wit/` (what those toolchains bind against).
+//!
+//! Each depends on its language's SDK package, found as `sdk` says.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
-
-/// The SDK of the checkout this binary was built from.
-pub fn default_sdk() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/sdk")
-}
 
 /// The language of a new plugin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -27,16 +24,19 @@ pub enum Lang {
 }
 
 /// What `plugin new` creates.
+#[derive(Clone)]
 pub struct Project {
     /// Plugin name: the `[plugins.NAME]` key, the crate name, the method namespace.
     pub name: String,
     pub dir: PathBuf,
-    pub sdk: PathBuf,
+    pub sdk: Sdk,
     pub lang: Lang,
 }
 
 mod files;
+mod sdk;
 use files::{JS, PYTHON, WIT};
+pub use sdk::Sdk;
 
 /// A plugin name: 1 to 64 of `a-z`, `0-9` and `-`, starting with a letter,
 /// not ending with `-`, and not `map` (whose methods belong to the core).
@@ -55,17 +55,10 @@ pub fn check_name(name: &str) -> anyhow::Result<()> {
 }
 
 /// Write the project. Refuses a `dir` that exists and is not empty, and an
-/// SDK path without the SDK's `Cargo.toml`.
+/// SDK path that is neither a checkout's SDK nor a folder of packages.
 pub fn create(name: &str, dir: Option<PathBuf>, sdk: Option<PathBuf>, lang: Lang) -> anyhow::Result<Project> {
     check_name(name)?;
-    let sdk = sdk.unwrap_or_else(default_sdk);
-    let sdk_manifest = sdk.join("Cargo.toml");
-    let is_sdk = std::fs::read_to_string(&sdk_manifest).is_ok_and(|t| t.contains("name = \"map-plugin-sdk\""));
-    // Python and JavaScript projects carry everything they need from the binary.
-    if lang == Lang::Rust && !is_sdk {
-        bail!("no map-plugin-sdk at {}: pass --sdk with the path of plugins/sdk in a map-gateway checkout", sdk.display());
-    }
-    let sdk = if is_sdk { sdk.canonicalize().with_context(|| format!("resolving {}", sdk.display()))? } else { sdk };
+    let sdk = Sdk::find(sdk)?;
     let dir = dir.unwrap_or_else(|| PathBuf::from(name));
     if dir.exists() && std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))?.next().is_some() {
         bail!("{} exists and is not empty", dir.display());
@@ -75,7 +68,7 @@ pub fn create(name: &str, dir: Option<PathBuf>, sdk: Option<PathBuf>, lang: Lang
     let project = Project { name: name.to_string(), dir, sdk, lang };
     match lang {
         Lang::Rust => write_rust(&project)?,
-        Lang::Python => write_sources(&project, &PYTHON, ".venv/\n__pycache__/\n*.wasm\n")?,
+        Lang::Python => write_sources(&project, &PYTHON, ".venv/\n.sdk/\n__pycache__/\n*.wasm\n")?,
         Lang::Js => write_sources(&project, &JS, "node_modules/\n*.wasm\n")?,
     }
     Ok(project)
@@ -95,7 +88,13 @@ fn write_sources(p: &Project, files: &[(&str, &str)], ignore: &str) -> anyhow::R
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)?;
         }
-        write(&path, &p.fill(text, &version))?;
+        let (python_path, python_package) = p.sdk.python(&version)?;
+        let text = p
+            .fill(text, &version)
+            .replace("@SDK_JS@", &p.sdk.js(&version)?)
+            .replace("@SDK_PYTHON_PATH@", &shell_word(&python_path))
+            .replace("@SDK_PYTHON@", &shell_word(&python_package));
+        write(&path, &text)?;
         if file.ends_with(".sh") {
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
@@ -108,7 +107,7 @@ fn write_sources(p: &Project, files: &[(&str, &str)], ignore: &str) -> anyhow::R
 /// The version `wit/package.wit` gives the package `map-gateway:plugin`
 /// (JavaScript imports name it: `map-gateway:plugin/store@…`), so the
 /// sources match the `wit/` copied beside them.
-fn contract_version() -> anyhow::Result<String> {
+pub fn contract_version() -> anyhow::Result<String> {
     let text = WIT.iter().find(|(f, _)| *f == "wit/package.wit").map(|(_, t)| *t).context("no wit/package.wit")?;
     let version = text.lines().find_map(|l| l.trim().strip_prefix("package map-gateway:plugin@")?.strip_suffix(';'));
     version.map(str::to_string).context("wit/package.wit declares no `package map-gateway:plugin@…;`")
@@ -116,13 +115,13 @@ fn contract_version() -> anyhow::Result<String> {
 
 fn write_rust(project: &Project) -> anyhow::Result<()> {
     std::fs::create_dir_all(project.dir.join("src"))?;
-    write(&project.dir.join("Cargo.toml"), &cargo_toml(project))?;
+    write(&project.dir.join("Cargo.toml"), &cargo_toml(project, &contract_version()?)?)?;
     write(&project.dir.join("src/lib.rs"), &lib_rs(project))?;
     write(&project.dir.join("README.md"), &readme(project))?;
     write(&project.dir.join(".gitignore"), "/target\n")?;
     // The SDK workspace's lock file: the versions the SDK is built and
     // tested with (cargo drops the entries this project does not use).
-    if let Ok(lock) = std::fs::read_to_string(project.sdk.join("../Cargo.lock")) {
+    if let Some(lock) = project.sdk.cargo_lock() {
         write(&project.dir.join("Cargo.lock"), &lock)?;
     }
     Ok(())
@@ -155,7 +154,7 @@ impl Project {
 
     /// The plugin folder of the checkout whose SDK the project uses (`run.sh` loads it).
     pub fn dist(&self) -> PathBuf {
-        self.sdk.parent().map_or_else(|| self.sdk.join("../dist"), |plugins| plugins.join("dist"))
+        self.sdk.dist()
     }
 
     /// The crate's library name (`-` becomes `_`), which names the `.wasm`.
@@ -194,8 +193,9 @@ fn shell_word(s: &str) -> String {
     }
 }
 
-fn cargo_toml(p: &Project) -> String {
-    format!(
+fn cargo_toml(p: &Project, version: &str) -> anyhow::Result<String> {
+    let (dependency, patch) = p.sdk.rust(version)?;
+    Ok(format!(
         r#"[package]
 name = "{name}"
 version = "0.1.0"
@@ -208,7 +208,7 @@ description = "A map-gateway plugin"
 crate-type = ["cdylib"]
 
 [dependencies]
-map-plugin-sdk = {{ path = {sdk} }}
+{dependency}
 serde = {{ version = "1", features = ["derive"] }}
 serde_json = "1"
 
@@ -220,10 +220,9 @@ strip = true
 
 # A project of its own, also when it sits inside another cargo workspace.
 [workspace]
-"#,
+{patch}"#,
         name = p.name,
-        sdk = toml_str(&p.sdk.to_string_lossy()),
-    )
+    ))
 }
 
 fn lib_rs(p: &Project) -> String {
@@ -378,25 +377,24 @@ receives its events.
 "#;
     let (intro, build, next) = match p.lang {
         Lang::Rust => (
-            format!("on the Rust plugin SDK (`map-plugin-sdk`, at `{}`)", p.sdk.display()),
+            format!("on the Rust plugin SDK (`map-plugin-sdk`, from {})", p.sdk.describe()),
             "```sh\nrustup target add wasm32-wasip2     # once\ncargo build --release --target wasm32-wasip2\n```\n\nThe component is `target/wasm32-wasip2/release/@LIB@.wasm`.",
             "- `src/lib.rs`: add a method by writing a handler `fn(&Call) -> Result<Reply>`\n  and listing it in `METHODS`.\n- The SDK's crate documentation (`cargo doc --open -p map-plugin-sdk`):\n  typed collections and ranges, atomic batches with compare-and-swap and\n  counters, ids, errors, events, configuration, and the export macros for\n  observers, timers, HTTP and gRPC.\n- The contract itself is the WIT in the gateway's `wit/` folder.",
         ),
         Lang::Python => (
             "in Python, built into a Wasm component with `componentize-py`".to_string(),
             "```sh\n./build.sh      # installs componentize-py in .venv the first time\n```\n\nThe component is `@NAME@.wasm` (about 18 MB: it carries CPython). The\ngateway compiles it once at the first start (10 to 20 s) and keeps the result\nin its artifact cache; later starts take a fraction of a second. Give it\n`memory_mb = 64` (a Python instance starts at about 13 MB).",
-            "- `app.py`: add a method with `@ext.method(\"@NAME@/…\")`, its params a\n  dataclass. Import modules at the top only, and call the host only inside calls.\n- `map_plugin/` is the Python plugin SDK (its docstrings say what each call\n  does): typed collections, pages, atomic batches with compare-and-swap and\n  counters, events, router calls, config, metrics, timers, observers.\n- `wit/` is a copy of the gateway's contract: every import and its\n  guarantees are documented there.",
+            "- `app.py`: add a method with `@ext.method(\"@NAME@/…\")`, its params a\n  dataclass. Import modules at the top only, and call the host only inside calls.\n- `map_plugin` is the Python plugin SDK (the package `map-gateway-plugin-sdk`,\n  found where build.sh says; its docstrings say what each call does): typed collections, pages, atomic batches with compare-and-swap and\n  counters, events, router calls, config, metrics, timers, observers.\n- `wit/` is a copy of the gateway's contract: every import and its\n  guarantees are documented there.",
         ),
         Lang::Js => (
-            "in JavaScript on the JavaScript plugin SDK (`sdk/`), built into a Wasm component with `componentize-js`".to_string(),
+            "in JavaScript on the JavaScript plugin SDK (`@map-gateway/plugin-sdk`), built into a Wasm component with `componentize-js`".to_string(),
             "```sh\n./build.sh      # npm installs componentize-js and esbuild the first time\n```\n\nThe component is `@NAME@.wasm` (about 12 MB: it carries the JavaScript\nengine). The gateway compiles it once at the first start (about 20 s) and\nkeeps the result in its artifact cache; later starts take a fraction of a\nsecond.",
-            "- `plugin.js`: add a method by writing a handler `(call) => result` and\n  listing it in `methods`.\n- `sdk/` is the JavaScript plugin SDK (`@map-gateway/plugin-sdk`; its\n  README and `index.d.ts` say what each call does): JSON collections, pages,\n  atomic batches with compare-and-swap and counters, errors, events, router\n  calls, config, metrics, timers, observers, resources, `fetch`.\n- `wit/` is a copy of the gateway's contract: every import and its\n  guarantees are documented there; `build.mjs` names the world.",
+            "- `plugin.js`: add a method by writing a handler `(call) => result` and\n  listing it in `methods`.\n- `node_modules/@map-gateway/plugin-sdk` is the JavaScript plugin SDK (its\n  README and `index.d.ts` say what each call does): JSON collections, pages,\n  atomic batches with compare-and-swap and counters, errors, events, router\n  calls, config, metrics, timers, observers, resources, `fetch`.\n- `wit/` is a copy of the gateway's contract: every import and its\n  guarantees are documented there; `build.mjs` names the world.",
         ),
     };
     let text = TEMPLATE.replace("@INTRO@", &intro).replace("@BUILD@", build).replace("@NEXT@", next);
     p.fill(&text, "")
         .replace("@LIB@", &p.lib_name())
-        .replace("@SDK@", &p.sdk.to_string_lossy())
         .replace("@WASM@", &toml_str(&p.wasm().to_string_lossy()))
         .replace("@WASM_SH@", &shell_word(&p.wasm().to_string_lossy()))
         .replace("@DIST@", &shell_word(&p.dist().to_string_lossy()))
@@ -418,10 +416,12 @@ mod tests {
 
     #[test]
     fn templates_name_the_plugin_everywhere() {
-        let p = Project { name: "task-board".into(), dir: PathBuf::from("/tmp/tb"), sdk: PathBuf::from("/src/plugins/sdk"), lang: Lang::Rust };
+        let p = Project { name: "task-board".into(), dir: PathBuf::from("/tmp/tb"), sdk: Sdk::Checkout("/src/plugins".into()), lang: Lang::Rust };
         let lib = lib_rs(&p);
         assert!(lib.contains(r#"("task-board/put", put)"#) && !lib.contains("@NAME@"));
-        assert!(cargo_toml(&p).contains(r#"map-plugin-sdk = { path = "/src/plugins/sdk" }"#));
+        assert!(cargo_toml(&p, "1.2.3").unwrap().contains(r#"map-plugin-sdk = { path = "/src/plugins/sdk" }"#));
+        let registry = Project { sdk: Sdk::Registry, ..p.clone() };
+        assert!(cargo_toml(&registry, "1.2.3").unwrap().contains("map-plugin-sdk = \"1.2.3\"\n"));
         let readme = readme(&p);
         assert!(readme.contains(r#"path = "/tmp/tb/target/wasm32-wasip2/release/task_board.wasm""#), "{readme}");
         assert!(!readme.split('@').skip(1).any(|rest| rest.starts_with(|c: char| c.is_ascii_uppercase())), "a placeholder is left: {readme}");
@@ -433,7 +433,7 @@ mod tests {
 
     #[test]
     fn error_ranges_are_drawn_from_the_name_above_90000() {
-        let base = |name: &str| Project { name: name.into(), dir: PathBuf::new(), sdk: PathBuf::new(), lang: Lang::Rust }.error_base();
+        let base = |name: &str| Project { name: name.into(), dir: PathBuf::new(), sdk: Sdk::Registry, lang: Lang::Rust }.error_base();
         // FNV-1a-32: stable across builds and platforms (the README names the rule).
         assert_eq!(base("notes"), 496_000);
         assert_ne!(base("notes"), base("todo"));

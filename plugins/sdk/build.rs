@@ -27,7 +27,8 @@ const WORLDS: &[(&str, &str)] = &[
 ];
 
 fn main() {
-    let wit = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap()).join("../../wit");
+    // `wit` links to the repository's wit/; a packaged crate carries the files.
+    let wit = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap()).join("wit");
     println!("cargo:rerun-if-changed={}", wit.display());
     let mut resolve = wit_parser::Resolve::default();
     let (package, files) = resolve.push_dir(&wit).expect("wit/ parses");

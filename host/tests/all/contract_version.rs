@@ -89,7 +89,7 @@ fn line_of(text: &str, at: usize) -> usize {
 /// Dependency lists: their versions are not the contract's.
 fn is_manifest(path: &str) -> bool {
     let name = path.rsplit('/').next().unwrap_or(path);
-    matches!(name, "Cargo.toml" | "Cargo.lock" | "package.json" | "package-lock.json") || name.starts_with("requirements")
+    matches!(name, "Cargo.toml" | "Cargo.lock" | "package.json" | "package-lock.json" | "pyproject.toml") || name.starts_with("requirements")
 }
 
 /// The mentions in `text` that do not match `contract`, as `line: what`.

@@ -25,10 +25,10 @@ const CRATES: &[&str] = &["crates/protocol", "crates/config", "crates/observe", 
 
 /// The gateway's top-level modules, top to bottom.
 /// `fuzzing` holds the fuzz targets, over every module below it.
-/// `install` and `scaffold` belong to the binary (`plugin install`, `plugin new`);
-/// `install` uses `scaffold`'s name rule, `scaffold` no other module.
+/// `install`, `scaffold` and `health` belong to the binary (`plugin install`,
+/// `plugin new`, `health`); `install` uses `scaffold`'s name rule, the others no other module.
 const GATEWAY_LAYERS: &[&str] =
-    &["fuzzing", "install", "scaffold", "app", "transport", "federation", "acp", "journal", "token_client", "telemetry", "framing", "memory"];
+    &["fuzzing", "install", "scaffold", "health", "app", "transport", "federation", "acp", "journal", "token_client", "telemetry", "framing", "memory"];
 
 /// Circles between files of one directory that are tolerated for a while:
 /// each entry is one circle's files exactly, as `crate-folder/src/…` (a

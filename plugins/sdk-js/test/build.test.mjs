@@ -17,6 +17,11 @@ test('the contract version is the one package.wit declares', async () => {
   assert.ok(text.includes(`package map-gateway:plugin@${version};`));
 });
 
+test('the package is versioned with the contract', async () => {
+  const pkg = JSON.parse(await readFile(join(SDK, 'package.json'), 'utf8'));
+  assert.equal(pkg.version, await contractVersion(WIT));
+});
+
 test('the SDK sources import the gateway without a version, only interfaces the imports world has', async () => {
   const imported = new Set();
   for (const file of await readdir(join(SDK, 'src'))) {

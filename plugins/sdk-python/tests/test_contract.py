@@ -14,6 +14,10 @@ class ContractTest(unittest.TestCase):
         (version,) = re.findall(r"^package map-gateway:plugin@([0-9.]+);", text, re.M)
         self.assertEqual(map_plugin.CONTRACT_VERSION, version)
 
+    def test_the_package_is_versioned_with_the_contract(self):
+        text = (pathlib.Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+        self.assertIn(f'\nversion = "{map_plugin.CONTRACT_VERSION}"\n', text)
+
     def test_no_other_file_spells_the_version(self):
         root = pathlib.Path(map_plugin.__file__).parent
         for path in root.glob("*.py"):

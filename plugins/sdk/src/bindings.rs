@@ -11,7 +11,7 @@
 //! world's interfaces.
 
 wit_bindgen::generate!({
-    path: "../../wit",
+    path: "wit",
     world: "plugin",
     type_section_suffix: "map-plugin-sdk",
     pub_export_macro: true,

@@ -6,6 +6,7 @@
 
 mod credentials;
 mod defaults;
+mod env;
 mod oci;
 mod plugins;
 mod redact;
@@ -22,10 +23,11 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 pub use self::credentials::{pattern_matches, CredentialsConfig, EnvSecret, GrantConfig, OAuth2Provider, ProviderConfig, StaticProvider, StaticSecret};
+pub use self::env::PREFIX as ENV_PREFIX;
 pub use self::oci::{OciAuth, OciConfig};
 pub use self::plugins::{InstanceMode, PluginConfig};
 pub use self::secret::{redact_url, Secret, SecretUrl};
-pub use self::tenants::{AgentPermissionsConfig, Credential, ExposeConfig, FederationConfig, JwtConfig, PeerConfig, TenantConfig, TrustedIssuer};
+pub use self::tenants::{AgentPermissionsConfig, Credential, ExposeConfig, FederationConfig, JwksConfig, JwtConfig, PeerConfig, TenantConfig, TrustedIssuer};
 pub use self::workspace::WorkspaceConfig;
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -269,13 +271,29 @@ pub struct TelemetryConfig {
 }
 
 impl Config {
-    /// Read a TOML file; fields it leaves out keep their defaults.
+    /// Read a TOML file, then the process's `MAP_GATEWAY__SECTION__KEY`
+    /// variables over it (`env`); fields neither sets keep their defaults.
     pub fn load(path: &Path) -> anyhow::Result<Config> {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let mut config: Config = toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        let mut table: toml::Table = text.parse().with_context(|| format!("parsing {}", path.display()))?;
+        env::overlay(&mut table, std::env::vars())?;
+        let mut config: Config = table.try_into().with_context(|| format!("parsing {} (and the MAP_GATEWAY__ variables)", path.display()))?;
         if let Some(dir) = path.parent() {
             config.rebase(dir);
         }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The embedded defaults with the process's `MAP_GATEWAY__SECTION__KEY`
+    /// variables over them: the configuration without a file.
+    pub fn from_env() -> anyhow::Result<Config> {
+        let mut table = toml::Table::new();
+        env::overlay(&mut table, std::env::vars())?;
+        if table.is_empty() {
+            return Ok(Config::default());
+        }
+        let config: Config = table.try_into().context("parsing the MAP_GATEWAY__ variables")?;
         config.validate()?;
         Ok(config)
     }

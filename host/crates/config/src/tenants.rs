@@ -100,8 +100,11 @@ pub struct TrustedIssuer {
     pub algorithm: String,
     /// HS*: the shared secret (at least 16 bytes).
     pub secret: Secret,
-    /// Others: a PEM public key file.
+    /// Others: a PEM public key file, or `jwks`.
     pub public_key_file: PathBuf,
+    /// The issuer's keys fetched from its key set instead of a fixed key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jwks: Option<JwksConfig>,
 }
 
 impl Default for FederationConfig {
@@ -174,9 +177,13 @@ impl Default for ExposeConfig {
 pub struct JwtConfig {
     /// HS256/384/512: the shared secret.
     pub secret: Secret,
-    /// RS*/ES*/PS*/EdDSA: a PEM public key file.
+    /// RS*/ES*/PS*/EdDSA: a PEM public key file, or `jwks`.
     pub public_key_file: PathBuf,
-    /// `HS256` (default), `RS256`, `ES256`, … the only algorithm accepted.
+    /// RS*/ES*/PS*/EdDSA: the issuer's keys fetched from its key set
+    /// (a JWKS URL or an OpenID Connect issuer) instead of a fixed key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jwks: Option<JwksConfig>,
+    /// `HS256` (default; `RS256` with `jwks`), `RS256`, `ES256`, … the only algorithm accepted.
     pub algorithm: String,
     /// Required `aud`; empty: not checked.
     pub audience: String,
@@ -184,6 +191,35 @@ pub struct JwtConfig {
     pub issuer: String,
     /// The claim naming the principal (default `sub`).
     pub principal_claim: String,
+}
+
+/// Where an issuer's signing keys are fetched from, and how long they are
+/// trusted: one of `url` and `oidc_issuer`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct JwksConfig {
+    /// The JWK Set document (`https://idp.example/.well-known/jwks.json`).
+    pub url: String,
+    /// An OpenID Connect issuer: its discovery document
+    /// (`<oidc_issuer>/.well-known/openid-configuration`) names the key set,
+    /// and tokens must carry it as `iss`.
+    pub oidc_issuer: String,
+    /// Keys fetched longer ago than this are fetched again before use.
+    pub refresh_ms: u64,
+    /// A token whose `kid` is not in the set fetches it again, at most once
+    /// in this long (the same bound holds for retries while the issuer is down).
+    pub min_interval_ms: u64,
+    /// While the issuer cannot be reached, the keys last fetched keep
+    /// working until this long after that fetch; then its tokens are refused.
+    pub max_stale_ms: u64,
+    /// How long one fetch may take.
+    pub timeout_ms: u64,
+}
+
+impl Default for JwksConfig {
+    fn default() -> Self {
+        JwksConfig { url: String::new(), oidc_issuer: String::new(), refresh_ms: 300_000, min_interval_ms: 10_000, max_stale_ms: 3_600_000, timeout_ms: 5000 }
+    }
 }
 
 /// A configured secret: `"the-key"`, or `{ secret = "the-key", principal = "alice" }`

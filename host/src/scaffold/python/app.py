@@ -1,5 +1,5 @@
 """The `@NAME@` extension for map-gateway, in Python on the plugin SDK
-(`map_plugin/`, copied here by `map-gateway plugin new`): `@NAME@/put`
+(`map_plugin`, the package map-gateway-plugin-sdk, which build.sh installs): `@NAME@/put`
 stores an item and emits `@NAME@.put`, `@NAME@/get` reads one back.
 
 componentize-py runs this module's top level once, at build time: import

@@ -1,10 +1,12 @@
 //! The credentials that lead into tenants: configured keys and principals,
-//! access tokens and JWTs (`jwt`), failed-login throttling (`throttle`).
+//! access tokens and JWTs (`jwt`, with issuers' key sets in `jwks`),
+//! failed-login throttling (`throttle`).
 //! Generic over what a tenant is (`T`), so it depends on nothing of the core.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
+pub mod jwks;
 pub mod jwt;
 pub mod throttle;
 
