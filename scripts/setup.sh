@@ -5,9 +5,9 @@
 # target/a2a-pyenv, kubernetes-validate in target/k8s-pyenv, Chromium for the dashboard's
 # browser test, Debian's docker-registry for the OCI tests, Podman, runc and
 # mmdebstrap for the container image's tests, the C audit
-# example's tools (clang, wasi-libc; wit-bindgen and wasm-tools in target/tools),
-# and mdBook for the book (in ${XDG_CACHE_HOME:-~/.cache}/map-gateway/tools/bin,
-# once per machine; test.sh puts it on PATH).
+# example's tools (clang, wasi-libc, wit-bindgen, wasm-tools), and mdBook for
+# the book; the tools built with cargo once per machine, in
+# ${XDG_CACHE_HOME:-~/.cache}/map-gateway/tools/bin (test.sh puts it on PATH).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -86,9 +86,9 @@ if [ "${1:-}" = "--tests" ]; then
         fi
     done
     # Tools built with cargo, pinned, with only the features the build uses:
-    # wit-bindgen (C bindings of wit/) and wasm-tools (core module to
-    # component) in target/tools; mdBook (test.sh builds the book in docs/)
-    # once per machine, outside the checkout, so every clone shares it.
+    # wit-bindgen (C bindings of wit/), wasm-tools (core module to component)
+    # and mdBook (test.sh builds the book in docs/), once per machine outside
+    # the checkout, so every clone shares them.
     cargo_tool() { # root crate version binary [cargo install args...]
         local root=$1 crate=$2 version=$3 bin=$4
         shift 4
@@ -97,8 +97,9 @@ if [ "${1:-}" = "--tests" ]; then
             cargo install --locked --root "$root" "$crate@$version" "$@"
         fi
     }
-    cargo_tool target/tools wit-bindgen-cli 0.57.1 wit-bindgen --no-default-features --features c
-    cargo_tool target/tools wasm-tools 1.258.3 wasm-tools --no-default-features --features component,validate,print
+    tools="${XDG_CACHE_HOME:-$HOME/.cache}/map-gateway/tools"
+    cargo_tool "$tools" wit-bindgen-cli 0.57.1 wit-bindgen --no-default-features --features c
+    cargo_tool "$tools" wasm-tools 1.258.3 wasm-tools --no-default-features --features component,validate,print
     # `mdbook build` only: no serve or watch (a web server and a file watcher).
-    cargo_tool "${XDG_CACHE_HOME:-$HOME/.cache}/map-gateway/tools" mdbook 0.5.4 mdbook --no-default-features --features search
+    cargo_tool "$tools" mdbook 0.5.4 mdbook --no-default-features --features search
 fi

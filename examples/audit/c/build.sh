@@ -2,13 +2,13 @@
 # Builds the C audit extension into audit.wasm next to this script. Works
 # from any directory. Tools (scripts/setup.sh --tests installs them):
 #   clang-14, wasm-ld, wasi-libc   Debian: clang-14 lld-14 wasi-libc libclang-rt-14-dev-wasm32
-#   wit-bindgen 0.57.1             crates.io wit-bindgen-cli, in <repo>/target/tools
-#   wasm-tools 1.258.3             crates.io wasm-tools, in <repo>/target/tools
+#   wit-bindgen 0.57.1             crates.io wit-bindgen-cli, in ~/.cache/map-gateway/tools
+#   wasm-tools 1.258.3             crates.io wasm-tools, in ~/.cache/map-gateway/tools
 # Each may be overridden: CC=..., WIT_BINDGEN=..., WASM_TOOLS=...
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../../.." && pwd)"
-tools="$repo/target/tools/bin"
+tools="${XDG_CACHE_HOME:-$HOME/.cache}/map-gateway/tools/bin"
 out="$repo/target/c-audit" # generated bindings and objects
 cc="${CC:-clang-14}"
 wit_bindgen="${WIT_BINDGEN:-$tools/wit-bindgen}"
