@@ -5,12 +5,16 @@
 # Needs PostgreSQL on 127.0.0.1:5432 (database `test`) for the storage tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each step is printed with the time since the start: where the time goes.
+step() { printf '==> [%d:%02d] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
+trap 'echo "test.sh: $((SECONDS / 60)) min $((SECONDS % 60)) s"' EXIT
 
+step "setting up (scripts/setup.sh --tests)"
 scripts/setup.sh --tests
 # Tools installed once per machine (setup.sh): mdbook.
 export PATH="${XDG_CACHE_HOME:-$HOME/.cache}/map-gateway/tools/bin:$PATH"
 
-echo "==> building the book (docs/ into target/book)"
+step "building the book (docs/ into target/book)"
 mkdir -p target
 mdbook build docs 2>&1 | tee target/book.log
 # mdbook logs an include whose file is missing and builds on: fail here instead.
@@ -19,15 +23,16 @@ if grep -q ERROR target/book.log; then
     exit 1
 fi
 
+step "building the plugins and the test fixtures"
 scripts/build-plugins.sh --fixtures
 
-echo "==> building the gateway"
+step "building the gateway"
 cargo build --locked -p map-gateway
 
-echo "==> the plugin SDKs packaged for crates.io, npm and PyPI (target/sdk-packages)"
+step "the plugin SDKs packaged for crates.io, npm and PyPI (target/sdk-packages)"
 scripts/package-sdks.sh >/dev/null
 
-echo "==> plugins made by map-gateway plugin new on the packaged SDKs, in Rust, Python and JavaScript (interop suite: plugin-new.test.mjs)"
+step "plugins made by map-gateway plugin new on the packaged SDKs, in Rust, Python and JavaScript (interop suite: plugin-new.test.mjs)"
 rm -rf target/scaffold/sdk-example target/scaffold/sdk-example-python target/scaffold/sdk-example-js
 target/debug/map-gateway plugin new sdk-example --sdk target/sdk-packages --dir target/scaffold/sdk-example >/dev/null
 (cd target/scaffold/sdk-example && CARGO_TARGET_DIR=.. cargo build --quiet --release --target wasm32-wasip2)
@@ -36,25 +41,25 @@ target/scaffold/sdk-example-python/build.sh
 target/debug/map-gateway plugin new sdk-example --lang js --sdk target/sdk-packages --dir target/scaffold/sdk-example-js >/dev/null
 target/scaffold/sdk-example-js/build.sh
 
-echo "==> Rust tests: the host's crates, the gateway's black-box tests, the benchmark harness"
+step "Rust tests: the host's crates, the gateway's black-box tests, the benchmark harness"
 # The black-box tests are one binary whose tests run two at a time; the ones
 # that hold the gateway to latency bounds under a load of their own (100,000
 # agents) run after it, alone, so no other test's load is measured with them.
 cargo test --locked --workspace -- --skip registry_scale::
 cargo test --locked -p map-gateway --test all -- --test-threads=1 registry_scale::
 
-echo "==> Rust tests: standard plugins"
+step "Rust tests: standard plugins"
 (cd plugins && cargo test --locked --target-dir ../target/plugins-host)
 
-echo "==> Python plugin SDK unit tests"
+step "Python plugin SDK unit tests"
 (cd plugins/sdk-python && python3 -B -m unittest discover -s tests -q)
 
-echo "==> JavaScript plugin SDK unit tests"
+step "JavaScript plugin SDK unit tests"
 (cd plugins/sdk-js && npm test --silent)
 
-echo "==> installing the two-agents and workspace-agent examples' npm packages"
+step "installing the two-agents and workspace-agent examples' npm packages"
 (cd examples/two-agents && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
 (cd examples/workspace-agent && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
 
-echo "==> interop suite (@multi-agent-protocol/sdk)"
+step "interop suite (@multi-agent-protocol/sdk)"
 (cd tests/interop && GATEWAY_BIN="$PWD/../../target/debug/map-gateway" npm test)
