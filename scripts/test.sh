@@ -5,9 +5,18 @@
 # Needs PostgreSQL on 127.0.0.1:5432 (database `test`) for the storage tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Each step is printed with the time since the start: where the time goes.
-step() { printf '==> [%d:%02d] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
-trap 'echo "test.sh: $((SECONDS / 60)) min $((SECONDS % 60)) s"' EXIT
+# Each step is printed with the time since the start and the CPU time its
+# commands have used so far (user + system): where the time goes.
+times_file="${TMPDIR:-/tmp}/map-gateway-test-times.$$"
+cpu() { # `times` runs in this shell (a subshell's children are not these)
+    times >"$times_file"
+    awk 'NR == 2 { for (i = 1; i <= 2; i++) { split($i, t, "m"); sub(/s/, "", t[2]); n += t[1] * 60 + t[2] } printf "%d", n }' "$times_file"
+}
+step() {
+    cpu >"$times_file.n"
+    printf '==> [%d:%02d, cpu %ss] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$(cat "$times_file.n")" "$*"
+}
+trap 'step "test.sh ends"; rm -f "$times_file" "$times_file.n"' EXIT
 
 step "setting up (scripts/setup.sh --tests)"
 scripts/setup.sh --tests
