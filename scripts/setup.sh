@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs what the build needs beyond rustup and cargo: the wasm32-wasip2
-# target for plugins; with --tests, the npm packages of the interop suite, the
-# Python gRPC client (grpcio) in target/pyenv, the A2A SDK (a2a-sdk) in
-# target/a2a-pyenv, kubernetes-validate in target/k8s-pyenv, Chromium for the dashboard's
-# browser test, Debian's docker-registry for the OCI tests, Podman, runc and
-# mmdebstrap for the container image's tests, the C audit
+# target for plugins; with --tests, the npm packages of the interop suite,
+# the tests' Python clients (grpcio, the A2A SDK a2a-sdk, kubernetes-validate;
+# target/pyenv, target/a2a-pyenv, target/k8s-pyenv), Chromium for the
+# dashboard's browser test, Debian's docker-registry for the OCI tests,
+# Podman, runc and mmdebstrap for the container image's tests, the C audit
 # example's tools (clang, wasi-libc, wit-bindgen, wasm-tools), and mdBook for
-# the book; the tools built with cargo once per machine, in
-# ${XDG_CACHE_HOME:-~/.cache}/map-gateway/tools/bin (test.sh puts it on PATH).
+# the book. What is not Debian's or npm's is made once per machine, in
+# ${XDG_CACHE_HOME:-~/.cache}/map-gateway: the venvs (target/ links to them)
+# and the tools built with cargo (tools/bin, which test.sh puts on PATH).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,37 +20,36 @@ fi
 if [ "${1:-}" = "--tests" ]; then
     echo "==> installing the interop suite's npm packages"
     (cd tests/interop && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
-    if ! cmp -s tests/grpc/requirements.txt target/pyenv/requirements.txt; then
-        echo "==> installing the Python gRPC client (target/pyenv)"
-        rm -rf target/pyenv
-        if ! python3 -m venv target/pyenv 2>/dev/null; then
-            # Debian's python3 keeps venv in a package of its own.
-            apt-get install -y -q python3-venv >/dev/null || sudo apt-get install -y -q python3-venv >/dev/null
-            python3 -m venv target/pyenv
+    # Python clients of the tests, each in a venv of its own made once per
+    # machine for each version of its requirements file (in the tools cache,
+    # keyed by the file's hash) and linked into target/ under a fixed name.
+    venv() { # NAME REQUIREMENTS WHAT
+        local name=$1 requirements=$2 what=$3 dir
+        dir="$cache/venvs/$name-$(sha256sum "$requirements" | cut -c1-16)"
+        if [ ! -x "$dir/bin/python" ] || ! cmp -s "$requirements" "$dir/requirements.txt"; then
+            echo "==> installing $what ($dir)"
+            rm -rf "$dir"
+            if ! python3 -m venv "$dir" 2>/dev/null; then
+                # Debian's python3 keeps venv in a package of its own.
+                apt-get install -y -q python3-venv >/dev/null || sudo apt-get install -y -q python3-venv >/dev/null
+                python3 -m venv "$dir"
+            fi
+            "$dir/bin/pip" install --quiet --disable-pip-version-check -r "$requirements"
+            cp "$requirements" "$dir/requirements.txt"
         fi
-        target/pyenv/bin/pip install --quiet --disable-pip-version-check -r tests/grpc/requirements.txt
-        cp tests/grpc/requirements.txt target/pyenv/requirements.txt
-    fi
-    # The A2A bridge's tests drive it with the official A2A SDK (a2a-sdk), in a venv of its own.
-    if ! cmp -s tests/a2a/requirements.txt target/a2a-pyenv/requirements.txt; then
-        echo "==> installing the A2A SDK for Python (target/a2a-pyenv)"
-        rm -rf target/a2a-pyenv
-        python3 -m venv target/a2a-pyenv 2>/dev/null || {
-            apt-get install -y -q python3-venv >/dev/null || sudo apt-get install -y -q python3-venv >/dev/null
-            python3 -m venv target/a2a-pyenv
-        }
-        target/a2a-pyenv/bin/pip install --quiet --disable-pip-version-check -r tests/a2a/requirements.txt
-        cp tests/a2a/requirements.txt target/a2a-pyenv/requirements.txt
-    fi
+        mkdir -p target
+        if [ "$(readlink "target/$name" 2>/dev/null)" != "$dir" ]; then
+            rm -rf "target/$name"
+            ln -s "$dir" "target/$name"
+        fi
+    }
+    cache="${XDG_CACHE_HOME:-$HOME/.cache}/map-gateway"
+    venv pyenv tests/grpc/requirements.txt "the Python gRPC client (grpcio)"
+    # The A2A bridge's tests drive it with the official A2A SDK (a2a-sdk).
+    venv a2a-pyenv tests/a2a/requirements.txt "the A2A SDK for Python"
     # The Kubernetes manifests (deploy/kubernetes) are checked against the
-    # API's schemas, which kubernetes-validate carries, in a venv of its own.
-    if ! cmp -s tests/deploy/requirements.txt target/k8s-pyenv/requirements.txt; then
-        echo "==> installing kubernetes-validate (target/k8s-pyenv)"
-        rm -rf target/k8s-pyenv
-        python3 -m venv target/k8s-pyenv
-        target/k8s-pyenv/bin/pip install --quiet --disable-pip-version-check -r tests/deploy/requirements.txt
-        cp tests/deploy/requirements.txt target/k8s-pyenv/requirements.txt
-    fi
+    # API's schemas, which kubernetes-validate carries.
+    venv k8s-pyenv tests/deploy/requirements.txt "kubernetes-validate"
     apt_install() {
         apt-get install -y -q "$@" >/dev/null || sudo apt-get install -y -q "$@" >/dev/null
     }

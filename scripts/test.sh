@@ -20,6 +20,10 @@ trap 'step "test.sh ends"; rm -f "$times_file" "$times_file.n"' EXIT
 
 step "setting up (scripts/setup.sh --tests)"
 scripts/setup.sh --tests
+# Every Rust crate of this repository is compiled by clippy's driver, warnings
+# as errors: the lints ride on the build instead of a second one (`cargo
+# clippy` checks every dependency again). Dependencies build with plain rustc.
+export RUSTC_WORKSPACE_WRAPPER="$PWD/scripts/lint-rustc"
 # Tools installed once per machine (setup.sh): mdbook.
 export PATH="${XDG_CACHE_HOME:-$HOME/.cache}/map-gateway/tools/bin:$PATH"
 
@@ -32,23 +36,55 @@ if grep -q ERROR target/book.log; then
     exit 1
 fi
 
-step "building the plugins and the test fixtures"
-scripts/build-plugins.sh --fixtures
+# Builds in two lanes, as the two use different target folders and a build
+# leaves a core idle in its serial stretches (a plugin's link-time
+# optimisation, the gateway's last crates and links): the Wasm components
+# in the background, the gateway and every test binary in the foreground.
+mkdir -p target/logs
+background() { # NAME COMMAND...: runs it with its output in target/logs/NAME.log
+    local name=$1
+    shift
+    step "$name: in the background (target/logs/$name.log)"
+    ("$@") >"target/logs/$name.log" 2>&1 &
+    eval "pid_$name=$!"
+}
+join() { # NAME: waits for it; on a failure prints its log and stops
+    local name=$1 pid
+    eval "pid=\$pid_$name"
+    if ! wait "$pid"; then
+        cat "target/logs/$name.log" >&2
+        echo "test.sh: $name failed (its output is above)" >&2
+        exit 1
+    fi
+    step "$name: done"
+}
+# Plugins made by `map-gateway plugin new` on the packaged SDKs, in Rust,
+# Python and JavaScript (the interop suite's plugin-new.test.mjs loads them).
+sdk_projects() {
+    set -euo pipefail
+    scripts/package-sdks.sh
+    rm -rf target/scaffold/sdk-example target/scaffold/sdk-example-python target/scaffold/sdk-example-js
+    target/debug/map-gateway plugin new sdk-example --sdk target/sdk-packages --dir target/scaffold/sdk-example
+    (cd target/scaffold/sdk-example && CARGO_TARGET_DIR=.. cargo build --release --target wasm32-wasip2)
+    target/debug/map-gateway plugin new sdk-example --lang python --sdk target/sdk-packages --dir target/scaffold/sdk-example-python
+    target/scaffold/sdk-example-python/build.sh
+    target/debug/map-gateway plugin new sdk-example --lang js --sdk target/sdk-packages --dir target/scaffold/sdk-example-js
+    target/scaffold/sdk-example-js/build.sh
+}
 
-step "building the gateway"
-cargo build --locked -p map-gateway
+background plugins scripts/build-plugins.sh --fixtures
 
-step "the plugin SDKs packaged for crates.io, npm and PyPI (target/sdk-packages)"
-scripts/package-sdks.sh >/dev/null
+step "building the gateway (and its benchmarks, so they are linted)"
+cargo build --locked -p map-gateway --bins --benches
 
-step "plugins made by map-gateway plugin new on the packaged SDKs, in Rust, Python and JavaScript (interop suite: plugin-new.test.mjs)"
-rm -rf target/scaffold/sdk-example target/scaffold/sdk-example-python target/scaffold/sdk-example-js
-target/debug/map-gateway plugin new sdk-example --sdk target/sdk-packages --dir target/scaffold/sdk-example >/dev/null
-(cd target/scaffold/sdk-example && CARGO_TARGET_DIR=.. cargo build --quiet --release --target wasm32-wasip2)
-target/debug/map-gateway plugin new sdk-example --lang python --sdk target/sdk-packages --dir target/scaffold/sdk-example-python >/dev/null
-target/scaffold/sdk-example-python/build.sh
-target/debug/map-gateway plugin new sdk-example --lang js --sdk target/sdk-packages --dir target/scaffold/sdk-example-js >/dev/null
-target/scaffold/sdk-example-js/build.sh
+background sdk_projects sdk_projects
+
+step "building the tests: the host's crates, the gateway's black-box tests, the benchmark harness, the standard plugins"
+cargo test --locked --workspace --no-run
+(cd plugins && cargo test --locked --target-dir ../target/plugins-host --no-run)
+
+join plugins
+join sdk_projects
 
 step "Rust tests: the host's crates, the gateway's black-box tests, the benchmark harness"
 # The black-box tests are one binary whose tests run two at a time; the ones
