@@ -2,7 +2,7 @@
 by tests/interop/a2a.test.mjs: each run does one thing and prints what it
 got as JSON lines (the SDK's protobuf messages as JSON).
 
-    client.py BASE KEY AGENT card [--v03-card]
+    client.py BASE KEY AGENT card [--v03-card] [--verify ed25519:PUBLIC-KEY]
     client.py BASE KEY AGENT send TEXT [--stream] [--task ID] [--context ID] [--immediate]
     client.py BASE KEY AGENT get TASK | cancel TASK | subscribe TASK
     client.py BASE KEY AGENT list [--size N] [--token T] [--context ID] [--state S]
@@ -14,15 +14,19 @@ got as JSON lines (the SDK's protobuf messages as JSON).
 With --v03 the client uses only the card's 0.3 interface (the SDK's 0.3 transport),
 with --binding B only the card's interfaces of binding B (JSONRPC, HTTP+JSON).
 With --v03-card the card is read as an A2A 0.3 client reads it: by its 0.3
-fields alone (the SDK's 0.3 model, then its conversion to 1.0).
+fields alone (the SDK's 0.3 model, then its conversion to 1.0). With --verify
+the card's signatures are checked by the SDK's verifier (EdDSA) against the
+key: {"verified": true}, or the SDK's error.
 """
 
 import argparse
 import asyncio
+import base64
 import json
 import uuid
 
 import httpx
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from google.protobuf import json_format
 
 from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
@@ -46,6 +50,7 @@ from a2a.types import (
     TaskState,
 )
 from a2a.utils.errors import A2AError
+from a2a.utils.signing import create_signature_verifier
 
 
 def out(obj):
@@ -77,6 +82,11 @@ async def run(a):
             return
         card = await A2ACardResolver(http, url).get_agent_card()
         if a.cmd == "card":
+            if a.verify:
+                key = Ed25519PublicKey.from_public_bytes(base64.b64decode(a.verify.removeprefix("ed25519:")))
+                create_signature_verifier(lambda _kid, _jku: key, ["EdDSA"])(card)
+                out({"verified": True, "signatures": len(card.signatures)})
+                return
             out(card)
             return
         if a.v03 or a.binding:
@@ -134,6 +144,7 @@ def main():
     p.add_argument("--v03", action="store_true", help="speak A2A 0.3")
     p.add_argument("--v03-card", action="store_true", help="read the card by its 0.3 fields")
     p.add_argument("--binding", help="use only the card's interfaces of this protocol binding")
+    p.add_argument("--verify", help="check the card's signature with this ed25519: public key")
     p.add_argument("--task")
     p.add_argument("--context")
     p.add_argument("--size", type=int, default=0)

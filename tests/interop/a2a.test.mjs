@@ -8,10 +8,11 @@ import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { existsSync } from 'node:fs';
 import { startGateway, connectAgent, connectClient, pollUntil, DEFAULT_TENANTS, WAIT_MS } from './harness.mjs';
-import { DIST, PYTHON, ACME, runClient, text } from './a2a-sdk.mjs';
+import { DIST, PYTHON, ACME, runClient, text, ed25519Keys } from './a2a-sdk.mjs';
 
 let gw;
 let helper;
+const cardKey = ed25519Keys(); // acme's cards are signed with it
 let plain;
 const seen = []; // what reached the MAP agent: [{text, meta, a2a}]
 
@@ -72,7 +73,7 @@ before(async () => {
   assert.ok(existsSync(PYTHON), `${PYTHON} is missing: run scripts/setup.sh --tests`);
   const tenant = (id, extra = []) => ({ ...DEFAULT_TENANTS.find((t) => t.id === id), toml: ['plugins = ["a2a"]', ...extra].join('\n') });
   gw = await startGateway({
-    tenants: [{ id: 'default' }, tenant('acme'), tenant('globex', ['[tenants.plugin_config.a2a]', 'maxTasksPerTenant = 1'])],
+    tenants: [{ id: 'default' }, tenant('acme', ['[tenants.plugin_config.a2a]', `cardSigningKey = "${cardKey.secret}"`]), tenant('globex', ['[tenants.plugin_config.a2a]', 'maxTasksPerTenant = 1'])],
     extraToml: [
       '[plugins.a2a]',
       `path = ${JSON.stringify(join(DIST, 'a2a.wasm'))}`,
@@ -431,4 +432,15 @@ test('HTTP+JSON errors are google.rpc.Status objects with the HTTP status of A2A
   assert.deepEqual(got.body.history.map(text), ['hello back']);
   const page = await call('GET', `/tasks?contextId=${encodeURIComponent(ev.message.contextId)}&pageSize=1&includeArtifacts=true`);
   assert.deepEqual(page.body.tasks.map((t) => t.id), [ev.message.taskId]);
+});
+
+test('signed cards (A2A 8.4): the card carries a JWS the SDK verifies with the configured key, and with no other', async () => {
+  const [ok] = await a2a(['helper', 'card', '--verify', cardKey.public]);
+  assert.deepEqual(ok, { verified: true, signatures: 1 });
+  const protectedHeader = JSON.parse(Buffer.from((await a2a(['helper', 'card']))[0].signatures[0].protected, 'base64url'));
+  assert.deepEqual([protectedHeader.alg, protectedHeader.typ], ['EdDSA', 'JOSE']);
+  assert.match(protectedHeader.kid, /^[0-9a-f]{16}$/);
+  assert.equal((await a2a(['helper', 'card', '--verify', ed25519Keys().public]))[0].error, 'InvalidSignaturesError');
+  // globex configured no key: its cards are not signed.
+  assert.equal((await a2a(['g-agent', 'card'], 'globex-key'))[0].signatures, undefined);
 });

@@ -28,6 +28,7 @@ mod remote;
 mod remote_task;
 mod rest;
 mod settings;
+mod signing;
 mod stream;
 mod task;
 
@@ -79,6 +80,18 @@ fn too_many(per_minute: u64, retry_after: u64) -> HttpResponse {
 
 /// A card with `Cache-Control` and its `ETag`; 304 when `If-None-Match` names it (A2A §8.6.1).
 fn serve_card(req: &HttpRequest, card: &Value, s: &Settings) -> HttpResponse {
+    // Signed with the configured key (A2A §8.4); a key that is not one is the operator's to fix.
+    let signed;
+    let card = match s.card_signing_key.as_str() {
+        "" => card,
+        k => match signing::secret_key(k) {
+            Ok(key) => {
+                signed = signing::sign(card, &key);
+                &signed
+            }
+            Err(why) => return HttpResponse::json(500, &json!({"error": format!("the card cannot be signed: {why}")})),
+        },
+    };
     let tag = cards::etag(card);
     let mut r = match header(req, "if-none-match") {
         Some(v) if cards::names_tag(v, &tag) => HttpResponse { status: 304, headers: vec![], body: vec![] },

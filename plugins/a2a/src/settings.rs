@@ -41,6 +41,9 @@ pub struct Settings {
     pub card_ttl_ms: u64,
     /// The `max-age` of the cards the bridge serves (their `Cache-Control`), in seconds.
     pub card_max_age_s: u64,
+    /// The Ed25519 key (`ed25519-secret:<base64>`, as `map-gateway plugin
+    /// keygen` writes it) the cards the bridge serves are signed with; empty: unsigned.
+    pub card_signing_key: String,
 }
 
 impl Default for Settings {
@@ -61,6 +64,7 @@ impl Default for Settings {
             follow_ms: 86_400_000,
             card_ttl_ms: 300_000,
             card_max_age_s: 300,
+            card_signing_key: String::new(),
         }
     }
 }
