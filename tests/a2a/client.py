@@ -91,10 +91,12 @@ async def run(a):
             return
         if a.v03 or a.binding:
             # Only the 0.3 interface (the SDK then speaks 0.3, its compat transport), or only one binding's.
-            keep = [i for i in card.supported_interfaces if (i.protocol_version == "0.3") if a.v03 else i.protocol_binding == a.binding]
+            keep = [i for i in card.supported_interfaces if (i.protocol_version == "0.3" if a.v03 else i.protocol_binding == a.binding)]
             del card.supported_interfaces[:]
             card.supported_interfaces.extend(keep)
         config = ClientConfig(httpx_client=http, streaming=a.stream or a.cmd == "subscribe", polling=a.immediate)
+        if a.binding:
+            config.supported_protocol_bindings = [a.binding]
         client = ClientFactory(config).create(card)
         if a.cmd == "send":
             msg = Message(message_id=str(uuid.uuid4()), role=Role.ROLE_USER, parts=[Part(text=a.arg)])
