@@ -341,6 +341,17 @@ test('a body that is not declared JSON gets 415 and -32005 ContentTypeNotSupport
   const r = await raw('helper', { jsonrpc: '2.0', id: 1, method: 'GetTask', params: { id: 'x' } }, { 'content-type': 'text/plain' });
   assert.deepEqual([r.status, r.body.error.code, r.body.error.data[0].reason], [415, -32005, 'CONTENT_TYPE_NOT_SUPPORTED']);
   assert.equal((await raw('helper', { jsonrpc: '2.0', id: 1, method: 'GetTask', params: { id: 'x' } }, { 'content-type': 'application/a2a+json' })).body.error.code, -32001);
+  const rest = await fetch(`${gw.baseUrl}/a2a/agents/helper/rest/message:send`, { method: 'POST', headers: { 'x-api-key': 'acme-key', 'a2a-version': '1.0', 'content-type': 'text/plain' }, body: 'hello' });
+  assert.deepEqual([rest.status, (await rest.json()).error.details[0].reason], [415, 'CONTENT_TYPE_NOT_SUPPORTED']);
+});
+
+test('a stream refused before it opens is a plain JSON-RPC error, as the official SDK server answers it (not an SSE body)', async () => {
+  const [ev] = await a2a(['helper', 'send', 'hello']);
+  const r = await rpc('SubscribeToTask', { id: ev.message.taskId });
+  assert.match(r.headers.get('content-type'), /application\/json/);
+  assert.equal(r.body.error.code, -32004);
+  const bad = await rpc('SendStreamingMessage', { message: { messageId: 'm' } });
+  assert.deepEqual([bad.headers.get('content-type').startsWith('application/json'), bad.body.error.code], [true, -32602]);
 });
 
 test('the card: 0.3 fields, Cache-Control and an ETag that a conditional request revalidates; URLs with a trailing slash', async () => {

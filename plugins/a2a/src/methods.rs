@@ -241,7 +241,8 @@ fn list(agent: &str, p: &Value) -> Result<Value, Fault> {
 fn streaming(agent: &str, req: &Request, s: &Settings, legacy: bool) -> HttpResponse {
     match send(agent, &req.params, s) {
         Ok((t, from)) => stream::follow(&req.id, &t.id, from, None, s, legacy),
-        Err(f) => jsonrpc::sse(&req.id, &[Err(f)]),
+        // An error before the stream opens is a plain answer, as the official SDK's server gives it.
+        Err(f) => answer(200, &req.id, Err(f)),
     }
 }
 
@@ -249,9 +250,9 @@ fn subscribe(agent: &str, req: &Request, s: &Settings, legacy: bool) -> HttpResp
     let start = task_id(&req.params).and_then(|id| owned(agent, &id));
     match start {
         Ok(t) if task::is_terminal(t.state()) => {
-            jsonrpc::sse(&req.id, &[Err(Fault::new(UNSUPPORTED_OPERATION, format!("task {} is {}: nothing more will happen", t.id, t.state())))])
+            answer(200, &req.id, Err(Fault::new(UNSUPPORTED_OPERATION, format!("task {} is {}: nothing more will happen", t.id, t.state()))))
         }
         Ok(t) => stream::follow(&req.id, &t.id, t.seq, Some(json!({"task": t.wire(None, true)})), s, legacy),
-        Err(f) => jsonrpc::sse(&req.id, &[Err(f)]),
+        Err(f) => answer(200, &req.id, Err(f)),
     }
 }

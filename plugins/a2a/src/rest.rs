@@ -104,8 +104,11 @@ pub fn handle(agent: &str, req: &HttpRequest, path: &str, s: &Settings) -> HttpR
         r.status = 413;
         return r;
     }
+    // A body of another media type is HTTP's 415 (A2A §5.4's 400 is for the media types of parts).
     if !req.body.is_empty() && !jsonrpc::is_json(req) {
-        return error(&Fault::new(jsonrpc::CONTENT_TYPE_NOT_SUPPORTED, "the body's Content-Type is application/json or application/a2a+json"));
+        let mut r = error(&Fault::new(jsonrpc::CONTENT_TYPE_NOT_SUPPORTED, "the body's Content-Type is application/json or application/a2a+json"));
+        r.status = 415;
+        return r;
     }
     // The paths are A2A 1.0's; a request of another version gets VersionNotSupported.
     match jsonrpc::version(req) {
