@@ -35,10 +35,15 @@ const SCENARIOS = [
   ['tck-complete-task', [['update', { state: 'completed', message: text('Hello from TCK') }]]],
 ];
 
-/** The steps for a message: its scenario's, else an echo that completes the task. */
+/**
+ * The steps for a message: its scenario's; else, for the 1.0 line's other
+ * ids (`tck-…`), an echo that completes the task; else (the 0.3 line, which
+ * continues and cancels the tasks it opens) the task goes to working and stays there.
+ */
 export function steps(messageId) {
   const hit = SCENARIOS.find(([prefix]) => messageId.startsWith(prefix));
-  return hit ? hit[1] : [['update', { state: 'completed', message: text(`Unhandled messageId prefix: ${messageId}`) }]];
+  if (hit) return hit[1];
+  return messageId.startsWith('tck-') ? [['update', { state: 'completed', message: text(`Unhandled messageId prefix: ${messageId}`) }]] : [['working']];
 }
 
 /** Play a message's scenario on task `taskId` with `call(method, params)`. */
@@ -63,6 +68,8 @@ async function main() {
       'deadline_ms = 30000',
       '[plugins.a2a.config]',
       'requestsPerMinute = 100000',
+      // A send to a task that stays working answers with it after this wait.
+      'blockingWaitMs = 1000',
     ].join('\n'),
   });
   const agent = await connectAgent(gw, { name: 'TCK', agentId: 'tck' });
