@@ -2,7 +2,7 @@
 by tests/interop/a2a.test.mjs: each run does one thing and prints what it
 got as JSON lines (the SDK's protobuf messages as JSON).
 
-    client.py BASE KEY AGENT card
+    client.py BASE KEY AGENT card [--v03-card] [--verify ed25519:PUBLIC-KEY]
     client.py BASE KEY AGENT send TEXT [--stream] [--task ID] [--context ID] [--immediate]
     client.py BASE KEY AGENT get TASK | cancel TASK | subscribe TASK
     client.py BASE KEY AGENT list [--size N] [--token T] [--context ID] [--state S]
@@ -11,18 +11,27 @@ got as JSON lines (the SDK's protobuf messages as JSON).
     client.py BASE KEY AGENT push-list TASK [--size N] [--token T]
     (send takes --push URL [--push-token T] [--push-auth ...] too: a config for the new task)
 
-With --v03 the client uses only the card's 0.3 interface (the SDK's 0.3 transport).
+With --v03 the client uses only the card's 0.3 interface (the SDK's 0.3 transport),
+with --binding B only the card's interfaces of binding B (JSONRPC, HTTP+JSON).
+With --v03-card the card is read as an A2A 0.3 client reads it: by its 0.3
+fields alone (the SDK's 0.3 model, then its conversion to 1.0). With --verify
+the card's signatures are checked by the SDK's verifier (EdDSA) against the
+key: {"verified": true}, or the SDK's error.
 """
 
 import argparse
 import asyncio
+import base64
 import json
 import uuid
 
 import httpx
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from google.protobuf import json_format
 
 from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
+from a2a.compat.v0_3.conversions import to_core_agent_card
+from a2a.compat.v0_3.types import AgentCard as AgentCardV03
 from a2a.types import (
     AuthenticationInfo,
     CancelTaskRequest,
@@ -41,6 +50,7 @@ from a2a.types import (
     TaskState,
 )
 from a2a.utils.errors import A2AError
+from a2a.utils.signing import create_signature_verifier
 
 
 def out(obj):
@@ -64,16 +74,29 @@ def push_config(a, task=""):
 async def run(a):
     url = f"{a.base}/agents/{a.agent}"
     async with httpx.AsyncClient(headers={"x-api-key": a.key}, timeout=60) as http:
+        if a.v03_card:
+            res = await http.get(f"{url}/.well-known/agent-card.json")
+            res.raise_for_status()
+            data = {k: v for k, v in res.json().items() if k != "supportedInterfaces"}
+            out(to_core_agent_card(AgentCardV03.model_validate(data)))
+            return
         card = await A2ACardResolver(http, url).get_agent_card()
         if a.cmd == "card":
+            if a.verify:
+                key = Ed25519PublicKey.from_public_bytes(base64.b64decode(a.verify.removeprefix("ed25519:")))
+                create_signature_verifier(lambda _kid, _jku: key, ["EdDSA"])(card)
+                out({"verified": True, "signatures": len(card.signatures)})
+                return
             out(card)
             return
-        if a.v03:
-            # Only the 0.3 interface: the SDK then speaks 0.3 (its compat transport).
-            keep = [i for i in card.supported_interfaces if i.protocol_version == "0.3"]
+        if a.v03 or a.binding:
+            # Only the 0.3 interface (the SDK then speaks 0.3, its compat transport), or only one binding's.
+            keep = [i for i in card.supported_interfaces if (i.protocol_version == "0.3" if a.v03 else i.protocol_binding == a.binding)]
             del card.supported_interfaces[:]
             card.supported_interfaces.extend(keep)
         config = ClientConfig(httpx_client=http, streaming=a.stream or a.cmd == "subscribe", polling=a.immediate)
+        if a.binding:
+            config.supported_protocol_bindings = [a.binding]
         client = ClientFactory(config).create(card)
         if a.cmd == "send":
             msg = Message(message_id=str(uuid.uuid4()), role=Role.ROLE_USER, parts=[Part(text=a.arg)])
@@ -121,6 +144,9 @@ def main():
     p.add_argument("--stream", action="store_true")
     p.add_argument("--immediate", action="store_true")
     p.add_argument("--v03", action="store_true", help="speak A2A 0.3")
+    p.add_argument("--v03-card", action="store_true", help="read the card by its 0.3 fields")
+    p.add_argument("--binding", help="use only the card's interfaces of this protocol binding")
+    p.add_argument("--verify", help="check the card's signature with this ed25519: public key")
     p.add_argument("--task")
     p.add_argument("--context")
     p.add_argument("--size", type=int, default=0)

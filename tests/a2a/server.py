@@ -1,7 +1,7 @@
 """A2A agents on the official SDK's server side (a2a-sdk), the peers of
 the A2A bridge's outbound tests (tests/interop/a2a-outbound.test.mjs).
 
-    server.py --bearer TOKEN
+    server.py --bearer TOKEN [--card-key ed25519-secret:SEED]
 
 Listens on a free port of 127.0.0.1 and prints JSON lines on stdout: first
 {"ready": "http://127.0.0.1:PORT"}, then one line per HTTP request
@@ -11,6 +11,8 @@ serve ({"rpc", ...}).
 - /secure: an agent that wants "Authorization: Bearer TOKEN" for its card
   and its JSON-RPC URL (401 without it);
 - /public: the same agent, open to all;
+- /signed: the same agent, open to all, its card signed (the SDK's signer,
+  EdDSA) with the --card-key;
 - /grpc-only/.well-known/agent-card.json: a card with no JSON-RPC interface;
 - /junk/.well-known/agent-card.json: JSON that is not a card.
 
@@ -28,11 +30,13 @@ so a client that polls sees every step, whatever the timing.
 
 import argparse
 import asyncio
+import base64
 import json
 import socket
 import uuid
 
 import uvicorn
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -42,6 +46,7 @@ from a2a.server.request_handlers import DefaultRequestHandlerV2
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
 from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
 from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill, Message, Part, Role, Task, TaskState, TaskStatus
+from a2a.utils.signing import create_agent_card_signer
 
 
 def out(obj):
@@ -125,7 +130,7 @@ class Handler(DefaultRequestHandlerV2):
         return task
 
 
-def agent_routes(base, url):
+def agent_routes(base, url, signer=None):
     card = AgentCard(
         name=f'Reporter ({base.strip("/")})',
         description='Writes reports',
@@ -137,7 +142,14 @@ def agent_routes(base, url):
         skills=[AgentSkill(id='report', name='Reports', description='Writes a report', tags=['writing'])],
     )
     handler = Handler(agent_executor=Agent(), task_store=InMemoryTaskStore(), agent_card=card)
-    return create_agent_card_routes(card, card_url=f'{base}/.well-known/agent-card.json') + create_jsonrpc_routes(handler, rpc_url=base)
+    async def signed(c):
+        # A copy: the signer adds its signature to the card it is given.
+        fresh = AgentCard()
+        fresh.CopyFrom(c)
+        return signer(fresh)
+
+    card_routes = create_agent_card_routes(card, card_modifier=signed if signer else None, card_url=f'{base}/.well-known/agent-card.json')
+    return card_routes + create_jsonrpc_routes(handler, rpc_url=base)
 
 
 class Gate:
@@ -161,6 +173,7 @@ class Gate:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--bearer', required=True)
+    ap.add_argument('--card-key', help='ed25519-secret:<base64 seed> that signs /signed\'s card')
     a = ap.parse_args()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(('127.0.0.1', 0))
@@ -175,6 +188,10 @@ def main():
         return JSONResponse({'name': 42, 'supportedInterfaces': 'everywhere'})
 
     routes = agent_routes('/secure', f'{base}/secure') + agent_routes('/public', f'{base}/public')
+    if a.card_key:
+        key = Ed25519PrivateKey.from_private_bytes(base64.b64decode(a.card_key.removeprefix('ed25519-secret:')))
+        signer = create_agent_card_signer(key, {'alg': 'EdDSA', 'typ': 'JOSE', 'kid': 'test-key'})
+        routes += agent_routes('/signed', f'{base}/signed', signer)
     routes += [Route('/grpc-only/.well-known/agent-card.json', grpc_only), Route('/junk/.well-known/agent-card.json', junk)]
     app = Gate(Starlette(routes=routes), a.bearer)
     server = uvicorn.Server(uvicorn.Config(app, log_level='warning', lifespan='off'))

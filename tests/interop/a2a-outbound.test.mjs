@@ -11,7 +11,7 @@ import { createInterface } from 'node:readline';
 import { join, dirname } from 'node:path';
 import { existsSync, rmSync } from 'node:fs';
 import { startGateway, connectAgent, connectClient, pollUntil, rejectsWithCode, DEFAULT_TENANTS } from './harness.mjs';
-import { DIST, PYTHON, SERVER, ACME, text } from './a2a-sdk.mjs';
+import { DIST, PYTHON, SERVER, ACME, text, ed25519Keys } from './a2a-sdk.mjs';
 const BEARER = 'peer-secret-4711';
 const WRONG = 'wrong-secret-0815';
 const EVENTS_MS = 15_000;
@@ -23,11 +23,13 @@ let peer; // { proc, base, lines }
 let alice;
 let bob;
 let aliceSub;
+const peerKey = ed25519Keys(); // signs the card of the peer's /signed agent
+const otherKey = ed25519Keys();
 
 /** Start server.py; resolves once it printed its ready line. */
 function startPeer() {
   return new Promise((resolve, reject) => {
-    const proc = spawn(PYTHON, [SERVER, '--bearer', BEARER], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const proc = spawn(PYTHON, [SERVER, '--bearer', BEARER, '--card-key', peerKey.secret], { stdio: ['ignore', 'pipe', 'pipe'] });
     const lines = [];
     let stderr = '';
     proc.stderr.setEncoding('utf8');
@@ -69,6 +71,10 @@ before(async () => {
         `peers.reporter = { url = "${peer.base}/secure", bearer = "${BEARER}" }`,
         `peers.wrongkey = { url = "${peer.base}/secure/.well-known/agent-card.json", headers = { Authorization = "Bearer ${WRONG}" } }`,
         'peers.broken = { url = "ftp://127.0.0.1/x" }',
+        `peers.signed = { url = "${peer.base}/signed", cardSigners = ["${otherKey.public}", "${peerKey.public}"] }`,
+        `peers.unsigned = { url = "${peer.base}/public", cardSigners = ["${peerKey.public}"] }`,
+        `peers.otherkey = { url = "${peer.base}/signed", cardSigners = ["${otherKey.public}"] }`,
+        'peers.badsigner = { url = "http://127.0.0.1:1/x", cardSigners = ["ed25519:AAAA"] }',
       ]),
       tenant('globex', ['pollMs = 150', 'followMs = 3000']),
     ],
@@ -199,6 +205,14 @@ test('failures: unknown peers, hosts not in outbound_hosts, bad cards, refused c
 
   const down = await rejectsWithCode(send(alice, { to: 'http://127.0.0.1:1/agent', message: 'hi' }), 93012, 'a peer that does not answer');
   assert.equal(down.data.retryable, true);
+});
+
+test('signed cards (A2A 8.4): a peer whose config names cardSigners is reached only when one of them signed its card (the SDK signer)', async () => {
+  const answer = await send(alice, { to: 'signed', message: 'hello' });
+  assert.equal(text(answer.message), 'hello back');
+  assert.match((await rejectsWithCode(send(alice, { to: 'unsigned', message: 'hello' }), 93013, 'an unsigned card')).message, /not signed/);
+  assert.match((await rejectsWithCode(send(alice, { to: 'otherkey', message: 'hello' }), 93013, 'a card signed by another key')).message, /no signature/);
+  assert.match((await rejectsWithCode(send(alice, { to: 'badsigner', message: 'hello' }), 93010, 'a signer that is not a key')).message, /cardSigners/);
 });
 
 test('bad params are refused with -32602, as is a caller without an agent', async () => {

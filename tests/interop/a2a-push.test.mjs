@@ -126,7 +126,8 @@ test('configs on a running task: create, get, list in pages, delete; only the co
   assert.deepEqual([...first.configs, ...second.configs].map((c) => c.id).sort(), ['kept', made.id].sort());
   assert.equal(second.nextPageToken ?? '', '');
   assert.deepEqual((await a2a(['push-delete', id, '--push-id', made.id]))[0], { deleted: made.id });
-  assert.equal((await a2a(['push-get', id, '--push-id', made.id]))[0].error, 'InvalidParamsError');
+  assert.equal((await a2a(['push-get', id, '--push-id', made.id]))[0].error, 'TaskNotFoundError', 'a config that is gone is not found');
+  assert.deepEqual((await a2a(['push-delete', id, '--push-id', made.id]))[0], { deleted: made.id }, 'delete is idempotent (A2A 3.1.10)');
   // Only what happens after a config was made reaches it.
   await agent.conn.callExtension('a2a/task/update', { taskId: id, state: 'completed' });
   const got = await arrived('/kept', 1);
@@ -134,7 +135,10 @@ test('configs on a running task: create, get, list in pages, delete; only the co
   assert.equal(got[0].body.statusUpdate.status.state, 'TASK_STATE_COMPLETED');
   assert.equal(got[0].token, 'tok-k');
   assert.equal(at('/gone').length, 0);
-  assert.equal((await a2a(['push-set', id, '--push', `${hookUrl}/late`]))[0].error, 'UnsupportedOperationError', 'a terminal task takes no config');
+  // A finished task takes a config too (the specification lists no error for it); nothing more reaches it.
+  const [late] = await a2a(['push-set', id, '--push', `${hookUrl}/late`, '--push-id', 'late']);
+  assert.deepEqual(late, { id: 'late', taskId: id, url: `${hookUrl}/late` });
+  assert.deepEqual((await a2a(['push-get', id, '--push-id', 'late']))[0], late);
   assert.equal((await a2a(['push-set', 'task-none', '--push', `${hookUrl}/x`]))[0].error, 'TaskNotFoundError');
 });
 
@@ -167,7 +171,7 @@ test('bad configs get -32602 and nothing is recorded', async () => {
   }
   const res = await fetch(`${gw.baseUrl}/a2a/agents/worker`, {
     method: 'POST',
-    headers: { 'content-type': 'application/json', 'x-api-key': 'acme-key' },
+    headers: { 'content-type': 'application/json', 'x-api-key': 'acme-key', 'a2a-version': '1.0' },
     body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'SendMessage', params: { message: { messageId: 'm', role: 'ROLE_USER', parts: [{ text: 'hold' }] }, configuration: { taskPushNotificationConfig: { url: `${hookUrl}/x`, authentication: { scheme: 'Basic', credentials: 'a\r\nx-evil: 1' } } } } }),
   });
   assert.equal((await res.json()).error.code, -32602);

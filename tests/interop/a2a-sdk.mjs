@@ -1,6 +1,7 @@
 // What the A2A bridge's tests share: where the built plugin and the official
 // A2A SDK for Python (target/a2a-pyenv) are, and a run of tests/a2a/client.py.
 import { execFile } from 'node:child_process';
+import { generateKeyPairSync } from 'node:crypto';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -23,3 +24,13 @@ export function runClient(base, key, agent, args) {
 
 /** The first part's text of a message. */
 export const text = (m) => m?.parts?.[0]?.text;
+
+/** An Ed25519 key pair written as `map-gateway plugin keygen` writes one: {secret: 'ed25519-secret:…', public: 'ed25519:…'}. */
+export function ed25519Keys() {
+  const { privateKey, publicKey } = generateKeyPairSync('ed25519');
+  const last32 = (der) => der.subarray(der.length - 32).toString('base64');
+  return {
+    secret: `ed25519-secret:${last32(privateKey.export({ format: 'der', type: 'pkcs8' }))}`,
+    public: `ed25519:${last32(publicKey.export({ format: 'der', type: 'spki' }))}`,
+  };
+}

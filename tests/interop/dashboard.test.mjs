@@ -107,7 +107,7 @@ async function openPage() {
 async function openA2aTask(gw, agentId, key, text) {
   const res = await fetch(`${gw.baseUrl}/a2a/agents/${encodeURIComponent(agentId)}`, {
     method: 'POST',
-    headers: { 'content-type': 'application/json', 'x-api-key': key },
+    headers: { 'content-type': 'application/json', 'x-api-key': key, 'a2a-version': '1.0' },
     body: JSON.stringify({
       jsonrpc: '2.0',
       id: 1,

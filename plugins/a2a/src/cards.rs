@@ -13,6 +13,8 @@ use serde_json::{json, Value};
 pub const DIRECTORY: Collection<u64> = Collection::new("directory");
 
 pub const PROTOCOL_VERSION: &str = "1.0";
+/// The version 0.3 clients find in the card's `protocolVersion`.
+pub const LEGACY_VERSION: &str = "0.3.0";
 pub const MODES: [&str; 2] = ["text/plain", "application/json"];
 
 fn text(v: &Value, max: usize) -> Option<String> {
@@ -43,7 +45,10 @@ fn skill(v: &Value) -> Option<Value> {
     Some(s)
 }
 
-/// The card of an opted-in agent, served at `<base>/agents/<id>`.
+/// The card of an opted-in agent, served at `<base>/agents/<id>`. Besides
+/// 1.0's `supportedInterfaces`, it carries the fields A2A 0.3 clients read
+/// (`url`, `preferredTransport`, `protocolVersion`: the 0.3 interface), as
+/// the official SDK's server adds them.
 pub fn card(id: &str, agent: &Value, base: &str) -> Value {
     let a2a = &agent["metadata"]["a2a"];
     let skills: Vec<Value> = a2a["skills"].as_array().into_iter().flatten().filter_map(skill).take(64).collect();
@@ -53,14 +58,33 @@ pub fn card(id: &str, agent: &Value, base: &str) -> Value {
         "version": "1.0.0",
         "supportedInterfaces": [
             {"url": format!("{base}/agents/{id}"), "protocolBinding": "JSONRPC", "protocolVersion": PROTOCOL_VERSION},
+            {"url": format!("{base}/agents/{id}/rest"), "protocolBinding": "HTTP+JSON", "protocolVersion": PROTOCOL_VERSION},
             // The same URL takes 0.3's method names.
             {"url": format!("{base}/agents/{id}"), "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
         ],
+        "url": format!("{base}/agents/{id}"),
+        "preferredTransport": "JSONRPC",
+        "protocolVersion": LEGACY_VERSION,
         "capabilities": {"streaming": true, "pushNotifications": true},
         "defaultInputModes": MODES,
         "defaultOutputModes": MODES,
         "skills": skills,
     })
+}
+
+/// A weak ETag of a card (a hash of its JSON; A2A §8.6.1).
+pub fn etag(card: &Value) -> String {
+    use std::hash::{Hash, Hasher};
+    // `new()`, not RandomState: every node of the deployment gives the same tag.
+    let mut h = std::hash::DefaultHasher::new();
+    card.to_string().hash(&mut h);
+    format!("W/\"{:016x}\"", h.finish())
+}
+
+/// Whether an `If-None-Match` value names this ETag (RFC 9110 §13.1.2: weak comparison).
+pub fn names_tag(if_none_match: &str, etag: &str) -> bool {
+    let bare = |t: &str| t.trim().trim_start_matches("W/").to_string();
+    if_none_match.split(',').any(|t| t.trim() == "*" || bare(t) == bare(etag))
 }
 
 /// `a2a/publish {}`: the caller's agents that opted in join the gateway's list.
@@ -100,5 +124,8 @@ mod tests {
         assert_eq!(c["skills"].as_array().unwrap().len(), 1);
         assert_eq!(c["skills"][0]["tags"], json!(["t"]));
         assert_eq!(c["supportedInterfaces"][0]["url"], "http://h/a2a/agents/echo-1");
+        assert_eq!((c["url"].as_str(), c["protocolVersion"].as_str()), (Some("http://h/a2a/agents/echo-1"), Some("0.3.0")));
+        let tag = etag(&c);
+        assert!(names_tag(&tag, &tag) && names_tag(&format!("\"x\", {}", tag.trim_start_matches("W/")), &tag) && !names_tag("\"x\"", &tag));
     }
 }

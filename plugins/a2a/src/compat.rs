@@ -1,8 +1,10 @@
 //! A2A 0.3 on the same JSON-RPC URL: its method names (`message/send`,
-//! `message/stream`, `tasks/get`, `tasks/cancel`, `tasks/resubscribe`) are
-//! served by the 1.0 methods, with params translated from 0.3 shapes
-//! (`kind` on parts and results, lower-case roles and states, `file`
-//! parts) and results translated back.
+//! `message/stream`, `tasks/get`, `tasks/cancel`, `tasks/resubscribe`, the
+//! four `tasks/pushNotificationConfig/*` and
+//! `agent/getAuthenticatedExtendedCard`) are served by the 1.0 methods,
+//! with params translated from 0.3 shapes (`kind` on parts and results,
+//! lower-case roles and states, `file` parts, push configs nested in
+//! `pushNotificationConfig`) and results translated back.
 
 use serde_json::{json, Map, Value};
 
@@ -14,6 +16,11 @@ pub fn method(name: &str) -> Option<&'static str> {
         "tasks/get" => "GetTask",
         "tasks/cancel" => "CancelTask",
         "tasks/resubscribe" => "SubscribeToTask",
+        "tasks/pushNotificationConfig/set" => "CreateTaskPushNotificationConfig",
+        "tasks/pushNotificationConfig/get" => "GetTaskPushNotificationConfig",
+        "tasks/pushNotificationConfig/list" => "ListTaskPushNotificationConfigs",
+        "tasks/pushNotificationConfig/delete" => "DeleteTaskPushNotificationConfig",
+        "agent/getAuthenticatedExtendedCard" => "GetExtendedAgentCard",
         _ => return None,
     })
 }
@@ -58,8 +65,34 @@ fn message_in(m: &Value) -> Value {
     Value::Object(out)
 }
 
-/// 0.3 params in 1.0 shapes.
-pub fn params_in(p: &Value) -> Value {
+/// A 0.3 PushNotificationConfig (`authentication.schemes`, a list) as 1.0's fields.
+fn push_in(c: &Value) -> Map<String, Value> {
+    let mut out: Map<String, Value> =
+        c.as_object().into_iter().flatten().filter(|(k, _)| *k != "authentication").map(|(k, v)| (k.clone(), v.clone())).collect();
+    if let Some(a) = c.get("authentication").filter(|a| a.is_object()) {
+        let scheme = a["schemes"].as_array().and_then(|l| l.first()).cloned().unwrap_or(Value::Null);
+        out.insert("authentication".into(), json!({"scheme": scheme, "credentials": a["credentials"]}));
+    }
+    out
+}
+
+/// 0.3 params of method `name` in 1.0 shapes.
+pub fn params_in(name: &str, p: &Value) -> Value {
+    let task = p.get("taskId").or_else(|| p.get("id")).cloned().unwrap_or(Value::Null);
+    match name {
+        // 0.3 named a config after its task when the client gave it no id.
+        "tasks/pushNotificationConfig/set" => {
+            let mut c = push_in(&p["pushNotificationConfig"]);
+            c.entry("id").or_insert_with(|| task.clone());
+            c.insert("taskId".into(), task);
+            return Value::Object(c);
+        }
+        "tasks/pushNotificationConfig/get" | "tasks/pushNotificationConfig/delete" => {
+            return json!({"taskId": task, "id": p.get("pushNotificationConfigId").cloned().unwrap_or(task.clone())});
+        }
+        "tasks/pushNotificationConfig/list" => return json!({"taskId": task}),
+        _ => {}
+    }
     let mut out = p.clone();
     if let Some(m) = p.get("message") {
         out["message"] = message_in(m);
@@ -69,13 +102,35 @@ pub fn params_in(p: &Value) -> Value {
         for (k, v) in c {
             match k.as_str() {
                 "blocking" => drop(conf.insert("returnImmediately".into(), json!(v == &json!(false)))),
-                "pushNotificationConfig" => drop(conf.insert("taskPushNotificationConfig".into(), v.clone())),
+                "pushNotificationConfig" => drop(conf.insert("taskPushNotificationConfig".into(), Value::Object(push_in(v)))),
                 _ => drop(conf.insert(k.clone(), v.clone())),
             }
         }
         out["configuration"] = Value::Object(conf);
     }
     out
+}
+
+/// A 1.0 TaskPushNotificationConfig as 0.3's.
+fn push_out(c: &Value) -> Value {
+    let mut config = json!({"id": c["id"], "url": c["url"]});
+    if let Some(t) = c.get("token") {
+        config["token"] = t.clone();
+    }
+    if let Some(a) = c.get("authentication") {
+        config["authentication"] = json!({"schemes": [a["scheme"]], "credentials": a["credentials"]});
+    }
+    json!({"taskId": c["taskId"], "pushNotificationConfig": config})
+}
+
+/// The result of 1.0 method `core` as 0.3 answers it.
+pub fn result_for(core: &str, r: &Value) -> Value {
+    match core {
+        "CreateTaskPushNotificationConfig" | "GetTaskPushNotificationConfig" => push_out(r),
+        "ListTaskPushNotificationConfigs" => json!(r["configs"].as_array().into_iter().flatten().map(push_out).collect::<Vec<_>>()),
+        "DeleteTaskPushNotificationConfig" => Value::Null,
+        _ => result_out(r),
+    }
 }
 
 fn part_out(p: &Value) -> Value {
@@ -172,7 +227,7 @@ mod tests {
         let back = message_out(&core);
         assert_eq!(back["role"], "user");
         assert_eq!(back["parts"][1], json!({"kind": "file", "file": {"uri": "https://x/y", "mimeType": "text/plain"}}));
-        assert_eq!(params_in(&json!({"configuration": {"blocking": false}}))["configuration"]["returnImmediately"], true);
+        assert_eq!(params_in("message/send", &json!({"configuration": {"blocking": false}}))["configuration"]["returnImmediately"], true);
     }
 
     #[test]
@@ -181,5 +236,21 @@ mod tests {
         assert_eq!(result_out(&t)["status"]["state"], "input-required");
         let u = json!({"statusUpdate": {"taskId": "t", "contextId": "c", "status": {"state": "TASK_STATE_COMPLETED"}}});
         assert_eq!(result_out(&u)["final"], true);
+    }
+
+    #[test]
+    fn push_configs_take_03_shapes() {
+        let set = json!({"taskId": "t", "pushNotificationConfig": {"url": "https://h/x", "authentication": {"schemes": ["Bearer"], "credentials": "c"}}});
+        let core = params_in("tasks/pushNotificationConfig/set", &set);
+        assert_eq!(core, json!({"taskId": "t", "id": "t", "url": "https://h/x", "authentication": {"scheme": "Bearer", "credentials": "c"}}));
+        let back = result_for(
+            "GetTaskPushNotificationConfig",
+            &json!({"id": "t", "taskId": "t", "url": "https://h/x", "authentication": {"scheme": "Bearer", "credentials": "c"}}),
+        );
+        assert_eq!(
+            back,
+            json!({"taskId": "t", "pushNotificationConfig": {"id": "t", "url": "https://h/x", "authentication": {"schemes": ["Bearer"], "credentials": "c"}}})
+        );
+        assert_eq!(params_in("tasks/pushNotificationConfig/delete", &json!({"id": "t", "pushNotificationConfigId": "p"})), json!({"taskId": "t", "id": "p"}));
     }
 }

@@ -1,11 +1,12 @@
 //! The A2A bridge as a gateway plugin (world `http-service`): A2A clients
-//! (protocol 1.0, and 0.3's method names; JSON-RPC binding) reach this tenant's MAP agents that opt
+//! (protocol 1.0, and 0.3's method names; JSON-RPC and HTTP+JSON bindings) reach this tenant's MAP agents that opt
 //! in through their registration metadata (`metadata.a2a`).
 //!
 //! Served under the plugin's HTTP prefix (`/a2a`):
 //! - `GET /agents`: the agents published with `a2a/publish`, with their cards' URLs;
 //! - `GET /agents/{id}/.well-known/agent-card.json`: the agent's card ([`cards`]);
-//! - `POST /agents/{id}`: its JSON-RPC URL ([`methods`]).
+//! - `POST /agents/{id}`: its JSON-RPC URL ([`methods`]);
+//! - `/agents/{id}/rest/…`: its HTTP+JSON binding ([`rest`]), the same methods.
 //!
 //! A client's message reaches the agent as `map/message` with
 //! `meta.protocol = "a2a"`, opening a durable task ([`task`]); the agent
@@ -18,13 +19,16 @@ mod jsonrpc;
 mod mail;
 mod message;
 mod methods;
+mod names;
 mod outbound;
 mod progress;
 mod push;
 mod rate;
 mod remote;
 mod remote_task;
+mod rest;
 mod settings;
+mod signing;
 mod stream;
 mod task;
 
@@ -44,6 +48,17 @@ const NOT_YOURS: i64 = ERRORS.code(93001);
 const TASK_FINAL: i64 = ERRORS.code(93002);
 
 const CARD: &str = "/.well-known/agent-card.json";
+/// Below an agent's URL, the HTTP+JSON binding's base.
+const REST: &str = "/rest";
+
+/// What a path below `/agents/<id>` is.
+#[derive(PartialEq, Clone, Copy)]
+enum Endpoint<'a> {
+    JsonRpc,
+    Card,
+    /// The HTTP+JSON binding, with the path below its base.
+    Rest(&'a str),
+}
 
 struct A2a;
 
@@ -63,41 +78,73 @@ fn too_many(per_minute: u64, retry_after: u64) -> HttpResponse {
     r
 }
 
+/// A card with `Cache-Control` and its `ETag`; 304 when `If-None-Match` names it (A2A §8.6.1).
+fn serve_card(req: &HttpRequest, card: &Value, s: &Settings) -> HttpResponse {
+    // Signed with the configured key (A2A §8.4); a key that is not one is the operator's to fix.
+    let signed;
+    let card = match s.card_signing_key.as_str() {
+        "" => card,
+        k => match signing::secret_key(k) {
+            Ok(key) => {
+                signed = signing::sign(card, &key);
+                &signed
+            }
+            Err(why) => return HttpResponse::json(500, &json!({"error": format!("the card cannot be signed: {why}")})),
+        },
+    };
+    let tag = cards::etag(card);
+    let mut r = match header(req, "if-none-match") {
+        Some(v) if cards::names_tag(v, &tag) => HttpResponse { status: 304, headers: vec![], body: vec![] },
+        _ => HttpResponse::json(200, card),
+    };
+    // `private`: a card depends on the caller's tenant.
+    r.headers.push(("cache-control".into(), format!("private, max-age={}", s.card_max_age_s)));
+    r.headers.push(("etag".into(), tag));
+    r
+}
+
 impl HttpHandler for A2a {
     fn handle(req: HttpRequest) -> HttpResponse {
         let s = Settings::load();
         if let Err(wait) = rate::admit(&rate::sender(&req), s.requests_per_minute) {
             return too_many(s.requests_per_minute, wait);
         }
-        if req.path == "/agents" {
+        // Clients that append `/` to an interface's or a card's URL reach the same place.
+        let path = req.path.strip_suffix('/').filter(|p| !p.is_empty()).unwrap_or(&req.path).to_string();
+        if path == "/agents" {
             return match (req.method.as_str(), cards::list(&s.base(header(&req, "host")))) {
                 ("GET", Ok(list)) => HttpResponse::json(200, &list),
                 ("GET", Err(e)) => HttpResponse::json(503, &json!({"error": e.message()})),
                 _ => HttpResponse::json(405, &json!({"error": format!("{} is not allowed on /agents", req.method)})),
             };
         }
-        let Some(rest) = req.path.strip_prefix("/agents/") else {
+        let Some(rest) = path.strip_prefix("/agents/") else {
             return not_found(format!("no A2A endpoint at {}", req.path));
         };
-        let (id, card) = match rest.strip_suffix(CARD) {
-            Some(id) => (id, true),
-            None => (rest, false),
+        // `<id>`: JSON-RPC; `<id>/.well-known/agent-card.json`: the card; `<id>/rest/…`: HTTP+JSON.
+        let (id, tail) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+        let endpoint = match tail {
+            "" => Endpoint::JsonRpc,
+            CARD => Endpoint::Card,
+            t if t == REST || t.starts_with("/rest/") => Endpoint::Rest(&t[REST.len()..]),
+            _ => return not_found(format!("no A2A endpoint at {}", req.path)),
         };
-        if id.is_empty() || id.len() > 128 || id.contains('/') {
+        if id.is_empty() || id.len() > 128 {
             return not_found(format!("no A2A endpoint at {}", req.path));
         }
         let Some(agent) = cards::opted_in(id) else {
             return not_found(format!("no A2A agent {id} here"));
         };
-        match (card, req.method.as_str()) {
-            (true, "GET") => HttpResponse::json(200, &cards::card(id, &agent, &s.base(header(&req, "host")))),
-            (false, "POST") => match jsonrpc::parse(&req, s.max_request_bytes) {
+        match (endpoint, req.method.as_str()) {
+            (Endpoint::Card, "GET") => serve_card(&req, &cards::card(id, &agent, &s.base(header(&req, "host"))), &s),
+            (Endpoint::JsonRpc, "POST") => match jsonrpc::parse(&req, s.max_request_bytes) {
                 Ok(call) => methods::handle(id, call, &s),
                 Err(refused) => refused,
             },
-            _ => {
+            (Endpoint::Rest(path), _) => rest::handle(id, &req, path, &s),
+            (e, _) => {
                 let mut r = HttpResponse::json(405, &json!({"error": format!("{} is not allowed on {}", req.method, req.path)}));
-                r.headers.push(("allow".into(), if card { "GET" } else { "POST" }.into()));
+                r.headers.push(("allow".into(), if e == Endpoint::Card { "GET" } else { "POST" }.into()));
                 r
             }
         }

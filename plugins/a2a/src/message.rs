@@ -1,5 +1,6 @@
 //! A2A 1.0 messages, parts and artifacts as they arrive (untrusted): each
-//! field is checked and only the known ones are kept.
+//! known field is checked and only those are kept; unknown fields are
+//! ignored (A2A §5.7: receivers SHOULD ignore unrecognized fields).
 
 use serde_json::{json, Map, Value};
 
@@ -47,10 +48,6 @@ fn short_text(v: &Value, field: &str, max: usize) -> Result<Option<String>, Inva
 /// One part: exactly one of `text`, `raw` (base64), `url`, `data`.
 pub fn part(v: &Value, at: &str) -> Result<Value, Invalid> {
     let o = v.as_object().ok_or_else(|| format!("{at} must be an object"))?;
-    let known = ["text", "raw", "url", "data", "metadata", "filename", "mediaType"];
-    if let Some(k) = o.keys().find(|k| !known.contains(&k.as_str())) {
-        return Err(format!("{at} has an unknown field {k:?}"));
-    }
     let content: Vec<&str> = ["text", "raw", "url", "data"].into_iter().filter(|k| o.contains_key(*k)).collect();
     if content.len() != 1 {
         return Err(format!("{at} must hold exactly one of text, raw, url, data"));
@@ -98,10 +95,6 @@ pub fn parts(v: &Value, at: &str) -> Result<Vec<Value>, Invalid> {
 /// `ROLE_AGENT` from MAP agents; a missing role takes it).
 pub fn message(v: &Value, at: &str, role: &str) -> Result<Value, Invalid> {
     let o = v.as_object().ok_or_else(|| format!("{at} must be an object"))?;
-    let known = ["messageId", "contextId", "taskId", "role", "parts", "metadata", "extensions", "referenceTaskIds"];
-    if let Some(k) = o.keys().find(|k| !known.contains(&k.as_str())) {
-        return Err(format!("{at} has an unknown field {k:?}"));
-    }
     match o.get("role").and_then(Value::as_str) {
         None if !o.contains_key("role") => {}
         Some(r) if r == role => {}
@@ -159,7 +152,8 @@ mod tests {
         assert!(part(&json!({"text": "hi", "data": {}}), "p").is_err());
         assert!(part(&json!({"url": "file:///etc/passwd"}), "p").is_err());
         assert!(part(&json!({"raw": "a b"}), "p").is_err());
-        assert!(part(&json!({"text": "x", "evil": 1}), "p").is_err());
+        assert_eq!(part(&json!({"text": "x", "unknown": 1}), "p").unwrap(), json!({"text": "x"}));
+        assert!(part(&json!({"unknown": 1}), "p").is_err());
     }
 
     #[test]

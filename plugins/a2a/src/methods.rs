@@ -4,20 +4,54 @@ use map_plugin_sdk::{ids, metrics, router, HttpResponse};
 use serde_json::{json, Value};
 
 use crate::compat;
-use crate::jsonrpc::{self, answer, count, flag, only, Fault, Request, INTERNAL, TASK_NOT_CANCELABLE, UNSUPPORTED_OPERATION};
+use crate::jsonrpc::{self, answer, count, flag, history_length, Fault, Request, Version, INTERNAL, TASK_NOT_CANCELABLE, UNSUPPORTED_OPERATION};
 use crate::message;
 use crate::settings::Settings;
 use crate::stream;
 use crate::task::{self, Change, Task, TASKS};
 use crate::{progress, push};
 
+/// The 1.0 methods (A2A §9.4); under another version they are refused.
+const CORE: [&str; 11] = [
+    "SendMessage",
+    "SendStreamingMessage",
+    "GetTask",
+    "ListTasks",
+    "CancelTask",
+    "SubscribeToTask",
+    "CreateTaskPushNotificationConfig",
+    "GetTaskPushNotificationConfig",
+    "ListTaskPushNotificationConfigs",
+    "DeleteTaskPushNotificationConfig",
+    "GetExtendedAgentCard",
+];
+
+/// A method of the other version than the request's gets VersionNotSupported,
+/// as the official SDK answers (A2A §3.6.2: the requested version's semantics).
+fn version_fault(method: &str, legacy: bool, version: Version) -> Option<Fault> {
+    let fault = |said: &str, is: &str| {
+        Fault::new(
+            jsonrpc::VERSION_NOT_SUPPORTED,
+            format!("{method} is an A2A {is} method, and this request is A2A {said} (its A2A-Version header; none means 0.3)"),
+        )
+    };
+    match (legacy, version) {
+        (true, Version::V1) => Some(fault("1.0", "0.3")),
+        (false, Version::V03) if CORE.contains(&method) => Some(fault("0.3", "1.0")),
+        _ => None,
+    }
+}
+
 /// Dispatch one request for agent `agent`.
 pub fn handle(agent: &str, mut req: Request, s: &Settings) -> HttpResponse {
     // A 0.3 method name: the same method, in and out of 0.3 shapes.
     let legacy = compat::method(&req.method);
+    if let Some(f) = version_fault(&req.method, legacy.is_some(), req.version) {
+        return answer(200, &req.id, Err(f));
+    }
     if let Some(core) = legacy {
+        req.params = compat::params_in(&req.method, &req.params);
         req.method = core.to_string();
-        req.params = compat::params_in(&req.params);
     }
     let legacy = legacy.is_some();
     let p = &req.params;
@@ -40,7 +74,7 @@ pub fn handle(agent: &str, mut req: Request, s: &Settings) -> HttpResponse {
         Err(_) => "error",
     };
     metrics::count("a2a_requests_total", &[("method", method_label(&req.method)), ("result", outcome)], 1);
-    answer(200, &req.id, if legacy { result.map(|r| compat::result_out(&r)) } else { result })
+    answer(200, &req.id, if legacy { result.map(|r| compat::result_for(&req.method, &r)) } else { result })
 }
 
 fn method_label(m: &str) -> &'static str {
@@ -63,17 +97,19 @@ fn task_id(p: &Value) -> Result<String, Fault> {
 /// Record the client's message (a new task, or the next turn of one that
 /// waits for input) and deliver it to the agent as `map/message`.
 pub fn send(agent: &str, p: &Value, s: &Settings) -> Result<(Task, u64), Fault> {
-    only(p, &["tenant", "message", "configuration", "metadata"])?;
     let config = p.get("configuration").cloned().unwrap_or(json!({}));
     if !config.is_object() {
         return Err(Fault::params("configuration must be an object"));
     }
-    only(&config, &["acceptedOutputModes", "taskPushNotificationConfig", "historyLength", "returnImmediately"])?;
     // Checked before anything is recorded; kept once the task exists.
     let pushing = match config.get("taskPushNotificationConfig") {
         None | Some(Value::Null) => None,
         Some(c) => Some(push::parse(c, "", "configuration.taskPushNotificationConfig")?),
     };
+    // Role is required of a client's message (A2A §4.1.4); the bridge's agents may leave it out.
+    if p["message"].is_object() && p["message"].get("role").is_none() {
+        return Err(Fault::params("message.role is required (ROLE_USER)"));
+    }
     let msg = message::message(p.get("message").unwrap_or(&Value::Null), "message", "ROLE_USER").map_err(Fault::params)?;
     if router::connected_since(&[agent.to_string()]).first().copied().flatten().is_none() {
         return Err(Fault::new(INTERNAL, format!("agent {agent} is not connected (messages are not queued)")));
@@ -124,7 +160,7 @@ fn deliver(task: &Task, msg: &Value, s: &Settings) -> Result<(), Fault> {
 /// settled state; the reply message, else the task as it is then.
 fn settle(t: Task, p: &Value, s: &Settings) -> Result<Value, Fault> {
     let config = &p["configuration"];
-    let history = count(config, "historyLength", 1000)?.map(|n| n as usize);
+    let history = history_length(config)?;
     if flag(config, "returnImmediately")? {
         return Ok(json!({"task": t.wire(history, true)}));
     }
@@ -143,13 +179,11 @@ fn settle(t: Task, p: &Value, s: &Settings) -> Result<Value, Fault> {
 }
 
 fn get(agent: &str, p: &Value) -> Result<Value, Fault> {
-    only(p, &["tenant", "id", "historyLength"])?;
     let t = owned(agent, &task_id(p)?)?;
-    Ok(t.wire(count(p, "historyLength", 1000)?.map(|n| n as usize), true))
+    Ok(t.wire(history_length(p)?, true))
 }
 
 fn cancel(agent: &str, p: &Value, s: &Settings) -> Result<Value, Fault> {
-    only(p, &["tenant", "id", "metadata"])?;
     let id = task_id(p)?;
     owned(agent, &id)?;
     let t = progress::change(&id, &Change { state: Some("canceled"), ..Change::default() }, s)
@@ -165,14 +199,13 @@ fn cancel(agent: &str, p: &Value, s: &Settings) -> Result<Value, Fault> {
 /// ListTasks: the agent's tasks, newest first, `pageSize` (1..100, 50) a
 /// page; `nextPageToken` resumes after the last one given.
 fn list(agent: &str, p: &Value) -> Result<Value, Fault> {
-    only(p, &["tenant", "contextId", "status", "pageSize", "pageToken", "historyLength", "statusTimestampAfter", "includeArtifacts"])?;
     let size = count(p, "pageSize", 100)?.unwrap_or(50).max(1) as usize;
     let context = message::optional_id(p.get("contextId").unwrap_or(&Value::Null), "contextId").map_err(Fault::params)?;
     let state = match p.get("status").and_then(Value::as_str) {
         None | Some("TASK_STATE_UNSPECIFIED") => None,
         Some(s) => Some(task::parse_state(s).ok_or_else(|| Fault::params(format!("status {s:?} is not a task state")))?),
     };
-    let history = count(p, "historyLength", 1000)?.map(|n| n as usize);
+    let history = history_length(p)?;
     let artifacts = flag(p, "includeArtifacts")?;
     let token = match p.get("pageToken").and_then(Value::as_str).filter(|t| !t.is_empty()) {
         Some(t) if t.len() <= 256 && t.contains('/') => Some(t.to_string()),
@@ -208,17 +241,18 @@ fn list(agent: &str, p: &Value) -> Result<Value, Fault> {
 fn streaming(agent: &str, req: &Request, s: &Settings, legacy: bool) -> HttpResponse {
     match send(agent, &req.params, s) {
         Ok((t, from)) => stream::follow(&req.id, &t.id, from, None, s, legacy),
-        Err(f) => jsonrpc::sse(&req.id, &[Err(f)]),
+        // An error before the stream opens is a plain answer, as the official SDK's server gives it.
+        Err(f) => answer(200, &req.id, Err(f)),
     }
 }
 
 fn subscribe(agent: &str, req: &Request, s: &Settings, legacy: bool) -> HttpResponse {
-    let start = only(&req.params, &["tenant", "id"]).and_then(|_| task_id(&req.params)).and_then(|id| owned(agent, &id));
+    let start = task_id(&req.params).and_then(|id| owned(agent, &id));
     match start {
         Ok(t) if task::is_terminal(t.state()) => {
-            jsonrpc::sse(&req.id, &[Err(Fault::new(UNSUPPORTED_OPERATION, format!("task {} is {}: nothing more will happen", t.id, t.state())))])
+            answer(200, &req.id, Err(Fault::new(UNSUPPORTED_OPERATION, format!("task {} is {}: nothing more will happen", t.id, t.state()))))
         }
         Ok(t) => stream::follow(&req.id, &t.id, t.seq, Some(json!({"task": t.wire(None, true)})), s, legacy),
-        Err(f) => jsonrpc::sse(&req.id, &[Err(f)]),
+        Err(f) => answer(200, &req.id, Err(f)),
     }
 }

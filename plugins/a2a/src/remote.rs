@@ -39,6 +39,8 @@ pub struct Target {
     pub named: bool,
     card_url: String,
     headers: Vec<(String, String)>,
+    /// The keys one of which must have signed the peer's card (`cardSigners`); none: unsigned cards do.
+    signers: Vec<ed25519_dalek::VerifyingKey>,
 }
 
 /// A card's facts the bridge keeps.
@@ -99,7 +101,7 @@ pub fn target(s: &Settings, to: &str) -> Result<Target> {
         if !http_url(to) {
             return Err(Error::invalid_params(format!("to must be an http(s) URL of at most {MAX_URL} printable characters, without user:password@")));
         }
-        return Ok(Target { peer: to.to_string(), named: false, card_url: card_url(to), headers: vec![] });
+        return Ok(Target { peer: to.to_string(), named: false, card_url: card_url(to), headers: vec![], signers: vec![] });
     }
     let Some(conf) = s.peers.get(to) else {
         return Err(Error::new(
@@ -111,10 +113,10 @@ pub fn target(s: &Settings, to: &str) -> Result<Target> {
     peer(to, conf).map_err(|why| Error::new(PEER_UNKNOWN, format!("A2A peer {to:?} is misconfigured: {why}")).with_details(json!({"to": to})))
 }
 
-/// A configured peer `{url, headers?, bearer?}`; the reason names fields, never values.
+/// A configured peer `{url, headers?, bearer?, cardSigners?}`; the reason names fields, never values.
 fn peer(name: &str, conf: &Value) -> std::result::Result<Target, String> {
-    let o = conf.as_object().ok_or("it must be a table {url, headers?, bearer?}")?;
-    if let Some(k) = o.keys().find(|k| !["url", "headers", "bearer"].contains(&k.as_str())) {
+    let o = conf.as_object().ok_or("it must be a table {url, headers?, bearer?, cardSigners?}")?;
+    if let Some(k) = o.keys().find(|k| !["url", "headers", "bearer", "cardSigners"].contains(&k.as_str())) {
         return Err(format!("unknown field {k:?}"));
     }
     let url = o.get("url").and_then(Value::as_str).filter(|u| http_url(u)).ok_or(format!("url must be an http(s) URL of at most {MAX_URL} characters"))?;
@@ -139,7 +141,19 @@ fn peer(name: &str, conf: &Value) -> std::result::Result<Target, String> {
         headers.retain(|(k, _)| k != "authorization");
         headers.push(("authorization".into(), format!("Bearer {b}")));
     }
-    Ok(Target { peer: name.to_string(), named: true, card_url: card_url(url), headers })
+    let signers = match o.get("cardSigners") {
+        None => vec![],
+        Some(Value::Array(l)) if l.len() <= 16 => l
+            .iter()
+            .map(|k| {
+                k.as_str()
+                    .ok_or("cardSigners must be strings")
+                    .and_then(|k| crate::signing::public_key(k).map_err(|_| "cardSigners must be ed25519:<base64> public keys"))
+            })
+            .collect::<std::result::Result<_, _>>()?,
+        Some(_) => return Err("cardSigners must be a list of at most 16 public keys".into()),
+    };
+    Ok(Target { peer: name.to_string(), named: true, card_url: card_url(url), headers, signers })
 }
 
 /// Why a request to a peer failed.
@@ -260,6 +274,9 @@ pub fn card(t: &Target, s: &Settings) -> Result<Card> {
         |why: String| Error::new(CARD_INVALID, format!("the agent card of A2A peer {} is unusable: {why}", t.peer)).with_details(json!({"peer": t.peer}));
     let doc: Value = serde_json::from_slice(&bytes).map_err(|e| invalid(format!("not JSON ({e})")))?;
     let c = parse_card(&doc, now).map_err(invalid)?;
+    if !t.signers.is_empty() {
+        crate::signing::verify(&doc, &t.signers).map_err(invalid)?;
+    }
     CARDS.put(&key, &c)?;
     Ok(c)
 }

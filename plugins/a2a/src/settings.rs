@@ -39,6 +39,11 @@ pub struct Settings {
     pub follow_ms: u64,
     /// How long a fetched agent card is used before it is fetched again.
     pub card_ttl_ms: u64,
+    /// The `max-age` of the cards the bridge serves (their `Cache-Control`), in seconds.
+    pub card_max_age_s: u64,
+    /// The Ed25519 key (`ed25519-secret:<base64>`, as `map-gateway plugin
+    /// keygen` writes it) the cards the bridge serves are signed with; empty: unsigned.
+    pub card_signing_key: String,
 }
 
 impl Default for Settings {
@@ -58,6 +63,8 @@ impl Default for Settings {
             poll_ms: 2_000,
             follow_ms: 86_400_000,
             card_ttl_ms: 300_000,
+            card_max_age_s: 300,
+            card_signing_key: String::new(),
         }
     }
 }

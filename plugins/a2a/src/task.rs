@@ -63,10 +63,14 @@ impl Task {
         self.status["state"].as_str().and_then(parse_state).unwrap_or("submitted")
     }
 
-    /// The A2A Task, with at most `history` messages of history.
+    /// The A2A Task, with at most `history` messages of history (none, and
+    /// no `history` field, for 0: A2A §3.2.4).
     pub fn wire(&self, history: Option<usize>, artifacts: bool) -> Value {
         let skip = history.map_or(0, |n| self.history.len().saturating_sub(n));
-        let mut t = json!({"id": self.id, "contextId": self.context_id, "status": self.status, "history": self.history[skip..]});
+        let mut t = json!({"id": self.id, "contextId": self.context_id, "status": self.status});
+        if history != Some(0) {
+            t["history"] = json!(self.history[skip..]);
+        }
         if artifacts {
             t["artifacts"] = json!(self.artifacts);
         }
