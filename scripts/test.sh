@@ -16,7 +16,13 @@ step() {
     cpu >"$times_file.n"
     printf '==> [%d:%02d, cpu %ss] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$(cat "$times_file.n")" "$*"
 }
-trap 'step "test.sh ends"; rm -f "$times_file" "$times_file.n"' EXIT
+# A lane still running when a step fails is stopped with all it started.
+stop_tree() { # PID
+    local child
+    for child in $(pgrep -P "$1"); do stop_tree "$child"; done
+    kill "$1" 2>/dev/null || true
+}
+trap 'for job in $(jobs -p); do stop_tree "$job"; done; step "test.sh ends"; rm -f "$times_file" "$times_file.n"' EXIT
 
 step "setting up (scripts/setup.sh --tests)"
 scripts/setup.sh --tests
@@ -86,12 +92,21 @@ cargo test --locked --workspace --no-run
 join plugins
 join sdk_projects
 
+step "installing the two-agents and workspace-agent examples' npm packages"
+(cd examples/two-agents && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+(cd examples/workspace-agent && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+
+# The suites spend most of their time waiting on the gateways they start
+# (each its own, on a free port, with its own databases and streams): the
+# interop suite runs beside the Rust tests.
+interop() {
+    cd tests/interop
+    GATEWAY_BIN="$PWD/../../target/debug/map-gateway" npm test
+}
+background interop interop
+
 step "Rust tests: the host's crates, the gateway's black-box tests, the benchmark harness"
-# The black-box tests are one binary whose tests run two at a time; the ones
-# that hold the gateway to latency bounds under a load of their own (100,000
-# agents) run after it, alone, so no other test's load is measured with them.
 cargo test --locked --workspace -- --skip registry_scale::
-cargo test --locked -p map-gateway --test all -- --test-threads=1 registry_scale::
 
 step "Rust tests: standard plugins"
 (cd plugins && cargo test --locked --target-dir ../target/plugins-host)
@@ -102,9 +117,9 @@ step "Python plugin SDK unit tests"
 step "JavaScript plugin SDK unit tests"
 (cd plugins/sdk-js && npm test --silent)
 
-step "installing the two-agents and workspace-agent examples' npm packages"
-(cd examples/two-agents && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
-(cd examples/workspace-agent && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+step "interop suite (@multi-agent-protocol/sdk): waiting for it"
+join interop
+grep -E '^# (tests|pass|fail|cancelled|skipped|duration_ms) ' target/logs/interop.log
 
-step "interop suite (@multi-agent-protocol/sdk)"
-(cd tests/interop && GATEWAY_BIN="$PWD/../../target/debug/map-gateway" npm test)
+step "Rust tests that hold the gateway to latency bounds under a load of their own (100,000 agents), alone"
+cargo test --locked -p map-gateway --test all -- --test-threads=1 registry_scale::
