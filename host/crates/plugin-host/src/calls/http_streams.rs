@@ -114,7 +114,9 @@ impl TenantPlugin {
                 head_set = &mut head, if head_tx.is_some() => match head_set {
                     Ok(Ok(response)) => {
                         // The client may be gone already: then the call learns it below.
-                        let _ = head_tx.take().map(|tx| tx.send(response));
+                        if let Some(tx) = head_tx.take() {
+                            let _ = tx.send(response);
+                        }
                         sent.touch();
                         idle_due = Instant::now() + limits.stream_idle;
                     }
