@@ -35,10 +35,12 @@ if [ "${1:-}" = "--fixtures" ]; then
         cp "$guests/wasm32-wasip2/release/$fixture.wasm" "target/fixtures/$fixture.wasm"
     done
     cp "$guests/wasm32-wasip2/release/echo.wasm" target/fixtures/echo-v1.wasm
-    build tests/fixtures -p echo --features v2
+    cp "$guests/wasm32-wasip2/release/streamer.wasm" target/fixtures/streamer-v1.wasm
+    build tests/fixtures -p echo -p streamer --features echo/v2,streamer/v2
     cp "$guests/wasm32-wasip2/release/echo.wasm" target/fixtures/echo-v2.wasm
-    # Leave echo.wasm as v1 so incremental builds stay consistent.
-    build tests/fixtures -p echo
+    cp "$guests/wasm32-wasip2/release/streamer.wasm" target/fixtures/streamer-v2.wasm
+    # Leave echo.wasm and streamer.wasm as v1 so incremental builds stay consistent.
+    build tests/fixtures -p echo -p streamer
     echo "==> building the example JavaScript plugin (examples/plugin-js/notes.wasm)"
     (cd examples/plugin-js && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error && node build.mjs)
     echo "==> building the audit example in Rust, Python, JavaScript and C (examples/audit)"

@@ -75,7 +75,7 @@ fn http_response(rest: &[u8]) {
     let (head, body) = text.split_once("\n\n").unwrap_or((&text, ""));
     let headers: Vec<(String, String)> = head.lines().filter_map(|l| l.split_once(':')).map(|(k, v)| (k.to_string(), v.to_string())).collect();
     let given = headers.len();
-    let resp = crate::transport::http::plugin_response(HttpResponse { status, headers, body: body.as_bytes().to_vec() });
+    let resp = crate::transport::plugin_http::plugin_response(HttpResponse { status, headers, body: body.as_bytes().to_vec() });
     let expected = hyper::StatusCode::from_u16(status).map_or(500, |s| s.as_u16());
     assert_eq!(resp.status().as_u16(), expected);
     assert!(resp.headers().len() <= given);

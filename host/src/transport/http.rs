@@ -8,14 +8,15 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::stream;
-use http_body_util::{BodyExt, Full, StreamBody};
+use http_body_util::StreamBody;
 use hyper::body::{Frame as BodyFrame, Incoming};
 use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{json, Value};
 
+use super::body::{read_body, refusing_body, BodyError};
 use super::headers::{caller, foreign_origin, origin_allowed, trace_headers};
-use super::reply::{error_json, full, method_not_allowed, Body};
+use super::reply::{boxed, error_json, full, method_not_allowed, Body};
 use map_core::{Conn, Gateway, StreamRefused};
 use map_protocol::rpc::{encode_error, RpcError};
 
@@ -24,13 +25,6 @@ pub const SESSION_HEADER: &str = "map-session-id";
 
 fn rpc_error(status: StatusCode, err: RpcError) -> Response<Body> {
     full(status, "application/json", encode_error(&Value::Null, &err))
-}
-
-/// What the host answers itself under a plugin's prefix, before or instead
-/// of the plugin: `{error, message, status_code}`, the shape HTTP plugins
-/// such as MAMP use for their own errors.
-fn plugin_refusal(status: StatusCode, error: &str, message: &str) -> Response<Body> {
-    full(status, "application/json", json!({"error": error, "message": message, "status_code": status.as_u16()}).to_string())
 }
 
 /// `GET /readyz`: 200 when the gateway can serve (its store answers, a
@@ -93,135 +87,8 @@ pub async fn route(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -
         (_, p) if p == "/dashboard" || p.starts_with("/dashboard/") => super::dashboard::serve(req.method(), p),
         (_, "/map/rpc" | "/map/batch") => method_not_allowed("POST"),
         (_, "/map/events" | "/healthz" | "/readyz") => method_not_allowed("GET"),
-        _ => plugin_http(gw, peer, req).await,
+        _ => super::plugin_http::serve(gw, peer, req).await,
     })
-}
-
-/// A path under an HTTP plugin's prefix, for the tenant the credentials
-/// (`X-Api-Key`, `Authorization: Bearer`) name, or the anonymous tenant.
-async fn plugin_http(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Response<Body> {
-    let tenant = match caller(&gw, peer, req.headers()) {
-        Ok(who) => who,
-        Err((status, e)) => {
-            let error = match status {
-                StatusCode::TOO_MANY_REQUESTS => "rate_limited",
-                StatusCode::FORBIDDEN => "forbidden",
-                _ => "unauthorized",
-            };
-            return plugin_refusal(status, error, &e.message);
-        }
-    };
-    let path = req.uri().path().to_string();
-    let route = tenant.as_ref().and_then(|t| map_plugin_host::of(&t.tenant).http_route(&path).map(|(tp, rest)| (tp, rest.to_string())));
-    let Some((plugin, rest)) = route else {
-        // Credentials only matter for a path some tenant's plugin serves.
-        let served_somewhere = gw.tenants.all().any(|t| map_plugin_host::of(t).http_route(&path).is_some());
-        return match tenant {
-            None if served_somewhere => {
-                plugin_refusal(StatusCode::UNAUTHORIZED, "unauthorized", "credentials required (Authorization: Bearer <key> or X-Api-Key)")
-            }
-            _ => full(StatusCode::NOT_FOUND, "text/plain", "not found\n"),
-        };
-    };
-    let (parent, state) = trace_headers(req.headers());
-    let span = map_observe::telemetry::inbound("http", &path, tenant.as_ref().map_or("", |t| t.tenant.id.as_str()), parent.as_deref(), state.as_deref());
-    let method = req.method().to_string();
-    let query = req.uri().query().unwrap_or_default().to_string();
-    let headers = plugin_headers(req.headers(), tenant.as_ref().map_or(map_core::tenants::ANONYMOUS, |t| &t.principal), peer);
-    let limit = gw.config.server.max_message_bytes;
-    let linger = req.extensions().get::<super::Linger>().cloned();
-    let body = match read_body(req.into_body(), limit).await {
-        Ok(b) => b.to_vec(),
-        Err(BodyError::TooLarge) => {
-            let refusal =
-                plugin_refusal(StatusCode::PAYLOAD_TOO_LARGE, "message_too_large", &format!("the body is larger than the gateway's limit of {limit} bytes"));
-            return refusing_body(refusal, linger);
-        }
-        Err(BodyError::Unreadable) => return plugin_refusal(StatusCode::BAD_REQUEST, "invalid_request", "could not read the body"),
-    };
-    let request = map_plugin_host::HttpRequest { method, path: rest, query, headers, body };
-    match tracing::Instrument::instrument(plugin.call_http(request), span).await {
-        Ok(answer) => plugin_response(answer),
-        Err(e) => {
-            let (status, error) = match e.code == map_protocol::rpc::codes::RESOURCE_EXHAUSTED {
-                true => (StatusCode::SERVICE_UNAVAILABLE, "service_unavailable"),
-                false => (StatusCode::BAD_GATEWAY, "plugin_failed"),
-            };
-            let mut body = json!({"error": error, "message": e.message, "status_code": status.as_u16()});
-            if let Some(details) = e.data {
-                body["details"] = details;
-            }
-            full(status, "application/json", body.to_string())
-        }
-    }
-}
-
-/// The request's headers as the plugin sees them: the client's, less any
-/// `x-map-*` it sent, plus who the gateway found it to be
-/// (`x-map-principal`) and where it came from (`x-map-client-address`), so
-/// that a plugin can tell senders apart without reading credentials.
-fn plugin_headers(headers: &hyper::HeaderMap, principal: &str, peer: SocketAddr) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = headers
-        .iter()
-        .filter(|(k, _)| !k.as_str().starts_with("x-map-"))
-        .filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string())))
-        .collect();
-    out.push(("x-map-principal".into(), principal.to_string()));
-    out.push(("x-map-client-address".into(), peer.ip().to_string()));
-    out
-}
-
-/// A plugin's HTTP answer as sent: a status that is not one is 500, and
-/// headers that are not HTTP headers are left out.
-pub(crate) fn plugin_response(answer: map_plugin_host::HttpResponse) -> Response<Body> {
-    let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut resp = Response::new(Full::new(Bytes::from(answer.body)).boxed());
-    *resp.status_mut() = status;
-    for (k, v) in answer.headers {
-        if let (Ok(k), Ok(v)) = (hyper::header::HeaderName::from_bytes(k.as_bytes()), HeaderValue::from_str(&v)) {
-            resp.headers_mut().append(k, v);
-        }
-    }
-    resp
-}
-
-enum BodyError {
-    TooLarge,
-    Unreadable,
-}
-
-/// Read a body up to `limit` bytes, for at most 5 s. One declared larger,
-/// or that grows larger, is refused at once.
-async fn read_body(mut body: Incoming, limit: usize) -> Result<Bytes, BodyError> {
-    if hyper::body::Body::size_hint(&body).lower() > limit as u64 {
-        return Err(BodyError::TooLarge);
-    }
-    let mut out = Vec::new();
-    let read = async {
-        while let Some(frame) = body.frame().await {
-            let Ok(frame) = frame else { return Err(BodyError::Unreadable) };
-            if let Ok(data) = frame.into_data() {
-                if out.len() + data.len() > limit {
-                    return Err(BodyError::TooLarge);
-                }
-                out.extend_from_slice(&data);
-            }
-        }
-        Ok(())
-    };
-    tokio::time::timeout(Duration::from_secs(5), read).await.map_err(|_| BodyError::Unreadable)??;
-    Ok(Bytes::from(out))
-}
-
-/// The answer to a body over the limit closes the connection, which reads
-/// on (and discards) what the peer still sends so the answer is not lost
-/// to a reset.
-fn refusing_body(mut resp: Response<Body>, linger: Option<super::Linger>) -> Response<Body> {
-    if let Some(linger) = linger {
-        linger.set();
-    }
-    resp.headers_mut().insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
-    resp
 }
 
 fn session_of(req: &Request<Incoming>) -> Option<String> {
@@ -352,7 +219,7 @@ fn events(gw: Arc<Gateway>, peer: SocketAddr, req: Request<Incoming>) -> Respons
         };
         Some((Ok::<_, Infallible>(BodyFrame::data(chunk)), (rx, guard, stopping)))
     });
-    let mut resp = Response::new(StreamBody::new(frames).boxed());
+    let mut resp = Response::new(boxed(StreamBody::new(frames)));
     let h = resp.headers_mut();
     h.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     h.insert("cache-control", HeaderValue::from_static("no-cache"));

@@ -5,11 +5,13 @@
 
 mod acp;
 mod admin;
+mod body;
 mod dashboard;
 pub(crate) mod grpc;
 mod headers;
 pub(crate) mod http;
 mod pending;
+pub(crate) mod plugin_http;
 mod reply;
 pub mod stdio;
 pub mod tls;

@@ -4,17 +4,23 @@
 use std::convert::Infallible;
 
 use bytes::Bytes;
-use http_body_util::{combinators::BoxBody, BodyExt, Full};
+use http_body_util::{combinators::UnsyncBoxBody, BodyExt, Full};
 use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::{Response, StatusCode};
 use serde_json::json;
 
-/// The body of every response the HTTP routes build.
-pub type Body = BoxBody<Bytes, Infallible>;
+/// The body of every response the HTTP routes build. Only a plugin's
+/// streaming body can fail (then the client sees the stream cut, not ended).
+pub type Body = UnsyncBoxBody<Bytes, map_plugin_host::StreamError>;
+
+/// A body that cannot fail, as a `Body`.
+pub(super) fn boxed(body: impl http_body::Body<Data = Bytes, Error = Infallible> + Send + 'static) -> Body {
+    body.map_err(|never| match never {}).boxed_unsync()
+}
 
 /// A response with this whole body.
 pub(super) fn full(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Response<Body> {
-    let mut r = Response::new(Full::new(body.into()).boxed());
+    let mut r = Response::new(boxed(Full::new(body.into())));
     *r.status_mut() = status;
     r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
     r

@@ -52,9 +52,9 @@ where
     F: FnOnce(Socket) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = ()> + Send,
 {
-    use http_body_util::{BodyExt, Empty};
+    use http_body_util::Empty;
     let Some(key) = req.headers().get(SEC_WEBSOCKET_KEY).map(|k| derive_accept_key(k.as_bytes())) else {
-        let mut r = Response::new(Empty::new().boxed());
+        let mut r = Response::new(super::reply::boxed(Empty::new()));
         *r.status_mut() = StatusCode::BAD_REQUEST;
         return r;
     };
@@ -69,7 +69,7 @@ where
             Err(e) => tracing::debug!(%peer, error = %e, "websocket upgrade failed"),
         }
     });
-    let mut r = Response::new(Empty::new().boxed());
+    let mut r = Response::new(super::reply::boxed(Empty::new()));
     *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     let h = r.headers_mut();
     h.insert(UPGRADE, HeaderValue::from_static("websocket"));

@@ -86,7 +86,7 @@ const KNOWN_CYCLES: &[&[&str]] = &[
     &["plugin-host/src/calls/", "plugin-host/src/lib.rs", "plugin-host/src/loading.rs", "plugin-host/src/set.rs"],
     &["plugin-host/src/calls/mod.rs", "plugin-host/src/calls/observer.rs", "plugin-host/src/calls/placement.rs", "plugin-host/src/calls/resources.rs"],
     &["src/federation/inbound.rs", "src/federation/link.rs", "src/federation/mod.rs"],
-    &["src/transport/acp.rs", "src/transport/http.rs", "src/transport/mod.rs", "src/transport/ws.rs"],
+    &["src/transport/acp.rs", "src/transport/body.rs", "src/transport/http.rs", "src/transport/mod.rs", "src/transport/plugin_http.rs", "src/transport/ws.rs"],
 ];
 
 /// A path inside the crate, without the leading `crate`: `["core", "registry"]`.

@@ -18,6 +18,7 @@ mod federation;
 mod fuzz_smoke;
 mod grpc;
 mod http_sse;
+mod http_streams;
 mod jsonrpc;
 mod jwks;
 mod layers;

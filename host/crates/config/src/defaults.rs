@@ -126,6 +126,10 @@ impl Default for PluginConfig {
             outbound_timeout_ms: 10_000,
             outbound_max_bytes: 8 << 20,
             sha256: None,
+            stream_max_ms: 3_600_000,
+            stream_idle_ms: 60_000,
+            max_streams: 64,
+            stream_buffer_bytes: 64 << 10,
         }
     }
 }

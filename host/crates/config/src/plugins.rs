@@ -46,6 +46,17 @@ pub struct PluginConfig {
     /// digest is refused at start and at reload (the old version keeps serving).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
+    /// For plugins that export `wasi:http/incoming-handler`: the longest one
+    /// request may hold its instance, streaming its response (the head must
+    /// still come within `deadline_ms`).
+    pub stream_max_ms: u64,
+    /// The longest such a stream may go without a byte reaching the client
+    /// (the plugin wrote nothing, or the client read nothing).
+    pub stream_idle_ms: u64,
+    /// Such requests of one tenant open at once; more are refused (503) at once.
+    pub max_streams: usize,
+    /// The most the host holds of one stream's body: past it, the plugin's write waits.
+    pub stream_buffer_bytes: usize,
 }
 
 /// How a plugin's calls are spread over instances.
@@ -100,6 +111,9 @@ impl PluginConfig {
     pub(super) fn validate(&self, name: &str) -> anyhow::Result<()> {
         if self.deadline_ms == 0 || self.memory_mb == 0 || self.memory_mb > 1024 || self.max_concurrency == 0 {
             bail!("plugin {name}: deadline_ms and max_concurrency must be positive and memory_mb between 1 and 1024");
+        }
+        if self.stream_max_ms < self.deadline_ms || self.stream_idle_ms == 0 || self.max_streams == 0 || self.stream_buffer_bytes < 1024 {
+            bail!("plugin {name}: stream_max_ms must be at least deadline_ms, stream_idle_ms and max_streams positive, stream_buffer_bytes at least 1024");
         }
         if !self.config.is_object() {
             bail!("plugin {name}: config must be a table");

@@ -1,8 +1,13 @@
 //! What a component exports, found and bound per interface (of the 0.2.x
-//! contract or the frozen 0.1.0 one), and one way to call any of it.
+//! contract or the frozen 0.1.0 one, and the standard
+//! `wasi:http/incoming-handler`), and one way to call any of it.
 
 use wasmtime::component::{Instance, InstancePre};
 use wasmtime::Store;
+use wasmtime_wasi_http::p2::bindings::exports::wasi::http::incoming_handler;
+use wasmtime_wasi_http::p2::bindings::http::types::{ErrorCode, Scheme};
+use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
+use wasmtime_wasi_http::WasiHttpView;
 
 use super::bindings::{contract_0_1, guest, map_gateway::plugin::grpc_types, Caller, RpcError};
 use super::state::PluginState;
@@ -15,6 +20,11 @@ pub use guest::send_observer::SentMessage;
 const CONTRACT_0_2: &str = "@0.2.";
 const CONTRACT_0_1: &str = "@0.1.";
 const PACKAGE: &str = "map-gateway:plugin/";
+/// The standard HTTP handler (`wasi:http/proxy`), any 0.2.x.
+const WASI_HTTP_HANDLER: &str = "wasi:http/incoming-handler@0.2.";
+
+/// Where a `wasi:http` handler's response head goes.
+pub type Respond = tokio::sync::oneshot::Sender<Result<hyper::Response<HyperOutgoingBody>, ErrorCode>>;
 
 /// What an `rpc` export declares (either version).
 #[derive(Debug, Clone)]
@@ -126,6 +136,7 @@ pub struct Exports {
     unary: Option<guest::grpc_unary::GuestIndices>,
     lifecycle: Option<guest::lifecycle::GuestIndices>,
     resources: Option<guest::resources::GuestIndices>,
+    incoming: Option<incoming_handler::GuestIndices>,
 }
 
 /// The exports loaded from one instance.
@@ -137,6 +148,7 @@ pub struct Bound {
     unary: Option<guest::grpc_unary::Guest>,
     lifecycle: Option<guest::lifecycle::Guest>,
     resources: Option<guest::resources::Guest>,
+    incoming: Option<incoming_handler::Guest>,
 }
 
 macro_rules! load {
@@ -154,10 +166,14 @@ impl Exports {
     /// export of the package that is unknown, or that does not have the
     /// functions its interface names, is an error: nothing is ignored.
     pub fn find(pre: &InstancePre<PluginState>) -> anyhow::Result<Exports> {
-        let mut exports = Exports { rpc: None, observer: None, http: None, grpc: None, unary: None, lifecycle: None, resources: None };
+        let mut exports = Exports { rpc: None, observer: None, http: None, grpc: None, unary: None, lifecycle: None, resources: None, incoming: None };
         let component = pre.component();
         let names: Vec<String> = component.component_type().exports(component.engine()).map(|(name, _)| name.to_string()).collect();
         for name in names {
+            if name.starts_with(WASI_HTTP_HANDLER) {
+                exports.incoming = Some(incoming_handler::GuestIndices::new(pre).map_err(|e| anyhow::anyhow!("export {name}: {e:#}"))?);
+                continue;
+            }
             let Some(rest) = name.strip_prefix(PACKAGE) else { continue };
             let (interface, version) = rest.split_once('@').map(|(i, v)| (i, format!("@{v}"))).unwrap_or((rest, String::new()));
             let is_0_2 = version.starts_with(CONTRACT_0_2);
@@ -182,8 +198,14 @@ impl Exports {
                 _ => anyhow::bail!("the component exports {name}, which this gateway does not know (it serves map-gateway:plugin 0.1 and 0.2)"),
             }
         }
-        if exports.rpc.is_none() && exports.observer.is_none() && exports.http.is_none() && exports.grpc.is_none() && exports.resources.is_none() {
-            anyhow::bail!("the component exports none of map-gateway:plugin/rpc, send-observer, http-handler, grpc-handler or resources");
+        let serves = [exports.rpc.is_some(), exports.observer.is_some(), exports.http.is_some(), exports.grpc.is_some(), exports.resources.is_some()];
+        if !serves.contains(&true) && exports.incoming.is_none() {
+            anyhow::bail!(
+                "the component exports none of map-gateway:plugin/rpc, send-observer, http-handler, grpc-handler or resources, nor wasi:http/incoming-handler"
+            );
+        }
+        if exports.http.is_some() && exports.incoming.is_some() {
+            anyhow::bail!("the component exports both map-gateway:plugin/http-handler and wasi:http/incoming-handler: one serves its prefix");
         }
         if exports.unary.is_some() && exports.grpc.is_none() {
             anyhow::bail!("the component exports map-gateway:plugin/grpc-unary without grpc-handler, which declares its services");
@@ -200,6 +222,7 @@ impl Exports {
             unary: self.unary.as_ref().map(|i| i.load(&mut *store, instance)).transpose()?,
             lifecycle: self.lifecycle.as_ref().map(|i| i.load(&mut *store, instance)).transpose()?,
             resources: self.resources.as_ref().map(|i| i.load(&mut *store, instance)).transpose()?,
+            incoming: self.incoming.as_ref().map(|i| i.load(&mut *store, instance)).transpose()?,
         })
     }
 
@@ -224,6 +247,10 @@ impl Exports {
     pub fn resources(&self) -> bool {
         self.resources.is_some()
     }
+    /// It serves HTTP through the standard `wasi:http/incoming-handler`.
+    pub fn incoming(&self) -> bool {
+        self.incoming.is_some()
+    }
 
     /// The interfaces found, for logs (`rpc@0.2`, `interceptor@0.1`, …).
     pub fn names(&self) -> Vec<&'static str> {
@@ -240,6 +267,7 @@ impl Exports {
         push(self.unary.is_some(), false, "grpc-unary@0.2", "");
         push(self.lifecycle.is_some(), false, "lifecycle@0.2", "");
         push(self.resources.is_some(), false, "resources@0.2", "");
+        push(self.incoming.is_some(), false, "wasi:http/incoming-handler@0.2", "");
         names
     }
 }
@@ -374,6 +402,21 @@ impl Bound {
             }
             None => missing("http-handler"),
         }
+    }
+
+    /// `wasi:http/incoming-handler.handle`: the request and where its
+    /// response goes become resources of the instance; the call returns
+    /// when the handler does (after its body, for most handlers).
+    pub async fn handle_incoming<B>(&self, store: &mut Store<PluginState>, request: hyper::Request<B>, respond: Respond) -> wasmtime::Result<()>
+    where
+        B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+        B::Error: Into<wasmtime_wasi_http::Error>,
+    {
+        let handler = self.incoming.as_ref().ok_or(NotExported("wasi:http/incoming-handler"))?;
+        let mut http = store.data_mut().http();
+        let request = http.new_incoming_request(Scheme::Http, request)?;
+        let out = http.new_response_outparam(respond)?;
+        handler.call_handle(&mut *store, request, out).await
     }
 
     fn grpc(&self) -> wasmtime::Result<&guest::grpc_handler::Guest> {

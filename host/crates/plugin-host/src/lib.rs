@@ -12,7 +12,7 @@
 //! (how a call ended), `stats` (calls by outcome, for the admin API),
 //! `imports`/`imports_0_1` (the host side of the imports, of the current and
 //! the 0.1 contract), `output` (the plugin's stdout and stderr, for the
-//! log), `log_throttle`, `timers` (stored), `ownership` (a cluster
+//! log), `log_throttle`, `stream` (the body of a streaming HTTP response), `timers` (stored), `ownership` (a cluster
 //! singleton's lease), `grpc_calls` (open gRPC calls), `outbound`
 //! (outbound HTTP), `set` (a tenant's plugins), `state` (what an
 //! instance's store holds), `loading` (which components a configuration
@@ -46,6 +46,7 @@ mod set;
 pub mod signing;
 mod state;
 mod stats;
+mod stream;
 mod timers;
 
 use std::collections::HashMap;
@@ -66,6 +67,7 @@ pub use exports::{HttpRequest, HttpResponse};
 pub use grpc_calls::{code as grpc_code, Requests as GrpcRequests, Response as GrpcResponse, Status as GrpcStatus};
 pub use plugin::{Limits, Plugin};
 pub use set::TenantPlugins;
+pub use stream::{RequestBody, StreamBody, StreamError};
 
 use calls::Placement;
 use futures_util::future::BoxFuture;
@@ -283,14 +285,15 @@ impl PluginHost {
                 if let (Some(Value::Object(over)), Value::Object(base)) = (t.plugin_config.get(&name), &mut cfg) {
                     base.extend(over.clone());
                 }
-                let serves_http = l.plugin.exports.http();
+                let serves_http = l.plugin.exports.http() || l.plugin.exports.incoming();
                 if serves_http && l.settings.http_prefix.is_empty() {
                     anyhow::bail!("plugin {name} serves HTTP: give it an http_prefix");
                 }
                 let prefix = Some(l.settings.http_prefix.clone()).filter(|p| !p.is_empty() && serves_http);
                 let hosts: Vec<String> = l.settings.outbound_hosts.iter().chain(t.outbound_hosts.get(&name).into_iter().flatten()).cloned().collect();
                 let s = &l.settings;
-                let outbound = outbound::Policy::new(&hosts, Duration::from_millis(s.outbound_timeout_ms), s.outbound_max_bytes, &t.id, &name)?;
+                let outbound = outbound::Policy::new(&hosts, Duration::from_millis(s.outbound_timeout_ms), s.outbound_max_bytes, &t.id, &name)?
+                    .with_body_buffer(s.stream_buffer_bytes);
                 // An unchanged plugin keeps its instances (a singleton its state, gRPC calls stay open).
                 let current = of(&tenant).named(&name).filter(|tp| Arc::ptr_eq(&tp.plugin, &l.plugin) && *tp.config() == cfg && *tp.outbound() == outbound);
                 let tp = match current {

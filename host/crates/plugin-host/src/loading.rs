@@ -150,6 +150,9 @@ impl PluginHost {
             max_result_bytes: self.max_result_bytes,
             max_concurrency: settings.max_concurrency,
             mode: settings.mode,
+            stream_max: Duration::from_millis(settings.stream_max_ms),
+            stream_idle: Duration::from_millis(settings.stream_idle_ms),
+            max_streams: settings.max_streams,
         };
         let none = outbound::Policy::new(&[], Duration::ZERO, 0, "~loader", name)?;
         let ctx = self.context(self.scratch.clone(), name, settings.config.clone(), settings, false, none);

@@ -33,6 +33,8 @@ pub struct Policy {
     max_bytes: u64,
     tenant: String,
     plugin: String,
+    /// Largest chunk of a body the plugin writes that the host takes at once.
+    chunk: usize,
 }
 
 impl Policy {
@@ -46,7 +48,15 @@ impl Policy {
                 Ok(Allowed { host: a.host().trim_matches(['[', ']']).to_ascii_lowercase(), port: a.port_u16() })
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
-        Ok(Policy { allowed: Arc::new(allowed), timeout, max_bytes: max_bytes as u64, tenant: tenant.into(), plugin: plugin.into() })
+        let chunk = wasmtime_wasi_http::p2::DEFAULT_OUTGOING_BODY_CHUNK_SIZE;
+        Ok(Policy { allowed: Arc::new(allowed), timeout, max_bytes: max_bytes as u64, tenant: tenant.into(), plugin: plugin.into(), chunk })
+    }
+
+    /// Hold at most `bytes` of a body the plugin writes (a streamed
+    /// response, an outbound request): two chunks of half as many, after
+    /// which its writes wait.
+    pub fn with_body_buffer(self, bytes: usize) -> Policy {
+        Policy { chunk: (bytes / 2).max(512), ..self }
     }
 
     fn permits(&self, host: &str, port: u16) -> bool {
@@ -88,6 +98,14 @@ impl Policy {
 }
 
 impl WasiHttpHooks for Policy {
+    fn p2_outgoing_body_buffer_chunks(&mut self) -> usize {
+        1
+    }
+
+    fn p2_outgoing_body_chunk_size(&mut self) -> usize {
+        self.chunk
+    }
+
     fn send_request(
         &mut self,
         request: http::Request<WasiBody>,

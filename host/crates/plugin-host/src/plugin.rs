@@ -32,6 +32,12 @@ pub struct Limits {
     /// Calls of one tenant running at once; more wait up to the deadline.
     pub max_concurrency: usize,
     pub mode: InstanceMode,
+    /// The longest a `wasi:http` call may hold its instance (`stream_max_ms`).
+    pub stream_max: Duration,
+    /// The longest its response may go without a byte sent (`stream_idle_ms`).
+    pub stream_idle: Duration,
+    /// Its calls of one tenant open at once (`max_streams`).
+    pub max_streams: usize,
 }
 
 /// Why no instance could take a call.

@@ -564,11 +564,11 @@ impl HttpResponse {
     }
 }
 
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+pub fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
-fn parse_head(head: &[u8]) -> (u16, Vec<(String, String)>) {
+pub fn parse_head(head: &[u8]) -> (u16, Vec<(String, String)>) {
     let text = String::from_utf8_lossy(head);
     let mut lines = text.split("\r\n");
     let status_line = lines.next().unwrap_or_default();

@@ -63,6 +63,19 @@ impl TenantPlugin {
         let (mut lease, ready_at) = self.lease(started).await?;
         let grpc_call = invocation.grpc_call();
         let answer = self.invoke(&mut lease, ready_at, caller, hops, invocation, accept).await;
+        self.conclude(lease, answer, started, grpc_call)
+    }
+
+    /// The end of a call that began at `started`: the plugin's output
+    /// logged, the outcome counted and traced, the instance kept (with the
+    /// notifications it queued) or dropped (with the call's error).
+    pub(super) fn conclude<T>(
+        &self,
+        mut lease: Lease,
+        answer: Result<T, Failure>,
+        started: Instant,
+        grpc_call: Option<u64>,
+    ) -> Result<(T, Vec<Frame>), RpcError> {
         let state = lease.instance().store.data();
         let last_error = log_call_output(&state.stdout, &state.stderr, &self.output, &self.plugin.name, &self.ctx.scope.tenant);
         let answer = answer.map_err(|failure| match last_error {
@@ -80,7 +93,7 @@ impl TenantPlugin {
     }
 
     /// An instance for one call; a refusal is the call's error.
-    async fn lease(&self, started: Instant) -> Result<(Lease, Instant), RpcError> {
+    pub(super) async fn lease(&self, started: Instant) -> Result<(Lease, Instant), RpcError> {
         // A cluster singleton runs only on its owner (its calls are forwarded
         // there); what reaches it here anyway (an observed send) is refused.
         if self.elsewhere().is_some() {

@@ -4,7 +4,8 @@
 //! call's error, and an instance that failed or broke the contract is
 //! never used again.
 //!
-//! `driver` runs one call of any kind; `json_rpc`, `http_requests`,
+//! `driver` runs one call of any kind; `json_rpc`, `http_requests`
+//! (`http-handler`), `http_streams` (`wasi:http/incoming-handler`),
 //! `observer` (its queue and loop), `on_timer`, `grpc_streams` and
 //! `resources` are the calls of each kind; `placement` sends a cluster singleton's calls to the
 //! node that runs it.
@@ -12,6 +13,7 @@
 mod driver;
 mod grpc_streams;
 mod http_requests;
+mod http_streams;
 mod json_rpc;
 mod observer;
 mod on_timer;
@@ -55,6 +57,8 @@ pub struct TenantPlugin {
     pub kinds: Option<Vec<String>>,
     ctx: Arc<Context>,
     pool: Pool,
+    /// Places for `wasi:http` calls open at once (`max_streams`).
+    streams: Arc<tokio::sync::Semaphore>,
     runtime: Handle,
     observer: Option<mpsc::Sender<Observation>>,
     dropped: LogThrottle,
@@ -76,6 +80,7 @@ impl TenantPlugin {
         let declared = plugin.declarations(ctx.clone()).await?;
         let (tx, rx) = declared.interest.as_ref().map(|_| observer::queue()).unzip();
         let pool = Pool::new(&plugin);
+        let streams = Arc::new(tokio::sync::Semaphore::new(plugin.limits.max_streams.max(1)));
         let tp = Arc::new(TenantPlugin {
             plugin,
             descriptor: declared.descriptor,
@@ -85,6 +90,7 @@ impl TenantPlugin {
             kinds: declared.kinds,
             ctx,
             pool,
+            streams,
             runtime: runtime.clone(),
             observer: tx,
             dropped: LogThrottle::new(),
@@ -150,6 +156,10 @@ impl TenantPlugin {
                "calls": calls, "instances": self.pool.instances(&self.plugin), "health": self.pool.health(), "recentFailures": recent});
         if let Some(lease) = self.lease_view() {
             view["lease"] = lease;
+        }
+        if self.plugin.exports.incoming() {
+            let max = self.plugin.limits.max_streams.max(1);
+            view["streams"] = json!({"open": max - self.streams.available_permits(), "max": max});
         }
         view
     }
