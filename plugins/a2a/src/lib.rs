@@ -73,7 +73,7 @@ fn not_found(what: String) -> HttpResponse {
 /// 429 with A2A's JSON-RPC error shape, and when to come back.
 fn too_many(per_minute: u64, retry_after: u64) -> HttpResponse {
     metrics::count("a2a_rate_limited_total", &[], 1);
-    let mut r = answer(429, &Value::Null, Err(Fault::new(jsonrpc::INTERNAL, format!("rate limited: more than {per_minute} requests this minute"))));
+    let mut r = answer(429, &Value::Null, Err(Fault::new(jsonrpc::INTERNAL, format!("rate limited: more than {per_minute} requests in a minute"))));
     r.headers.push(("retry-after".into(), retry_after.to_string()));
     r
 }
