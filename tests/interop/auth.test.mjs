@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { ClientConnection } from '@multi-agent-protocol/sdk';
 import {
   startGateway, connectAgent, connectClient, connectBase,
-  rejectsWithCode, agentIds, expectExactRecipients, expectNobodyGot, mentions, uid, sleep, QUIET_MS,
+  rejectsWithCode, agentIds, expectExactRecipients, expectNobodyGot, mentions, uid, quietPeriod,
 } from './harness.mjs';
 
 let gw;
@@ -157,7 +157,7 @@ test('tenant isolation: events and replay', async () => {
   await Gx.conn.busy();
   await A2.conn.busy();
   await acmeWatch.tap.waitForEvents(sub.id, (e) => mentions(e, A2.id));
-  await sleep(QUIET_MS);
+  await quietPeriod();
   const evs = acmeWatch.tap.events(sub.id);
   assert.ok(!evs.some((p) => mentions(p.event, Gx.id)), 'acme subscriber must not see globex events');
   const r = await acmeWatch.conn.replay({ limit: 1000 });

@@ -11,7 +11,7 @@ import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import {
   startCluster, connectAgent, connectClient, pollUntil, agentIds,
-  normType, mentions, eventIdLess, uid, sleep, QUIET_MS,
+  normType, mentions, eventIdLess, uid, sleep, quietPeriod,
 } from './harness.mjs';
 
 /** How long a write on one node may take to show on the other. */
@@ -102,7 +102,7 @@ describe('two nodes: routing, events and replay across nodes', () => {
       assert.deepEqual(msg.payload, payload, `${form}: payload unchanged`);
       assert.equal(typeof msg.timestamp, 'number', `${form}: message.timestamp`);
     }
-    await sleep(QUIET_MS);
+    await quietPeriod();
     for (const [form] of sends) {
       const copies = agent.sdkMessages.filter((m) => m?.payload?.form === form);
       assert.equal(copies.length, 1, `${form}: exactly one copy on node b, got ${copies.length}`);
@@ -134,7 +134,7 @@ describe('two nodes: routing, events and replay across nodes', () => {
     await watcher.tap.waitForEvents(sub.id, (e) => typeIs('agent_registered')(e) && mentions(e, x.id), 1, REPLICATION_MS);
     await watcher.tap.waitForEvents(sub.id, (e) => typeIs('agent_registered')(e) && mentions(e, y.id), 1, REPLICATION_MS);
     await watcher.tap.waitForEvents(sub.id, (e) => typeIs('message_sent')(e) && mentions(e, sent.messageId), 1, REPLICATION_MS);
-    await sleep(QUIET_MS);
+    await quietPeriod();
 
     const evs = watcher.tap.events(sub.id);
     checkGapFree(evs, `subscription ${sub.id} on node b`);
@@ -266,7 +266,7 @@ describe('two nodes: session resume on the other node after kill -9', () => {
     await resumed.tap.waitForEvents(sub.id, (e) => typeIs('agent_registered')(e) && mentions(e, post.id), 1, REPLICATION_MS);
     // nothing made while the session was away is lost
     await resumed.tap.waitForEvents(sub.id, (e) => typeIs('agent_registered')(e) && mentions(e, during.id), 1, REPLICATION_MS);
-    await sleep(QUIET_MS);
+    await quietPeriod();
     const afterEvs = resumed.tap.events(sub.id);
     t.diagnostic(`resumed on node b ${resumeMs} ms after the kill of node a (${attempts} map/connect attempts); sequence numbers before the kill ${JSON.stringify(beforeKill.map((p) => p.sequenceNumber))}, after the resume ${JSON.stringify(afterEvs.map((p) => p.sequenceNumber))}`);
 

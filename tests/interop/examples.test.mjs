@@ -22,8 +22,8 @@ import { promisify } from 'node:util';
 import { WebSocket } from 'ws';
 import { ClientConnection, websocketStream, waitForOpen } from '@multi-agent-protocol/sdk';
 import {
-  startGateway, connectAgent, connectClient, rejectsWithCode, uid, sleep,
-  DEFAULT_TENANTS, GATEWAY_BIN, QUIET_MS, RPC_TIMEOUT_MS,
+  startGateway, connectAgent, connectClient, rejectsWithCode, uid,
+  DEFAULT_TENANTS, GATEWAY_BIN, quietPeriod, RPC_TIMEOUT_MS,
 } from './harness.mjs';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
@@ -257,7 +257,7 @@ test('notes: writes emit notes.changed to the tenant\'s subscribers only', async
     { action: 'put', key, revision: 2, created: false },
     { action: 'delete', key },
   ]);
-  await sleep(QUIET_MS);
+  await quietPeriod();
   assert.equal(watchAcme.tap.events(subA.id).filter((p) => mine(p.event)).length, 3, 'a failed delete emits nothing');
   assert.equal(watchGlobex.tap.events(subG.id).length, 0, 'globex sees no acme event');
 });

@@ -10,7 +10,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import {
   startGateway, connectAgent, connectGateway, rejectsWithCode, pollUntil,
-  sleep, QUIET_MS, uid,
+  quietPeriod, uid,
 } from './harness.mjs';
 
 const GLOBEX_AUTH = { method: 'api-key', credentials: 'globex-at-acme' };
@@ -74,7 +74,7 @@ const received = (marker) => pollUntil(
 
 /** After a quiet period: the agent got no message carrying `marker`. */
 async function notReceived(marker) {
-  await sleep(QUIET_MS);
+  await quietPeriod();
   assert.deepEqual(agent.sdkMessages.filter((m) => m?.payload?.marker === marker), [], `the agent must not get ${marker}`);
 }
 
@@ -184,7 +184,7 @@ test('routeToSystem of the same message twice: delivered once', async () => {
   assert.equal(again.routed, true, JSON.stringify(again));
   assert.equal(again.messageId, m.id);
   await received(m.payload.marker);
-  await sleep(QUIET_MS);
+  await quietPeriod();
   assert.equal(agent.sdkMessages.filter((x) => x?.payload?.marker === m.payload.marker).length, 1, 'one copy');
 });
 

@@ -48,6 +48,11 @@ export const WAIT_MS = 1500;
 export const QUIET_MS = 300;
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+/**
+ * Let the quiet period pass before checking that nothing (more) arrived: an
+ * absence takes time to show, so here the time itself is what is tested.
+ */
+export const quietPeriod = () => sleep(QUIET_MS);
 
 let uniq = 0;
 /** A short unique token for ids / payload markers. */
@@ -747,7 +752,7 @@ export async function expectExactRecipients(everyone, expected, marker, { ignore
   await Promise.all(expected.map(async (h) => {
     await h.tap.waitUntil(() => inboxFor(h, marker).length >= 1, timeoutMs, `map/message ${marker} at ${h.label}`);
   }));
-  await sleep(QUIET_MS);
+  await quietPeriod();
   for (const h of everyone) {
     if (ignore.includes(h)) continue;
     const n = inboxFor(h, marker).length;
@@ -763,7 +768,7 @@ export async function expectExactRecipients(everyone, expected, marker, { ignore
 
 /** Assert nobody in `everyone` got a message with `marker` within the quiet period. */
 export async function expectNobodyGot(everyone, marker, waitMs = QUIET_MS) {
-  await sleep(waitMs);
+  await sleep(waitMs); // an absence: the time is what is tested
   for (const h of everyone) {
     assert.equal(inboxFor(h, marker).length, 0, `${h.label} must not receive ${marker}`);
   }

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { existsSync } from 'node:fs';
-import { startGateway, connectAgent, rejectsWithCode, uid, sleep, WAIT_MS } from './harness.mjs';
+import { startGateway, connectAgent, rejectsWithCode, uid, pollUntil, WAIT_MS } from './harness.mjs';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const MAIL_WASM = join(HERE, '..', '..', 'plugins', 'dist', 'mail.wasm');
@@ -57,13 +57,9 @@ test('kill -9 after successful responses loses no conversation, participant, tur
     const { turn: draft } = await a.conn.recordTurn({ conversationId: conv1.id, ...text('draft'), status: 'streaming' });
     await a.conn.callExtension('mail/turn', { conversationId: conv1.id, turnId: draft.id, status: 'complete', content: { text: 'done' } });
     const sent = await a.conn.sendWithMail({ agent: b.id }, { task: 'persist me' }, conv1.id, { threadId: threads[1].id });
-    await (async () => {
-      const end = Date.now() + WAIT_MS * 2;
-      while (!(await b.conn.listTurns({ conversationId: conv1.id })).turns.some((t) => t.source.messageId === sent.messageId)) {
-        if (Date.now() > end) assert.fail('the intercepted turn was not recorded');
-        await sleep(25);
-      }
-    })();
+    await pollUntil(() => b.conn.listTurns({ conversationId: conv1.id }), (r) => r.turns.some((t) => t.source.messageId === sent.messageId), {
+      timeoutMs: WAIT_MS * 2, intervalMs: 25, what: 'the intercepted turn recorded',
+    });
     const summary = await b.conn.getConversationSummary({ conversationId: conv1.id });
     assert.equal(summary.generated, true);
 

@@ -10,7 +10,7 @@ import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { existsSync, readFileSync } from 'node:fs';
 import {
-  startGateway, connectAgent, connectClient, rejectsWithCode, uid, sleep, QUIET_MS, WAIT_MS,
+  startGateway, connectAgent, connectClient, rejectsWithCode, uid, sleep, pollUntil, quietPeriod, WAIT_MS,
 } from './harness.mjs';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
@@ -80,16 +80,8 @@ async function watch(filter, who) {
 
 const ofType = (type, pred = () => true) => (ev) => ev.type === type && pred(ev.data ?? {});
 
-/** Poll until fn() returns something truthy. */
-async function eventually(fn, what, timeoutMs = WAIT_MS * 2) {
-  const end = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) assert.fail(`timed out waiting for ${what}`);
-    await sleep(25);
-  }
-}
+/** Poll until fn() returns something truthy: that value. */
+const eventually = (fn, what, timeoutMs = WAIT_MS * 2) => pollUntil(fn, (v) => v, { timeoutMs, intervalMs: 25, what });
 
 // `sleep(3)` below lets time pass: timestamps are in ms, and the tests need each to differ.
 const text = (t) => ({ contentType: 'text', content: { text: t } });
@@ -550,7 +542,7 @@ test('turn visibility and historyAccess filter what each reader gets', async () 
   // turn events follow the same rules: each reader gets exactly the turns it may read, whole
   for (const [h, w, n] of [[a, wa, 5], [b, wb, 3], [c, wc, 2]]) {
     const evs = await w.wait(() => true, n);
-    await sleep(QUIET_MS);
+    await quietPeriod();
     assert.deepEqual(w.events().map((e) => e.data.turn.id), await seenBy(h), `events of ${h.id} match what it may read`);
     for (const e of evs) assert.notEqual(e.data.turn.content, undefined, 'turn events carry the content to those who may read it');
   }
@@ -881,7 +873,7 @@ test('map/send with meta.mail: delivered normally and recorded as an intercepted
   const s4 = await a.conn.sendWithMail({ agent: b.id }, { marker: m4 }, id);
   assert.deepEqual(s4.delivered, [b.id], 'a message into a closed conversation is still delivered');
   for (const m of [m1, m2, m3, m4]) await b.tap.waitUntil(() => b.tap.messages((x) => x.payload?.marker === m).length === 1, WAIT_MS, m);
-  await sleep(QUIET_MS);
+  await quietPeriod();
   assert.equal((await a.conn.listTurns({ conversationId: id, limit: 500 })).turns.length, before, 'none of them became a turn');
 });
 
@@ -913,7 +905,7 @@ test('map/subscribe filter.mail: conversationId, threadId, participantId, conten
   await byConv.wait(ofType('mail.closed'));
   await combined.wait(ofType('mail.participant.left'));
   await byType.wait(() => true, 2);
-  await sleep(QUIET_MS);
+  await quietPeriod();
   const turnIds = (h) => h.events(ofType('mail.turn.added')).map((e) => e.data.turn.id);
 
   assert.deepEqual(turnIds(byConv), [x1.id, x2.id]);

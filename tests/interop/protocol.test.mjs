@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { AgentConnection, ClientConnection } from '@multi-agent-protocol/sdk';
 import {
   startGateway, connectAgent, connectClient, connectBase, rawSocket, rawParticipant,
-  rejectsWithCode, assertMapError, uid, sleep, QUIET_MS,
+  rejectsWithCode, assertMapError, uid, quietPeriod,
 } from './harness.mjs';
 
 let gw;
@@ -168,7 +168,7 @@ test('notifications (no id) get no answer', async () => {
   const before = raw.tap.frames.length;
   raw.send({ jsonrpc: '2.0', method: 'map/agents/list', params: {} });
   raw.send({ jsonrpc: '2.0', method: 'no/such/notification', params: {} });
-  await sleep(QUIET_MS);
+  await quietPeriod();
   const r = await raw.request('map/agents/list', {}, 'after-notif');
   const after = raw.tap.frames.slice(before);
   assert.equal(after.length, 1, `only the response to the request may arrive, got ${JSON.stringify(after)}`);

@@ -11,7 +11,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import {
   startGateway, connectAgent, connectClient, rejectsWithCode,
-  expectExactRecipients, expectNobodyGot, inboxFor, uid, sleep, WAIT_MS, QUIET_MS,
+  expectExactRecipients, expectNobodyGot, inboxFor, uid, WAIT_MS, quietPeriod,
 } from './harness.mjs';
 
 let gw;
@@ -256,7 +256,7 @@ test('burst: concurrent senders, every message delivered exactly once, per-sende
     s.conn.send({ agent: U.id }, { marker: `${base}-${s.label}-${i}`, s: s.label, i })))));
   const mine = () => U.tap.messages((m) => String(m?.payload?.marker).startsWith(base));
   await U.tap.waitUntil(() => mine().length >= senders.length * N, 5000, `${senders.length * N} burst messages`);
-  await sleep(QUIET_MS);
+  await quietPeriod();
   const got = mine();
   assert.equal(got.length, senders.length * N, 'no duplicates');
   assert.equal(new Set(got.map((m) => m.id)).size, got.length, 'unique message ids');

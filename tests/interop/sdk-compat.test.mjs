@@ -4,22 +4,15 @@
 // suspend, pausing a subscription, refreshAuth, and a taken agent id.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { startGateway, connectAgent, connectClient, uid, sleep, WAIT_MS, QUIET_MS } from './harness.mjs';
+import { startGateway, connectAgent, connectClient, uid, pollUntil, WAIT_MS, quietPeriod } from './harness.mjs';
 
 let gw;
 before(async () => { gw = await startGateway(); });
 after(async () => { await gw?.stop(); });
 
 /** Collect a subscription's events until `pred` holds for one, or fail. */
-async function waitFor(seen, pred, what) {
-  const deadline = Date.now() + WAIT_MS * 2;
-  while (Date.now() < deadline) {
-    const hit = seen.find(pred);
-    if (hit) return hit;
-    await sleep(20);
-  }
-  assert.fail(`${what}: not among ${JSON.stringify(seen.map((e) => e.type))}`);
-}
+const waitFor = (seen, pred, what) => pollUntil(() => seen.map((e) => e.type), () => seen.some(pred), { timeoutMs: WAIT_MS * 2, intervalMs: 20, what })
+  .then(() => seen.find(pred));
 
 test('AgentConnection.connect with scopes that do not exist yet registers the agent and creates them', async () => {
   const s1 = uid('new-scope');
@@ -147,7 +140,7 @@ test('streaming: supportsPause, and a subscription paused on the gateway holds i
   assert.equal(paused.success, true);
   const held = [];
   for (let i = 0; i < 3; i++) held.push((await connectAgent(gw, { name: uid('held') })).id);
-  await sleep(QUIET_MS);
+  await quietPeriod();
   assert.deepEqual(seen.filter((e) => held.includes(e.data?.agentId)), [], 'nothing while paused');
   await w.conn.callExtension('map/subscriptions/resume', { subscriptionId: sub.id });
   await waitFor(seen, (e) => e.data?.agentId === held[2], 'the held events after the resume');

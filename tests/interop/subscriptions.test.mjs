@@ -3,7 +3,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import {
   startGateway, connectAgent, connectClient, rawParticipant,
-  normType, mentions, eventIdLess, sourceAgent, uid, sleep, pollUntil, QUIET_MS, WAIT_MS,
+  normType, mentions, eventIdLess, sourceAgent, uid, sleep, pollUntil, quietPeriod, WAIT_MS,
 } from './harness.mjs';
 
 let gw;
@@ -45,7 +45,7 @@ test('subscribe without filter: map/event shape, gap-free sequence, SDK Subscrip
   await watcher.tap.waitForEvents(sub.id, (e) => typeIs('agent_state_changed')(e) && mentions(e, a.id));
   await watcher.tap.waitForEvents(sub.id, (e) => typeIs('scope_created')(e) && mentions(e, scope.id));
   await watcher.tap.waitForEvents(sub.id, (e) => typeIs('scope_member_joined')(e) && mentions(e, scope.id) && mentions(e, b.id));
-  await sleep(QUIET_MS);
+  await quietPeriod();
 
   const evs = checkStream(watcher.tap, sub.id);
   for (const p of evs) {
@@ -78,7 +78,7 @@ test('two subscriptions on one connection are numbered independently', async () 
   const y = await connectAgent(gw, { name: 'after-both' });
   await w.tap.waitForEvents(s1.id, (e) => typeIs('agent_registered')(e) && mentions(e, y.id));
   await w.tap.waitForEvents(s2.id, (e) => typeIs('agent_registered')(e) && mentions(e, y.id));
-  await sleep(QUIET_MS);
+  await quietPeriod();
   checkStream(w.tap, s1.id);
   const e2 = checkStream(w.tap, s2.id);
   assert.equal(e2[0].sequenceNumber, 1, 'a new subscription starts at 1');
@@ -93,7 +93,7 @@ test('filter eventTypes (exact)', async () => {
   await a.conn.busy();
   await a.conn.createScope({ name: uid('et-scope') });
   await w.tap.waitForEvents(sub.id, (e) => mentions(e, b.id));
-  await sleep(QUIET_MS);
+  await quietPeriod();
   const evs = checkStream(w.tap, sub.id);
   assert.ok(evs.every((p) => normType(p.event.type) === 'agent_registered'), `only agent_registered: ${evs.map((p) => p.event.type)}`);
   assert.ok(evs.some((p) => mentions(p.event, a.id)) && evs.some((p) => mentions(p.event, b.id)));
@@ -113,7 +113,7 @@ test('filter eventTypes: dotted form and "prefix.*" (treat _ and . alike)', asyn
   await w.tap.waitForEvents(dotted.id, (e) => mentions(e, peer.id));
   await w.tap.waitForEvents(prefix.id, (e) => typeIs('agent_state_changed')(e) && mentions(e, x.id));
   await w.tap.waitForEvents(prefix.id, (e) => typeIs('agent_registered')(e) && mentions(e, peer.id));
-  await sleep(QUIET_MS);
+  await quietPeriod();
 
   const d = checkStream(w.tap, dotted.id);
   assert.ok(d.every((p) => normType(p.event.type) === 'agent_registered'), `dotted: ${d.map((p) => p.event.type)}`);
@@ -136,7 +136,7 @@ test('filter fromAgents (and its schema alias agents)', async () => {
   for (const s of [s1, s2]) {
     await w.tap.waitForEvents(s.id, (e) => typeIs('agent_state_changed')(e) && sourceAgent(e) === a.id, 2);
   }
-  await sleep(QUIET_MS);
+  await quietPeriod();
   for (const s of [s1, s2]) {
     const evs = checkStream(w.tap, s.id);
     assert.ok(evs.every((p) => sourceAgent(p.event) === a.id), `only events from ${a.id}: ${JSON.stringify(evs.map((p) => p.event.source))}`);
@@ -159,7 +159,7 @@ test('filter roles and fromRoles', async () => {
   for (const s of [sRoles, sFrom]) {
     await w.tap.waitForEvents(s.id, (e) => typeIs('agent_state_changed')(e) && mentions(e, worker.id), 2);
   }
-  await sleep(QUIET_MS);
+  await quietPeriod();
   for (const s of [sRoles, sFrom]) {
     const evs = checkStream(w.tap, s.id);
     assert.ok(evs.every((p) => mentions(p.event, worker.id)), 'every event relates to the worker');
@@ -179,7 +179,7 @@ test('filter scopes', async () => {
   await x.conn.leaveScope(s1);
   await w.tap.waitForEvents(sub.id, (e) => typeIs('scope_member_joined')(e));
   await w.tap.waitForEvents(sub.id, (e) => typeIs('scope_member_left')(e));
-  await sleep(QUIET_MS);
+  await quietPeriod();
   const evs = checkStream(w.tap, sub.id);
   assert.ok(evs.filter((p) => typeIs('scope_member_joined')(p.event) || typeIs('scope_member_left')(p.event)).length === 2, `exactly the join and the leave of ${s1}: ${JSON.stringify(evs.map((p) => [p.event.type, p.event.data]))}`);
   assert.ok(evs.every((p) => p.event.data?.scopeId === undefined || p.event.data.scopeId === s1), `every event that names a scope (data.scopeId) names ${s1}: ${JSON.stringify(evs.map((p) => p.event.data))}`);
@@ -197,7 +197,7 @@ test('filter priorities (message events)', async () => {
   const urgent = await a.conn.send({ agent: b.id }, { marker: uid('urgent') }, { priority: 'urgent' });
   await w.tap.waitForEvents(sub.id, (e) => mentions(e, high.messageId));
   await w.tap.waitForEvents(sub.id, (e) => mentions(e, urgent.messageId));
-  await sleep(QUIET_MS);
+  await quietPeriod();
   const evs = checkStream(w.tap, sub.id);
   assert.ok(evs.some((p) => typeIs('message_sent')(p.event) && mentions(p.event, high.messageId)) ||
     evs.some((p) => typeIs('message_delivered')(p.event) && mentions(p.event, high.messageId)), 'a message_sent/delivered event for the high message');
@@ -215,7 +215,7 @@ test('filter correlationIds', async () => {
   const none = await a.conn.send({ agent: b.id }, { marker: uid('c2') });
   const hit = await a.conn.send({ agent: b.id }, { marker: uid('c3') }, { correlationId: want });
   await w.tap.waitForEvents(sub.id, (e) => mentions(e, hit.messageId));
-  await sleep(QUIET_MS);
+  await quietPeriod();
   const evs = checkStream(w.tap, sub.id);
   assert.ok(evs.some((p) => mentions(p.event, want)), 'an event carries the wanted correlationId');
   assert.ok(evs.every((p) => mentions(p.event, want) || mentions(p.event, hit.messageId)), 'every event relates to the correlated message');
@@ -229,7 +229,7 @@ test('filter metadataMatch', async () => {
   const blue = await rawParticipant(gw, { participantType: 'agent', register: { name: 'meta-blue', metadata: { team: uid('other-team') } } });
   const red = await rawParticipant(gw, { participantType: 'agent', register: { name: 'meta-red', metadata: { team, extra: 1 } } });
   await w.tap.waitForEvents(sub.id, (e) => typeIs('agent_registered')(e) && mentions(e, red.agent.id));
-  await sleep(QUIET_MS);
+  await quietPeriod();
   const evs = checkStream(w.tap, sub.id);
   assert.ok(evs.every((p) => mentions(p.event, team)), 'every event carries the matching metadata');
   assert.ok(!evs.some((p) => mentions(p.event, blue.agent.id)), 'agent with other metadata filtered out');
@@ -245,7 +245,7 @@ test('filter fields combine with AND (eventTypes + fromAgents)', async () => {
   await b.conn.busy();
   await a.conn.busy();
   await w.tap.waitForEvents(sub.id, (e) => sourceAgent(e) === a.id);
-  await sleep(QUIET_MS);
+  await quietPeriod();
   const evs = checkStream(w.tap, sub.id);
   assert.equal(evs.length, 1, `exactly one state change from and-a: ${JSON.stringify(evs.map((p) => [p.event.type, p.event.source]))}`);
   assert.equal(normType(evs[0].event.type), 'agent_state_changed');
@@ -313,7 +313,7 @@ test('burst: concurrent state changes keep every subscription gap-free and compl
   const isBurstChange = (e) => typeIs('agent_state_changed')(e) && burst.some((a) => sourceAgent(e) === a.id);
   await w.tap.waitForEvents(all.id, isBurstChange, N * M, 5000);
   await w.tap.waitForEvents(one.id, () => true, M, 5000);
-  await sleep(QUIET_MS);
+  await quietPeriod();
   const ea = checkStream(w.tap, all.id);
   assert.equal(ea.filter((p) => isBurstChange(p.event)).length, N * M, 'every state change delivered exactly once');
   const eo = checkStream(w.tap, one.id);
@@ -339,7 +339,7 @@ test('map/subscribe.ack: the SDK acks when supportsAck is advertised; events kee
   sub.ack(); // map/subscribe.ack {subscriptionId, upToSequence} notification (no-op if not advertised)
   const b = await connectAgent(gw, { name: 'ack-b' });
   await w.tap.waitForEvents(sub.id, (e) => mentions(e, b.id));
-  await sleep(QUIET_MS);
+  await quietPeriod();
   checkStream(w.tap, sub.id);
   assert.ok(!w.tap.frames.some((f) => f && f.error), `no error frames: ${JSON.stringify(w.tap.frames.filter((f) => f && f.error))}`);
 });

@@ -11,7 +11,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { canPerformMethod } from '@multi-agent-protocol/sdk';
 import {
   startGateway, connectAgent, connectClient, rejectsWithCode, sourceAgent,
-  uid, sleep, pollUntil, metric, DEFAULT_TENANTS, QUIET_MS, WAIT_MS,
+  uid, sleep, pollUntil, metric, DEFAULT_TENANTS, quietPeriod, WAIT_MS,
 } from './harness.mjs';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
@@ -70,13 +70,7 @@ async function receiveStream(tap, content, ctx) {
 }
 
 /** Poll until pred() holds (for state outside the frame tap). */
-async function until(pred, what, timeoutMs = WAIT_MS) {
-  const end = Date.now() + timeoutMs;
-  while (!pred()) {
-    if (Date.now() > end) assert.fail(`timed out waiting for ${what}`);
-    await sleep(10);
-  }
-}
+const until = (pred, what, timeoutMs = WAIT_MS) => pollUntil(pred, (v) => v, { timeoutMs, intervalMs: 10, what });
 
 let gw;
 before(async () => {
@@ -161,7 +155,7 @@ test('trajectory.checkpoint events and the subscription filter trajectory {agent
   const isCheckpoint = (e) => e.type === 'trajectory.checkpoint';
   const expect = [['agentId', byAgent, [a1, a2]], ['sessionId', bySession, [a1, b1]], ['agentId+sessionId', byBoth, [b1]], ['eventTypes', byType, [a1, a2, b1, b2]]];
   for (const [, sub, cps] of expect) await w.tap.waitForEvents(sub.id, isCheckpoint, cps.length);
-  await sleep(QUIET_MS);
+  await quietPeriod();
   for (const [name, sub, cps] of expect) {
     const evs = w.tap.events(sub.id).map((p) => p.event).filter(isCheckpoint);
     assert.deepEqual(evs.map((e) => e.data.checkpoint), cps, `filter on ${name} gets exactly its checkpoints, in order`);
@@ -271,7 +265,7 @@ test('trajectory/content: small artifacts inline, include, metadata, 13002 when 
   assert.deepEqual(none.data.details.unavailable, ['transcript']);
   const bare = (await call(a, 'trajectory/checkpoint', { checkpoint: { id: uid('bare') } })).checkpoint;
   await rejectsWithCode(call(c, 'trajectory/content', { checkpointId: bare.id }), 13002, 'checkpoint without content');
-  await sleep(QUIET_MS);
+  await quietPeriod();
   assert.equal(c.tap.frames.filter((f) => f?.method === CHUNK).length, 0, 'nothing was streamed');
 });
 
@@ -438,7 +432,7 @@ test('a stream the client does not read fails with 13003 instead of queueing wit
     const err = await rejectsWithCode(Promise.reject(e), 13003, 'stream into a full queue');
     const streamId = err.data.details.streamId;
     assert.equal(typeof streamId, 'string');
-    await sleep(QUIET_MS);
+    await quietPeriod();
     const got = chunksOf(c.tap, streamId);
     assert.equal(got.length, 0, 'a failed stream sends no partial chunks');
   } finally {

@@ -9,7 +9,7 @@ import { createInterface } from 'node:readline';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { existsSync } from 'node:fs';
-import { startGateway, connectClient, rejectsWithCode, DEFAULT_TENANTS, QUIET_MS, sleep } from './harness.mjs';
+import { startGateway, connectClient, rejectsWithCode, DEFAULT_TENANTS, quietPeriod } from './harness.mjs';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const ROOT = join(HERE, '..', '..');
@@ -82,7 +82,7 @@ test('a job submitted over MAP runs on a grpcio agent, and its events arrive in 
   const byJob = await watcher.conn.subscribe({ uap: { jobId: job.id } });
   const mine = (e) => e.data?.jobId === job.id;
   await watcher.tap.waitForEvents(all.id, (e) => mine(e) && e.type === 'uap.job.completed', 1, WAIT);
-  await sleep(QUIET_MS);
+  await quietPeriod();
   const types = watcher.tap.events(all.id).map((p) => p.event).filter(mine).map((e) => e.type);
   assert.deepEqual(types, ['uap.job.submitted', 'uap.job.proposed', 'uap.job.status', 'uap.job.status', 'uap.job.telemetry', 'uap.job.completed'], types.join(', '));
   const events = watcher.tap.events(all.id).map((p) => p.event).filter(mine);
