@@ -10,8 +10,8 @@
 //! `postgres://root@127.0.0.1:5432/test`) and NATS with JetStream
 //! (`MAP_TEST_NATS_URL`, default `nats://127.0.0.1:4222`) must be running:
 //! these tests fail without them. Replication is asynchronous, so a write on
-//! one node is awaited on another by polling with a deadline
-//! (`common::cluster::REPLICATION`).
+//! one node is awaited on another by polling until a deadline
+//! (`common::wait`, within `common::cluster::REPLICATION`).
 
 use crate::common;
 
@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::cluster::*;
+use common::wait;
 use serde_json::{json, Value};
 
 fn set(items: &[&str]) -> BTreeSet<String> {
@@ -511,15 +512,16 @@ async fn mail_conversation_across_nodes() {
     let written = [(&t1, "alice", "hello from a"), (&t2, "bob", "reply from b"), (&t3, "carol", "c was here")];
     for reader in [&mut alice, &mut bob, &mut carol] {
         let what = format!("the three turns and the intercepted one in mail/turns/list on node {}", reader.node);
-        let mut turns = Vec::new();
-        let deadline = Instant::now() + REPLICATION;
-        while Instant::now() < deadline {
-            turns = reader.all_turns(&conv).await;
+        let probe = async || {
+            let turns = reader.all_turns(&conv).await;
             if turns.len() >= 4 {
-                break;
+                Ok(turns)
+            } else {
+                Err(turns)
             }
-            tokio::time::sleep(POLL).await;
-        }
+        };
+        // Checked below, with what came, when not all four came.
+        let turns = wait::until(REPLICATION, probe).await.unwrap_or_else(|turns| turns);
         let explicit: Vec<&Value> = turns.iter().filter(|t| t["source"]["type"] != "intercepted").collect();
         assert_eq!(explicit.len(), 3, "{what}: {turns:?}");
         for (got, (want, author, text)) in explicit.iter().zip(written) {
@@ -604,15 +606,17 @@ async fn killed_node_clients_resume_elsewhere() {
             (w, turns, sends)
         }
     });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while progress.load(Ordering::SeqCst) < 20 || ticked_so_far.load(Ordering::SeqCst) < 10 {
-        assert!(
-            Instant::now() < deadline,
-            "within 30 s the worker on node a did not get 20 mail turns answered or the ticker on c 10 agents registered\n{}",
-            cluster.logs()
-        );
+    let probe = async || {
         assert!(!traffic.is_finished(), "the worker's traffic on node a stopped before the kill\n{}", cluster.logs());
-        tokio::time::sleep(POLL).await;
+        let (turns, ticked) = (progress.load(Ordering::SeqCst), ticked_so_far.load(Ordering::SeqCst));
+        if turns >= 20 && ticked >= 10 {
+            Ok(())
+        } else {
+            Err(format!("{turns} turns, {ticked} agents"))
+        }
+    };
+    if let Err(seen) = wait::until(Duration::from_secs(30), probe).await {
+        panic!("within 30 s the worker on node a did not get 20 mail turns answered or the ticker on c 10 agents registered ({seen})\n{}", cluster.logs());
     }
     cluster.kill9("a");
     let killed_at = Instant::now();
@@ -912,16 +916,18 @@ async fn a_nats_outage_fails_cross_node_sends_truthfully_and_readyz_says_so() {
     relay_b.restore();
     a.wait_ready(200, "NATS restored").await;
     b.wait_ready(200, "NATS restored").await;
-    let deadline = Instant::now() + REPLICATION;
-    loop {
+    let probe = async || {
         n += 1;
         if send_counted(&mut sender_a, "recv-b", n).await {
             delivered.insert(n);
-            break;
+            Ok(())
+        } else {
+            refused.insert(n);
+            Err(n)
         }
-        refused.insert(n);
-        assert!(Instant::now() < deadline, "cross-node sends from node a to recv-b still fail {REPLICATION:?} after NATS came back\n{}", cluster.logs());
-        tokio::time::sleep(POLL).await;
+    };
+    if wait::until(REPLICATION, probe).await.is_err() {
+        panic!("cross-node sends from node a to recv-b still fail {REPLICATION:?} after NATS came back\n{}", cluster.logs());
     }
     for _ in 0..200 {
         n += 1;
@@ -994,15 +1000,16 @@ async fn a_node_behind_on_its_event_log_refuses_sends_until_it_catches_up() {
 
     relay.restore();
     a.wait_ready(200, "NATS restored").await;
-    let deadline = Instant::now() + REPLICATION;
-    loop {
+    let probe = async || {
         let resp = sender.call("map/send", json!({"to": {"agent": "receiver"}, "payload": {"after": true}})).await;
         if resp["result"]["delivered"] == json!(["receiver"]) {
-            break;
+            return Ok(());
         }
         assert_eq!(resp["error"]["code"], 4000, "a send while the backlog drains: {resp}");
-        assert!(Instant::now() < deadline, "sends still refused {REPLICATION:?} after NATS came back\n{}", cluster.logs());
-        tokio::time::sleep(POLL).await;
+        Err(resp)
+    };
+    if let Err(resp) = wait::until(REPLICATION, probe).await {
+        panic!("sends still refused {REPLICATION:?} after NATS came back (last: {resp})\n{}", cluster.logs());
     }
     receiver.expect_note("the message after the log caught up", ANSWER, |m| is_message_with(m, "after", &json!(true))).await;
 }

@@ -163,18 +163,18 @@ async fn replay_window_and_scopes_survive_restart() {
 /// Wait until the gateway says (admin API, `eventLog.savedThrough`) that
 /// the event log is on disk up to `event_id`.
 async fn wait_saved_through(node: &Node, event_id: &str) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
+    let probe = async || {
         let r = http(&node.gw.addr(), "GET", "/admin/tenants", &[], b"").await;
         assert_eq!(r.status, 200, "/admin/tenants: {}", r.text());
         let tenants = r.json();
         let saved = tenants["tenants"].as_array().into_iter().flatten().filter_map(|t| t["eventLog"]["savedThrough"].as_str()).max().map(String::from);
         if saved.as_deref().is_some_and(|s| s >= event_id) {
-            return;
+            Ok(())
+        } else {
+            Err(tenants)
         }
-        assert!(std::time::Instant::now() < deadline, "the event log was not saved through {event_id} within 10 s: {tenants}");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    };
+    wait::eventually(std::time::Duration::from_secs(10), &format!("the event log saved through {event_id}"), probe).await;
 }
 
 #[tokio::test]

@@ -239,15 +239,11 @@ fn ids(agents: &[Value]) -> Vec<String> {
 /// List until `id` is there (the mirror of a peer's agents is read at
 /// link-up, on its agents' events, and every 5 s): that agent.
 async fn wait_listed(ws: &mut Ws, id: &str, within: Duration) -> Value {
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
+    let probe = async || {
         let agents = listed(ws).await;
-        if let Some(a) = agents.iter().find(|a| a["id"] == id) {
-            return a.clone();
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{id} not listed within {within:?}: {:?}", ids(&agents));
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        agents.iter().find(|a| a["id"] == id).cloned().ok_or_else(|| format!("{:?}", ids(&agents)))
+    };
+    wait::eventually(within, &format!("{id} listed"), probe).await
 }
 
 /// `map/send` with this `to` and payload: the whole response.
@@ -608,7 +604,7 @@ async fn only_a_session_connected_as_a_peer_routes_and_at_its_allowed_rate() {
         assert_eq!(m["from"], "initech:agent:ian", "{m}");
     }
     assert!(message(&mut eve, QUIET).await.is_none(), "the refused route delivers nothing");
-    // Allowed again once the wait is over.
+    // Allowed again once the wait is over (the time it names is what is tested).
     tokio::time::sleep(Duration::from_millis(retry)).await;
     let r = initech.call("map/federation/route", json!({"systemId": "acme", "message": {"id": "i-4", "from": "ian", "to": {"agent": "eve"}}})).await;
     assert_eq!(ok(&r)["routed"], true, "after retryAfterMs: {r}");
@@ -1152,15 +1148,7 @@ async fn a_link_to_a_wss_peer_checks_its_certificate_against_the_peers_ca_file()
 
     // The links whose certificate check fails say so, and carry nothing.
     for peer in ["initech", "umbrella"] {
-        let deadline = tokio::time::Instant::now() + LINK;
-        let line = loop {
-            let log = acme.log();
-            if let Some(line) = log.lines().find(|l| l.contains("federation link down") && l.contains(peer)) {
-                break line.to_string();
-            }
-            assert!(tokio::time::Instant::now() < deadline, "no link failure logged for {peer}:\n{log}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        };
+        let line = acme.log_line(LINK, &format!("a link failure logged for {peer}"), |l| l.contains("federation link down") && l.contains(peer)).await;
         assert!(line.contains("TLS handshake") && line.contains("invalid peer certificate"), "the reason names the certificate check: {line}");
         let r = send(&mut alice, json!({"system": peer, "agent": "bob"}), json!({"over": peer})).await;
         assert_eq!(ok(&r)["queued"], true, "nothing goes to {peer}: {r}");

@@ -120,14 +120,16 @@ async fn connect(gw: &Gateway, token: &str) -> Result<String, String> {
 
 /// Connect with the token until `done` holds of the outcome (time has to pass for it); the outcome.
 async fn until(gw: &Gateway, token: &str, within: Duration, done: impl Fn(&Result<String, String>) -> bool) -> Result<String, String> {
-    let deadline = Instant::now() + within;
-    loop {
+    let probe = async || {
         let outcome = connect(gw, token).await;
-        if done(&outcome) || Instant::now() > deadline {
-            return outcome;
+        if done(&outcome) {
+            Ok(outcome)
+        } else {
+            Err(outcome)
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    };
+    // The callers check the last outcome, whatever it is.
+    wait::until(within, probe).await.unwrap_or_else(|last| last)
 }
 
 const AUTH: &str = "[auth]\nanonymous_tenant = \"\"\nfailures_per_minute = 100000\nfailures_per_connection = 100000\n";

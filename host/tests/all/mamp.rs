@@ -52,7 +52,7 @@ plugin_config = {{ mamp = {{ domain = "gw.example" }} }}
 struct Peer {
     child: std::process::Child,
     port: u16,
-    lines: std::sync::mpsc::Receiver<Value>,
+    lines: tokio::sync::mpsc::UnboundedReceiver<Value>,
     seen: Vec<Value>,
 }
 
@@ -65,7 +65,7 @@ impl Peer {
         let mut first = String::new();
         out.read_line(&mut first).unwrap();
         let port = first.trim().strip_prefix("listening ").and_then(|p| p.parse().ok()).expect("the peer's port");
-        let (tx, lines) = std::sync::mpsc::channel();
+        let (tx, lines) = tokio::sync::mpsc::unbounded_channel();
         std::thread::spawn(move || {
             for line in out.lines().map_while(Result::ok) {
                 let _ = tx.send(serde_json::from_str(&line).unwrap_or(Value::Null));
@@ -74,19 +74,18 @@ impl Peer {
         Peer { child, port, lines, seen: Vec::new() }
     }
 
-    /// Wait until `n` requests were about `to`; all of them.
+    /// Wait (at most 10 s) until `n` requests were about `to`; all of them
+    /// (fewer when no more came: the callers check how many).
     async fn requests_to(&mut self, to: &str, n: usize) -> Vec<Value> {
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        loop {
-            while let Ok(v) = self.lines.try_recv() {
-                self.seen.push(v);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let mine = |seen: &[Value]| seen.iter().filter(|v| v["message"]["to"] == to).cloned().collect::<Vec<Value>>();
+        while mine(&self.seen).len() < n {
+            match tokio::time::timeout_at(deadline, self.lines.recv()).await {
+                Ok(Some(v)) => self.seen.push(v),
+                _ => break,
             }
-            let mine: Vec<Value> = self.seen.iter().filter(|v| v["message"]["to"] == to).cloned().collect();
-            if mine.len() >= n || std::time::Instant::now() > deadline {
-                return mine;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        mine(&self.seen)
     }
 }
 
@@ -172,14 +171,7 @@ async fn an_external_agent_reaches_a_map_agent_and_the_conversation_is_recorded_
     assert_eq!(got["params"]["message"]["payload"]["content"], blocks);
 
     // Both are turns of the mail conversation, which alice is in.
-    let mut turns = Vec::new();
-    for _ in 0..100 {
-        turns = alice.call_ok("mail/turns/list", json!({"conversationId": conv})).await["turns"].as_array().cloned().unwrap_or_default();
-        if turns.len() == 2 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let turns = turns_of(&mut alice, &conv, 2).await;
     assert_eq!(turns.len(), 2, "{turns:?}");
     assert_eq!(turns[0]["content"]["message_id"], "m-1");
     assert_eq!(turns[1]["content"]["message_id"], "m-2");
@@ -291,16 +283,18 @@ async fn malformed_unauthorised_oversized_and_flooding_requests_get_the_seeds_er
     refused(&misc[2], 404, "not_found");
 }
 
+/// The turns of a mail conversation once there are `n` (at most 5 s), or
+/// those there are then (the callers check how many).
 async fn turns_of(ws: &mut Ws, conv: &str, n: usize) -> Vec<Value> {
-    let mut turns = Vec::new();
-    for _ in 0..200 {
-        turns = ws.call_ok("mail/turns/list", json!({"conversationId": conv})).await["turns"].as_array().cloned().unwrap_or_default();
+    let probe = async || {
+        let turns = ws.call_ok("mail/turns/list", json!({"conversationId": conv})).await["turns"].as_array().cloned().unwrap_or_default();
         if turns.len() >= n {
-            break;
+            Ok(turns)
+        } else {
+            Err(turns)
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    turns
+    };
+    wait::until(Duration::from_secs(5), probe).await.unwrap_or_else(|turns| turns)
 }
 
 #[tokio::test]

@@ -10,7 +10,7 @@ use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::signing::*;
 use common::*;
@@ -57,20 +57,21 @@ impl Registry {
     /// Until `GET /v2/` answers (the registry's own readiness signal).
     fn wait_ready(&self) {
         use std::io::{Read, Write};
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let answers = || -> std::io::Result<bool> {
+        let answers = || -> std::io::Result<String> {
             let mut s = std::net::TcpStream::connect(self.host())?;
             s.set_read_timeout(Some(Duration::from_secs(2)))?;
             s.write_all(b"GET /v2/ HTTP/1.0\r\nHost: registry\r\n\r\n")?;
             let mut head = [0u8; 12];
             s.read_exact(&mut head)?;
-            // 401: up, and asking for a login.
-            Ok(head.ends_with(b"200") || head.ends_with(b"401"))
+            Ok(String::from_utf8_lossy(&head).into_owned())
         };
-        while !answers().unwrap_or(false) {
-            assert!(Instant::now() < deadline, "docker-registry did not become ready");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        // 401: up, and asking for a login.
+        let probe = || match answers() {
+            Ok(head) if head.ends_with("200") || head.ends_with("401") => Ok(()),
+            Ok(head) => Err(head),
+            Err(e) => Err(e.to_string()),
+        };
+        wait::eventually_blocking(Duration::from_secs(30), "docker-registry ready", probe);
     }
 
     fn host(&self) -> String {

@@ -339,7 +339,8 @@ async fn a_call_kept_waiting_by_the_store_past_its_deadline_still_succeeds() {
         let answer = ws.call_within("mail/create", json!({"subject": "held up"}), SLACK).await;
         (ws, answer)
     });
-    // Held for the deadline, the outer bound's 500 ms past it, and as long again.
+    // Held for the deadline, the outer bound's 500 ms past it, and as long
+    // again: how long the call is kept waiting is what is tested.
     tokio::time::sleep(Duration::from_millis(2 * (DEADLINE_MS + 500))).await;
     assert!(!call.is_finished(), "the call waits for the store while the lock is held");
     db.execute_batch("ROLLBACK").expect("the lock is let go");

@@ -33,15 +33,11 @@ async fn a_component_built_against_0_1_0_still_loads_and_works() {
     ws.call_ok("map/agents/register", json!({"agentId": "old-inbox"})).await;
     let sent = ws.call_ok("map/send", json!({"to": "old-inbox", "payload": 1, "meta": {"legacy": "note"}})).await;
     let id = sent["messageId"].clone();
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let seen = ws.call_ok("legacy/seen", json!({})).await;
-        if seen["last"] == id {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the 0.1.0 interceptor never saw {id}: {seen}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let probe = async || match ws.call_ok("legacy/seen", json!({})).await {
+        seen if seen["last"] == id => Ok(()),
+        seen => Err(seen),
+    };
+    wait::eventually(WAIT, &format!("the 0.1.0 interceptor saw {id}"), probe).await;
 }
 
 #[tokio::test]
@@ -57,16 +53,12 @@ async fn an_observer_that_resends_what_it_sees_stops_after_four_hops() {
     }
     // A marker behind them in the observer's queue: once it is seen, no loop message is pending.
     let marker = ws.call_ok("map/send", json!({"to": "echo-chamber", "payload": "marker", "meta": {"legacy": "note"}})).await;
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let seen = ws.call_ok("legacy/seen", json!({})).await;
-        if seen["last"] == marker["messageId"] {
-            assert_eq!(seen["loops"], 4, "{seen}");
-            break;
-        }
-        assert!(Instant::now() < deadline, "the marker was never observed: {seen}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let probe = async || match ws.call_ok("legacy/seen", json!({})).await {
+        seen if seen["last"] == marker["messageId"] => Ok(seen),
+        seen => Err(seen),
+    };
+    let seen = wait::eventually(WAIT, "the marker observed", probe).await;
+    assert_eq!(seen["loops"], 4, "{seen}");
     let next = ws.notification("map/message", WAIT).await.expect("the marker arrives");
     assert_eq!(next["params"]["message"]["payload"], "marker", "no sixth loop message: {next}");
 }
@@ -258,10 +250,7 @@ async fn what_a_plugin_prints_reaches_the_log_and_a_panic_names_its_message() {
     let resp = ws.call("bad/panic", json!({})).await;
     plugin_failure(&resp, "boom: the plugin panicked on purpose");
     // The log lines are written as the calls end.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !gw.log().contains("a warning on the plugin's stderr") && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    gw.log_line(Duration::from_secs(5), "the plugin's stderr logged", |l| l.contains("a warning on the plugin's stderr")).await;
     let log = gw.log();
     for line in ["hello from the plugin's stdout", "a warning on the plugin's stderr"] {
         let found = log.lines().find(|l| l.contains(line)).unwrap_or_else(|| panic!("{line:?} not in the log:\n{log}"));
@@ -538,14 +527,11 @@ async fn calls_fail_at_once_while_the_store_is_down_and_writes_resume_when_it_is
 
     relay.up().await;
     let restored = Instant::now();
-    let resumed = loop {
-        let resp = ws.call("bad/put", json!({"key": "k", "value": "after"})).await;
-        if resp.get("result").is_some() {
-            break restored.elapsed();
-        }
-        assert!(restored.elapsed() < Duration::from_secs(5), "writes did not resume within 5 s of the restore: {resp}");
-        tokio::time::sleep(Duration::from_millis(2)).await;
+    let probe = async || match ws.call("bad/put", json!({"key": "k", "value": "after"})).await {
+        resp if resp.get("result").is_some() => Ok(restored.elapsed()),
+        resp => Err(resp),
     };
+    let resumed = wait::eventually(Duration::from_secs(5), "writes resumed after the restore", probe).await;
     assert!(resumed < Duration::from_secs(1), "writes resumed {resumed:?} after the restore");
     assert_eq!(ws.call_ok("bad/get", json!({"key": "k"})).await["value"], "after");
     ws.call_ok("mail/create", json!({"subject": "after"})).await;
@@ -554,13 +540,12 @@ async fn calls_fail_at_once_while_the_store_is_down_and_writes_resume_when_it_is
 
 /// `/readyz` polled until it answers `status` (at most 15 s); its last answer.
 async fn readyz_becomes(gw: &Gateway, status: u16) -> (u16, Value) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let mut last = readyz(gw).await;
-    while last.0 != status && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        last = readyz(gw).await;
-    }
-    last
+    let probe = async || match readyz(gw).await {
+        last if last.0 == status => Ok(last),
+        last => Err(last),
+    };
+    // The callers check the last answer, whatever it is.
+    wait::until(Duration::from_secs(15), probe).await.unwrap_or_else(|last| last)
 }
 
 #[tokio::test]

@@ -54,14 +54,13 @@ async fn reload_state(gw: &Gateway, location: &str) -> Value {
 
 /// Poll until the reload has ended: its last state.
 async fn ended(gw: &Gateway, location: &str) -> Value {
-    let deadline = Instant::now() + COMPILE;
-    loop {
-        let job = reload_state(gw, location).await;
-        if job["state"] != "running" {
-            return job;
-        }
-        assert!(Instant::now() < deadline, "reload still running after {COMPILE:?}: {job}\n{}", gw.log_tail(20));
-        tokio::time::sleep(POLL).await;
+    let probe = async || match reload_state(gw, location).await {
+        job if job["state"] != "running" => Ok(job),
+        job => Err(job),
+    };
+    match wait::until(COMPILE, probe).await {
+        Ok(job) => job,
+        Err(job) => panic!("reload still running after {COMPILE:?}: {job}\n{}", gw.log_tail(20)),
     }
 }
 
@@ -94,6 +93,7 @@ async fn a_reload_compiles_in_the_background_while_the_loaded_plugins_answer() {
             let names: Vec<&str> = listed["plugins"].as_array().unwrap().iter().filter_map(|p| p["name"].as_str()).collect();
             assert_eq!(names, ["echo"], "the running reload is not swapped in yet: {listed}");
         }
+        // Pacing the calls made while the reload runs (their count is checked), not a wait.
         tokio::time::sleep(POLL).await;
     }
     assert!(answered_while_running > 0, "no call was answered while the reload ran (it ended before the first poll)");

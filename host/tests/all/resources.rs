@@ -61,18 +61,11 @@ async fn load(ws: &mut Ws, to: &str, count: usize, size: usize, pid: u32) -> u64
 
 /// Wait until the RSS is at most `bound`: the last value read, as `Err` when it never got there.
 async fn rss_settles(pid: u32, bound: u64, within: Duration) -> Result<u64, u64> {
-    let deadline = tokio::time::Instant::now() + within;
-    let mut tick = tokio::time::interval(Duration::from_millis(50));
-    loop {
-        tick.tick().await;
-        let now = rss(pid);
-        if now <= bound {
-            return Ok(now);
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Err(now);
-        }
-    }
+    wait::until(within, async || match rss(pid) {
+        now if now <= bound => Ok(now),
+        now => Err(now),
+    })
+    .await
 }
 
 /// Push the large events out of the replay log with small ones.

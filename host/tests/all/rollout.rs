@@ -11,8 +11,6 @@
 
 use crate::common;
 
-use std::time::{Duration, Instant};
-
 use common::cluster::*;
 use common::signing::sha256_hex;
 use common::*;
@@ -25,16 +23,16 @@ async fn version(node: &Node) -> Value {
 
 /// The rollout as node `at` tells it, once every node has reported.
 async fn reported(at: &Node, id: &str, nodes: usize) -> Value {
-    let deadline = Instant::now() + REPLICATION;
-    loop {
+    let probe = async || {
         let r = http(&at.gw.addr(), "GET", &format!("/admin/rollout/{id}"), &[], b"").await;
         let view = r.json()["rollout"].clone();
         if view["nodes"].as_object().is_some_and(|n| n.len() == nodes) {
-            return view;
+            Ok(view)
+        } else {
+            Err(r.text())
         }
-        assert!(Instant::now() < deadline, "not every node reported within {REPLICATION:?}: {}", r.text());
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    };
+    wait::eventually(REPLICATION, "every node reported", probe).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -19,11 +19,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::cluster::*;
-use common::{fixture, python, TempDir};
+use common::{fixture, python, wait, TempDir};
 use serde_json::{json, Value};
 
 /// A short lease keeps the takeovers (and the suite) quick.
@@ -105,7 +104,7 @@ struct Script {
     name: String,
     child: Child,
     stdin: Option<ChildStdin>,
-    rx: mpsc::Receiver<(Instant, String)>,
+    rx: tokio::sync::mpsc::UnboundedReceiver<(Instant, String)>,
     lines: Vec<(Instant, String)>,
     stderr: PathBuf,
     _dir: TempDir,
@@ -126,7 +125,7 @@ impl Script {
             .spawn()
             .unwrap_or_else(|e| panic!("{}: {e}", script.display()));
         let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = mpsc::channel();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 if tx.send((Instant::now(), line)).is_err() {
@@ -152,23 +151,15 @@ impl Script {
 
     /// Wait (at most `within`) until `done` holds for the lines printed so far.
     async fn until(&mut self, what: &str, within: Duration, done: impl Fn(&[(Instant, String)]) -> bool) {
-        let deadline = Instant::now() + within;
-        loop {
-            self.pump();
-            if done(&self.lines) {
-                return;
+        let deadline = tokio::time::Instant::now() + within;
+        self.pump();
+        while !done(&self.lines) {
+            match tokio::time::timeout_at(deadline, self.rx.recv()).await {
+                Ok(Some(line)) => self.lines.push(line),
+                // Its stdout closed: it has ended.
+                Ok(None) => panic!("{} ended ({:?}) before {what} (its output follows)", self.name, self.child.wait()),
+                Err(_) => panic!("{}: not {what} within {within:?} (its output follows)", self.name),
             }
-            if let Ok(Some(status)) = self.child.try_wait() {
-                self.pump();
-                if !done(&self.lines) {
-                    panic!("{} exited ({status}) before {what} (its output follows)", self.name);
-                }
-                return;
-            }
-            if Instant::now() >= deadline {
-                panic!("{}: not {what} within {within:?} (its output follows)", self.name);
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
@@ -207,23 +198,24 @@ impl Drop for Script {
 /// fresh connection after a call left unanswered for a second): the time
 /// since `since`, and the result. Fails once `within` has passed.
 async fn first_result(node: &Node, method: &str, params: Value, since: Instant, within: Duration) -> (Duration, Value) {
-    let mut last = String::from("nothing yet");
-    loop {
-        let mut c = node.connect("client").await;
-        loop {
-            assert!(since.elapsed() <= within, "node {}: {method} got no result within {within:?}; last: {last}\n{}", node.name, node.log_tail());
-            match c.ws.try_call_within(method, params.clone(), Duration::from_secs(1)).await {
-                Ok(r) if r.get("result").is_some() && r.get("error").is_none() => return (since.elapsed(), r["result"].clone()),
-                Ok(r) => {
-                    last = r.to_string();
-                    tokio::time::sleep(POLL).await;
-                }
-                Err(e) => {
-                    last = e;
-                    break;
-                }
+    let mut client: Option<Client> = None;
+    let probe = async || {
+        let c = match &mut client {
+            Some(c) => c,
+            None => client.insert(node.connect("client").await),
+        };
+        match c.ws.try_call_within(method, params.clone(), Duration::from_secs(1)).await {
+            Ok(r) if r.get("result").is_some() && r.get("error").is_none() => Ok((since.elapsed(), r["result"].clone())),
+            Ok(r) => Err(r.to_string()),
+            Err(e) => {
+                client = None;
+                Err(e)
             }
         }
+    };
+    match wait::until(within.saturating_sub(since.elapsed()), probe).await {
+        Ok(found) => found,
+        Err(last) => panic!("node {}: {method} got no result within {within:?}; last: {last}\n{}", node.name, node.log_tail()),
     }
 }
 
@@ -259,17 +251,20 @@ async fn all_jobs(c: &mut Client) -> BTreeMap<String, Value> {
 }
 
 async fn until_jobs(c: &mut Client, what: &str, within: Duration, done: impl Fn(&BTreeMap<String, Value>) -> bool) -> BTreeMap<String, Value> {
-    let deadline = Instant::now() + within;
-    loop {
+    let probe = async || {
         let jobs = all_jobs(c).await;
         if done(&jobs) {
-            return jobs;
+            Ok(jobs)
+        } else {
+            Err(jobs)
         }
-        if Instant::now() >= deadline {
+    };
+    match wait::until(within, probe).await {
+        Ok(jobs) => jobs,
+        Err(jobs) => {
             let seen: Vec<String> = jobs.values().map(|j| format!("{} {} {}", j["id"], j["type"], j["status"])).collect();
-            c.fail(&format!("{what}: not so within {within:?}; jobs: {}", seen.join(", ")));
+            c.fail(&format!("{what}: not so within {within:?}; jobs: {}", seen.join(", ")))
         }
-        tokio::time::sleep(POLL).await;
     }
 }
 
@@ -508,8 +503,10 @@ async fn a_delivery_waiting_for_a_retry_survives_the_kill_of_its_node(bridge: Br
         })
         .await;
 
-    // No second POST over several retry periods (the pending delivery is gone).
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // No second POST over several retry periods (the pending delivery is gone):
+    // an absence over time, so the time is what is checked.
+    let again = async || peer.matching(|l| peer_about(l, &id)).into_iter().skip_while(|(_, l)| !peer_saw(l, &id, 200)).nth(1).map(|(_, l)| l);
+    wait::never(Duration::from_secs(3), &format!("a POST about {id} after its delivery"), again).await;
     let about = peer.matching(|l| peer_about(l, &id));
     let accepted: Vec<&(Instant, String)> = about.iter().filter(|(_, l)| peer_saw(l, &id, 200)).collect();
     assert_eq!(accepted.len(), 1, "delivered exactly once: {about:?}");

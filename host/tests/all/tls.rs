@@ -7,7 +7,7 @@ use crate::common;
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use futures_util::{SinkExt, StreamExt};
@@ -90,10 +90,8 @@ async fn https_and_wss_are_served_and_a_renewed_certificate_is_picked_up() {
     std::fs::copy(dir2.path().join("key.pem"), dir.path().join("key.pem")).unwrap();
     assert!(tls_connect(&addr, &renewed).await.is_err(), "still the first certificate before the reload");
     assert!(Command::new("kill").args(["-HUP", &gw_pid(&gw)]).status().unwrap().success());
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while tls_connect(&addr, &renewed).await.is_err() {
-        assert!(Instant::now() < deadline, "the renewed certificate was not served after SIGHUP; log:\n{}", gw.log());
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    if wait::until(Duration::from_secs(5), async || tls_connect(&addr, &renewed).await.map(drop)).await.is_err() {
+        panic!("the renewed certificate was not served after SIGHUP; log:\n{}", gw.log());
     }
     assert!(tls_connect(&addr, &first).await.is_err(), "the old certificate is no longer served");
     // The connection opened before goes on.
@@ -103,11 +101,7 @@ async fn https_and_wss_are_served_and_a_renewed_certificate_is_picked_up() {
     // A broken renewal leaves the served certificate as it was.
     std::fs::write(dir.path().join("cert.pem"), "not a certificate").unwrap();
     assert!(Command::new("kill").args(["-HUP", &gw_pid(&gw)]).status().unwrap().success());
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !gw.log().contains("TLS reload failed") {
-        assert!(Instant::now() < deadline, "no reload failure logged:\n{}", gw.log());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    gw.log_line(Duration::from_secs(5), "the reload failure logged", |l| l.contains("TLS reload failed")).await;
     assert!(https_get(&addr, &renewed, "/healthz").await.starts_with("HTTP/1.1 200"));
 
     // A renewal that rewrites the files is picked up without a signal (the files are looked at every 10 s).
@@ -115,10 +109,8 @@ async fn https_and_wss_are_served_and_a_renewed_certificate_is_picked_up() {
     let third = certificate(dir3.path(), &["127.0.0.1"]);
     std::fs::copy(dir3.path().join("key.pem"), dir.path().join("key.pem")).unwrap();
     std::fs::copy(dir3.path().join("cert.pem"), dir.path().join("cert.pem")).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(25);
-    while tls_connect(&addr, &third).await.is_err() {
-        assert!(Instant::now() < deadline, "the rewritten certificate was not picked up; log:\n{}", gw.log());
-        tokio::time::sleep(Duration::from_millis(200)).await;
+    if wait::until(Duration::from_secs(25), async || tls_connect(&addr, &third).await.map(drop)).await.is_err() {
+        panic!("the rewritten certificate was not picked up; log:\n{}", gw.log());
     }
 }
 

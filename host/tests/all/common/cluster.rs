@@ -293,19 +293,13 @@ impl Node {
 
     /// Poll `/readyz` until it answers `status` (at most `REPLICATION`): the body.
     pub async fn wait_ready(&self, status: u16, what: &str) -> Value {
-        let deadline = tokio::time::Instant::now() + REPLICATION;
-        loop {
-            let (got, body) = self.readyz().await;
-            if got == status {
-                return body;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "node {}: {what}: /readyz still answers {got} {body} after {REPLICATION:?}\n{}",
-                self.name,
-                self.log_tail()
-            );
-            tokio::time::sleep(POLL).await;
+        let probe = async || match self.readyz().await {
+            (got, body) if got == status => Ok(body),
+            (got, body) => Err(format!("{got} {body}")),
+        };
+        match wait::until(REPLICATION, probe).await {
+            Ok(body) => body,
+            Err(last) => panic!("node {}: {what}: /readyz still answers {last} after {REPLICATION:?}\n{}", self.name, self.log_tail()),
         }
     }
 }
@@ -568,6 +562,8 @@ impl Client {
     /// Call until `pred` holds for the whole response, at most `REPLICATION`:
     /// that response. `what` says what was awaited, for the failure.
     pub async fn wait_for(&mut self, what: &str, method: &str, params: Value, pred: impl Fn(&Value) -> bool) -> Value {
+        // A loop of its own, not `wait::until`: this runs in spawned tasks,
+        // and an async closure's future is not known to be `Send` there.
         let deadline = tokio::time::Instant::now() + REPLICATION;
         loop {
             let resp = self.call(method, params.clone()).await;
@@ -763,8 +759,7 @@ impl Node {
 /// holds the lease of (tenant, plugin) (`"lease": {"held": true, "token"}`
 /// in `/admin/plugins`), at most `within`: that node's name and the token.
 pub async fn lease_holder(cluster: &Cluster, nodes: &[&str], tenant: &str, plugin: &str, within: Duration) -> (String, u64) {
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
+    let probe = async || {
         let mut holders = Vec::new();
         let mut entries = Vec::new();
         for name in nodes {
@@ -776,12 +771,11 @@ pub async fn lease_holder(cluster: &Cluster, nodes: &[&str], tenant: &str, plugi
             }
             entries.push(format!("{name}: {}", entry.map_or("not listed".to_string(), |e| e.to_string())));
         }
-        if holders.len() == 1 {
-            return holders.remove(0);
+        match holders.len() {
+            1 => Ok(holders.remove(0)),
+            _ => Err(format!("holders {holders:?}; /admin/plugins entries:\n{}", entries.join("\n"))),
         }
-        if tokio::time::Instant::now() >= deadline {
-            panic!("not exactly one holder of {plugin}'s lease for tenant {tenant} among {nodes:?} within {within:?} (holders {holders:?}); /admin/plugins entries:\n{}", entries.join("\n"));
-        }
-        tokio::time::sleep(POLL).await;
-    }
+    };
+    let what = format!("exactly one holder of {plugin}'s lease for tenant {tenant} among {nodes:?}");
+    wait::eventually(within, &what, probe).await
 }

@@ -19,6 +19,7 @@ use tokio_tungstenite::tungstenite::Message;
 pub mod cluster;
 pub mod plugins;
 pub mod signing;
+pub mod wait;
 
 /// How long to wait for an answer or a notification that should come.
 pub const WAIT: Duration = Duration::from_secs(2);
@@ -259,6 +260,16 @@ impl Gateway {
 
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("gateway.log")).unwrap_or_default()
+    }
+
+    /// The first line of the log matching `pred`, waiting (at most `within`)
+    /// for it to be written; the failure names `what` and shows the log's tail.
+    pub async fn log_line(&self, within: Duration, what: &str, pred: impl Fn(&str) -> bool) -> String {
+        let probe = async || self.log().lines().find(|l| pred(l)).map(String::from).ok_or(());
+        match wait::until(within, probe).await {
+            Ok(line) => line,
+            Err(()) => panic!("{what}: no such line in the log within {within:?}; its tail:\n{}", self.log_tail(40)),
+        }
     }
 
     pub async fn ws(&self) -> Ws {

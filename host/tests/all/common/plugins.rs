@@ -2,7 +2,7 @@
 //! (from `scripts/build-plugins.sh --fixtures`), the failure a broken plugin
 //! call answers with, and what the admin API says is running.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -63,17 +63,19 @@ pub async fn running(gw: &Gateway, tenant: &str, plugin: &str) -> u64 {
 /// Wait until `n` calls of `plugin` run at once in `tenant` (polled; fails
 /// after a generous deadline).
 pub async fn until_running(gw: &Gateway, tenant: &str, plugin: &str, n: u64) {
-    let deadline = Instant::now() + Duration::from_secs(15);
     let mut seen = Vec::new();
-    loop {
+    let probe = async || {
         let now = running(gw, tenant, plugin).await;
-        if now == n {
-            return;
-        }
         if seen.last() != Some(&now) {
             seen.push(now);
         }
-        assert!(Instant::now() < deadline, "{n} calls of {plugin} never ran at once in {tenant} (seen, in turn: {seen:?})");
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        if now == n {
+            Ok(())
+        } else {
+            Err(())
+        }
+    };
+    if wait::until(Duration::from_secs(15), probe).await.is_err() {
+        panic!("{n} calls of {plugin} never ran at once in {tenant} (seen, in turn: {seen:?})");
     }
 }
