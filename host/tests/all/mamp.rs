@@ -373,12 +373,21 @@ async fn map_agents_answer_and_start_conversations_with_external_agents() {
     let (mut zed, _) = gw.ws_connected("agent", Some(api_key("acme-key"))).await;
     zed.call_ok("map/agents/register", json!({"agentId": "zed"})).await;
     assert_eq!(err_code(&zed.call("mamp/send", json!({"conversationId": conv, "content": "x"})).await), 92001);
-    // The bridge's own counters, at the gateway's /metrics.
-    let text = common::http(&gw.addr(), "GET", "/metrics", &[], b"").await.text();
-    let value = |series: &str| text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse::<f64>().ok()).unwrap_or(0.0);
-    assert!(value(r#"map_plugin_mamp_retries_total{tenant="acme",plugin="mamp"}"#) >= 4.0, "two retries each for two messages:\n{text}");
-    assert!(value(r#"map_plugin_mamp_sent_total{tenant="acme",plugin="mamp",result="delivered"}"#) >= 1.0, "{text}");
-    assert!(value(r#"map_plugin_mamp_sent_total{tenant="acme",plugin="mamp",result="failed"}"#) >= 2.0, "erin and frank:\n{text}");
+    // The bridge's own counters, at the gateway's /metrics: counted once each delivery's answer is in.
+    let addr = gw.addr();
+    common::wait::eventually(WAIT, "the bridge's counters: two retries each for two messages, one delivered, erin and frank failed", async || {
+        let text = common::http(&addr, "GET", "/metrics", &[], b"").await.text();
+        let value = |series: &str| text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse::<f64>().ok()).unwrap_or(0.0);
+        let counted = value(r#"map_plugin_mamp_retries_total{tenant="acme",plugin="mamp"}"#) >= 4.0
+            && value(r#"map_plugin_mamp_sent_total{tenant="acme",plugin="mamp",result="delivered"}"#) >= 1.0
+            && value(r#"map_plugin_mamp_sent_total{tenant="acme",plugin="mamp",result="failed"}"#) >= 2.0;
+        if counted {
+            Ok(())
+        } else {
+            Err(text)
+        }
+    })
+    .await;
 }
 
 #[tokio::test]
