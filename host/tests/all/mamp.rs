@@ -375,7 +375,7 @@ async fn map_agents_answer_and_start_conversations_with_external_agents() {
     assert_eq!(err_code(&zed.call("mamp/send", json!({"conversationId": conv, "content": "x"})).await), 92001);
     // The bridge's own counters, at the gateway's /metrics: counted once each delivery's answer is in.
     let addr = gw.addr();
-    common::wait::eventually(WAIT, "the bridge's counters: two retries each for two messages, one delivered, erin and frank failed", async || {
+    wait::eventually(WAIT, "the bridge's counters: two retries each for two messages, one delivered, erin and frank failed", async || {
         let text = common::http(&addr, "GET", "/metrics", &[], b"").await.text();
         let value = |series: &str| text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse::<f64>().ok()).unwrap_or(0.0);
         let counted = value(r#"map_plugin_mamp_retries_total{tenant="acme",plugin="mamp"}"#) >= 4.0
