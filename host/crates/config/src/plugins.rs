@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 
+use super::secret::PluginSettings;
 use super::Config;
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -17,8 +18,9 @@ pub struct PluginConfig {
     /// `…@sha256:…` (kept under `data_dir/oci`; a tag is looked up again only on reload).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
-    /// Handed to the plugin through the `config` import (tenants may override keys).
-    pub config: serde_json::Value,
+    /// Handed to the plugin through the `config` import (tenants may override
+    /// keys). Values whose keys name a secret are redacted where the host shows them.
+    pub config: PluginSettings,
     /// Wall-clock limit of one call.
     pub deadline_ms: u64,
     /// Linear memory cap of one instance.
@@ -101,7 +103,7 @@ impl PluginConfig {
         if self.deadline_ms == 0 || self.memory_mb == 0 || self.memory_mb > 1024 || self.max_concurrency == 0 {
             bail!("plugin {name}: deadline_ms and max_concurrency must be positive and memory_mb between 1 and 1024");
         }
-        if !self.config.is_object() {
+        if !self.config.expose().is_object() {
             bail!("plugin {name}: config must be a table");
         }
         match &self.source {
