@@ -708,6 +708,8 @@ const SECRETS: &[(&str, &str)] = &[
     ("registry password", "SECRET-oci-password-71ab"),
     ("registry token", "SECRET-oci-token-71ac"),
     ("NATS password", "SECRET-nats-password-71ad"),
+    ("plugin signing key setting", "SECRET-plugin-signing-key-71ae"),
+    ("plugin peer bearer setting", "SECRET-plugin-peer-bearer-71af"),
 ];
 
 fn secret(kind: &str) -> &'static str {
@@ -736,9 +738,11 @@ url = "{user}:{db}@{rest}"
 auth = {{ "registry.example" = {{ username = "ci", password = "{oci_password}" }}, "other.example" = {{ token = "{oci_token}" }} }}
 [plugins.echo]
 path = {echo:?}
+config = {{ cardSigningKey = "{plugin_key}" }}
 [[tenants]]
 id = "acme"
 api_keys = ["{api_key}", {{ secret = "{named}", principal = "alice" }}]
+plugin_config = {{ echo = {{ peers = {{ reports = {{ url = "https://reports.example/a2a", bearer = "{plugin_bearer}" }} }} }} }}
 bearer_tokens = ["{bearer}"]
 jwt = {{ secret = "{jwt}" }}
 [tenants.federation]
@@ -777,7 +781,68 @@ resources = ["*"]
         peer = secret("federation peer credential"),
         static_secret = secret("broker static secret"),
         client = secret("broker client secret"),
+        plugin_key = secret("plugin signing key setting"),
+        plugin_bearer = secret("plugin peer bearer setting"),
     )
+}
+
+/// Plugin settings are free-form: a value whose key names a secret (a key,
+/// a token, a bearer, a password, …), at any depth, in the plugin's own
+/// `config` or a tenant's `plugin_config`, is redacted by `config`, and
+/// neither `check` nor the trace log of a gateway that loads and reloads
+/// them shows it; the other settings show.
+#[tokio::test]
+async fn plugin_settings_that_name_a_secret_are_redacted() {
+    let dir = TempDir::new("plugin-secrets");
+    let extra = format!(
+        r#"
+[auth]
+anonymous_tenant = ""
+[plugins.echo]
+path = {echo:?}
+config = {{ cardSigningKey = "ed25519-secret:SECRET-a2a-card-key", name = "reports-gateway", store = "postgres://gw:SECRET-url-password@db.example/a2a" }}
+[[tenants]]
+id = "acme"
+api_keys = ["acme-key"]
+plugin_config = {{ echo = {{ peers = {{ reports = {{ url = "https://reports.example/a2a", bearer = "SECRET-peer-bearer", headers = {{ Authorization = "Basic SECRET-peer-basic", x-team = "ops" }} }} }}, client_secret = "SECRET-client" }} }}
+"#,
+        echo = fixture("echo-v1.wasm"),
+    );
+    let config = write_config(dir.path(), 65536, &extra);
+    let secrets = ["SECRET-a2a-card-key", "SECRET-url-password", "SECRET-peer-bearer", "SECRET-peer-basic", "SECRET-client"];
+    let shown = |what: &str, text: &str| {
+        for s in secrets {
+            assert!(!text.contains(s), "{s} shows in {what}:\n{text}");
+        }
+    };
+    let out = std::process::Command::new(BIN).args(["config", "--config"]).arg(&config).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    shown("map-gateway config", &text);
+    let parsed: toml::Value = toml::from_str(&text).expect("real TOML");
+    let (own, tenant) = (&parsed["plugins"]["echo"]["config"], &parsed["tenants"][0]["plugin_config"]["echo"]);
+    assert_eq!(own["cardSigningKey"].as_str(), Some("<redacted>"), "{text}");
+    assert_eq!(own["name"].as_str(), Some("reports-gateway"), "{text}");
+    assert_eq!(own["store"].as_str(), Some("postgres://gw:<redacted>@db.example/a2a"), "{text}");
+    let peer = &tenant["peers"]["reports"];
+    assert_eq!((peer["bearer"].as_str(), peer["url"].as_str()), (Some("<redacted>"), Some("https://reports.example/a2a")), "{text}");
+    assert_eq!((peer["headers"]["Authorization"].as_str(), peer["headers"]["x-team"].as_str()), (Some("<redacted>"), Some("ops")), "{text}");
+    assert_eq!(tenant["client_secret"].as_str(), Some("<redacted>"), "{text}");
+
+    let out = std::process::Command::new(BIN).env("MAP_GATEWAY_LOG", "trace").args(["check", "--config"]).arg(&config).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    shown("map-gateway check", &format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)));
+
+    let mut gw = Gateway::launch_with(dir, config, None, vec![("MAP_GATEWAY_LOG".into(), "trace".into())]);
+    let reload = http(&gw.addr(), "POST", "/admin/reload?wait=true", &[], b"").await;
+    assert_eq!(reload.status, 200, "{}", reload.text());
+    shown("the reload's answer", &reload.text());
+    let plugins = http(&gw.addr(), "GET", "/admin/plugins", &[], b"").await;
+    shown("/admin/plugins", &plugins.text());
+    gw.terminate();
+    let log = gw.log();
+    assert!(log.contains("plugin loaded"), "the plugin was loaded:\n{log}");
+    shown("the trace log", &log);
 }
 
 fn assert_no_secret(what: &str, text: &str) {

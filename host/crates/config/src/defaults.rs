@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use super::plugins::{InstanceMode, PluginConfig};
-use super::secret::{Secret, SecretUrl};
+use super::secret::{PluginSettings, Secret, SecretUrl};
 use super::tenants::TenantConfig;
 use super::{AcpConfig, AdminConfig, AuthConfig, ClusterConfig, Config, LimitsConfig, ServerConfig, StorageConfig, TelemetryConfig, TlsConfig};
 
@@ -115,7 +115,7 @@ impl Default for PluginConfig {
         PluginConfig {
             path: PathBuf::new(),
             source: None,
-            config: serde_json::json!({}),
+            config: PluginSettings::new(serde_json::json!({})),
             deadline_ms: 1000,
             memory_mb: 64,
             instances: 4,

@@ -26,7 +26,7 @@ pub use self::credentials::{pattern_matches, CredentialsConfig, EnvSecret, Grant
 pub use self::env::PREFIX as ENV_PREFIX;
 pub use self::oci::{OciAuth, OciConfig};
 pub use self::plugins::{InstanceMode, PluginConfig};
-pub use self::secret::{redact_url, Secret, SecretUrl};
+pub use self::secret::{redact_url, secret_name, PluginSettings, Secret, SecretUrl};
 pub use self::tenants::{AgentPermissionsConfig, Credential, ExposeConfig, FederationConfig, JwksConfig, JwtConfig, PeerConfig, TenantConfig, TrustedIssuer};
 pub use self::workspace::WorkspaceConfig;
 

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 
+use super::secret::PluginSettings;
 use super::Config;
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -17,8 +18,9 @@ pub struct PluginConfig {
     /// `…@sha256:…` (kept under `data_dir/oci`; a tag is looked up again only on reload).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
-    /// Handed to the plugin through the `config` import (tenants may override keys).
-    pub config: serde_json::Value,
+    /// Handed to the plugin through the `config` import (tenants may override
+    /// keys). Values whose keys name a secret are redacted where the host shows them.
+    pub config: PluginSettings,
     /// Wall-clock limit of one call.
     pub deadline_ms: u64,
     /// Linear memory cap of one instance.
@@ -115,7 +117,7 @@ impl PluginConfig {
         if self.stream_max_ms < self.deadline_ms || self.stream_idle_ms == 0 || self.max_streams == 0 || self.stream_buffer_bytes < 1024 {
             bail!("plugin {name}: stream_max_ms must be at least deadline_ms, stream_idle_ms and max_streams positive, stream_buffer_bytes at least 1024");
         }
-        if !self.config.is_object() {
+        if !self.config.expose().is_object() {
             bail!("plugin {name}: config must be a table");
         }
         match &self.source {

@@ -21,7 +21,11 @@ impl Config {
         hide(&mut c.auth.token_secret);
         c.storage.url = SecretUrl::new(c.storage.url.shown());
         c.cluster.nats = SecretUrl::new(c.cluster.nats.shown());
+        for plugin in c.plugins.iter_mut().flat_map(|p| p.values_mut()) {
+            plugin.config = plugin.config.redacted();
+        }
         for t in &mut c.tenants {
+            t.plugin_config.values_mut().for_each(|s| *s = s.redacted());
             for cred in t.api_keys.iter_mut().chain(t.bearer_tokens.iter_mut()) {
                 let principal = cred.principal().map(String::from);
                 *cred = Credential::WithPrincipal { secret: Secret::new(R.into()), principal };

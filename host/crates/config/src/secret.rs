@@ -1,5 +1,6 @@
 //! Secrets of the configuration in types no `Debug` shows: `Secret` (keys,
-//! tokens, passwords) and `SecretUrl` (a URL that may hold a password).
+//! tokens, passwords), `SecretUrl` (a URL that may hold a password) and
+//! `PluginSettings` (free-form settings whose secrets are known by their names).
 
 use std::fmt;
 
@@ -69,6 +70,67 @@ impl fmt::Debug for SecretUrl {
     }
 }
 
+/// A plugin's free-form settings (`[plugins.NAME] config`, a tenant's
+/// `plugin_config.NAME`). The host does not know their fields, so a value
+/// whose key names a secret (`secret_name`) is redacted wherever the host
+/// shows them: `Debug` and `redacted`.
+#[derive(Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(transparent)]
+pub struct PluginSettings(serde_json::Value);
+
+impl PluginSettings {
+    pub fn new(value: serde_json::Value) -> PluginSettings {
+        PluginSettings(value)
+    }
+
+    /// The settings, secrets and all, to hand to the plugin.
+    pub fn expose(&self) -> &serde_json::Value {
+        &self.0
+    }
+
+    /// The settings with the value of every key that names a secret, at
+    /// any depth, replaced by `<redacted>`, and the password of every URL.
+    pub fn redacted(&self) -> PluginSettings {
+        let mut value = self.0.clone();
+        redact_named(&mut value);
+        PluginSettings(value)
+    }
+}
+
+impl fmt::Debug for PluginSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.redacted().0)
+    }
+}
+
+/// Words that make a setting's name the name of a secret.
+const SECRET_WORDS: &[&str] = &["key", "secret", "token", "password", "passwd", "passphrase", "bearer", "credential", "authorization", "cookie"];
+
+/// Whether a setting named `name` holds a secret: its name, in any case and
+/// with `-`, `_` and `.` left out, contains one of `SECRET_WORDS`
+/// (`cardSigningKey`, `api_key`, `bearer`, `clientSecret`, `Authorization`).
+pub fn secret_name(name: &str) -> bool {
+    let name: String = name.chars().filter(|c| c.is_alphanumeric()).flat_map(char::to_lowercase).collect();
+    SECRET_WORDS.iter().any(|w| name.contains(w))
+}
+
+fn redact_named(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(map) => {
+            for (key, v) in map.iter_mut() {
+                if secret_name(key) && !v.is_null() {
+                    *v = serde_json::Value::String(R.into());
+                } else {
+                    redact_named(v);
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(redact_named),
+        serde_json::Value::String(text) => *text = redact_url(text),
+        _ => {}
+    }
+}
+
 /// A URL with the password of its user information (`user:password@`)
 /// replaced by `<redacted>`; the user stays. A URL without one is returned as it is.
 pub fn redact_url(url: &str) -> String {
@@ -92,5 +154,28 @@ mod tests {
         assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
         assert_eq!(redact_url("postgres://h/db?mail=a@b"), "postgres://h/db?mail=a@b");
         assert_eq!(redact_url("sqlite:///tmp/x.db"), "sqlite:///tmp/x.db");
+    }
+
+    #[test]
+    fn plugin_settings_lose_values_named_secrets() {
+        for name in ["cardSigningKey", "api_key", "bearer", "clientSecret", "Authorization", "refresh-token", "PASSWORD", "credentials"] {
+            assert!(secret_name(name), "{name}");
+        }
+        for name in ["url", "headers", "peers", "timeoutMs", "domain", "returnImmediately"] {
+            assert!(!secret_name(name), "{name}");
+        }
+        let settings = PluginSettings::new(serde_json::json!({
+            "cardSigningKey": "ed25519-secret:abc", "name": "gw",
+            "peers": {"reports": {"url": "https://u:pw@r.example/a2a", "bearer": "b3arer", "headers": {"x-team": "ops", "Authorization": "Basic zz"}}},
+            "list": [{"token": 7}], "signingKey": null,
+        }));
+        let shown = format!("{settings:?}");
+        for secret in ["abc", "pw@", "b3arer", "Basic zz", "7"] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        for kept in ["\"name\":\"gw\"", "ops", "https://u:<redacted>@r.example/a2a", "\"signingKey\":null"] {
+            assert!(shown.contains(kept), "{kept} not in {shown}");
+        }
+        assert_eq!(settings.expose()["peers"]["reports"]["bearer"], "b3arer");
     }
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::secret::Secret;
+use super::secret::{PluginSettings, Secret};
 
 #[derive(Debug, Clone, Deserialize, Serialize, Default)]
 #[serde(default, deny_unknown_fields)]
@@ -22,7 +22,7 @@ pub struct TenantConfig {
     /// Plugins enabled for this tenant. Absent: all configured plugins.
     pub plugins: Option<Vec<String>>,
     /// Per-plugin configuration overriding the plugin's own `config` keys.
-    pub plugin_config: BTreeMap<String, serde_json::Value>,
+    pub plugin_config: BTreeMap<String, PluginSettings>,
     /// Bearer tokens that are JWTs issued by someone else, checked with this key.
     pub jwt: Option<JwtConfig>,
     /// Hosts each plugin may reach over HTTP for this tenant, besides the

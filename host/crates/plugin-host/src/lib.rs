@@ -281,8 +281,8 @@ impl PluginHost {
             for name in names {
                 let key = loading::key(t, &name);
                 let l = next.get(&key).with_context(|| format!("tenant {} names plugin {name}, which is not configured", t.id))?;
-                let mut cfg = l.settings.config.clone();
-                if let (Some(Value::Object(over)), Value::Object(base)) = (t.plugin_config.get(&name), &mut cfg) {
+                let mut cfg = l.settings.config.expose().clone();
+                if let (Some(Value::Object(over)), Value::Object(base)) = (t.plugin_config.get(&name).map(|s| s.expose()), &mut cfg) {
                     base.extend(over.clone());
                 }
                 let serves_http = l.plugin.exports.http() || l.plugin.exports.incoming();

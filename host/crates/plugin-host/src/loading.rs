@@ -155,7 +155,7 @@ impl PluginHost {
             max_streams: settings.max_streams,
         };
         let none = outbound::Policy::new(&[], Duration::ZERO, 0, "~loader", name)?;
-        let ctx = self.context(self.scratch.clone(), name, settings.config.clone(), settings, false, none);
+        let ctx = self.context(self.scratch.clone(), name, settings.config.expose().clone(), settings, false, none);
         let plugin = Plugin::load(name, &component, &self.linker, self.budget.clone(), ctx, limits).await.with_context(|| format!("loading plugin {name}"))?;
         tracing::info!(plugin = name, version = plugin.version(), artifact = origin.as_str(), "plugin loaded");
         Ok(Loaded { digest, signer: None, settings: settings.clone(), plugin: Arc::new(plugin), origin })
