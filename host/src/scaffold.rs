@@ -306,76 +306,19 @@ map_plugin_sdk::export_extension!(Plugin);
 }
 
 fn readme(p: &Project) -> String {
-    const TEMPLATE: &str = r#"# @NAME@
+    const TEMPLATE: &str = include_str!("scaffold/readme.md.in");
+    let (intro, build, next) = readme_texts(p);
+    let text = TEMPLATE.replace("@INTRO@", &intro).replace("@BUILD@", build).replace("@NEXT@", next);
+    p.fill(&text, "")
+        .replace("@LIB@", &p.lib_name())
+        .replace("@WASM@", &toml_str(&p.wasm().to_string_lossy()))
+        .replace("@WASM_SH@", &shell_word(&p.wasm().to_string_lossy()))
+        .replace("@DIST@", &shell_word(&p.dist().to_string_lossy()))
+}
 
-A map-gateway plugin made with `map-gateway plugin new`, @INTRO@. It is
-the extension `x-@NAME@` (URI `x-@NAME@:1`: the `x-` form the MAP registry
-asks of extensions it does not list), with the error codes @ERR_FIRST@–@ERR_LAST@,
-and serves two JSON-RPC methods:
-
-| method | params | result |
-|---|---|---|
-| `@NAME@/put` | `{"text": "…"}` | the stored item `{id, text, createdBy, createdAt}`; emits `@NAME@.put` |
-| `@NAME@/get` | `{"itemId": "…"}` | the item, or error @ERR_NOT_FOUND@ |
-
-## Build
-
-@BUILD@
-
-## Load
-
-A gateway without a `[plugins]` table (`scripts/run.sh`'s, for one) loads
-every component in its plugin folder. Copy the build there and reload; a
-reload swaps the new version in without dropping connections, and the
-same two commands load each rebuild:
-
-```sh
-map-gateway plugin install @WASM_SH@ --plugin-dir @DIST@
-curl -X POST 'http://127.0.0.1:4700/admin/reload?wait=true'
-```
-
-(`@DIST@` is the folder of the checkout whose SDK this project uses;
-`--config FILE` installs into that configuration's `plugin_dir` instead,
-and prints the reload for its listener.) A
-gateway whose configuration has a `[plugins]` table loads only the plugins
-it names, so name this one there too (and the standard ones, if you want them):
-
-```toml
-[plugins.@NAME@]
-path = @WASM@
-# deadline_ms = 1000, memory_mb = 64, mode = "pooled", config = { … }: see the gateway's book, docs/plugins/contract.md
-```
-
-## Try it
-
-After `map/connect`, any MAP client calls the methods by name. With the
-TypeScript SDK (`npm i --ignore-scripts @multi-agent-protocol/sdk ws`; save
-this as `try.mjs` and run `node try.mjs` while the gateway serves the plugin):
-
-```js
-import { WebSocket } from 'ws';
-globalThis.WebSocket = WebSocket;            // Node 20 has no global WebSocket
-import { ClientConnection } from '@multi-agent-protocol/sdk';
-
-const client = await ClientConnection.connect('ws://127.0.0.1:4700/map', { name: 'try-@NAME@' });
-console.log(client.serverCapabilities['x-@NAME@']);
-// → { enabled: true }
-const item = await client.callExtension('@NAME@/put', { text: 'hello' });
-console.log(await client.callExtension('@NAME@/get', { itemId: item.id }));
-// → { id: 'item-…', text: 'hello', createdBy: 'client-…', createdAt: … }
-await client.disconnect();
-```
-
-`map/connect` lists the extension in `capabilities.extensions` (name
-`x-@NAME@`, URI `x-@NAME@:1`, its methods) and its capabilities under
-`capabilities["x-@NAME@"]`; `map/subscribe {filter: {eventTypes: ["@NAME@.put"]}}`
-receives its events.
-
-## Where to go from here
-
-@NEXT@
-"#;
-    let (intro, build, next) = match p.lang {
+/// The README's language-specific parts: its introduction, how to build, where to go next.
+fn readme_texts(p: &Project) -> (String, &'static str, &'static str) {
+    match p.lang {
         Lang::Rust => (
             format!("on the Rust plugin SDK (`map-plugin-sdk`, from {})", p.sdk.describe()),
             "```sh\nrustup target add wasm32-wasip2     # once\ncargo build --release --target wasm32-wasip2\n```\n\nThe component is `target/wasm32-wasip2/release/@LIB@.wasm`.",
@@ -391,13 +334,7 @@ receives its events.
             "```sh\n./build.sh      # npm installs componentize-js and esbuild the first time\n```\n\nThe component is `@NAME@.wasm` (about 12 MB: it carries the JavaScript\nengine). The gateway compiles it once at the first start (about 20 s) and\nkeeps the result in its artifact cache; later starts take a fraction of a\nsecond.",
             "- `plugin.js`: add a method by writing a handler `(call) => result` and\n  listing it in `methods`.\n- `node_modules/@map-gateway/plugin-sdk` is the JavaScript plugin SDK (its\n  README and `index.d.ts` say what each call does): JSON collections, pages,\n  atomic batches with compare-and-swap and counters, errors, events, router\n  calls, config, metrics, timers, observers, resources, `fetch`.\n- `wit/` is a copy of the gateway's contract: every import and its\n  guarantees are documented there; `build.mjs` names the world.",
         ),
-    };
-    let text = TEMPLATE.replace("@INTRO@", &intro).replace("@BUILD@", build).replace("@NEXT@", next);
-    p.fill(&text, "")
-        .replace("@LIB@", &p.lib_name())
-        .replace("@WASM@", &toml_str(&p.wasm().to_string_lossy()))
-        .replace("@WASM_SH@", &shell_word(&p.wasm().to_string_lossy()))
-        .replace("@DIST@", &shell_word(&p.dist().to_string_lossy()))
+    }
 }
 
 #[cfg(test)]
@@ -424,7 +361,7 @@ mod tests {
         assert!(cargo_toml(&registry, "1.2.3").unwrap().contains("map-plugin-sdk = \"1.2.3\"\n"));
         let readme = readme(&p);
         assert!(readme.contains(r#"path = "/tmp/tb/target/wasm32-wasip2/release/task_board.wasm""#), "{readme}");
-        assert!(!readme.split('@').skip(1).any(|rest| rest.starts_with(|c: char| c.is_ascii_uppercase())), "a placeholder is left: {readme}");
+        assert!(!readme.match_indices('@').any(|(at, _)| readme[at + 1..].starts_with(|c: char| c.is_ascii_uppercase())), "a placeholder is left: {readme}");
         assert!(readme.contains(r#"capabilities["x-task-board"]"#) && readme.contains("client.serverCapabilities['x-task-board']"), "{readme}");
         let base = p.error_base();
         assert!(lib.contains(&format!("ErrorRange::new({base}, {})", base + 999)) && lib.contains(&format!("ERRORS.code({})", base + 1)), "{lib}");

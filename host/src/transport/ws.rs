@@ -266,6 +266,25 @@ enum Step {
     Close(CloseFrame),
 }
 
+/// A frame's request bytes (text or binary); `Ok(None)` for a control frame
+/// to pass over; `Err` ends the connection, with the close frame to send.
+fn payload(msg: Result<Message, tungstenite::Error>, peer: SocketAddr, linger: &super::Linger) -> Result<Option<Bytes>, Option<CloseFrame>> {
+    match msg {
+        Ok(Message::Text(t)) => Ok(Some(t.into())),
+        Ok(Message::Binary(b)) => Ok(Some(b)),
+        Ok(Message::Close(_)) => Err(None),
+        Ok(_) => Ok(None),
+        Err(e) => {
+            tracing::debug!(%peer, error = %e, "websocket read failed");
+            let close = close_for(&e);
+            if close.is_some() {
+                linger.set();
+            }
+            Err(close)
+        }
+    }
+}
+
 /// Read requests and answer them until the peer leaves, idles, misbehaves
 /// or the gateway stops. Returns the close frame to send, if any.
 async fn read_loop<S>(
@@ -322,19 +341,10 @@ where
             }
         };
         pinged = false;
-        let bytes = match msg {
-            Ok(Message::Text(t)) => t.into(),
-            Ok(Message::Binary(b)) => b,
-            Ok(Message::Close(_)) => return None,
-            Ok(_) => continue,
-            Err(e) => {
-                tracing::debug!(%peer, error = %e, "websocket read failed");
-                let close = close_for(&e);
-                if close.is_some() {
-                    linger.set();
-                }
-                return close;
-            }
+        let bytes = match payload(msg, peer, linger) {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => continue,
+            Err(close) => return close,
         };
         match gw.start_frame(conn, &bytes).await {
             Handled::Later(call) => running.push(call),

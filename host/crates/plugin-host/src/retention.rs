@@ -56,7 +56,7 @@ pub fn prune(config: &Config, serving: impl IntoIterator<Item = String>) {
     }
     for versions in by_plugin.values_mut() {
         versions.sort_by_key(|v| std::cmp::Reverse(v.0));
-        for (_, dir) in versions.iter().skip(config.server.keep_versions) {
+        for (_, dir) in versions.get(config.server.keep_versions..).unwrap_or_default() {
             match std::fs::remove_dir_all(dir) {
                 Ok(()) => tracing::info!(component = %dir.display(), "removed a kept component no rollout needs"),
                 Err(e) => tracing::warn!(component = %dir.display(), error = %e, "could not remove a kept component"),
